@@ -1,0 +1,28 @@
+"""The maths of attention: a traced NumPy teaching path and a batched torch path.
+
+Masks are boolean with ``True`` meaning *may attend*, everywhere in the course.
+"""
+
+from attncourse.functional.numpy_attention import (
+    STEPS,
+    SelfAttentionTrace,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+    self_attention_trace,
+    softmax,
+)
+from attncourse.functional.torch_attention import attention, masked_softmax, self_attention
+
+__all__ = [
+    "STEPS",
+    "SelfAttentionTrace",
+    "attention",
+    "causal_mask",
+    "masked_softmax",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "self_attention",
+    "self_attention_trace",
+    "softmax",
+]

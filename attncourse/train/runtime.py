@@ -1,0 +1,55 @@
+"""Where a run happens and how it is made repeatable: device choice and seeding."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import torch
+
+
+def pick_device(prefer: str | None = None) -> torch.device:
+    """The best available device: CUDA, then Apple's MPS, then the CPU.
+
+    Parameters
+    ----------
+    prefer : str, optional
+        Force a device such as ``"cpu"`` or ``"cuda:1"``.
+
+    Raises
+    ------
+    ValueError
+        If ``prefer`` names a device type this machine does not have.
+    """
+    if prefer is not None:
+        device = torch.device(prefer)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {prefer!r} was asked for, but CUDA is not available here")
+        if device.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"device {prefer!r} was asked for, but MPS is not available here")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def describe_device(device: torch.device) -> str:
+    """A one-line description such as ``"cuda (NVIDIA H100 80GB HBM3)"`` or ``"cpu (2 threads)"``."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    if device.type == "cpu":
+        return f"cpu ({torch.get_num_threads()} threads)"
+    return device.type
+
+
+def seed_everything(seed: int = 0) -> None:
+    """Seed Python's, NumPy's and torch's global generators.
+
+    Library code takes explicit ``seed`` arguments; this is for notebooks and
+    scripts, so that a whole run is repeatable.
+    """
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

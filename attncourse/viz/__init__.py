@@ -1,0 +1,38 @@
+"""Static figures for the course, built on matplotlib.
+
+- :func:`heatmap`: a labelled matrix with the value written in each cell.
+- :func:`plot_curves`: named line series against one x axis.
+- :func:`plot_step` and :data:`STEP_FIGURES`: one figure per step of
+  self-attention, drawn from a :class:`attncourse.functional.SelfAttentionTrace`.
+
+Every function creates its figure with ``plt.subplots(..., layout="constrained")``
+when no axes are given; close figures you no longer need with ``plt.close(fig)``.
+"""
+
+from attncourse.viz.heatmap import heatmap
+from attncourse.viz.curves import plot_curves
+from attncourse.viz.self_attention import (
+    STEP_FIGURES,
+    plot_project,
+    plot_scale,
+    plot_score,
+    plot_softmax,
+    plot_step,
+    plot_sum,
+    plot_weight,
+    step_name,
+)
+
+__all__ = [
+    "STEP_FIGURES",
+    "heatmap",
+    "plot_curves",
+    "plot_project",
+    "plot_scale",
+    "plot_score",
+    "plot_softmax",
+    "plot_step",
+    "plot_sum",
+    "plot_weight",
+    "step_name",
+]

@@ -1,0 +1,186 @@
+"""A labelled heatmap: the one picture of a matrix that every chapter reuses.
+
+Attention weights, scores, queries and keys are all small matrices whose rows
+and columns belong to tokens or to feature dimensions. :func:`heatmap` draws
+such a matrix with those labels on the axes and the number written in each
+cell, so that a learner can read values off the figure and check them against
+the code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+
+# Relative luminance weights of the sRGB primaries (ITU-R BT.709); a cell darker
+# than the threshold gets white text, a lighter one black text.
+_LUMA = np.array([0.2126, 0.7152, 0.0722])
+_DARK_BELOW = 0.45
+
+
+def to_numpy(array: Any) -> np.ndarray:
+    """Turn an array-like (NumPy array, list, CPU or GPU torch tensor) into a float ndarray.
+
+    Parameters
+    ----------
+    array : array-like, any shape
+        Values to convert; a torch tensor is detached and moved to the CPU first.
+
+    Returns
+    -------
+    ndarray of float, same shape as ``array``
+    """
+    if hasattr(array, "detach"):
+        array = array.detach().cpu().numpy()
+    return np.asarray(array, dtype=float)
+
+
+def _check_labels(labels: Sequence[str] | None, size: int, what: str, shape: tuple[int, ...]) -> list[str] | None:
+    if labels is None:
+        return None
+    labels = [str(label) for label in labels]
+    if len(labels) != size:
+        raise ValueError(
+            f"{len(labels)} {what} labels were given for a matrix with {size} {what}s "
+            f"(shape {shape}); pass exactly one label per {what}"
+        )
+    return labels
+
+
+def _default_fontsize(n_rows: int, n_cols: int) -> float:
+    largest = max(n_rows, n_cols)
+    if largest <= 6:
+        return 9.0
+    if largest <= 10:
+        return 8.0
+    return 7.0
+
+
+def heatmap(
+    matrix: Any,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    annotate: bool = True,
+    fmt: str = ".2f",
+    cmap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    colorbar: bool = False,
+    fontsize: float | None = None,
+) -> Axes:
+    """Draw a matrix as a grid of coloured cells, with labels and the value in each cell.
+
+    Row ``r`` of the matrix is drawn as the ``r``-th row from the top, so the
+    picture reads like the printed array. The text in each cell is white on dark
+    cells and black on light ones, whatever the colour map.
+
+    Parameters
+    ----------
+    matrix : array-like, (n_rows, n_cols) or (n_cols,)
+        Values to draw, e.g. attention weights ``(tgt_len, src_len)``. A 1-D
+        array is drawn as a single row. Torch tensors are accepted.
+    row_labels : sequence of str, length n_rows, optional
+        Tick labels of the rows (e.g. query tokens). Without them the rows are
+        numbered from 0.
+    col_labels : sequence of str, length n_cols, optional
+        Tick labels of the columns (e.g. key tokens or ``q1, q2, ...``).
+    ax : matplotlib Axes, optional
+        Where to draw; a new figure with constrained layout is made if omitted.
+    title, xlabel, ylabel : str, optional
+        Axes title and axis labels.
+    annotate : bool
+        Write each value, formatted with ``fmt``, in its cell. Non-finite
+        values are left blank.
+    fmt : str
+        Format specification for the cell texts, as in ``format(value, fmt)``.
+    cmap : str or Colormap
+        Colour map, e.g. ``"Blues"`` for weights in [0, 1], ``"RdBu_r"`` with
+        ``vmin=-vmax`` for signed values.
+    vmin, vmax : float, optional
+        Limits of the colour scale; the data range by default.
+    colorbar : bool
+        Add a colour bar next to the axes.
+    fontsize : float, optional
+        Size of the cell texts in points; chosen from the matrix size if omitted.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        The axes drawn on; its only image is the heatmap and ``ax.texts`` holds
+        the cell texts in row-major order.
+
+    Raises
+    ------
+    ValueError
+        If ``matrix`` is not 1-D or 2-D, or if the number of row or column
+        labels differs from the number of rows or columns (both numbers are in
+        the message).
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> ax = heatmap([[0.9, 0.1], [0.3, 0.7]], ["time", "flies"], ["time", "flies"])
+    >>> [t.get_text() for t in ax.texts]
+    ['0.90', '0.10', '0.30', '0.70']
+    """
+    values = to_numpy(matrix)
+    if values.ndim == 1:
+        values = values[None, :]
+    if values.ndim != 2:
+        raise ValueError(
+            f"heatmap draws a 1-D or 2-D array, got an array of shape {values.shape}; "
+            "select a single head or batch element first"
+        )
+    n_rows, n_cols = values.shape
+    row_labels = _check_labels(row_labels, n_rows, "row", values.shape)
+    col_labels = _check_labels(col_labels, n_cols, "column", values.shape)
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.0 + 0.6 * n_cols, 0.8 + 0.5 * n_rows), layout="constrained")
+
+    image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+
+    ax.set_xticks(np.arange(n_cols), labels=col_labels if col_labels is not None else np.arange(n_cols))
+    ax.set_yticks(np.arange(n_rows), labels=row_labels if row_labels is not None else np.arange(n_rows))
+    # Long token labels under narrow columns would overlap, so tilt them.
+    if col_labels is not None and n_cols > 3 and max(len(label) for label in col_labels) > 3:
+        plt.setp(ax.get_xticklabels(), rotation=45, ha="right", rotation_mode="anchor")
+    ax.tick_params(length=0)
+    ax.spines[:].set_visible(False)
+    # Thin white lines between cells make single cells easy to pick out.
+    ax.set_xticks(np.arange(n_cols + 1) - 0.5, minor=True)
+    ax.set_yticks(np.arange(n_rows + 1) - 0.5, minor=True)
+    ax.grid(which="major", visible=False)
+    ax.grid(which="minor", color="white", linewidth=1.0)
+    ax.tick_params(which="minor", length=0)
+
+    if annotate:
+        size = _default_fontsize(n_rows, n_cols) if fontsize is None else fontsize
+        for r in range(n_rows):
+            for c in range(n_cols):
+                value = values[r, c]
+                if not np.isfinite(value):
+                    continue
+                rgb = np.asarray(image.cmap(image.norm(value)))[:3]
+                colour = "white" if float(rgb @ _LUMA) < _DARK_BELOW else "black"
+                ax.text(c, r, format(value, fmt), ha="center", va="center", color=colour, fontsize=size)
+
+    if title is not None:
+        ax.set_title(title)
+    if xlabel is not None:
+        ax.set_xlabel(xlabel)
+    if ylabel is not None:
+        ax.set_ylabel(ylabel)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    return ax
