@@ -289,11 +289,9 @@ def describe_exception(exc: BaseException) -> str:
 
 def _exception_hint(exc: BaseException, case: Case) -> str:
     text = str(exc)
-    if isinstance(exc, TypeError) and ("argument" in text):
-        names = ", ".join(list(case.args) + list(case.kwargs))
-        return (
-            f"Check your function's signature: it is called with ({names}). {case.hint}".strip()
-        )
+    if isinstance(exc, TypeError) and ("positional argument" in text or "keyword argument" in text):
+        names = list(case.args) + [f"{key}={key}" for key in case.kwargs]
+        return f"Check your function's signature: this case calls it as fn({', '.join(names)})."
     return case.hint or "Call your function on this case's inputs in a new cell to see the full error."
 
 
@@ -324,7 +322,8 @@ def _compare_array(got: Any, expected: np.ndarray, case: Case, name: str | None)
     if not _is_numeric_array(got):
         return f"{what} returned {describe_value(got)}; expected an array of numbers of shape {fmt_shape(expected.shape)}"
     if got.shape != expected.shape:
-        return f"{what} returned shape {fmt_shape(got.shape)}; expected shape {fmt_shape(expected.shape)}"
+        verb = "returned" if name is None else "has"
+        return f"{what} {verb} shape {fmt_shape(got.shape)}; expected shape {fmt_shape(expected.shape)}"
     mismatch = first_mismatch(got, expected, case.atol, case.rtol)
     if mismatch:
         return (f"in `{name}` " if name else "") + mismatch

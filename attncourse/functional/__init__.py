@@ -3,6 +3,7 @@
 Masks are boolean with ``True`` meaning *may attend*, everywhere in the course.
 """
 
+from attncourse.functional.additive import BAHDANAU_MOVES, AdditiveStepTrace, additive_attention_step
 from attncourse.functional.numpy_attention import (
     STEPS,
     SelfAttentionTrace,
@@ -15,6 +16,9 @@ from attncourse.functional.numpy_attention import (
 from attncourse.functional.torch_attention import attention, masked_softmax, self_attention
 
 __all__ = [
+    "BAHDANAU_MOVES",
+    "AdditiveStepTrace",
+    "additive_attention_step",
     "STEPS",
     "SelfAttentionTrace",
     "attention",

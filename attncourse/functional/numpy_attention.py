@@ -53,7 +53,8 @@ def softmax(x: np.ndarray, axis: int = -1, mask: np.ndarray | None = None) -> np
     ValueError
         If ``mask`` does not broadcast to ``x.shape``.
     """
-    x = np.asarray(x, dtype=np.result_type(x, np.float32))
+    x = np.asarray(x)
+    x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
     if mask is None:
         mask = np.ones(x.shape, dtype=bool)
     else:
@@ -68,7 +69,8 @@ def softmax(x: np.ndarray, axis: int = -1, mask: np.ndarray | None = None) -> np
     row_max = np.max(masked, axis=axis, keepdims=True)
     # A fully masked row has max -inf; shifting by 0 instead keeps it finite.
     row_max = np.where(np.isfinite(row_max), row_max, 0.0)
-    exp = np.where(mask, np.exp(masked - row_max), 0.0)
+    with np.errstate(over="ignore"):  # x - max may overflow to -inf near 1e308: exp gives 0, as it should
+        exp = np.where(mask, np.exp(masked - row_max), 0.0)
     total = np.sum(exp, axis=axis, keepdims=True)
     return exp / np.where(total > 0, total, 1.0)
 
@@ -175,7 +177,14 @@ def scaled_dot_product_attention(
     ----------
     Vaswani et al. (2017), section 3.2.1, equation (1).
     """
-    check_attention_shapes(np.shape(q), np.shape(k), np.shape(v), None if mask is None else np.shape(mask))
+    q, k, v = (np.asarray(a) for a in (q, k, v))
+    if q.ndim > 2 or k.ndim != 2 or v.ndim != 2:
+        raise ValueError(
+            f"the NumPy path takes one sequence: queries (tgt_len, d_k), keys (src_len, d_k), values "
+            f"(src_len, d_v); got queries {q.shape}, keys {k.shape}, values {v.shape}. "
+            f"For batches use attncourse.functional.attention (torch)"
+        )
+    check_attention_shapes(q.shape, k.shape, v.shape, None if mask is None else np.shape(mask))
     weights = softmax(q @ k.T / np.sqrt(k.shape[-1]), mask=mask)
     return weights @ v, weights
 
@@ -224,6 +233,11 @@ def self_attention_trace(
     Vaswani et al. (2017), section 3.2.1, equation (1).
     """
     x, w_q, w_k, w_v = (np.asarray(a) for a in (x, w_q, w_k, w_v))
+    if x.ndim != 2:
+        raise ValueError(
+            f"the NumPy path takes one sequence of embeddings (seq_len, d_model), got shape {x.shape}; "
+            f"for batches use attncourse.functional.self_attention (torch)"
+        )
     check_projection_shapes(x.shape, w_q.shape, w_k.shape, w_v.shape)
     n = x.shape[0]
     if mask is not None:
@@ -287,6 +301,8 @@ def padding_mask(lengths, max_len: int | None = None) -> np.ndarray:
         Broadcast it over queries as ``mask[:, None, :]``.
     """
     lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or lengths.size == 0:
+        raise ValueError(f"lengths must be a non-empty 1-D sequence of ints, got shape {lengths.shape}")
     max_len = int(lengths.max()) if max_len is None else max_len
     if lengths.min() < 0 or lengths.max() > max_len:
         raise ValueError(f"lengths {lengths.tolist()} must lie in [0, max_len={max_len}]")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from attncourse.functional.numpy_attention import SelfAttentionTrace
@@ -24,6 +25,8 @@ from attncourse.functional.validation import check_attention_shapes, check_proje
 def _as_mask(mask, device: torch.device) -> torch.Tensor | None:
     if mask is None:
         return None
+    if not isinstance(mask, torch.Tensor):
+        mask = np.ascontiguousarray(mask)  # torch cannot wrap NumPy views with negative strides
     mask = torch.as_tensor(mask, device=device)
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}")
@@ -90,7 +93,8 @@ def attention(
     ----------
     Vaswani et al. (2017), section 3.2.1, equation (1).
     """
-    check_attention_shapes(query.shape, key.shape, value.shape, None if mask is None else tuple(torch.as_tensor(mask).shape))
+    mask = _as_mask(mask, query.device)
+    check_attention_shapes(query.shape, key.shape, value.shape, None if mask is None else tuple(mask.shape))
     scores = query @ key.transpose(-2, -1) / math.sqrt(key.shape[-1])
     weights = masked_softmax(scores, mask)
     return weights @ value, weights

@@ -157,23 +157,23 @@ def heatmap(
         plt.setp(ax.get_xticklabels(), rotation=45, ha="right", rotation_mode="anchor")
     ax.tick_params(length=0)
     ax.spines[:].set_visible(False)
+    ax.grid(False)
     # Thin white lines between cells make single cells easy to pick out.
-    ax.set_xticks(np.arange(n_cols + 1) - 0.5, minor=True)
-    ax.set_yticks(np.arange(n_rows + 1) - 0.5, minor=True)
-    ax.grid(which="major", visible=False)
-    ax.grid(which="minor", color="white", linewidth=1.0)
-    ax.tick_params(which="minor", length=0)
+    ax.vlines(np.arange(1, n_cols) - 0.5, -0.5, n_rows - 0.5, colors="white", linewidth=1.0, in_layout=False)
+    ax.hlines(np.arange(1, n_rows) - 0.5, -0.5, n_cols - 0.5, colors="white", linewidth=1.0, in_layout=False)
 
     if annotate:
         size = _default_fontsize(n_rows, n_cols) if fontsize is None else fontsize
+        luma = np.asarray(image.cmap(image.norm(values)))[..., :3] @ _LUMA
         for r in range(n_rows):
             for c in range(n_cols):
                 value = values[r, c]
                 if not np.isfinite(value):
                     continue
-                rgb = np.asarray(image.cmap(image.norm(value)))[:3]
-                colour = "white" if float(rgb @ _LUMA) < _DARK_BELOW else "black"
-                ax.text(c, r, format(value, fmt), ha="center", va="center", color=colour, fontsize=size)
+                colour = "white" if luma[r, c] < _DARK_BELOW else "black"
+                # Cell texts lie inside the axes, so the layout engine need not measure them.
+                ax.text(c, r, format(value, fmt), ha="center", va="center", color=colour, fontsize=size,
+                        in_layout=False)
 
     if title is not None:
         ax.set_title(title)

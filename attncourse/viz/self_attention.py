@@ -40,8 +40,8 @@ _SIGNED = "RdBu_r"
 _WEIGHTS = "Blues"
 # Inches per heatmap cell and per panel's labels; keeps figures of different
 # sentences at the same visual scale.
-_CELL_W, _CELL_H = 0.55, 0.42
-_PANEL_W, _EXTRA_H = 1.1, 1.9
+_CELL = 0.48
+_PANEL_W, _EXTRA_H = 1.1, 2.3
 
 
 @dataclass(frozen=True)
@@ -101,19 +101,64 @@ def _limit(*arrays: np.ndarray) -> float:
     return largest if largest > 0 else 1.0
 
 
-def _step_title(step: str, detail: str) -> str:
-    return f"Step {STEPS.index(step) + 1} of {len(STEPS)}: {step}\n{detail}"
+def _wrap(text: str, width: int) -> str:
+    """Break ``text`` into lines of about ``width`` visible characters, never inside ``$...$``."""
+    words, current, in_math = [], "", False
+    for char in text:
+        if char == "$":
+            in_math = not in_math
+        if char == " " and not in_math:
+            words.append(current)
+            current = ""
+        else:
+            current += char
+    words.append(current)
+
+    def visible(word: str) -> int:
+        # Mathtext source is roughly twice as long as what it draws.
+        return len(word) // 2 if word.startswith("$") else len(word)
+
+    lines, line, used = [], [], 0
+    for word in words:
+        if line and used + 1 + visible(word) > width:
+            lines.append(" ".join(line))
+            line, used = [], 0
+        used += visible(word) + (1 if line else 0)
+        line.append(word)
+    lines.append(" ".join(line))
+    return "\n".join(lines)
 
 
-def _panels(widths: Sequence[int], rows: int, **kwargs) -> tuple[Figure, np.ndarray]:
+def _set_step_title(fig: Figure, step: str, detail: str) -> None:
+    """Suptitle "Step k of 6: name" over a line saying what the step does, wrapped to the figure."""
+    # About 8 characters of the 12 pt suptitle fit in an inch.
+    width = max(20, int(fig.get_figwidth() * 8))
+    fig.suptitle(f"Step {STEPS.index(step) + 1} of {len(STEPS)}: {step}\n{_wrap(detail, width)}")
+
+
+def _panels(widths: Sequence[int], rows: int) -> tuple[Figure, np.ndarray]:
     """A row of panels whose widths follow their number of heatmap columns."""
-    fig_w = _CELL_W * sum(widths) + _PANEL_W * len(widths) + 0.4
-    fig_h = _CELL_H * rows + _EXTRA_H
+    fig_w = max(4.5, _CELL * sum(widths) + _PANEL_W * len(widths) + 0.4)
+    fig_h = _CELL * rows + _EXTRA_H
     fig, axes = plt.subplots(
         1, len(widths), figsize=(fig_w, fig_h), layout="constrained", squeeze=False,
-        gridspec_kw={"width_ratios": list(widths)}, **kwargs,
+        gridspec_kw={"width_ratios": list(widths)},
     )
     return fig, axes[0]
+
+
+def _query_row(ax, row: np.ndarray, view: _View, col_labels: list[str], **kwargs) -> None:
+    """Draw one query's vector on the row of its token in a seq_len-row panel.
+
+    Drawn this way, a lone vector has cells of the same size as its neighbours'
+    and sits level with its token in them. The other rows are left blank, and
+    the only row tick is the query token.
+    """
+    n = len(view.tokens)
+    padded = np.full((n, row.shape[-1]), np.nan)
+    padded[view.query_index] = row
+    heatmap(padded, None, col_labels, ax=ax, **kwargs)
+    ax.set_yticks([view.query_index], labels=[view.query_token])
 
 
 def plot_project(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
@@ -121,7 +166,8 @@ def plot_project(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
 
     Four heatmaps side by side: X, Q = X W^Q, K = X W^K and V = X W^V, one row
     per token and one column per dimension (labelled ``x1.., q1.., k1.., v1..``).
-    In vector form the Q panel holds the single query row of the chosen token.
+    In vector form the Q panel holds only the chosen token's query, drawn level
+    with that token's row; its only row label is the query token.
 
     Parameters
     ----------
@@ -153,9 +199,12 @@ def plot_project(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
     ]
     for ax, (values, rows, prefix, title, ylabel) in zip(axes, panels):
         lim = _limit(values)
-        heatmap(values, rows, _dims(prefix, values.shape[-1]), ax=ax, title=title,
-                xlabel="dimension", ylabel=ylabel, cmap=_SIGNED, vmin=-lim, vmax=lim)
-    fig.suptitle(_step_title("project", r"every embedding $x_i$ is multiplied by $W^Q$, $W^K$ and $W^V$"))
+        style = dict(title=title, xlabel="dimension", ylabel=ylabel, cmap=_SIGNED, vmin=-lim, vmax=lim)
+        if values.ndim == 1:
+            _query_row(ax, values, view, _dims(prefix, values.shape[-1]), **style)
+        else:
+            heatmap(values, rows, _dims(prefix, values.shape[-1]), ax=ax, **style)
+    _set_step_title(fig, "project", r"every embedding $x_i$ is multiplied by $W^Q$, $W^K$ and $W^V$")
     return fig
 
 
@@ -194,7 +243,7 @@ def plot_score(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
         detail = f"the query of '{view.query_token}' is compared with every key by a dot product"
     heatmap(scores, view.query_labels, view.tokens, ax=axes[0], title=title,
             xlabel="key token", ylabel="query token", cmap=_SIGNED, vmin=-lim, vmax=lim)
-    fig.suptitle(_step_title("score", detail))
+    _set_step_title(fig, "score", detail)
     return fig
 
 
@@ -232,7 +281,7 @@ def plot_scale(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
         heatmap(values, view.query_labels, view.tokens, ax=ax, title=title,
                 xlabel="key token", ylabel="query token", cmap=_SIGNED, vmin=-lim, vmax=lim)
     detail = rf"divide every score by $\sqrt{{d_k}} = \sqrt{{{d_k}}} = {np.sqrt(d_k):.2f}$"
-    fig.suptitle(_step_title("scale", detail))
+    _set_step_title(fig, "scale", detail)
     return fig
 
 
@@ -264,7 +313,7 @@ def plot_softmax(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
     fig, axes = _panels([len(view.tokens)], len(view.query_labels))
     heatmap(weights, view.query_labels, view.tokens, ax=axes[0], title=r"weights $\alpha$",
             xlabel="key token", ylabel="query token", cmap=_WEIGHTS, vmin=0.0, vmax=1.0)
-    fig.suptitle(_step_title("softmax", "softmax over the keys turns scaled scores into weights; each row sums to 1"))
+    _set_step_title(fig, "softmax", "softmax over the keys turns scaled scores into weights; each row sums to 1")
     return fig
 
 
@@ -313,13 +362,14 @@ def plot_weight(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
         heatmap(weighted, view.tokens, _dims("v", d_v), ax=axes[2], title=r"weighted $\alpha_j v_j$",
                 xlabel="dimension", ylabel="key token", cmap=_SIGNED, vmin=-lim, vmax=lim)
         detail = f"each value vector is multiplied by its weight for the query '{view.query_token}'"
-        fig.suptitle(_step_title("weight", detail))
+        _set_step_title(fig, "weight", detail)
         return fig
 
     n_cols = min(n, 5)
     n_rows = -(-n // n_cols)
-    fig_w = n_cols * (_CELL_W * d_v + _PANEL_W) + 0.6
-    fig_h = n_rows * (_CELL_H * n + 1.1) + 1.0
+    cell = 0.4
+    fig_w = max(4.5, n_cols * (cell * d_v + 0.5) + 1.0)
+    fig_h = n_rows * (cell * n + 1.0) + 0.9
     fig, grid = plt.subplots(n_rows, n_cols, figsize=(fig_w, fig_h), layout="constrained", squeeze=False)
     lim = _limit(weighted)
     axes = grid.ravel()
@@ -333,7 +383,7 @@ def plot_weight(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
                 cmap=_SIGNED, vmin=-lim, vmax=lim, fontsize=7)
         if not first_in_row:
             ax.tick_params(labelleft=False)
-    fig.suptitle(_step_title("weight", r"for each query $i$, every value $v_j$ is multiplied by its weight $\alpha_{ij}$"))
+    _set_step_title(fig, "weight", r"for each query $i$, every value $v_j$ is multiplied by its weight $\alpha_{ij}$")
     return fig
 
 
@@ -341,7 +391,8 @@ def plot_sum(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
     """Step 6, sum: the output vector(s) z, the weighted values added up over the keys.
 
     Vector form: the weighted values alpha_j v_j (key tokens as rows) next to
-    their sum z_i, labelled with the query token. Matrix form: the values V
+    their sum z_i, drawn level with the query token's row and labelled with it
+    (its only row label). Matrix form: the values V
     (key tokens as rows) next to the outputs Z (query tokens as rows), so each
     output can be compared with the values it mixes. Both panels share one
     colour scale.
@@ -370,19 +421,22 @@ def plot_sum(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
     d_v = output.shape[-1]
     if view.matrix_form:
         left, left_title = view.get("v"), r"values $V$"
-        out_title, detail = r"outputs $Z = AV$", r"each output $z_i = \sum_j \alpha_{ij} v_j$ mixes the values of all tokens"
+        out_title, detail = r"outputs $Z = AV$", r"each output $z_i = \Sigma_j\,\alpha_{ij} v_j$ mixes the values of all tokens"
     else:
         i = view.query_index + 1
         left, left_title = view.get("weighted_values"), r"weighted $\alpha_j v_j$"
-        out_title = rf"output $z_{{{i}}} = \sum_j \alpha_j v_j$"
+        out_title = rf"output $z_{{{i}}} = \Sigma_j\,\alpha_j v_j$"
         detail = f"adding the weighted values over the keys gives the new vector of '{view.query_token}'"
     fig, axes = _panels([d_v, d_v], len(view.tokens))
     lim = _limit(left, output)
     heatmap(left, view.tokens, _dims("v", d_v), ax=axes[0], title=left_title,
             xlabel="dimension", ylabel="key token", cmap=_SIGNED, vmin=-lim, vmax=lim)
-    heatmap(output, view.query_labels, _dims("z", d_v), ax=axes[1], title=out_title,
-            xlabel="dimension", ylabel="query token", cmap=_SIGNED, vmin=-lim, vmax=lim)
-    fig.suptitle(_step_title("sum", detail))
+    style = dict(title=out_title, xlabel="dimension", ylabel="query token", cmap=_SIGNED, vmin=-lim, vmax=lim)
+    if view.matrix_form:
+        heatmap(output, view.tokens, _dims("z", d_v), ax=axes[1], **style)
+    else:
+        _query_row(axes[1], output, view, _dims("z", d_v), **style)
+    _set_step_title(fig, "sum", detail)
     return fig
 
 

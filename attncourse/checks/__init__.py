@@ -1,0 +1,27 @@
+"""Instant feedback on the course's coding exercises.
+
+Each ``check_*`` function runs a learner's function on hidden cases and returns
+a :class:`CheckResult`: truthy when all cases pass, and shown in a notebook as a
+short green or red box that names the first failing case, what was expected
+and what came back, and a hint. Nothing is printed and nothing is raised.
+
+>>> from attncourse.checks import check_softmax
+>>> check_softmax(my_softmax)  # doctest: +SKIP
+✔ check_softmax: all 7 hidden cases pass
+
+Chapters add their checks on top of the engine in :mod:`attncourse.checks.core`:
+a list of :class:`Case` objects and :func:`run_cases`.
+"""
+
+from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
+from attncourse.checks.self_attention import check_causal_mask, check_scaled_dot_product, check_softmax
+
+__all__ = [
+    "Case",
+    "CheckResult",
+    "check_causal_mask",
+    "check_scaled_dot_product",
+    "check_softmax",
+    "run_cases",
+    "to_numpy",
+]

@@ -1,0 +1,550 @@
+"""Checks for the exercises of the self-attention chapter.
+
+Each check runs the learner's function on hidden cases and returns a
+:class:`~attncourse.checks.core.CheckResult`; ending a notebook cell with it
+shows a green or red box. When a case fails, the learner's output is compared
+with the outputs of typical buggy versions (a softmax without the max
+subtraction, attention without the 1/sqrt(d_k) scaling, ...) so that the hint
+names the likely bug rather than only the symptom.
+
+References
+----------
+Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, equation (1),
+and section 3.2.3 (masking in the decoder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from attncourse.checks.core import Case, CheckResult, run_cases
+from attncourse.functional import causal_mask, scaled_dot_product_attention, softmax
+
+# --------------------------------------------------------------------------- softmax
+
+SOFTMAX_FORMULA_HINT = (
+    "softmax(x)_i = exp(x_i) / sum_j exp(x_j): exponentiate, then divide by the sum "
+    "along `axis`, so that every slice along `axis` sums to 1."
+)
+SOFTMAX_MAX_HINT = (
+    "exp() of a large logit overflows to inf, and inf / inf is NaN. Softmax does not change "
+    "when the same constant is subtracted from every logit along `axis`, so subtract the row "
+    "max first: `z = x - x.max(axis=axis, keepdims=True)`, then exponentiate z (the largest "
+    "term becomes exp(0) = 1)."
+)
+SOFTMAX_GLOBAL_MAX_HINT = (
+    "You subtract a single max of the whole array, so a row far below it underflows to "
+    "exp(-1000) = 0 and gives 0 / 0 = NaN. Subtract each row's own max: "
+    "`x.max(axis=axis, keepdims=True)`."
+)
+SOFTMAX_WHOLE_SUM_HINT = (
+    "Your result sums to 1 over the whole array instead of along `axis`. Sum along the axis "
+    "and keep it for broadcasting: `e.sum(axis=axis, keepdims=True)`."
+)
+SOFTMAX_AXIS_HINT = (
+    "You normalised along the wrong axis. Use the `axis` argument for both the max and the "
+    "sum instead of a fixed axis."
+)
+SOFTMAX_NO_EXP_HINT = (
+    "Exponentiate before normalising: dividing the logits by their sum is not softmax. "
+    + SOFTMAX_FORMULA_HINT
+)
+SOFTMAX_KEEPDIMS_HINT = (
+    "Reduce with keepdims=True: `e.sum(axis=axis, keepdims=True)` keeps a length-1 axis, so "
+    "each row is divided by its own sum; without it the sums broadcast along the wrong axis."
+)
+SOFTMAX_SHAPE_HINT = (
+    "softmax returns an array of the same shape as x; only the max and the sum inside it "
+    "are reduced (with keepdims=True)."
+)
+SOFTMAX_SUM_HINT = "Every slice along `axis` should sum to 1: divide the exponentials by their sum."
+
+
+def _softmax_variants(x: np.ndarray, axis: int) -> list[tuple[str, np.ndarray]]:
+    """Outputs of typical buggy softmaxes on ``x``, each with the hint that names its bug."""
+    e_naive = np.exp(x)
+    e_global = np.exp(x - x.max())
+    e_row = np.exp(x - x.max(axis=axis, keepdims=True))
+    variants = [
+        (SOFTMAX_MAX_HINT, e_naive / e_naive.sum(axis=axis, keepdims=True)),
+        (SOFTMAX_GLOBAL_MAX_HINT, e_global / e_global.sum(axis=axis, keepdims=True)),
+        (SOFTMAX_WHOLE_SUM_HINT, e_row / e_row.sum()),
+        (SOFTMAX_WHOLE_SUM_HINT, e_naive / e_naive.sum()),
+        (SOFTMAX_NO_EXP_HINT, x / x.sum(axis=axis, keepdims=True)),
+    ]
+    if x.ndim > 1:
+        other = 0 if axis % x.ndim == x.ndim - 1 else -1
+        variants.append((SOFTMAX_AXIS_HINT, softmax(x, axis=other)))
+        try:
+            variants.append((SOFTMAX_KEEPDIMS_HINT, e_row / e_row.sum(axis=axis)))
+        except ValueError:
+            pass  # the shapes do not broadcast, so this bug raises instead
+    return variants
+
+
+def _same(got: Any, other: np.ndarray, case: Case) -> bool:
+    return (
+        isinstance(got, np.ndarray)
+        and got.shape == other.shape
+        and got.dtype.kind in "biuf"
+        and bool(np.allclose(got.astype(np.float64), other, atol=case.atol, rtol=case.rtol, equal_nan=True))
+    )
+
+
+def _diagnose_softmax(got: Any, case: Case) -> str | None:
+    x = case.args["x"]
+    axis = case.args["axis"]
+    if not isinstance(got, np.ndarray):
+        return None
+    if got.shape != x.shape:
+        return SOFTMAX_SHAPE_HINT
+    expected = np.asarray(case.expected)
+    for hint, variant in _softmax_variants(x, axis):
+        if not _same(variant, expected, case) and _same(got, variant, case):
+            return hint
+    if not np.isfinite(got.astype(np.float64)).all():
+        return SOFTMAX_MAX_HINT
+    if not np.allclose(got.astype(np.float64).sum(axis=axis), 1.0, atol=1e-4):
+        return SOFTMAX_SUM_HINT
+    return None
+
+
+def _softmax_case(description: str, x: Any, axis: int, hint: str) -> Case:
+    x = np.asarray(x, dtype=np.float64)
+    return Case(
+        description=description,
+        args={"x": x, "axis": axis},
+        expected=softmax(x, axis=axis),
+        hint=hint,
+        diagnose=_diagnose_softmax,
+    )
+
+
+def softmax_cases(seed: int = 0) -> list[Case]:
+    """The hidden cases of :func:`check_softmax`, random ones drawn with ``seed``."""
+    rng = np.random.default_rng(seed)
+    return [
+        _softmax_case("a plain row [1, 2, 3]", [1.0, 2.0, 3.0], -1, SOFTMAX_FORMULA_HINT),
+        _softmax_case(
+            "a 2-D matrix, softmax along the last axis", rng.normal(size=(3, 4)), -1,
+            "Normalise each row on its own. " + SOFTMAX_KEEPDIMS_HINT,
+        ),
+        _softmax_case("large logits [1000, 1001, 1002]", [1000.0, 1001.0, 1002.0], -1, SOFTMAX_MAX_HINT),
+        _softmax_case(
+            "rows shifted by a constant: the second row is the first plus 1000",
+            [[1.0, 2.0, 3.0, 4.0], [1001.0, 1002.0, 1003.0, 1004.0]], -1,
+            "Both rows must get the same weights, since softmax ignores a constant shift. "
+            "Subtract each row's own max, `x.max(axis=axis, keepdims=True)`.",
+        ),
+        _softmax_case(
+            "all-equal logits, rows of 0s and of 7s", [[0.0, 0.0, 0.0], [7.0, 7.0, 7.0]], -1,
+            "Equal logits get equal weights: every entry should be 1/3 here.",
+        ),
+        _softmax_case(
+            "softmax along axis=0 (columns)", rng.normal(size=(4, 3)), 0,
+            "With axis=0 each column sums to 1. " + SOFTMAX_AXIS_HINT,
+        ),
+        _softmax_case(
+            "a 3-D batch (2, 3, 4) along the last axis", 3 * rng.normal(size=(2, 3, 4)), -1,
+            SOFTMAX_KEEPDIMS_HINT,
+        ),
+    ]
+
+
+def check_softmax(fn: Callable[..., Any]) -> CheckResult:
+    """Check a learner's softmax on hidden cases, large logits among them.
+
+    Parameters
+    ----------
+    fn : callable
+        The learner's ``softmax(x, axis=-1)``, called as ``fn(x, axis)``:
+
+        - ``x`` : float ndarray of any shape, e.g. ``(src_len,)`` or ``(tgt_len, src_len)``;
+        - ``axis`` : int, the axis to normalise over;
+        - returns an array of the same shape as ``x``, non-negative, summing to 1
+          along ``axis``; a NumPy array, a torch tensor or a nested list.
+
+    Returns
+    -------
+    CheckResult
+        Truthy when every hidden case passes. Otherwise it names the first failing
+        case, its inputs' shapes, the first wrong entry (expected and got) and a
+        hint. It is returned, never displayed nor raised.
+
+    Notes
+    -----
+    The hidden cases are a plain row, a matrix along its last axis, large logits
+    (1000, 1001, 1002: a softmax without max subtraction gives NaN), two rows that
+    differ by a constant, all-equal logits, a column-wise softmax (``axis=0``) and
+    a 3-D batch. The reference is :func:`attncourse.functional.softmax`.
+
+    Examples
+    --------
+    In a notebook cell, end with the check to see the result box:
+
+    >>> import numpy as np
+    >>> def my_softmax(x, axis=-1):
+    ...     z = x - x.max(axis=axis, keepdims=True)
+    ...     e = np.exp(z)
+    ...     return e / e.sum(axis=axis, keepdims=True)
+    >>> check_softmax(my_softmax)
+    ✔ check_softmax: all 7 hidden cases pass
+    """
+    return run_cases("check_softmax", fn, softmax_cases())
+
+
+# ------------------------------------------------------------ scaled dot-product attention
+
+SDP_PAIR_HINT = "Return both arrays, in this order: `return output, weights`."
+SDP_ORDER_HINT = "Your two results are swapped: return `(output, weights)`, output first."
+SDP_OUTPUT_T_HINT = (
+    "Your output is transposed: it must be (tgt_len, d_v), one row per query. Compute "
+    "`weights @ v` with weights (tgt_len, src_len) and v (src_len, d_v)."
+)
+SDP_WEIGHTS_T_HINT = (
+    "Your weights are transposed: they must be (tgt_len, src_len), one row per query, "
+    "from scores = q @ k.T (not k @ q.T)."
+)
+SDP_NO_SCALE_HINT = (
+    "The scores are not scaled: divide q @ k.T by sqrt(d_k), with d_k = k.shape[-1], before the "
+    "softmax (equation 1 of Vaswani et al. 2017). Without it, large d_k makes the softmax too peaked."
+)
+SDP_DK_HINT = (
+    "You divided the scores by d_k; equation (1) divides by its square root: "
+    "`scores / np.sqrt(d_k)`."
+)
+SDP_QUERY_AXIS_HINT = (
+    "Your softmax runs over the query axis (axis 0), so columns sum to 1. Each query's "
+    "weights over the keys must sum to 1: take the softmax along the key axis, `axis=-1`."
+)
+SDP_INVERTED_HINT = (
+    "The mask is used the wrong way round. In this course True means *may attend*: keep the "
+    "scores where mask is True and set them to -inf where it is False."
+)
+SDP_NAN_ROW_HINT = (
+    "A query whose mask row is all False has no key to attend to, and filling every one of its "
+    "scores with -inf gives 0 / 0 = NaN. Give such rows zero weights (and so a zero output), "
+    "e.g. by zeroing the weights of rows where `~mask.any(axis=-1)`."
+)
+SDP_UNIFORM_ROW_HINT = (
+    "A fully masked row (every mask entry False) got uniform weights 1/src_len: filling all its "
+    "scores with the same large negative number leaves them equal, and softmax spreads the weight "
+    "evenly. A query that may attend to nothing must get zero weights and a zero output."
+)
+SDP_MASKED_WEIGHT_HINT = (
+    "Masked positions (mask False) got nonzero weight, up to {largest}. Set their scores to -inf "
+    "(or a number so negative that exp gives exactly 0) before the softmax; multiplying the "
+    "scores by the mask gives them a score of 0, not a weight of 0."
+)
+SDP_MASK_AFTER_HINT = (
+    "Each query's weights must sum to 1 over the keys it may attend to: apply the mask to the "
+    "scores before the softmax, not to the weights after it."
+)
+SDP_OUTPUT_HINT = (
+    "Your weights are right but the output is not: the output is the weighted sum of the "
+    "values, `weights @ v`."
+)
+
+
+def _diagnose_scaled_dot_product(got: Any, case: Case) -> str | None:
+    q, k, v = case.args["q"], case.args["k"], case.args["v"]
+    mask = case.args.get("mask")
+    exp_out, exp_w = (np.asarray(a) for a in case.expected)
+    if not isinstance(got, tuple):
+        if isinstance(got, np.ndarray) and got.shape in (exp_out.shape, exp_w.shape):
+            return SDP_PAIR_HINT
+        return None
+    if len(got) != 2:
+        return SDP_PAIR_HINT
+    out, w = got
+    if not (isinstance(out, np.ndarray) and isinstance(w, np.ndarray)):
+        return None
+    if (_same(out, exp_w, case) and _same(w, exp_out, case)) or (
+        exp_out.shape != exp_w.shape and out.shape == exp_w.shape and w.shape == exp_out.shape
+    ):
+        return SDP_ORDER_HINT
+    if w.shape == exp_w.T.shape != exp_w.shape or (_same(w, exp_w.T, case) and not _same(w, exp_w, case)):
+        return SDP_WEIGHTS_T_HINT
+    if out.shape == exp_out.T.shape != exp_out.shape or (
+        _same(out, exp_out.T, case) and not _same(out, exp_out, case)
+    ):
+        return SDP_OUTPUT_T_HINT
+
+    d_k = k.shape[-1]
+    scores = q @ k.T
+    variants = [
+        (SDP_NO_SCALE_HINT, softmax(scores, mask=mask)),
+        (SDP_DK_HINT, softmax(scores / d_k, mask=mask)),
+        (SDP_QUERY_AXIS_HINT, softmax(scores / np.sqrt(d_k), axis=0, mask=mask)),
+    ]
+    if mask is not None:
+        variants.append((SDP_INVERTED_HINT, softmax(scores / np.sqrt(d_k), mask=~mask)))
+    variants = [(hint, vw) for hint, vw in variants if not _same(vw, exp_w, case)]
+    for hint, variant_w in variants:
+        if _same(w, variant_w, case):
+            return hint
+    for hint, variant_w in variants:
+        if _same(out, variant_w @ v, case):
+            return hint
+
+    if mask is not None and w.shape == exp_w.shape:
+        w = w.astype(np.float64)
+        fully_masked = ~mask.any(axis=-1)
+        if fully_masked.any():
+            rows_out = out[fully_masked] if out.shape == exp_out.shape else out
+            if np.isnan(w[fully_masked]).any() or np.isnan(rows_out.astype(np.float64)).any():
+                return SDP_NAN_ROW_HINT
+            if np.allclose(w[fully_masked], 1.0 / mask.shape[-1], atol=case.atol):
+                return SDP_UNIFORM_ROW_HINT
+        partly = ~fully_masked[:, None] & ~mask
+        if partly.any():
+            leaked = np.abs(np.where(partly, w, 0.0))
+            if np.nanmax(leaked) > case.atol:
+                return SDP_MASKED_WEIGHT_HINT.format(largest=f"{np.nanmax(leaked):.3g}")
+        sums = w[~fully_masked].sum(axis=-1)
+        if not np.allclose(sums, 1.0, atol=1e-4):
+            return SDP_MASK_AFTER_HINT
+    if _same(w, exp_w, case) and not _same(out, exp_out, case):
+        return SDP_OUTPUT_HINT
+    return None
+
+
+def _sdp_case(description: str, q: Any, k: Any, v: Any, mask: Any, hint: str) -> Case:
+    args = {"q": np.asarray(q, dtype=np.float64), "k": np.asarray(k, dtype=np.float64),
+            "v": np.asarray(v, dtype=np.float64)}
+    if mask is not None:
+        args["mask"] = np.asarray(mask, dtype=bool)
+    # Loose enough for a learner who computes in float32 torch, tight enough to
+    # tell every buggy variant apart.
+    return Case(
+        description=description,
+        args=args,
+        expected=scaled_dot_product_attention(*args.values()),
+        atol=1e-5,
+        rtol=1e-4,
+        hint=hint,
+        output_names=("output", "weights"),
+        diagnose=_diagnose_scaled_dot_product,
+    )
+
+
+def scaled_dot_product_cases(seed: int = 0) -> list[Case]:
+    """The hidden cases of :func:`check_scaled_dot_product`, random ones drawn with ``seed``."""
+    rng = np.random.default_rng(seed)
+    equation = (
+        "Follow equation (1): scores = q @ k.T, divide by sqrt(d_k), softmax over the keys "
+        "(last axis), then multiply the weights by v."
+    )
+    shapes = (
+        "With tgt_len != src_len and d_k != d_v every shape tells: scores and weights are "
+        "(tgt_len, src_len), the output is (tgt_len, d_v). " + equation
+    )
+    causal = np.tril(np.ones((5, 5), dtype=bool))
+    padded = np.array([[True, True, False, False], [False, False, False, False], [True, True, True, False]])
+    return [
+        _sdp_case(
+            "tiny hand-computable case: scaled scores [[2, 0], [1, 0]]",
+            q=[[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 1.0, 0.0]],
+            k=[[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]],
+            v=[[1.0, 0.0, 2.0], [0.0, 1.0, 0.0]],
+            mask=None, hint=equation,
+        ),
+        _sdp_case(
+            "random, tgt_len=3, src_len=5, d_k=4, d_v=2",
+            rng.normal(size=(3, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 2)), None, shapes,
+        ),
+        _sdp_case(
+            "random, tgt_len=4, src_len=2, d_k=8, d_v=6",
+            rng.normal(size=(4, 8)), rng.normal(size=(2, 8)), rng.normal(size=(2, 6)), None, shapes,
+        ),
+        _sdp_case(
+            "causal mask, seq_len=5, d_k=4, d_v=3",
+            rng.normal(size=(5, 4)), rng.normal(size=(5, 4)), rng.normal(size=(5, 3)), causal,
+            "Masked positions (mask False) must get weight exactly 0: set their scores to -inf "
+            "before the softmax. True means may attend.",
+        ),
+        _sdp_case(
+            "masked row: query 1 may attend to no key, tgt_len=3, src_len=4",
+            rng.normal(size=(3, 4)), rng.normal(size=(4, 4)), rng.normal(size=(4, 3)), padded,
+            "A query whose mask row is all False must get zero weights and a zero output, never NaN.",
+        ),
+    ]
+
+
+def check_scaled_dot_product(fn: Callable[..., Any]) -> CheckResult:
+    """Check a learner's scaled dot-product attention, masks included.
+
+    Parameters
+    ----------
+    fn : callable
+        The learner's ``attention(q, k, v, mask=None)``, called as ``fn(q, k, v)``
+        without a mask and ``fn(q, k, v, mask)`` with one:
+
+        - ``q`` : (tgt_len, d_k) float ndarray, the queries;
+        - ``k`` : (src_len, d_k) float ndarray, the keys;
+        - ``v`` : (src_len, d_v) float ndarray, the values;
+        - ``mask`` : (tgt_len, src_len) bool ndarray or None, ``True`` where a
+          query may attend to a key;
+        - returns the pair ``(output, weights)``: ``output`` (tgt_len, d_v) and
+          ``weights`` (tgt_len, src_len), rows summing to 1 over the allowed
+          keys. A query whose mask row is all False gets zero weights and a zero
+          output, never NaN. NumPy arrays, torch tensors or nested lists.
+
+    Returns
+    -------
+    CheckResult
+        Truthy when every hidden case passes; otherwise the first failing case,
+        the first wrong entry of ``output`` or ``weights`` and a hint naming the
+        likely bug: missing 1/sqrt(d_k), division by d_k, softmax over the query
+        axis, an inverted mask, weight leaking to masked keys, NaN or uniform
+        weights in a fully masked row, a transposed result.
+
+    Notes
+    -----
+    The hidden cases are a tiny case that can be checked by hand, two random
+    cross-attention cases with ``tgt_len != src_len`` and ``d_k != d_v``, a causal
+    mask and a mask with a fully masked row. The reference is
+    :func:`attncourse.functional.scaled_dot_product_attention`.
+
+    References
+    ----------
+    Vaswani et al. (2017), section 3.2.1, equation (1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from attncourse.functional import softmax
+    >>> def my_attention(q, k, v, mask=None):
+    ...     scores = q @ k.T / np.sqrt(k.shape[-1])
+    ...     weights = softmax(scores, mask=mask)
+    ...     return weights @ v, weights
+    >>> check_scaled_dot_product(my_attention)
+    ✔ check_scaled_dot_product: all 5 hidden cases pass
+    """
+    return run_cases("check_scaled_dot_product", fn, scaled_dot_product_cases())
+
+
+# --------------------------------------------------------------------------- causal mask
+
+MASK_UPPER_HINT = (
+    "You built the upper triangle. Row i is query position i and column j key position j; "
+    "position i may attend to j <= i, which is the lower triangle: `np.tril`, not `np.triu`."
+)
+MASK_DIAGONAL_HINT = (
+    "The diagonal is missing: a position may attend to itself (j <= i, not j < i). "
+    "Use `np.tril(..., k=0)`, the default, not k=-1."
+)
+MASK_INVERTED_HINT = (
+    "True and False are swapped. In this course True means *may attend*, so the lower "
+    "triangle with its diagonal is True (torch's `key_padding_mask` uses the opposite)."
+)
+MASK_DTYPE_HINT = (
+    "The pattern is right but the dtype is {dtype}; masks must be boolean. Inside `x[...]` "
+    "NumPy reads an integer array as indices and rejects a float one; only a bool array selects "
+    "entries. Build the mask with `dtype=bool` or finish with `.astype(bool)`."
+)
+MASK_ALL_TRUE_HINT = (
+    "Every position may attend to every other one here; a causal mask lets position i see only "
+    "j <= i, so the entries above the diagonal must be False."
+)
+MASK_SHAPE_HINT = (
+    "Return a square (seq_len, seq_len) array: row i is query position i, column j key "
+    "position j."
+)
+MASK_SINGLE_HINT = (
+    "With seq_len=1 the only position may still attend to itself: the mask is [[True]], of "
+    "shape (1, 1). Watch out for `.squeeze()`, ranges that start at 1, and special cases for n=1."
+)
+
+
+def _diagnose_causal_mask(got: Any, case: Case) -> str | None:
+    expected = np.asarray(case.expected)
+    if not isinstance(got, np.ndarray):
+        return None
+    if got.shape != expected.shape:
+        return MASK_SINGLE_HINT if expected.shape == (1, 1) else MASK_SHAPE_HINT
+    pattern = got.astype(bool) if got.dtype.kind in "biuf" else got
+    if not np.isin(got, (0, 1)).all():
+        return None
+    if np.array_equal(pattern, expected.T) and expected.size > 1:
+        return MASK_UPPER_HINT
+    if np.array_equal(pattern, np.tril(expected, k=-1)):
+        return MASK_DIAGONAL_HINT
+    if np.array_equal(pattern, ~expected):
+        return MASK_INVERTED_HINT
+    if np.array_equal(pattern, np.ones_like(expected)) and expected.size > 1:
+        return MASK_ALL_TRUE_HINT
+    if np.array_equal(pattern, expected) and got.dtype != bool:
+        return MASK_DTYPE_HINT.format(dtype=got.dtype)
+    return None
+
+
+def causal_mask_cases() -> list[Case]:
+    """The hidden cases of :func:`check_causal_mask`."""
+    def case(description: str, seq_len: int, hint: str) -> Case:
+        return Case(
+            description=description,
+            args={"seq_len": seq_len},
+            expected=causal_mask(seq_len),
+            atol=0.0,
+            rtol=0.0,
+            hint=hint,
+            dtype=bool,
+            diagnose=_diagnose_causal_mask,
+        )
+
+    lower = "Position i may attend to positions j <= i: True on and below the diagonal."
+    return [
+        case("seq_len=4", 4, lower),
+        case("a single position, seq_len=1", 1, MASK_SINGLE_HINT),
+        case("seq_len=7", 7, lower),
+    ]
+
+
+def check_causal_mask(fn: Callable[[int], Any]) -> CheckResult:
+    """Check a learner's causal (look-ahead) mask.
+
+    Parameters
+    ----------
+    fn : callable
+        The learner's ``causal_mask(seq_len)``, called as ``fn(seq_len)``:
+
+        - ``seq_len`` : int >= 1;
+        - returns a (seq_len, seq_len) array of dtype bool, ``True`` where query
+          position i may attend to key position j, i.e. where j <= i (the lower
+          triangle, diagonal included). 0/1 integers are not accepted: masks are
+          boolean throughout the course. NumPy array, torch tensor or nested list.
+
+    Returns
+    -------
+    CheckResult
+        Truthy when every hidden case passes; otherwise the first failing case
+        and a hint for the likely bug: upper instead of lower triangle, diagonal
+        excluded, True/False swapped, a non-boolean dtype, a wrong shape at seq_len=1.
+
+    References
+    ----------
+    Vaswani et al. (2017), section 3.2.3 (masking in the decoder).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> def my_causal_mask(seq_len):
+    ...     return np.tril(np.ones((seq_len, seq_len), dtype=bool))
+    >>> check_causal_mask(my_causal_mask)
+    ✔ check_causal_mask: all 3 hidden cases pass
+    """
+    return run_cases("check_causal_mask", fn, causal_mask_cases())
+
+
+__all__ = [
+    "causal_mask_cases",
+    "check_causal_mask",
+    "check_scaled_dot_product",
+    "check_softmax",
+    "scaled_dot_product_cases",
+    "softmax_cases",
+]

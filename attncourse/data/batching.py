@@ -1,0 +1,266 @@
+"""From token pairs to padded tensor batches for encoder-decoder models.
+
+Conventions (every model and the training loop rely on them):
+
+* The **source** is x_1..x_S followed by ``<eos>``, with no ``<bos>``. The
+  encoder reads the whole source before the decoder starts, so it needs no
+  start signal. The final ``<eos>`` tells the encoder the source is over: its
+  state there has read every word, which makes it the summary a plain
+  (attention-free) decoder starts from, and it gives attention a position to
+  look at when no source word fits (e.g. when emitting the target's
+  ``<eos>``). Sutskever et al. (2014) and Bahdanau et al. (2015) also end
+  their sources with an end-of-sentence token.
+* The **target** is ``<bos> y_1..y_T <eos>``. With teacher forcing the decoder
+  reads ``tgt_in = <bos> y_1..y_T`` and is trained to predict
+  ``tgt_out = y_1..y_T <eos>``, one position ahead.
+* Shorter sequences are filled with ``<pad>`` (id 0) on the right; the masks are
+  True at real tokens (``<bos>`` and ``<eos>`` included) and False at padding.
+
+Padding costs compute, so :func:`make_batches` puts sequences of similar length
+together ("bucketing").
+
+References
+----------
+I. Sutskever, O. Vinyals, Q. V. Le, "Sequence to Sequence Learning with Neural
+Networks", NeurIPS 2014, section 2.
+D. Bahdanau, K. Cho, Y. Bengio, "Neural Machine Translation by Jointly Learning
+to Align and Translate", ICLR 2015, section 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attncourse.data.pairs import PairDataset
+from attncourse.data.vocab import Vocabulary
+
+Example = tuple[list[int], list[int]]
+
+
+@dataclass
+class Batch:
+    """A padded batch of source and target id sequences.
+
+    Attributes
+    ----------
+    src : (batch, src_len) int64
+        x_1..x_S ``<eos>``, then ``<pad>``.
+    src_mask : (batch, src_len) bool
+        True at real tokens (``<eos>`` included), False at padding.
+    src_lengths : (batch,) int64
+        Real tokens per source, ``<eos>`` included: ``src_mask.sum(1)``.
+    tgt : (batch, tgt_len) int64
+        ``<bos>`` y_1..y_T ``<eos>``, then ``<pad>``.
+    tgt_mask : (batch, tgt_len) bool
+        True at real tokens (``<bos>`` and ``<eos>`` included).
+    index : (batch,) int64 or None
+        Position of each example in the dataset it came from, so predictions
+        can be matched with their source text; None if unknown.
+    """
+
+    src: torch.Tensor
+    src_mask: torch.Tensor
+    src_lengths: torch.Tensor
+    tgt: torch.Tensor
+    tgt_mask: torch.Tensor
+    index: torch.Tensor | None = None
+
+    def to(self, device: torch.device | str) -> Batch:
+        """A copy with every tensor on ``device``."""
+        return Batch(
+            src=self.src.to(device),
+            src_mask=self.src_mask.to(device),
+            src_lengths=self.src_lengths.to(device),
+            tgt=self.tgt.to(device),
+            tgt_mask=self.tgt_mask.to(device),
+            index=None if self.index is None else self.index.to(device),
+        )
+
+    def __len__(self) -> int:
+        return self.src.shape[0]
+
+    @property
+    def tgt_in(self) -> torch.Tensor:
+        """Decoder inputs for teacher forcing, ``<bos>`` y_1..y_T: (batch, tgt_len - 1)."""
+        return self.tgt[:, :-1]
+
+    @property
+    def tgt_out(self) -> torch.Tensor:
+        """What the decoder should predict, y_1..y_T ``<eos>``: (batch, tgt_len - 1).
+
+        Padding positions hold ``pad_id``; use ``ignore_index=pad_id`` in the
+        loss, or :attr:`tgt_out_mask`.
+        """
+        return self.tgt[:, 1:]
+
+    @property
+    def tgt_out_mask(self) -> torch.Tensor:
+        """True where :attr:`tgt_out` is a real token: (batch, tgt_len - 1) bool."""
+        return self.tgt_mask[:, 1:]
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        """Number of real tokens in :attr:`tgt_out` (y_1..y_T and ``<eos>`` of every row)."""
+        return int(self.tgt_out_mask.sum())
+
+
+def encode_pairs(dataset: PairDataset, src_vocab: Vocabulary, tgt_vocab: Vocabulary) -> list[Example]:
+    """Turn token pairs into id lists, adding the special tokens.
+
+    Parameters
+    ----------
+    dataset : PairDataset
+    src_vocab, tgt_vocab : Vocabulary
+
+    Returns
+    -------
+    list of (src_ids, tgt_ids)
+        ``src_ids`` = x_1..x_S ``<eos>`` (length S + 1), ``tgt_ids`` =
+        ``<bos>`` y_1..y_T ``<eos>`` (length T + 2); unknown tokens become
+        ``<unk>``.
+    """
+    return [
+        (src_vocab.encode(src, add_eos=True), tgt_vocab.encode(tgt, add_bos=True, add_eos=True))
+        for src, tgt in dataset.pairs
+    ]
+
+
+def _pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    lengths = torch.tensor([len(s) for s in seqs], dtype=torch.long)
+    out = torch.full((len(seqs), int(lengths.max())), pad_id, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, : len(s)] = torch.as_tensor(s, dtype=torch.long)
+    mask = torch.arange(out.shape[1]) < lengths[:, None]
+    return out, mask, lengths
+
+
+def collate(examples: list[Example], pad_id: int = 0, index: list[int] | None = None) -> Batch:
+    """Pad a list of encoded examples into one :class:`Batch`.
+
+    Parameters
+    ----------
+    examples : list of (src_ids, tgt_ids)
+        As returned by :func:`encode_pairs`: sources end with ``<eos>``, targets
+        are ``<bos>`` ... ``<eos>``.
+    pad_id : int
+        Fill value; ``Vocabulary.pad_id`` (0).
+    index : list of int, optional
+        Dataset positions of the examples, stored in ``Batch.index``.
+
+    Returns
+    -------
+    Batch
+        ``src``: (batch, max source length), ``tgt``: (batch, max target length).
+
+    Raises
+    ------
+    ValueError
+        If ``examples`` is empty, a sequence is empty, or ``index`` has a
+        different length.
+    """
+    if not examples:
+        raise ValueError("cannot collate an empty list of examples")
+    if any(not s or not t for s, t in examples):
+        raise ValueError("every example needs a non-empty source and target (encode with encode_pairs)")
+    if index is not None and len(index) != len(examples):
+        raise ValueError(f"index has {len(index)} entries for {len(examples)} examples")
+    src, src_mask, src_lengths = _pad([s for s, _ in examples], pad_id)
+    tgt, tgt_mask, _ = _pad([t for _, t in examples], pad_id)
+    return Batch(
+        src=src,
+        src_mask=src_mask,
+        src_lengths=src_lengths,
+        tgt=tgt,
+        tgt_mask=tgt_mask,
+        index=None if index is None else torch.tensor(index, dtype=torch.long),
+    )
+
+
+def make_batches(
+    dataset: PairDataset,
+    src_vocab: Vocabulary,
+    tgt_vocab: Vocabulary,
+    batch_size: int,
+    shuffle: bool,
+    seed: int = 0,
+    bucket: bool = True,
+) -> list[Batch]:
+    """Encode, group and pad a whole dataset; every example lands in exactly one batch.
+
+    With ``bucket=True`` the examples (shuffled first if ``shuffle``) are cut
+    into chunks of ``50 * batch_size``; within a chunk they are sorted by
+    source length (then target length) and cut into batches, so a batch holds
+    sequences of similar length and little padding. With ``shuffle=True`` the
+    batch order is then shuffled too, so training does not see short
+    sequences first. All of this is deterministic given ``seed``; pass a
+    different seed each epoch (e.g. the epoch number) for fresh batches.
+    With ``shuffle=False`` the order depends on the dataset only (use it for
+    evaluation).
+
+    Parameters
+    ----------
+    dataset : PairDataset
+    src_vocab, tgt_vocab : Vocabulary
+    batch_size : int
+        Examples per batch; the last batch of a chunk may be smaller.
+    shuffle : bool
+    seed : int
+    bucket : bool
+
+    Returns
+    -------
+    list of Batch
+        With ``Batch.index`` set to the dataset positions.
+
+    Raises
+    ------
+    ValueError
+        If ``batch_size < 1`` or the dataset is empty.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if len(dataset) == 0:
+        raise ValueError(f"dataset {dataset.name!r} is empty")
+    examples = encode_pairs(dataset, src_vocab, tgt_vocab)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(examples)) if shuffle else np.arange(len(examples))
+    groups: list[np.ndarray] = []
+    if bucket:
+        src_len = dataset.src_lengths()
+        tgt_len = dataset.tgt_lengths()
+        chunk = 50 * batch_size
+        for start in range(0, len(order), chunk):
+            part = order[start : start + chunk]
+            part = part[np.lexsort((tgt_len[part], src_len[part]))]  # by source length, then target length
+            groups += [part[i : i + batch_size] for i in range(0, len(part), batch_size)]
+        if shuffle:
+            groups = [groups[i] for i in rng.permutation(len(groups))]
+    else:
+        groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    pad_id = src_vocab.pad_id
+    return [collate([examples[i] for i in g], pad_id=pad_id, index=g.tolist()) for g in groups]
+
+
+def build_vocabs(dataset: PairDataset, min_freq: int = 1) -> tuple[Vocabulary, Vocabulary]:
+    """Source and target vocabularies from a (training) dataset.
+
+    Build them from the training split only: tokens that appear only in
+    validation or test data then become ``<unk>``, as they would for new data.
+
+    Parameters
+    ----------
+    dataset : PairDataset
+    min_freq : int
+        See :meth:`Vocabulary.build`.
+
+    Returns
+    -------
+    (src_vocab, tgt_vocab) : tuple of Vocabulary
+    """
+    return (
+        Vocabulary.build((s for s, _ in dataset.pairs), min_freq=min_freq),
+        Vocabulary.build((t for _, t in dataset.pairs), min_freq=min_freq),
+    )

@@ -1,0 +1,371 @@
+"""Checkpoints: saving a training run so that it survives a crash and can be resumed exactly.
+
+Two promises, and how they are kept:
+
+* **A checkpoint on disk is always whole.** :func:`save_checkpoint` writes to a
+  temporary file in the same directory, flushes it to the disk (``fsync``) and
+  only then renames it over the old file with :func:`os.replace`. A rename
+  within one file system is atomic, so a crash or a Ctrl-C at any moment leaves
+  either the previous checkpoint or the new one, never half of one.
+* **Loading a checkpoint runs no code.** A checkpoint holds only tensors and
+  plain Python values (numbers, strings, lists, dicts): the model's ``config``
+  instead of the model object, vocabularies as ``Vocabulary.to_dict()``, random
+  generator states as byte tensors. So :func:`load_checkpoint` can use
+  ``torch.load(..., weights_only=True)``, which refuses to unpickle arbitrary
+  objects; a checkpoint downloaded from somewhere cannot run code on your
+  machine when you open it.
+
+Layout of the saved dict (``version`` 1)::
+
+    format           "attncourse-checkpoint"
+    version          1
+    epoch            epochs finished when it was written (0 = none)
+    model_class      e.g. "Seq2Seq"
+    model_config     model.config (a JSON-able dict) or None
+    model_state      model.state_dict()
+    optimizer_state  optimizer.state_dict() or None
+    history          list of per-epoch dicts
+    extra            JSON-able dict: vocabularies, task, data level, ...
+    trainer          training-loop state (random generator states, best weights, ...)
+    torch_version    the torch that wrote it
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = "attncourse-checkpoint"
+VERSION = 1
+
+
+def _check_plain(obj: Any, where: str) -> None:
+    """Raise TypeError unless ``obj`` holds only tensors and plain Python values."""
+    if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor)):
+        return
+    if isinstance(obj, Mapping):
+        for key, value in obj.items():
+            if not isinstance(key, (str, int)):
+                raise TypeError(f"{where} has a key of type {type(key).__name__}; use str or int keys")
+            _check_plain(value, f"{where}[{key!r}]")
+        return
+    if isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            _check_plain(value, f"{where}[{i}]")
+        return
+    raise TypeError(
+        f"{where} is a {type(obj).__name__}; a checkpoint holds only tensors, numbers, strings, "
+        "None, lists and dicts (save objects as dicts, e.g. Vocabulary.to_dict())"
+    )
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable (POSIX); silently skipped where directories cannot be opened."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
+    """``torch.save`` to a temporary file beside ``path``, fsync, then rename it over ``path``.
+
+    Parameters
+    ----------
+    obj
+        Anything ``torch.save`` accepts.
+    path : str or path-like
+        Destination; its directory must exist.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    OSError
+        If the directory is missing or not writable; no temporary file is left behind.
+    """
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:  # Ctrl-C included: never leave a temporary file behind
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        raise
+    _fsync_directory(path.parent)
+    return path
+
+
+def save_checkpoint(
+    path: str | PathLike,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    epoch: int = 0,
+    history: Sequence[Mapping[str, Any]] = (),
+    extra: Mapping[str, Any] | None = None,
+    trainer: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint atomically (temporary file, fsync, :func:`os.replace`).
+
+    Parameters
+    ----------
+    path : str or path-like
+        Destination file, e.g. ``out_dir / "checkpoint.pt"``; its directory must exist.
+    model : torch.nn.Module
+        Its ``state_dict()`` is saved, and its ``config`` dict if it has one
+        (as :class:`~attncourse.nn.rnn.Seq2Seq` does), so that
+        :func:`load_model` can rebuild it.
+    optimizer : torch.optim.Optimizer, optional
+        Its ``state_dict()`` (for Adam: step counts and moment estimates).
+    epoch : int
+        Epochs finished; a resumed run continues with ``epoch + 1``.
+    history : sequence of dict
+        Per-epoch metrics so far.
+    extra : dict, optional
+        Plain data that belongs with the weights: vocabularies
+        (``Vocabulary.to_dict()``), the data level, the task. Compared on resume.
+    trainer : dict, optional
+        State of the training loop (random generator states, best weights, ...);
+        see :func:`attncourse.train.fit.fit`.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    TypeError
+        If ``extra``, ``trainer`` or ``history`` holds anything other than
+        tensors and plain values: ``torch.load(weights_only=True)`` could not read it back.
+    OSError
+        If the file cannot be written; the previous file at ``path``, if any, is kept.
+    """
+    config = getattr(model, "config", None)
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "epoch": int(epoch),
+        "model_class": type(model).__name__,
+        "model_config": None if config is None else dict(config),
+        "model_state": model.state_dict(),
+        "optimizer_state": None if optimizer is None else optimizer.state_dict(),
+        "history": [dict(row) for row in history],
+        "extra": {} if extra is None else dict(extra),
+        "trainer": {} if trainer is None else dict(trainer),
+        "torch_version": torch.__version__,
+    }
+    for key in ("model_config", "history", "extra", "trainer", "optimizer_state"):
+        _check_plain(payload[key], key)
+    return atomic_torch_save(payload, path)
+
+
+def load_checkpoint(path: str | PathLike, map_location: str | torch.device | None = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by :func:`save_checkpoint`, with ``weights_only=True``.
+
+    Parameters
+    ----------
+    path : str or path-like
+    map_location : str or torch.device, optional
+        Where to put the tensors (default the CPU); see :func:`torch.load`.
+
+    Returns
+    -------
+    dict
+        The layout in this module's docstring.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        ``"<path> is not a readable attncourse checkpoint: <why>"`` if the file is
+        truncated or corrupt, holds objects other than tensors and plain values,
+        or was not written by :func:`save_checkpoint`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such checkpoint file: {str(path)!r}")
+    try:
+        data = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ... by cause
+        reason = " ".join(str(err).split()) or type(err).__name__
+        if len(reason) > 300:
+            reason = reason[:300] + "..."
+        raise ValueError(f"{path} is not a readable attncourse checkpoint: {reason}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(
+            f"{path} is not a readable attncourse checkpoint: it loads, but has no "
+            f"'format': {FORMAT!r} entry (was it written by save_checkpoint?)"
+        )
+    if data.get("version") != VERSION:
+        raise ValueError(
+            f"{path} is not a readable attncourse checkpoint: format version {data.get('version')!r}, "
+            f"this attncourse reads version {VERSION}"
+        )
+    missing = [k for k in ("epoch", "model_state", "model_config", "history", "extra", "trainer") if k not in data]
+    if missing:
+        raise ValueError(f"{path} is not a readable attncourse checkpoint: missing entries {missing}")
+    return data
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Mapping) and isinstance(value.get("tokens"), list):
+        tokens = value["tokens"]
+        return f"a vocabulary of {len(tokens)} tokens"
+    if isinstance(value, (list, tuple)) and len(value) > 6:
+        return f"a list of {len(value)} items"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a.cpu(), b.cpu())
+    return a == b
+
+
+def differences(saved: Mapping[str, Any], current: Mapping[str, Any], label: str) -> list[str]:
+    """Human-readable differences between two flat dicts, e.g. a saved and a current model config.
+
+    Parameters
+    ----------
+    saved, current : dict
+    label : str
+        Prefix of each line, e.g. ``"model config"``.
+
+    Returns
+    -------
+    list of str
+        One entry per key whose value differs or that only one side has, e.g.
+        ``"model config hidden_dim: 32 in the checkpoint, 64 in this run"``.
+    """
+    out = []
+    for key in list(saved) + [k for k in current if k not in saved]:
+        if key not in current:
+            out.append(f"{label} {key}: {_describe(saved[key])} in the checkpoint, absent in this run")
+        elif key not in saved:
+            out.append(f"{label} {key}: absent in the checkpoint, {_describe(current[key])} in this run")
+        elif not _same(saved[key], current[key]):
+            a, b = _describe(saved[key]), _describe(current[key])
+            if a == b:  # e.g. two vocabularies of the same size
+                a, b = a + " (other tokens)", b
+            out.append(f"{label} {key}: {a} in the checkpoint, {b} in this run")
+    return out
+
+
+def check_compatible(
+    checkpoint: Mapping[str, Any],
+    model: torch.nn.Module,
+    extra: Mapping[str, Any] | None = None,
+    path: str | PathLike | None = None,
+) -> None:
+    """Check that a checkpoint was written for this model (and this data) before loading it.
+
+    Parameters
+    ----------
+    checkpoint : dict
+        From :func:`load_checkpoint`.
+    model : torch.nn.Module
+        The model about to receive the weights; its ``config`` (if any) must
+        equal the saved one, and its parameter names and shapes must match.
+    extra : dict, optional
+        If given, must equal the saved ``extra`` (vocabularies, level, ...).
+    path : str or path-like, optional
+        Named in the message.
+
+    Raises
+    ------
+    ValueError
+        Naming every difference, e.g. ``"checkpoint run/checkpoint.pt does not match
+        this run: model config hidden_dim: 32 in the checkpoint, 64 in this run"``.
+    """
+    problems: list[str] = []
+    config = getattr(model, "config", None)
+    saved_config = checkpoint.get("model_config")
+    if checkpoint.get("model_class") not in (None, type(model).__name__):
+        problems.append(f"model class: {checkpoint['model_class']} in the checkpoint, {type(model).__name__} here")
+    if config is not None and saved_config is not None:
+        problems += differences(saved_config, config, "model config")
+    if not problems:
+        saved_shapes = {k: tuple(v.shape) for k, v in checkpoint["model_state"].items()}
+        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        problems += differences(saved_shapes, shapes, "parameter")
+    if extra is not None:
+        problems += differences(checkpoint.get("extra", {}), extra, "extra")
+    if problems:
+        where = "" if path is None else f" {path}"
+        raise ValueError(f"checkpoint{where} does not match this run: " + "; ".join(problems))
+
+
+def load_model(
+    path: str | PathLike, map_location: str | torch.device | None = "cpu"
+) -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Rebuild a :class:`~attncourse.nn.rnn.Seq2Seq` from a checkpoint and load its weights.
+
+    Parameters
+    ----------
+    path : str or path-like
+        E.g. ``out_dir / "best.pt"``.
+    map_location : str or torch.device, optional
+
+    Returns
+    -------
+    model : Seq2Seq
+        In evaluation mode, on ``map_location``.
+    checkpoint : dict
+        The whole checkpoint (``extra`` holds the vocabularies).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        If the file is not a readable checkpoint or does not describe a ``Seq2Seq``.
+    """
+    from attncourse.nn.rnn import Seq2Seq
+
+    checkpoint = load_checkpoint(path, map_location=map_location)
+    if checkpoint.get("model_class") != "Seq2Seq" or not isinstance(checkpoint.get("model_config"), dict):
+        raise ValueError(
+            f"{path} holds a {checkpoint.get('model_class')!r} model; load_model rebuilds Seq2Seq models only"
+        )
+    try:
+        model = Seq2Seq.from_config(checkpoint["model_config"])
+        model.load_state_dict(checkpoint["model_state"])
+    except (TypeError, ValueError, RuntimeError) as err:
+        reason = " ".join(str(err).split())[:300]
+        raise ValueError(f"{path} is not a readable attncourse checkpoint: {reason}") from None
+    if map_location is not None:
+        model.to(map_location)
+    model.eval()
+    return model, checkpoint

@@ -1,0 +1,9 @@
+"""Interactive explorers for notebooks, built with ipywidgets on top of :mod:`attncourse.viz`.
+
+Each explorer draws the same static figures that the chapters show next to it,
+so what a learner sees while exploring matches the printed page.
+"""
+
+from attncourse.widgets.stepper import SelfAttentionStepper
+
+__all__ = ["SelfAttentionStepper"]
