@@ -1,5 +1,39 @@
-"""Data for the course, all generated offline and deterministic given a seed."""
+"""Data for the course, all generated offline and deterministic given a seed.
 
+- toy sentences and embeddings for the self-attention chapter (:mod:`.toy`);
+- sequence-to-sequence tasks: number translation (:mod:`.numbers`), date
+  normalisation (:mod:`.dates`) and your own TSV pairs (:mod:`.pairs`);
+- vocabularies (:mod:`.vocab`) and padded, length-bucketed batches (:mod:`.batching`).
+
+``tokenize`` here is the toy sentences' word splitter; the pairs' level-aware
+splitter is :func:`attncourse.data.pairs.tokenize`.
+"""
+
+from attncourse.data.batching import Batch, build_vocabs, collate, encode_pairs, make_batches
+from attncourse.data.dates import date_task
+from attncourse.data.numbers import number_pairs, number_task, number_words
+from attncourse.data.pairs import PairDataset, Splits, detokenize, load_tsv, save_tsv
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
+from attncourse.data.vocab import Vocabulary
 
-__all__ = ["SENTENCES", "embed", "projections", "tokenize"]
+__all__ = [
+    "Batch",
+    "PairDataset",
+    "SENTENCES",
+    "Splits",
+    "Vocabulary",
+    "build_vocabs",
+    "collate",
+    "date_task",
+    "detokenize",
+    "embed",
+    "encode_pairs",
+    "load_tsv",
+    "make_batches",
+    "number_pairs",
+    "number_task",
+    "number_words",
+    "projections",
+    "save_tsv",
+    "tokenize",
+]
