@@ -1,7 +1,10 @@
-"""Running experiments: device choice and seeding, decoding (greedy and beam search)
-and metrics."""
+"""Running experiments: device choice and seeding, the training loop with atomic
+checkpoints and resume, decoding (greedy and beam search), metrics; the command
+line lives in :mod:`attncourse.train.cli` (``python -m attncourse``)."""
 
+from attncourse.train.checkpoint import load_checkpoint, load_model, save_checkpoint
 from attncourse.train.decoding import beam_search, greedy_decode, sequence_log_probs, wu_length_penalty
+from attncourse.train.fit import FitConfig, FitResult, evaluate, fit
 from attncourse.train.metrics import (
     bucket_labels,
     corpus_bleu,
@@ -12,9 +15,16 @@ from attncourse.train.metrics import (
     length_buckets,
     token_accuracy,
 )
-from attncourse.train.runtime import describe_device, pick_device, seed_everything
+from attncourse.train.runtime import describe_device, pick_device, runs_dir, seed_everything
 
 __all__ = [
+    "FitConfig",
+    "FitResult",
+    "evaluate",
+    "fit",
+    "load_checkpoint",
+    "load_model",
+    "save_checkpoint",
     "beam_search",
     "bucket_labels",
     "corpus_bleu",
@@ -26,6 +36,7 @@ __all__ = [
     "greedy_decode",
     "length_buckets",
     "pick_device",
+    "runs_dir",
     "seed_everything",
     "sequence_log_probs",
     "token_accuracy",

@@ -42,13 +42,17 @@ from typing import Any
 
 import torch
 
+from attncourse.nn.rnn import Seq2Seq
+
 FORMAT = "attncourse-checkpoint"
 VERSION = 1
 
 
 def _check_plain(obj: Any, where: str) -> None:
     """Raise TypeError unless ``obj`` holds only tensors and plain Python values."""
-    if obj is None or isinstance(obj, (bool, int, float, str, torch.Tensor)):
+    # Exact types: a str or float subclass (numpy.float64, torch's TorchVersion) pickles as
+    # its own class, which weights_only=True refuses to load.
+    if obj is None or type(obj) in (bool, int, float, str) or isinstance(obj, torch.Tensor):
         return
     if isinstance(obj, Mapping):
         for key, value in obj.items():
@@ -64,6 +68,13 @@ def _check_plain(obj: Any, where: str) -> None:
         f"{where} is a {type(obj).__name__}; a checkpoint holds only tensors, numbers, strings, "
         "None, lists and dicts (save objects as dicts, e.g. Vocabulary.to_dict())"
     )
+
+
+def _file_mode() -> int:
+    """The permissions a plain ``open(path, "w")`` would give: 0666 minus the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -103,6 +114,8 @@ def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        if hasattr(os, "fchmod"):  # mkstemp makes the file private (0600); give it the usual mode
+            os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as f:
             torch.save(obj, f)
             f.flush()
@@ -176,11 +189,21 @@ def save_checkpoint(
         "history": [dict(row) for row in history],
         "extra": {} if extra is None else dict(extra),
         "trainer": {} if trainer is None else dict(trainer),
-        "torch_version": torch.__version__,
+        "torch_version": str(torch.__version__),
     }
     for key in ("model_config", "history", "extra", "trainer", "optimizer_state"):
         _check_plain(payload[key], key)
     return atomic_torch_save(payload, path)
+
+
+def _reason(err: BaseException) -> str:
+    """The informative part of torch.load's (often page-long) message, on one line."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    marker = "WeightsUnpickler error: "
+    if marker in text:  # the file holds objects other than tensors and plain values
+        text = text.split(marker, 1)[1].split(" Please use", 1)[0]
+        text += " (the file holds Python objects; only tensors and plain values are loaded)"
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def load_checkpoint(path: str | PathLike, map_location: str | torch.device | None = "cpu") -> dict[str, Any]:
@@ -212,10 +235,7 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
     try:
         data = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ... by cause
-        reason = " ".join(str(err).split()) or type(err).__name__
-        if len(reason) > 300:
-            reason = reason[:300] + "..."
-        raise ValueError(f"{path} is not a readable attncourse checkpoint: {reason}") from None
+        raise ValueError(f"{path} is not a readable attncourse checkpoint: {_reason(err)}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError(
             f"{path} is not a readable attncourse checkpoint: it loads, but has no "
@@ -352,8 +372,6 @@ def load_model(
     ValueError
         If the file is not a readable checkpoint or does not describe a ``Seq2Seq``.
     """
-    from attncourse.nn.rnn import Seq2Seq
-
     checkpoint = load_checkpoint(path, map_location=map_location)
     if checkpoint.get("model_class") != "Seq2Seq" or not isinstance(checkpoint.get("model_config"), dict):
         raise ValueError(

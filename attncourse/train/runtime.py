@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -53,3 +55,33 @@ def seed_everything(seed: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def runs_dir(name: str | None = None) -> Path:
+    """Folder where chapters keep their trained models, so a run is never lost.
+
+    ``$ATTNCOURSE_RUNS`` if set (``make`` sets it to ``_build/runs`` of the
+    repository, and ``make test`` empties it first so that every test run trains
+    afresh); otherwise ``_build/runs`` next to the package in a source checkout,
+    or ``~/.cache/attncourse/runs`` for an installed package.
+
+    Parameters
+    ----------
+    name : str, optional
+        A sub-folder for one run, e.g. ``"numbers-en-fr/bahdanau-all"``.
+
+    Returns
+    -------
+    pathlib.Path
+        The folder, created if missing.
+    """
+    root = os.environ.get("ATTNCOURSE_RUNS")
+    if root:
+        base = Path(root)
+    else:
+        checkout = Path(__file__).resolve().parents[2]
+        is_checkout = (checkout / "pyproject.toml").exists() and (checkout / "notebooks").is_dir()
+        base = checkout / "_build" / "runs" if is_checkout else Path.home() / ".cache" / "attncourse" / "runs"
+    path = base / name if name else base
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,425 @@
+"""Command line: ``python -m attncourse train ...`` and ``python -m attncourse evaluate ...``.
+
+Train an encoder-decoder on a generated task or on your own TSV files, then
+score the best weights on a test file::
+
+    python -m attncourse train --task numbers-en-fr --model bahdanau --out runs/fr --epochs 10
+    python -m attncourse evaluate runs/fr --test runs/fr/test.tsv --beam-size 4
+
+A training run writes into ``--out``: ``checkpoint.pt`` (resume with ``--resume``),
+``best.pt`` (the best epoch's weights and vocabularies), ``config.json``,
+``history.json`` (updated every epoch) and, for a generated task, ``test.tsv``.
+``evaluate`` prints a table of metrics overall and by source length and writes
+them to ``metrics.json``.
+
+Any user error (a bad option, a missing file, a malformed TSV line, an
+unreadable checkpoint) ends with one line ``attncourse: error: ...`` on stderr
+and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import torch
+from tqdm.auto import tqdm
+
+import attncourse
+from attncourse.data.batching import build_vocabs, make_batches
+from attncourse.data.dates import date_task
+from attncourse.data.numbers import number_task
+from attncourse.data.pairs import LEVELS, PairDataset, Splits, load_tsv, save_tsv
+from attncourse.data.vocab import Vocabulary
+from attncourse.nn.rnn import Seq2Seq, count_parameters
+from attncourse.train.checkpoint import load_model
+from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME, FitConfig, check_resume, evaluate, fit
+from attncourse.train.metrics import format_table
+from attncourse.train.runtime import describe_device, pick_device
+
+TASKS = ("numbers-en-fr", "numbers-en-de", "dates")
+MODELS = {"rnn": None, "bahdanau": "bahdanau"}
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line (no usage block), in the same form as our own errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"attncourse: error: {message} (see '{self.prog} --help')\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text}")
+    return value
+
+
+def _dropout(text: str) -> float:
+    value = _probability(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"dropout must be below 1, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``attncourse`` argument parser, with ``train`` and ``evaluate`` sub-commands."""
+    parser = _Parser(
+        prog="attncourse",
+        description="Train and evaluate the course's RNN encoder-decoders (with or without Bahdanau attention).",
+    )
+    parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",
+                        help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = commands.add_parser(
+        "train", help="train a model on a generated task or on TSV files",
+        description="Train a sequence-to-sequence model; give either --task, or --train and --valid.",
+    )
+    data = train.add_argument_group("data")
+    data.add_argument("--task", choices=TASKS,
+                      help="generate a task: English number words to French or German words "
+                           "(word level), or dates in many formats to ISO 8601 (character level)")
+    data.add_argument("--train", metavar="FILE.tsv", type=Path,
+                      help="training pairs, one 'source<TAB>target' per line (UTF-8)")
+    data.add_argument("--valid", metavar="FILE.tsv", type=Path,
+                      help="validation pairs in the same format (required with --train)")
+    data.add_argument("--level", choices=LEVELS,
+                      help="tokens of the TSV files: 'word' (split on spaces, the default) or 'char' "
+                           "(every character); generated tasks set it themselves")
+    data.add_argument("--n-train", type=_nonnegative_int, metavar="N",
+                      help="training pairs to generate (default: the task's, 3000 numbers or 10000 dates)")
+    data.add_argument("--n-valid", type=_nonnegative_int, metavar="N",
+                      help="validation pairs to generate (default: the task's, 500 or 1000)")
+    data.add_argument("--n-test", type=_nonnegative_int, metavar="N",
+                      help="test pairs to generate and write to OUT/test.tsv (default: the task's, 1000 or 2000)")
+    data.add_argument("--max-value", type=_positive_int, metavar="N",
+                      help="numbers tasks: numbers are drawn below N (default 10**9, up to nine digits)")
+    data.add_argument("--data-seed", type=int, default=0, metavar="S",
+                      help="seed of the generated data and of how pairs are grouped into batches (default 0)")
+
+    model = train.add_argument_group("model")
+    model.add_argument("--model", choices=tuple(MODELS), default="bahdanau",
+                       help="'rnn': encoder-decoder whose decoder sees only the encoder's final state; "
+                            "'bahdanau': with additive attention (default)")
+    model.add_argument("--emb-dim", type=_positive_int, default=64, metavar="D",
+                       help="width of the token embeddings (default 64)")
+    model.add_argument("--hidden-dim", type=_positive_int, default=128, metavar="D",
+                       help="width of the GRU states and of the attention MLP (default 128)")
+    model.add_argument("--dropout", type=_dropout, default=0.0, metavar="P",
+                       help="dropout on embeddings and before the output layer (default 0)")
+
+    run = train.add_argument_group("training")
+    run.add_argument("--out", type=Path, required=True, metavar="DIR",
+                     help="directory for checkpoint.pt, best.pt, config.json, history.json (and test.tsv)")
+    run.add_argument("--epochs", type=_positive_int, default=10, metavar="N",
+                     help="total epochs; with --resume, training continues up to N (default 10)")
+    run.add_argument("--batch-size", type=_positive_int, default=64, metavar="B",
+                     help="sentence pairs per batch (default 64)")
+    run.add_argument("--lr", type=_positive_float, default=1e-3, help="Adam learning rate (default 0.001)")
+    run.add_argument("--clip-norm", type=_positive_float, default=1.0, metavar="C",
+                     help="clip the gradient's global norm to C (default 1.0)")
+    run.add_argument("--teacher-forcing", type=_probability, default=1.0, metavar="P",
+                     help="probability of feeding the gold previous token; below 1 the decoder is sometimes "
+                          "fed its own prediction (scheduled sampling; slower). Default 1.0")
+    run.add_argument("--patience", type=_positive_int, metavar="N",
+                     help="stop after N epochs without a better validation exact match (ties: lower loss); "
+                          "default: train all epochs")
+    run.add_argument("--seed", type=int, default=0, metavar="S",
+                     help="seed of the initial weights, the batch order and dropout (default 0)")
+    run.add_argument("--device", metavar="DEV",
+                     help="'cpu', 'cuda', 'cuda:1', 'mps'; default: CUDA, then MPS, then the CPU")
+    run.add_argument("--threads", type=_positive_int, default=1, metavar="N",
+                     help="CPU threads for torch (default 1: faster than more for these small models)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run in --out from its checkpoint.pt, with the same data and settings")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars, only one line per epoch")
+
+    ev = commands.add_parser(
+        "evaluate", help="score a trained model (DIR/best.pt) on a TSV test file",
+        description="Decode a TSV test file with DIR/best.pt and print exact match, token accuracy, "
+                    "BLEU and chrF overall and by source length.",
+    )
+    ev.add_argument("dir", type=Path, metavar="DIR", help="a directory written by 'attncourse train'")
+    ev.add_argument("--test", type=Path, required=True, metavar="FILE.tsv",
+                    help="test pairs, one 'source<TAB>target' per line (UTF-8)")
+    ev.add_argument("--beam-size", type=_positive_int, default=1, metavar="K",
+                    help="1: greedy decoding (default); K > 1: beam search keeping K hypotheses")
+    ev.add_argument("--length-penalty", type=float, default=0.6, metavar="A",
+                    help="alpha of the beam search's length penalty ((5 + |y|) / 6)^alpha (default 0.6)")
+    ev.add_argument("--json", type=Path, metavar="OUT",
+                    help="where to write the metrics as JSON (default DIR/metrics.json)")
+    ev.add_argument("--predictions", type=Path, metavar="OUT.tsv",
+                    help="also write 'source<TAB>reference<TAB>hypothesis' lines to this file")
+    ev.add_argument("--edges", type=_positive_int, nargs="+", metavar="L",
+                    help="left edges of the source-length buckets in tokens, e.g. '1 4 8 12' "
+                         "(default: five equal-width buckets)")
+    ev.add_argument("--level", choices=LEVELS,
+                    help="tokens of the test file (default: the level the model was trained on)")
+    ev.add_argument("--batch-size", type=_positive_int, default=256, metavar="B",
+                    help="sentences decoded at once (default 256)")
+    ev.add_argument("--device", metavar="DEV",
+                    help="'cpu', 'cuda', 'mps'; default: CUDA, then MPS, then the CPU")
+    ev.add_argument("--threads", type=_positive_int, default=1, metavar="N",
+                    help="CPU threads for torch (default 1)")
+    return parser
+
+
+class _UsageError(Exception):
+    """A combination of options that argparse cannot check by itself."""
+
+
+def _check_train_args(args: argparse.Namespace) -> None:
+    """Raise _UsageError for options that do not go together."""
+    if args.task is None:
+        if args.train is None or args.valid is None:
+            raise _UsageError("give --task, or both --train and --valid")
+        for name in ("n_train", "n_valid", "n_test", "max_value"):
+            if getattr(args, name) is not None:
+                raise _UsageError(f"--{name.replace('_', '-')} applies to generated tasks (--task) only")
+    else:
+        if args.train is not None or args.valid is not None:
+            raise _UsageError("give either --task or --train/--valid, not both")
+        if args.level is not None:
+            raise _UsageError("--level applies to TSV files; a generated task has its own level")
+        if args.task == "dates" and args.max_value is not None:
+            raise _UsageError("--max-value applies to the numbers tasks only")
+
+
+def _load_data(args: argparse.Namespace) -> tuple[Splits | None, PairDataset, PairDataset, str]:
+    """Return (generated splits or None, train dataset, valid dataset, level)."""
+    if args.task is None:
+        level = args.level or "word"
+        train = load_tsv(args.train, level=level)
+        valid = load_tsv(args.valid, level=level)
+        return None, train, valid, level
+    sizes = {k: getattr(args, k) for k in ("n_train", "n_valid", "n_test") if getattr(args, k) is not None}
+    if args.task == "dates":
+        splits = date_task(seed=args.data_seed, **sizes)
+    else:
+        if args.max_value is not None:
+            sizes["max_value"] = args.max_value
+        splits = number_task(lang=args.task.rsplit("-", 1)[1], seed=args.data_seed, **sizes)
+    if len(splits.train) == 0 or len(splits.valid) == 0:
+        raise ValueError("--n-train and --n-valid must be at least 1")
+    return splits, splits.train, splits.valid, splits.train.level
+
+
+def _json_safe(obj: Any) -> Any:
+    """NaN and infinities become null, so the file is strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(_json_safe(obj), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _epoch_line(row: dict[str, float]) -> str:
+    return (
+        f"epoch {row['epoch']:3d}  train loss {row['train_loss']:.3f} acc {row['train_acc']:.3f}  "
+        f"valid loss {row['valid_loss']:.3f} acc {row['valid_acc']:.3f} "
+        f"exact {row['valid_exact_match']:.3f}  {row['seconds']:.1f} s"
+    )
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """The ``train`` sub-command; returns the exit status."""
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} exists and is not a directory")
+    if not args.resume and (out / CHECKPOINT_NAME).exists():
+        raise ValueError(
+            f"{out} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it or choose another --out"
+        )
+    if args.resume and not (out / CHECKPOINT_NAME).is_file():
+        raise ValueError(f"--resume: no {CHECKPOINT_NAME} in {str(out)!r} to continue from")
+    splits, train_data, valid_data, level = _load_data(args)
+    src_vocab, tgt_vocab = build_vocabs(train_data)
+    torch.manual_seed(args.seed)
+    model = Seq2Seq(len(src_vocab), len(tgt_vocab), emb_dim=args.emb_dim, hidden_dim=args.hidden_dim,
+                    attention=MODELS[args.model], dropout=args.dropout)
+    config = FitConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, clip_norm=args.clip_norm,
+                       teacher_forcing=args.teacher_forcing, patience=args.patience, seed=args.seed,
+                       device=args.device, num_threads=args.threads)
+    device = pick_device(args.device)
+    where = f"cpu, {args.threads} thread(s)" if device.type == "cpu" else describe_device(device)
+    train_batches = make_batches(train_data, src_vocab, tgt_vocab, args.batch_size, shuffle=True,
+                                 seed=args.data_seed)
+    valid_batches = make_batches(valid_data, src_vocab, tgt_vocab, 256, shuffle=False)
+    extra = {"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "level": level,
+             "task": args.task}
+
+    if args.resume:  # before anything in out is rewritten
+        check_resume(out, model, train_batches, config, extra)
+    out.mkdir(parents=True, exist_ok=True)
+    if splits is not None and len(splits.test) > 0:
+        save_tsv(splits.test, out / "test.tsv")
+    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "command"}
+    _write_json(out / "config.json", {
+        "attncourse_version": attncourse.__version__,
+        "arguments": settings,
+        "model": model.config,
+        "n_parameters": count_parameters(model),
+        "fit": vars(config),
+        "level": level,
+        "n_pairs": {"train": len(train_data), "valid": len(valid_data),
+                    "test": 0 if splits is None else len(splits.test)},
+        "vocab_sizes": {"src": len(src_vocab), "tgt": len(tgt_vocab)},
+        "device": where,
+    })
+    print(f"attncourse: {args.model} model, {count_parameters(model):,} parameters, "
+          f"{len(train_data)} training pairs, on {where}", flush=True)
+
+    def report(history: list[dict[str, float]]) -> None:
+        _write_json(out / "history.json", history)
+        tqdm.write(_epoch_line(history[-1]), file=sys.stdout)
+
+    result = fit(model, train_batches, valid_batches, config, out_dir=out, resume=args.resume,
+                 progress=not args.no_progress, extra=extra, callback=report)
+    _write_json(out / "history.json", result.history)
+    if result.best_epoch:
+        best = result.history[result.best_epoch - 1]
+        stop = " (stopped early)" if result.stopped_early else ""
+        print(f"best epoch {result.best_epoch}{stop}: valid exact match {best['valid_exact_match']:.3f}, "
+              f"valid loss {best['valid_loss']:.3f}; weights in {out / BEST_NAME}")
+    print(f"wall time {result.wall_time:.1f} s")
+    if (out / "test.tsv").is_file():
+        print(f"next: python -m attncourse evaluate {out} --test {out / 'test.tsv'}")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    """The ``evaluate`` sub-command; returns the exit status."""
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        return _evaluate(args)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    device = pick_device(args.device)
+    model, checkpoint = load_model(args.dir / BEST_NAME, map_location=device)
+    extra = checkpoint["extra"]
+    if not isinstance(extra.get("src_vocab"), dict) or not isinstance(extra.get("tgt_vocab"), dict):
+        raise ValueError(f"{args.dir / BEST_NAME} holds no vocabularies; was it written by 'attncourse train'?")
+    src_vocab = Vocabulary.from_dict(extra["src_vocab"])
+    tgt_vocab = Vocabulary.from_dict(extra["tgt_vocab"])
+    level = args.level or extra.get("level", "word")
+    test = load_tsv(args.test, level=level)
+    result = evaluate(model, test, src_vocab, tgt_vocab, beam_size=args.beam_size, batch_size=args.batch_size,
+                      edges=args.edges, length_penalty=args.length_penalty)
+    metrics = result["metrics"]
+    decoding = "greedy" if args.beam_size == 1 else f"beam search, K={args.beam_size}"
+    print(f"{test.name}: {len(test)} pairs, {decoding}, model from epoch {checkpoint['epoch']}")
+    print(format_table(metrics))
+    report = {
+        "checkpoint": str(args.dir / BEST_NAME),
+        "epoch": checkpoint["epoch"],
+        "test": str(args.test),
+        "level": level,
+        "beam_size": args.beam_size,
+        "edges": result["edges"],
+        "overall": metrics["overall"],
+        "buckets": {k: v for k, v in metrics.items() if k != "overall"},
+    }
+    json_path = args.json if args.json is not None else args.dir / "metrics.json"
+    _write_json(json_path, report)
+    print(f"metrics written to {json_path}")
+    if args.predictions is not None:
+        lines = ["\t".join(row) + "\n" for row in zip(result["sources"], result["references"], result["hypotheses"])]
+        args.predictions.write_text("".join(lines), encoding="utf-8")
+        print(f"predictions written to {args.predictions}")
+    return 0
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status instead of exiting.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments without the program name; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        0 on success; 2 for a usage error, a missing or malformed file or an
+        unreadable checkpoint (with one line ``attncourse: error: ...`` on
+        stderr); 130 if interrupted with Ctrl-C.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(None if argv is None else list(argv))
+        if args.command == "train":
+            _check_train_args(args)
+    except SystemExit as done:  # --help, --version and usage errors
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_USAGE)
+    except _UsageError as err:
+        print(f"attncourse: error: {err} (see 'attncourse {args.command} --help')", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return run_train(args) if args.command == "train" else run_evaluate(args)
+    except (ValueError, OSError) as err:
+        print(f"attncourse: error: {_one_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        hint = f"; continue with --resume (checkpoint in {args.out})" if args.command == "train" else ""
+        print(f"attncourse: interrupted{hint}", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,344 @@
+"""Tests for the training loop, checkpoints, resuming and evaluation (attncourse.train.fit, .checkpoint)."""
+
+from __future__ import annotations
+
+import os
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+import attncourse.train.fit as fit_module
+from attncourse.data.batching import build_vocabs, make_batches
+from attncourse.data.pairs import PairDataset
+from attncourse.nn.rnn import Seq2Seq
+from attncourse.train.checkpoint import (
+    atomic_torch_save,
+    load_checkpoint,
+    load_model,
+    save_checkpoint,
+)
+from attncourse.train.fit import FitConfig, evaluate, fit, sequence_loss, validate
+from attncourse.train.metrics import exact_match
+
+LETTERS = "abcdefg"
+
+
+def reverse_pairs(n: int, seed: int, name: str) -> PairDataset:
+    """Sequences of 2-5 letters and their reverses: tiny, but needs the whole source."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for _ in range(n):
+        src = tuple(str(c) for c in rng.choice(list(LETTERS), size=int(rng.integers(2, 6))))
+        pairs.append((src, src[::-1]))
+    return PairDataset(tuple(pairs), level="word", name=name)
+
+
+@pytest.fixture(scope="module")
+def data():
+    train, valid = reverse_pairs(96, 0, "train"), reverse_pairs(24, 1, "valid")
+    src_vocab, tgt_vocab = build_vocabs(train)
+    return {
+        "train": train,
+        "valid": valid,
+        "src_vocab": src_vocab,
+        "tgt_vocab": tgt_vocab,
+        "train_batches": make_batches(train, src_vocab, tgt_vocab, 16, shuffle=True, seed=0),
+        "valid_batches": make_batches(valid, src_vocab, tgt_vocab, 64, shuffle=False),
+        "extra": {"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "level": "word"},
+    }
+
+
+def new_model(data, seed=0, hidden_dim=16, attention="bahdanau", dropout=0.0):
+    torch.manual_seed(seed)
+    return Seq2Seq(len(data["src_vocab"]), len(data["tgt_vocab"]), emb_dim=8, hidden_dim=hidden_dim,
+                   attention=attention, dropout=dropout)
+
+
+def config(**kw):
+    base = {"epochs": 4, "lr": 1e-2, "batch_size": 16, "seed": 0, "device": "cpu", "num_threads": 1}
+    base.update(kw)
+    return FitConfig(**base)
+
+
+def run(data, model, cfg, **kw):
+    return fit(model, data["train_batches"], data["valid_batches"], cfg, progress=False, **kw)
+
+
+def assert_same_weights(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        assert torch.equal(sa[name], sb[name]), name
+
+
+# --- the loop ---------------------------------------------------------------------------------
+
+
+def test_fit_reduces_loss_and_reports_every_epoch(data):
+    model = new_model(data)
+    result = run(data, model, config(epochs=6))
+    rows = result.history
+    assert [r["epoch"] for r in rows] == list(range(1, 7))
+    keys = {"epoch", "train_loss", "train_acc", "valid_loss", "valid_acc", "valid_exact_match", "seconds"}
+    assert all(set(r) == keys for r in rows)
+    assert rows[-1]["train_loss"] < 0.7 * rows[0]["train_loss"]
+    assert rows[-1]["valid_loss"] < rows[0]["valid_loss"]
+    assert rows[-1]["train_acc"] > rows[0]["train_acc"]
+    assert all(0.0 <= r[k] <= 1.0 for r in rows for k in ("train_acc", "valid_acc", "valid_exact_match"))
+    assert result.device == "cpu" and result.wall_time > 0 and 1 <= result.best_epoch <= 6
+    assert not result.stopped_early
+
+
+def test_fit_restores_thread_count(data):
+    before = torch.get_num_threads()
+    run(data, new_model(data), config(epochs=1, num_threads=1))
+    assert torch.get_num_threads() == before
+
+
+def test_sequence_loss_ignores_padding():
+    logits = torch.randn(2, 3, 5)
+    gold = torch.tensor([[4, 2, 0], [3, 4, 2]])
+    loss, correct, tokens = sequence_loss(logits, gold)
+    real = gold != 0
+    expected = torch.nn.functional.cross_entropy(logits[real], gold[real])
+    assert torch.allclose(loss, expected)
+    assert tokens == 5
+    assert correct == int(((logits.argmax(-1) == gold) & real).sum())
+    with pytest.raises(ValueError, match=r"\(2, 3, 5\).*\(2, 4\)"):
+        sequence_loss(logits, torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_validate_exact_match_agrees_with_decoding(data):
+    model = new_model(data)
+    run(data, model, config(epochs=5))
+    scores = validate(model, data["valid_batches"])
+    result = evaluate(model, data["valid"], data["src_vocab"], data["tgt_vocab"])
+    assert scores["valid_exact_match"] == pytest.approx(result["metrics"]["overall"]["exact_match"])
+
+
+def test_scheduled_sampling_trains_and_is_repeatable(data):
+    results = []
+    for _ in range(2):
+        model = new_model(data)
+        results.append((run(data, model, config(epochs=3, teacher_forcing=0.5)), model))
+    (first, m1), (second, m2) = results
+    assert first.history[-1]["train_loss"] < first.history[0]["train_loss"]
+    assert_same_weights(m1, m2)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [({"epochs": 0}, "epochs"), ({"lr": 0.0}, "lr"), ({"teacher_forcing": 1.5}, "probability"),
+     ({"patience": 0}, "patience"), ({"monitor": "bleu"}, "monitor"), ({"clip_norm": -1.0}, "clip_norm")],
+)
+def test_fit_config_rejects_bad_values(kw, message):
+    with pytest.raises(ValueError, match=message):
+        config(**kw)
+
+
+def test_fit_rejects_batches_larger_than_batch_size(data):
+    with pytest.raises(ValueError, match="batch_size is 8"):
+        run(data, new_model(data), config(batch_size=8))
+
+
+# --- checkpoints ----------------------------------------------------------------------------
+
+
+def test_checkpoints_are_written_atomically_and_load_weights_only(data, tmp_path):
+    model = new_model(data)
+    result = run(data, model, config(epochs=2), out_dir=tmp_path, extra=data["extra"])
+    assert sorted(os.listdir(tmp_path)) == ["best.pt", "checkpoint.pt"]  # no temporary files left
+    for name in ("checkpoint.pt", "best.pt"):
+        raw = torch.load(tmp_path / name, weights_only=True)  # tensors and plain values only
+        assert raw["format"] == "attncourse-checkpoint"
+        assert raw["extra"] == data["extra"]
+        assert raw["model_config"] == model.config
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert ckpt["epoch"] == 2 and len(ckpt["history"]) == 2
+    assert ckpt["optimizer_state"] is not None
+    best, best_ckpt = load_model(tmp_path / "best.pt")
+    assert best_ckpt["epoch"] == result.best_epoch
+    assert_same_weights(best, model)  # restore_best: the model holds the best weights
+
+
+def test_failed_save_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    atomic_torch_save({"a": torch.ones(3)}, path)
+
+    def crash(obj, f):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_torch_save({"a": torch.zeros(3)}, path)
+    assert os.listdir(tmp_path) == ["checkpoint.pt"]
+    assert torch.equal(torch.load(path, weights_only=True)["a"], torch.ones(3))
+
+
+def test_corrupt_or_foreign_files_give_a_clear_error(data, tmp_path):
+    model = new_model(data)
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, model=model, epoch=1, extra=data["extra"])
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"this is not a checkpoint\n" * 10)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.ones(2)}, foreign)
+    pickled = tmp_path / "pickled.pt"
+    torch.save({"format": "attncourse-checkpoint", "thing": Fraction(1, 3)}, pickled)
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
+    for path in (truncated, garbage, foreign, pickled, empty):
+        with pytest.raises(ValueError, match="is not a readable attncourse checkpoint") as info:
+            load_checkpoint(path)
+        assert str(path) in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_save_refuses_objects_weights_only_cannot_load(data, tmp_path):
+    with pytest.raises(TypeError, match="extra\\['vocab'\\]"):
+        save_checkpoint(tmp_path / "c.pt", model=new_model(data), extra={"vocab": data["src_vocab"]})
+    with pytest.raises(TypeError, match="float64"):
+        save_checkpoint(tmp_path / "c.pt", model=new_model(data), history=[{"loss": np.float64(1.0)}])
+    assert not list(tmp_path.iterdir())
+
+
+# --- resuming -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["interrupt", "shorter"])
+@pytest.mark.parametrize("dropout", [0.0, 0.2])
+def test_resumed_run_equals_uninterrupted_run(data, tmp_path, how, dropout):
+    cfg = config(epochs=4, restore_best=False)
+    straight = new_model(data, dropout=dropout)
+    full = run(data, straight, cfg)
+
+    first = new_model(data, dropout=dropout)
+    if how == "interrupt":
+
+        def stop_after_two(history):
+            if len(history) == 2:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            run(data, first, cfg, out_dir=tmp_path, extra=data["extra"], callback=stop_after_two)
+    else:
+        run(data, first, config(epochs=2, restore_best=False), out_dir=tmp_path, extra=data["extra"])
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["epoch"] == 2
+
+    resumed = new_model(data, seed=123, dropout=dropout)  # other initial weights: must be overwritten
+    result = run(data, resumed, cfg, out_dir=tmp_path, resume=True, extra=data["extra"])
+    assert_same_weights(resumed, straight)
+    assert [r["epoch"] for r in result.history] == [1, 2, 3, 4]
+    for a, b in zip(result.history, full.history):
+        assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
+    assert result.best_epoch == full.best_epoch
+
+
+def test_resume_refuses_another_run(data, tmp_path):
+    run(data, new_model(data), config(epochs=1), out_dir=tmp_path, extra=data["extra"])
+    with pytest.raises(ValueError, match="hidden_dim: 16 in the checkpoint, 24 in this run"):
+        run(data, new_model(data, hidden_dim=24), config(), out_dir=tmp_path, resume=True, extra=data["extra"])
+    other_vocab = dict(data["extra"], src_vocab={"tokens": data["extra"]["src_vocab"]["tokens"] + ["z"]})
+    with pytest.raises(ValueError, match="src_vocab"):
+        run(data, new_model(data), config(), out_dir=tmp_path, resume=True, extra=other_vocab)
+    with pytest.raises(ValueError, match="lr: 0.01 in the checkpoint, 0.02 in this run"):
+        run(data, new_model(data), config(lr=2e-2), out_dir=tmp_path, resume=True, extra=data["extra"])
+    with pytest.raises(FileNotFoundError, match="nothing to resume"):
+        run(data, new_model(data), config(), out_dir=tmp_path / "empty", resume=True)
+
+
+# --- early stopping -------------------------------------------------------------------------
+
+
+def scripted_validation(monkeypatch, exact, loss=None):
+    """Make validation report the given scores epoch by epoch."""
+    calls = iter(range(len(exact)))
+
+    def fake(model, batches, device=None):
+        i = next(calls)
+        return {"valid_loss": 1.0 if loss is None else loss[i], "valid_acc": 0.5, "valid_exact_match": exact[i]}
+
+    monkeypatch.setattr(fit_module, "validate", fake)
+
+
+def test_early_stopping_stops_and_restores_the_best(data, tmp_path, monkeypatch):
+    scripted_validation(monkeypatch, exact=[0.1, 0.5, 0.4, 0.3, 0.9, 0.9])
+    snapshots = {}
+    model = new_model(data)
+
+    def keep(history):
+        snapshots[len(history)] = {k: v.clone() for k, v in model.state_dict().items()}
+
+    result = run(data, model, config(epochs=6, patience=2), out_dir=tmp_path, callback=keep)
+    assert result.stopped_early
+    assert len(result.history) == 4 and result.best_epoch == 2
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, snapshots[2][name]), name
+    assert any(not torch.equal(snapshots[2][k], snapshots[4][k]) for k in snapshots[2])  # training went on
+    best, ckpt = load_model(tmp_path / "best.pt")
+    assert ckpt["epoch"] == 2
+    assert_same_weights(best, model)
+
+
+def test_exact_match_ties_are_broken_by_validation_loss(data, monkeypatch):
+    scripted_validation(monkeypatch, exact=[0.0, 0.0, 0.0, 0.0, 0.0], loss=[3.0, 2.0, 2.5, 2.6, 1.0])
+    result = run(data, new_model(data), config(epochs=5, patience=2))
+    assert result.best_epoch == 2 and result.stopped_early and len(result.history) == 4
+    scripted_validation(monkeypatch, exact=[0.2, 0.3, 0.3], loss=[1.0, 2.0, 1.0])
+    assert run(data, new_model(data), config(epochs=3, monitor="loss")).best_epoch == 1
+
+
+# --- evaluation -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_evaluate_returns_metrics_by_bucket_and_hypotheses(data, beam_size):
+    model = new_model(data)
+    run(data, model, config(epochs=4))
+    valid = data["valid"]
+    result = evaluate(model, valid, data["src_vocab"], data["tgt_vocab"], beam_size=beam_size, edges=(2, 4))
+    metrics = result["metrics"]
+    assert list(metrics) == ["overall", "2-3", "4+"]
+    assert metrics["overall"]["count"] == len(valid)
+    assert metrics["2-3"]["count"] + metrics["4+"]["count"] == len(valid)
+    assert len(result["hypotheses"]) == len(valid)
+    assert result["references"] == [" ".join(t) for _, t in valid.pairs]
+    assert result["sources"] == [" ".join(s) for s, _ in valid.pairs]
+    expected = exact_match(result["hypotheses"], result["references"])
+    assert metrics["overall"]["exact_match"] == pytest.approx(expected)
+
+
+def test_evaluate_char_level_joins_characters(data):
+    pairs = tuple((tuple(a), tuple(b)) for a, b in [("ab", "ba"), ("abc", "cba"), ("ca", "ac")])
+    dataset = PairDataset(pairs, level="char", name="chars")
+    src_vocab, tgt_vocab = build_vocabs(dataset)
+    torch.manual_seed(0)
+    model = Seq2Seq(len(src_vocab), len(tgt_vocab), emb_dim=4, hidden_dim=8)
+    result = evaluate(model, dataset, src_vocab, tgt_vocab)
+    assert result["references"] == ["ba", "cba", "ac"]
+    assert all(" " not in h for h in result["hypotheses"])
+    assert result["edges"] == [2, 3]
+    with pytest.raises(ValueError, match="beam_size"):
+        evaluate(model, dataset, src_vocab, tgt_vocab, beam_size=0)
+
+
+def test_checkpoint_history_round_trips(data, tmp_path):
+    # history values are plain floats, so a history row survives torch.load(weights_only=True) unchanged
+    model = new_model(data)
+    result = run(data, model, config(epochs=1), out_dir=tmp_path)
+    raw = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert raw["history"] == result.history
+    assert isinstance(raw["trainer"]["generator_state"], torch.Tensor)
+
+
+def test_progress_bars_show_epochs_and_batches(data, capsys):
+    run_result = fit(new_model(data), data["train_batches"], data["valid_batches"], config(epochs=1), progress=True)
+    err = capsys.readouterr().err
+    assert "epochs" in err and "1/1" in err
+    assert run_result.history[0]["epoch"] == 1
