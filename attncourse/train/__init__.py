@@ -4,6 +4,15 @@ line lives in :mod:`attncourse.train.cli` (``python -m attncourse``)."""
 
 from attncourse.train.checkpoint import load_checkpoint, load_model, save_checkpoint
 from attncourse.train.decoding import beam_search, greedy_decode, sequence_log_probs, wu_length_penalty
+from attncourse.train.experiment import (
+    TASKS,
+    Experiment,
+    TrainedModel,
+    load_task,
+    run_experiment,
+    seconds_to_reach,
+    shorter_than,
+)
 from attncourse.train.fit import FitConfig, FitResult, evaluate, fit
 from attncourse.train.metrics import (
     bucket_labels,
@@ -18,6 +27,13 @@ from attncourse.train.metrics import (
 from attncourse.train.runtime import describe_device, pick_device, runs_dir, seed_everything
 
 __all__ = [
+    "TASKS",
+    "Experiment",
+    "TrainedModel",
+    "load_task",
+    "run_experiment",
+    "seconds_to_reach",
+    "shorter_than",
     "FitConfig",
     "FitResult",
     "evaluate",

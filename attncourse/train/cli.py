@@ -32,17 +32,15 @@ from tqdm.auto import tqdm
 
 import attncourse
 from attncourse.data.batching import build_vocabs, make_batches
-from attncourse.data.dates import date_task
-from attncourse.data.numbers import number_task
 from attncourse.data.pairs import LEVELS, PairDataset, Splits, load_tsv, save_tsv
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.rnn import Seq2Seq, count_parameters
 from attncourse.train.checkpoint import load_model
+from attncourse.train.experiment import TASKS, load_task
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME, FitConfig, check_resume, evaluate, fit
 from attncourse.train.metrics import format_table
 from attncourse.train.runtime import describe_device, pick_device
 
-TASKS = ("numbers-en-fr", "numbers-en-de", "dates")
 MODELS = {"rnn": None, "bahdanau": "bahdanau"}
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -233,13 +231,8 @@ def _load_data(args: argparse.Namespace) -> tuple[Splits | None, PairDataset, Pa
         train = load_tsv(args.train, level=level)
         valid = load_tsv(args.valid, level=level)
         return None, train, valid, level
-    sizes = {k: getattr(args, k) for k in ("n_train", "n_valid", "n_test") if getattr(args, k) is not None}
-    if args.task == "dates":
-        splits = date_task(seed=args.data_seed, **sizes)
-    else:
-        if args.max_value is not None:
-            sizes["max_value"] = args.max_value
-        splits = number_task(lang=args.task.rsplit("-", 1)[1], seed=args.data_seed, **sizes)
+    splits = load_task(args.task, n_train=args.n_train, n_valid=args.n_valid, n_test=args.n_test,
+                       seed=args.data_seed, max_value=args.max_value)
     if len(splits.train) == 0 or len(splits.valid) == 0:
         raise ValueError("--n-train and --n-valid must be at least 1")
     return splits, splits.train, splits.valid, splits.train.level
