@@ -243,8 +243,9 @@ def test_number_splits_disjoint_and_deterministic(fr_task):
     assert again == fr_task
     other = number_task("fr", n_train=3000, n_valid=500, n_test=1000, seed=1)
     assert other.train != fr_task.train and other.test != fr_task.test
-    smaller = number_task("fr", n_train=100, n_valid=500, n_test=1000, seed=0)
-    assert smaller.test == fr_task.test  # the test set does not depend on n_train
+    # The scarce short numbers are shared between the splits, not all taken by the test set.
+    one_word = [sum(len(src) == 1 for src, _ in split.pairs) for split in (fr_task.train, fr_task.test)]
+    assert one_word[0] >= 10 and one_word[1] >= 1
 
 
 def test_number_source_lengths_cover_short_and_long(fr_task):

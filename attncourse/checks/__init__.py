@@ -15,10 +15,20 @@ a list of :class:`Case` objects and :func:`run_cases`.
 
 from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
 from attncourse.checks.self_attention import check_causal_mask, check_scaled_dot_product, check_softmax
+from attncourse.checks.seq2seq import (
+    check_additive_score,
+    check_gru_cell,
+    check_masked_softmax,
+    check_padding_mask,
+)
 
 __all__ = [
     "Case",
     "CheckResult",
+    "check_additive_score",
+    "check_gru_cell",
+    "check_masked_softmax",
+    "check_padding_mask",
     "check_causal_mask",
     "check_scaled_dot_product",
     "check_softmax",

@@ -315,10 +315,11 @@ def number_task(
     """English -> French/German number words, split disjointly by number.
 
     Numbers are drawn with :func:`draw_numbers` (spread over magnitudes, no
-    repeats); the first ``n_test`` drawn form the test set, the next
-    ``n_valid`` the validation set, the rest the training set. So no number is
-    in two splits, and the test set for a seed does not change with
-    ``n_train``.
+    repeats), shuffled, and cut into test, validation and training sets, so no
+    number is in two splits. The shuffle matters: the small sizes run out
+    (there are only 90 two-digit numbers), and without it the test set, drawn
+    first, would take all of them and leave the training set without a single
+    bare two-digit number.
 
     Parameters
     ----------
@@ -348,6 +349,7 @@ def number_task(
         if v < 0:
             raise ValueError(f"{arg} must be >= 0, got {v}")
     numbers = draw_numbers(n_test + n_valid + n_train, min_value=min_value, max_value=max_value, seed=seed)
+    random.Random(seed).shuffle(numbers)
     test = numbers[:n_test]
     valid = numbers[n_test : n_test + n_valid]
     train = numbers[n_test + n_valid :]

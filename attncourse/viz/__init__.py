@@ -4,6 +4,8 @@
 - :func:`plot_curves`: named line series against one x axis.
 - :func:`plot_step` and :data:`STEP_FIGURES`: one figure per step of
   self-attention, drawn from a :class:`attncourse.functional.SelfAttentionTrace`.
+- :func:`plot_encoder_decoder`, :func:`plot_alignment`, :func:`plot_by_length`,
+  :func:`plot_history`, :func:`plot_bahdanau_step`: the encoder-decoder chapters.
 
 Every function creates its figure with ``plt.subplots(..., layout="constrained")``
 when no axes are given; close figures you no longer need with ``plt.close(fig)``.
@@ -11,6 +13,13 @@ when no axes are given; close figures you no longer need with ``plt.close(fig)``
 
 from attncourse.viz.heatmap import heatmap
 from attncourse.viz.curves import plot_curves
+from attncourse.viz.seq2seq import (
+    plot_alignment,
+    plot_bahdanau_step,
+    plot_by_length,
+    plot_encoder_decoder,
+    plot_history,
+)
 from attncourse.viz.self_attention import (
     STEP_FIGURES,
     plot_project,
@@ -26,7 +35,12 @@ from attncourse.viz.self_attention import (
 __all__ = [
     "STEP_FIGURES",
     "heatmap",
+    "plot_alignment",
+    "plot_bahdanau_step",
+    "plot_by_length",
     "plot_curves",
+    "plot_encoder_decoder",
+    "plot_history",
     "plot_project",
     "plot_scale",
     "plot_score",

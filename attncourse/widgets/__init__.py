@@ -4,6 +4,7 @@ Each explorer draws the same static figures that the chapters show next to it,
 so what a learner sees while exploring matches the printed page.
 """
 
+from attncourse.widgets.bahdanau import BahdanauStepper
 from attncourse.widgets.stepper import SelfAttentionStepper
 
-__all__ = ["SelfAttentionStepper"]
+__all__ = ["BahdanauStepper", "SelfAttentionStepper"]
