@@ -423,7 +423,9 @@ def plot_by_length(
     ax.set_title(f"{METRICS[metric].replace(' (%)', '')} by source length" if title is None else title)
     ax.grid(True, axis="y", alpha=0.4)
     ax.set_axisbelow(True)
-    ax.legend()
+    # Below the axes, so the legend never hides a bar however many models there are.
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=min(n_models, 2), fontsize="small",
+              frameon=False)
     return ax
 
 
