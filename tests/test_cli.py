@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import attncourse.train.cli as cli
 from attncourse.train.cli import build_parser, main
 
 SMALL = ["--emb-dim", "8", "--hidden-dim", "16", "--batch-size", "16", "--lr", "0.01", "--no-progress"]
@@ -80,6 +81,18 @@ def test_train_then_evaluate_end_to_end(tsv, tmp_path, capsys):
     assert main(["evaluate", str(out), "--test", str(tsv["test"]), "--beam-size", "2", "--json", str(json_out),
                  "--edges", "1", "3"]) == 0
     assert set(json.loads(json_out.read_text())["buckets"]) == {"1-2", "3+"}
+
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"] == "bahdanau" and results["model_type"] == "rnn" and results["preset"] is None
+    assert results["n_parameters"] == config["n_parameters"] and results["device"] == "cpu"
+    assert results["torch_version"] == torch.__version__
+    assert results["git_commit"] is None or len(results["git_commit"]) == 40
+    assert results["tokens_per_second"] > 0 and results["wall_time"] > 0
+    assert [row["epoch"] for row in results["history"]] == [1, 2]
+    # evaluate added its test scores, once per (test file, decoding)
+    evaluations = results["evaluations"]
+    assert [e["beam_size"] for e in evaluations] == [1, 2]
+    assert evaluations[0]["overall"] == metrics["overall"]
 
 
 def test_resume_continues_and_a_finished_run_is_not_overwritten(tsv, tmp_path, capsys):
@@ -154,7 +167,7 @@ def test_unreadable_checkpoint_is_one_error_line(tsv, tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["train", "--task", "dates", "--model", "transformer", "--out", "x"], "invalid choice: 'transformer'"),
+        (["train", "--task", "dates", "--model", "gpt", "--out", "x"], "invalid choice: 'gpt'"),
         (["train", "--task", "dates"], "--out"),
         (["train", "--out", "x"], "give --task, or both --train and --valid"),
         (["train", "--task", "dates", "--max-value", "10", "--out", "x"], "numbers tasks only"),
@@ -183,3 +196,96 @@ def test_evaluate_restores_thread_count(tsv, tmp_path):
     before = torch.get_num_threads()
     assert main(["evaluate", str(out), "--test", str(tsv["test"]), "--threads", "1"]) == 0
     assert torch.get_num_threads() == before
+
+
+# --- the Transformer's options ----------------------------------------------------------------
+
+
+def resolved(*extra: str) -> argparse.Namespace:
+    args = build_parser().parse_args(["train", "--task", "dates", "--out", "x", *extra])
+    cli._check_train_args(args)
+    return args
+
+
+def test_rnn_defaults_are_unchanged():
+    args = resolved("--model", "rnn")
+    assert (args.emb_dim, args.hidden_dim, args.dropout, args.epochs, args.batch_size, args.lr) == (
+        64, 128, 0.0, 10, 64, 1e-3)
+    assert (args.schedule, args.label_smoothing, args.optimizer, args.betas, args.amp, args.clip_norm) == (
+        None, 0.0, "adam", (0.9, 0.999), None, 1.0)
+    assert args.preset is None and args.n_train is None  # the task's own sizes
+
+
+def test_presets_fill_what_is_not_given():
+    cpu = resolved("--model", "transformer")  # the cpu preset is the default
+    assert cpu.preset == "cpu"
+    assert (cpu.d_model, cpu.num_heads, cpu.num_layers, cpu.d_ff, cpu.dropout) == (128, 4, 2, 512, 0.1)
+    assert (cpu.label_smoothing, cpu.schedule, cpu.warmup, cpu.betas, cpu.eps) == (0.1, "noam", 400, (0.9, 0.98),
+                                                                                   1e-9)
+    gpu = resolved("--model", "transformer", "--preset", "gpu", "--d-model", "256", "--amp", "none", "--epochs",
+                   "3", "--no-fused", "--n-train", "100")
+    assert (gpu.d_model, gpu.num_heads, gpu.num_layers, gpu.d_ff) == (256, 8, 6, 2048)
+    assert (gpu.amp, gpu.fused, gpu.epochs, gpu.optimizer, gpu.clip_norm, gpu.warmup) == (
+        None, False, 3, "adamw", None, 4000)
+    assert (gpu.n_train, gpu.n_valid, gpu.batch_size) == (100, 1000, 128)  # dates: smaller batches
+    constant = resolved("--model", "transformer", "--schedule", "constant", "--lr", "0.0005", "--no-clip")
+    assert (constant.schedule, constant.lr, constant.clip_norm) == (None, 5e-4, None)
+    noam_rnn = resolved("--model", "rnn", "--schedule", "noam", "--warmup", "100", "--label-smoothing", "0.1")
+    assert (noam_rnn.schedule, noam_rnn.warmup, noam_rnn.label_smoothing) == ("noam", 100, 0.1)
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--model", "rnn", "--preset", "cpu"], "--preset applies to --model transformer only"),
+        (["--model", "bahdanau", "--d-model", "64"], "--d-model applies to --model transformer only"),
+        (["--heads", "2"], "--heads applies to --model transformer only"),
+        (["--model", "transformer", "--hidden-dim", "64"], "--hidden-dim applies to --model rnn and bahdanau only"),
+        (["--model", "transformer", "--lr", "0.001"], "--lr sets a constant rate"),
+        (["--model", "rnn", "--warmup", "100"], "--warmup applies to --schedule noam only"),
+        (["--model", "transformer", "--schedule", "constant", "--lr-scale", "2"], "--lr-scale applies to"),
+        (["--model", "transformer", "--d-model", "100", "--heads", "8"], "not divisible by --heads 8"),
+        (["--clip-norm", "1", "--no-clip"], "not both"),
+        (["--label-smoothing", "1"], "[0, 1)"),
+        (["--amp", "fp16"], "invalid choice: 'fp16'"),
+        (["--model", "transformer", "--preset", "tpu"], "invalid choice: 'tpu'"),
+        (["--betas", "0.9"], "--betas"),
+    ],
+)
+def test_bad_transformer_options_exit_2_with_one_line(extra, message, capsys):
+    assert main(["train", "--task", "dates", "--out", "x", *extra]) == 2
+    assert message in one_error_line(capsys)
+
+
+def test_help_documents_presets_and_torchrun(capsys):
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    for text in ("--preset", "--label-smoothing", "--warmup", "--amp", "--compile", "torchrun --nproc_per_node",
+                 "d_model 512, 8 heads, 6+6 layers"):
+        assert text in out, text
+
+
+def test_missing_transformer_module_is_one_error_line(tsv, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "attncourse.nn.transformer", None)  # import fails as if absent
+    assert main([*train_args(tsv, tmp_path / "r")[:-len(SMALL)], "--model", "transformer", "--no-progress"]) == 2
+    assert "attncourse.nn.transformer" in one_error_line(capsys)
+
+
+TINY_TRANSFORMER = ["--model", "transformer", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32",
+                    "--warmup", "10", "--batch-size", "16", "--no-progress"]
+
+
+def test_transformer_trains_resumes_and_evaluates(tsv, tmp_path, capsys):
+    pytest.importorskip("attncourse.nn.transformer")
+    out = tmp_path / "tf"
+    base = ["train", "--train", str(tsv["train"]), "--valid", str(tsv["valid"]), "--out", str(out),
+            *TINY_TRANSFORMER]
+    assert main([*base, "--epochs", "1"]) == 0
+    assert main([*base, "--epochs", "2", "--resume"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "transformer" and config["model_class"] == "Transformer"
+    assert config["model"]["d_model"] == 16 and config["preset"] == "cpu"
+    results = json.loads((out / "results.json").read_text())
+    assert results["model"] == "transformer" and len(results["history"]) == 2
+    assert main(["evaluate", str(out), "--test", str(tsv["test"]), "--beam-size", "2"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["model_class"] == "Transformer"

@@ -3,7 +3,16 @@
 import pytest
 import torch
 
-from attncourse.train.experiment import Experiment, load_task, run_experiment, seconds_to_reach, shorter_than
+from attncourse.nn.rnn import Seq2Seq
+from attncourse.train.experiment import (
+    Experiment,
+    build_model,
+    load_task,
+    run_experiment,
+    seconds_to_reach,
+    shorter_than,
+    transformer_preset,
+)
 
 TINY = Experiment(n_train=200, n_valid=40, n_test=40, epochs=2, emb_dim=8, hidden_dim=16)
 
@@ -45,3 +54,58 @@ def test_seconds_to_reach():
     assert seconds_to_reach(history, 0.98) == 5.0
     assert seconds_to_reach(history, 0.4) == 2.0
     assert seconds_to_reach(history, 0.999) is None
+
+
+def test_rnn_folder_names_do_not_change_with_the_transformer_fields():
+    # the chapters' trained runs live in these folders; a new field must not move them
+    assert Experiment(task="numbers-en-fr", attention="bahdanau", hidden_dim=128).name == (
+        "numbers-en-fr/bahdanau-all-h128-04fe6e1fd0")
+    assert Experiment(task="numbers-en-fr", attention=None, hidden_dim=134).name == (
+        "numbers-en-fr/rnn-all-h134-68a4c2d234")
+    # but a new field set away from its default does change the name
+    assert Experiment(dropout=0.1).name != Experiment().name
+    assert Experiment(label_smoothing=0.1).name != Experiment().name
+
+
+def test_transformer_presets():
+    cpu = transformer_preset("cpu")
+    assert (cpu.model, cpu.d_model, cpu.num_heads, cpu.num_layers, cpu.d_ff) == ("transformer", 128, 4, 2, 512)
+    assert (cpu.dropout, cpu.label_smoothing, cpu.schedule, cpu.betas, cpu.eps) == (
+        0.1, 0.1, "noam", (0.9, 0.98), 1e-9)
+    gpu = transformer_preset("gpu", task="dates", epochs=3)
+    assert (gpu.d_model, gpu.num_heads, gpu.num_layers, gpu.d_ff, gpu.warmup) == (512, 8, 6, 2048, 4000)
+    assert (gpu.amp, gpu.fused, gpu.optimizer, gpu.weight_decay, gpu.clip_norm) == ("bf16", True, "adamw", 0.0, None)
+    assert gpu.epochs == 3 and gpu.task == "dates" and gpu.n_train + gpu.n_valid + gpu.n_test <= 36_525
+    assert cpu.name.startswith("numbers-en-fr/transformer-all-d128-") and cpu.name != gpu.name
+    config = gpu.fit_config(device="cpu")
+    assert (config.schedule, config.warmup, config.label_smoothing, config.amp, config.betas) == (
+        "noam", 4000, 0.1, "bf16", (0.9, 0.98))
+    with pytest.raises(ValueError, match="unknown preset 'tpu'"):
+        transformer_preset("tpu")
+    with pytest.raises(TypeError):
+        transformer_preset("cpu", depth=3)
+    with pytest.raises(ValueError, match="model must be one of"):
+        Experiment(model="lstm")
+
+
+def test_build_model_dispatches_on_the_model_field():
+    rnn = build_model(Experiment(emb_dim=8, hidden_dim=16, dropout=0.2), 10, 12)
+    assert isinstance(rnn, Seq2Seq) and rnn.config["dropout"] == 0.2 and rnn.config["tgt_vocab_size"] == 12
+    pytest.importorskip("attncourse.nn.transformer")
+    small = transformer_preset("cpu", d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    transformer = build_model(small, 10, 12)
+    assert type(transformer).__name__ == "Transformer"
+    assert {k: transformer.config[k] for k in ("d_model", "num_heads", "num_encoder_layers", "num_decoder_layers",
+                                               "d_ff", "dropout")} == {
+        "d_model": 16, "num_heads": 2, "num_encoder_layers": 1, "num_decoder_layers": 1, "d_ff": 32, "dropout": 0.1}
+
+
+def test_transformer_experiment_trains_then_loads(tmp_path):
+    pytest.importorskip("attncourse.nn.transformer")
+    torch.set_num_threads(1)
+    tiny = transformer_preset("cpu", n_train=200, n_valid=40, n_test=40, epochs=2, d_model=16, num_heads=2,
+                              num_layers=1, d_ff=32, warmup=10)
+    first = run_experiment(tiny, progress=False, out_dir=tmp_path)
+    again = run_experiment(tiny, progress=False, out_dir=tmp_path)
+    assert len(first.result.history) == 2 and again.result.history == first.result.history
+    assert all(torch.equal(a, b) for a, b in zip(first.model.parameters(), again.model.parameters()))

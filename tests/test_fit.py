@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import math
 import os
 from fractions import Fraction
 
@@ -9,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-import attncourse.train.fit as fit_module
 from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import PairDataset
 from attncourse.nn.rnn import Seq2Seq
@@ -21,6 +22,10 @@ from attncourse.train.checkpoint import (
 )
 from attncourse.train.fit import FitConfig, evaluate, fit, sequence_loss, validate
 from attncourse.train.metrics import exact_match
+
+# importlib, not "import attncourse.train.fit as ...": the package re-exports the function fit,
+# which shadows the module of the same name as an attribute of attncourse.train.
+fit_module = importlib.import_module("attncourse.train.fit")
 
 LETTERS = "abcdefg"
 
@@ -342,3 +347,203 @@ def test_progress_bars_show_epochs_and_batches(data, capsys):
     err = capsys.readouterr().err
     assert "epochs" in err and "1/1" in err
     assert run_result.history[0]["epoch"] == 1
+
+
+# --- label smoothing ------------------------------------------------------------------------
+
+
+def test_label_smoothing_matches_a_hand_computed_case():
+    # p = (1/4, 1/2, 1/4), gold token 0, eps = 0.1: the target is 0.9 on token 0 plus 0.1/3 on each token, so
+    # loss = 0.9 * -log p_0 + 0.1 * mean_k(-log p_k) = 0.9 * log 4 + 0.1 * (log 4 + log 2 + log 4) / 3
+    expected = 0.9 * math.log(4) + 0.1 * (5 * math.log(2)) / 3
+    logits = torch.tensor([[[math.log(1.0), math.log(2.0), math.log(1.0)], [5.0, -3.0, 0.5]]])
+    gold = torch.tensor([[0, 0]])
+    loss, _, _ = sequence_loss(logits[:, :1], gold[:, :1], label_smoothing=0.1, pad_id=2)
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+    # with a padded position added (pad_id = 2 as the gold there), nothing changes
+    padded_gold = torch.tensor([[0, 2]])
+    loss_padded, _, tokens = sequence_loss(logits, padded_gold, label_smoothing=0.1, pad_id=2)
+    assert float(loss_padded) == pytest.approx(expected, rel=1e-6) and tokens == 1
+    plain, _, _ = sequence_loss(logits[:, :1], gold[:, :1], pad_id=2)
+    assert float(plain) == pytest.approx(math.log(4), rel=1e-6)
+
+
+def test_label_smoothing_equals_torch_and_the_written_out_formula():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 4, 6)
+    gold = torch.tensor([[4, 2, 0, 0], [3, 4, 2, 5], [1, 0, 0, 0]])
+    eps = 0.2
+    loss, _, _ = sequence_loss(logits, gold, label_smoothing=eps)
+    real = gold != 0
+    reference = torch.nn.functional.cross_entropy(logits[real], gold[real], label_smoothing=eps)
+    log_p = logits[real].log_softmax(-1)
+    formula = ((1 - eps) * -log_p.gather(1, gold[real][:, None]).squeeze(1) + eps * -log_p.mean(-1)).mean()
+    assert torch.allclose(loss, reference, atol=1e-6) and torch.allclose(loss, formula, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_label_smoothing_is_finite_for_extreme_logits(dtype):
+    big = torch.finfo(dtype).max
+    rows = torch.tensor([
+        [1e4, -1e4, 0.0, 0.0],
+        [big, -big, 0.0, 1.0],                       # a range that overflows the dtype
+        [0.0, float("-inf"), float("-inf"), 2.0],    # banned tokens: probability exactly 0
+        [-big, -big, -big, -big],                    # all equal, hugely negative
+        [-1e30 if dtype != torch.float16 else -6e4, 3.0, 0.0, 0.0],
+    ]).to(dtype)
+    logits = rows[None].clone().requires_grad_(True)
+    gold = torch.tensor([[1, 0, 2, 3, 0]])  # row 0 and 2: the gold token is the least likely one
+    for eps in (0.1, 0.5):
+        loss, _, _ = sequence_loss(logits, gold, label_smoothing=eps)
+        assert torch.isfinite(loss), (dtype, eps, loss)
+        (grad,) = torch.autograd.grad(loss, logits)
+        assert torch.isfinite(grad.float()).all()
+
+
+def mean_train_loss(model, batches, label_smoothing=0.0):
+    with torch.no_grad():
+        total = sum(float(sequence_loss(model(b.src, b.src_mask, b.tgt_in).logits, b.tgt_out,
+                                        label_smoothing=label_smoothing)[0]) * b.n_tgt_tokens for b in batches)
+    return total / sum(b.n_tgt_tokens for b in batches)
+
+
+def test_fit_with_label_smoothing_reports_the_plain_loss(data):
+    model = new_model(data)
+    run(data, model, config(epochs=4))  # confident enough that smoothing changes the loss
+    plain = mean_train_loss(model, data["train_batches"])
+    smoothed = mean_train_loss(model, data["train_batches"], label_smoothing=0.3)
+    assert smoothed - plain > 0.1
+    # a learning rate so small that the weights do not move: the epoch's train_loss is this model's
+    result = run(data, model, config(epochs=1, lr=1e-12, label_smoothing=0.3))
+    assert result.history[0]["train_loss"] == pytest.approx(plain, rel=1e-5)
+
+
+# --- optimizer, schedule, precision ---------------------------------------------------------
+
+
+def test_schedule_follows_equation_3_per_batch(data, tmp_path):
+    cfg = config(epochs=2, schedule="noam", warmup=4, d_model_for_schedule=16, lr_scale=2.0)
+    run(data, new_model(data), cfg, out_dir=tmp_path)
+    saved = load_checkpoint(tmp_path / "checkpoint.pt")
+    steps = 2 * len(data["train_batches"])
+    assert saved["scheduler_state"]["last_epoch"] == steps
+    # the rate for the next step, step number steps + 1
+    expected = 2.0 * 16**-0.5 * min((steps + 1) ** -0.5, (steps + 1) * 4**-1.5)
+    assert saved["optimizer_state"]["param_groups"][0]["lr"] == pytest.approx(expected)
+
+
+def test_noam_needs_a_d_model(data):
+    with pytest.raises(ValueError, match="d_model_for_schedule"):
+        run(data, new_model(data), config(epochs=1, schedule="noam"))
+
+
+@pytest.mark.parametrize("how", ["interrupt", "shorter"])
+def test_resumed_run_with_schedule_and_smoothing_equals_uninterrupted_run(data, tmp_path, how):
+    recipe = dict(restore_best=False, schedule="noam", warmup=5, d_model_for_schedule=16, label_smoothing=0.1,
+                  optimizer="adamw", weight_decay=0.01, betas=(0.9, 0.98), eps=1e-9)
+    cfg = config(epochs=4, **recipe)
+    straight = new_model(data, dropout=0.2)
+    full = run(data, straight, cfg)
+
+    first = new_model(data, dropout=0.2)
+    if how == "interrupt":
+
+        def stop_after_two(history):
+            if len(history) == 2:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            run(data, first, cfg, out_dir=tmp_path, extra=data["extra"], callback=stop_after_two)
+    else:
+        run(data, first, config(epochs=2, **recipe), out_dir=tmp_path, extra=data["extra"])
+
+    resumed = new_model(data, seed=123, dropout=0.2)
+    result = run(data, resumed, cfg, out_dir=tmp_path, resume=True, extra=data["extra"])
+    assert_same_weights(resumed, straight)
+    for a, b in zip(result.history, full.history):
+        assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["scheduler_state"]["last_epoch"] == 4 * len(
+        data["train_batches"])
+
+
+def test_resume_refuses_another_recipe(data, tmp_path):
+    run(data, new_model(data), config(epochs=1, label_smoothing=0.1), out_dir=tmp_path, extra=data["extra"])
+    with pytest.raises(ValueError, match="label_smoothing: 0.1 in the checkpoint, 0.0 in this run"):
+        run(data, new_model(data), config(epochs=2), out_dir=tmp_path, resume=True, extra=data["extra"])
+    with pytest.raises(ValueError, match="schedule: None in the checkpoint, 'noam' in this run"):
+        run(data, new_model(data), config(epochs=2, label_smoothing=0.1, schedule="noam", d_model_for_schedule=16),
+            out_dir=tmp_path, resume=True, extra=data["extra"])
+
+
+def test_checkpoints_from_before_the_new_settings_still_resume(data, tmp_path):
+    run(data, new_model(data), config(epochs=1), out_dir=tmp_path, extra=data["extra"])
+    path = tmp_path / "checkpoint.pt"
+    raw = torch.load(path, weights_only=True)
+    old_keys = ("lr", "batch_size", "clip_norm", "teacher_forcing", "seed", "monitor")
+    raw["trainer"]["fit_config"] = {k: raw["trainer"]["fit_config"][k] for k in old_keys}
+    for key in ("scheduler_state",):
+        del raw[key]
+    del raw["trainer"]["rank_rng_states"]
+    torch.save(raw, path)
+    result = run(data, new_model(data), config(epochs=2), out_dir=tmp_path, resume=True, extra=data["extra"])
+    assert [r["epoch"] for r in result.history] == [1, 2]
+
+
+def test_optimizer_settings_reach_the_optimizer(data):
+    model = new_model(data)
+    cfg = config(optimizer="adamw", betas=(0.8, 0.9), eps=1e-7, weight_decay=0.05, fused=True)
+    optimizer = fit_module.make_optimizer(model, cfg, "cpu")
+    assert isinstance(optimizer, torch.optim.AdamW)
+    group = optimizer.param_groups[0]
+    assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (1e-2, (0.8, 0.9), 1e-7, 0.05)
+    assert not group.get("fused")  # fused is CUDA only: ignored on the CPU
+    assert type(fit_module.make_optimizer(model, config(), "cpu")) is torch.optim.Adam
+    assert fit_module.make_optimizer(model, config(schedule="noam"), "cpu").param_groups[0]["lr"] == 1.0
+
+
+def test_bf16_autocast_trains_on_the_cpu(data):
+    model = new_model(data)
+    result = run(data, model, config(epochs=2, amp="bf16"))
+    rows = result.history
+    assert all(math.isfinite(r[k]) for r in rows for k in ("train_loss", "valid_loss"))
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
+    assert all(p.dtype == torch.float32 for p in model.parameters())  # weights stay float32
+
+
+def test_throughput_is_reported(data):
+    result = run(data, new_model(data), config(epochs=2))
+    assert result.train_tokens == 2 * sum(b.n_tgt_tokens for b in data["train_batches"])
+    assert 0 < result.train_seconds < result.wall_time
+    assert result.tokens_per_second == pytest.approx(result.train_tokens / result.train_seconds)
+    assert result.world_size == 1
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [({"label_smoothing": 1.0}, "label_smoothing"), ({"optimizer": "sgd"}, "optimizer"),
+     ({"schedule": "cosine"}, "schedule"), ({"warmup": 0}, "warmup"), ({"amp": "fp16"}, "gradient scaler"),
+     ({"betas": (0.9, 1.0)}, "betas"), ({"lr_scale": 0.0}, "lr_scale"), ({"eps": 0.0}, "eps"),
+     ({"weight_decay": -1.0}, "weight_decay")],
+)
+def test_fit_config_rejects_bad_recipe_values(kw, message):
+    with pytest.raises(ValueError, match=message):
+        config(**kw)
+
+
+def test_load_model_names_unknown_model_classes(data, tmp_path):
+    path = tmp_path / "c.pt"
+    save_checkpoint(path, model=new_model(data), epoch=1)
+    raw = torch.load(path, weights_only=True)
+    raw["model_class"] = "Perceiver"
+    torch.save(raw, path)
+    with pytest.raises(ValueError, match="'Perceiver'.*rebuilds Seq2Seq, Transformer models only"):
+        load_model(path)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_recipe_bf16_fused_compile(data):
+    model = new_model(data)
+    cfg = config(epochs=2, device="cuda", amp="bf16", fused=True, compile=True, optimizer="adamw")
+    result = run(data, model, cfg)
+    assert result.device == "cuda" and all(math.isfinite(r["train_loss"]) for r in result.history)
+    assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]

@@ -13,6 +13,7 @@ from attncourse.functional.numpy_attention import (
     self_attention_trace,
     softmax,
 )
+from attncourse.functional.positional import positional_frequencies, relative_shift_matrix, sinusoidal_encoding
 from attncourse.functional.torch_attention import attention, masked_softmax, self_attention
 
 __all__ = [
@@ -25,8 +26,11 @@ __all__ = [
     "causal_mask",
     "masked_softmax",
     "padding_mask",
+    "positional_frequencies",
+    "relative_shift_matrix",
     "scaled_dot_product_attention",
     "self_attention",
     "self_attention_trace",
+    "sinusoidal_encoding",
     "softmax",
 ]

@@ -2,6 +2,8 @@
 the Transformer. Every module documents what plays the query, the keys and the values."""
 
 from attncourse.nn.additive import AdditiveAttention
+from attncourse.nn.attention import KVCache, MultiHeadAttention, merge_heads, split_heads
+from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from attncourse.nn.rnn import (
     ATTENTION_KINDS,
     Encoder,
@@ -12,15 +14,37 @@ from attncourse.nn.rnn import (
     hidden_dim_for_budget,
     reorder_batch,
 )
+from attncourse.nn.transformer import (
+    POSITIONAL_KINDS,
+    DecoderLayer,
+    EncoderLayer,
+    PositionwiseFeedForward,
+    Transformer,
+    TransformerDecoderState,
+    TransformerEncoderState,
+)
 
 __all__ = [
     "ATTENTION_KINDS",
     "AdditiveAttention",
+    "DecoderLayer",
+    "EncoderLayer",
+    "KVCache",
+    "LearnedPositionalEncoding",
+    "MultiHeadAttention",
+    "POSITIONAL_KINDS",
+    "PositionwiseFeedForward",
+    "SinusoidalPositionalEncoding",
+    "Transformer",
+    "TransformerDecoderState",
+    "TransformerEncoderState",
     "Encoder",
     "EncoderState",
     "Seq2Seq",
     "Seq2SeqOutput",
     "count_parameters",
     "hidden_dim_for_budget",
+    "merge_heads",
     "reorder_batch",
+    "split_heads",
 ]

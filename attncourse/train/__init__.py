@@ -8,10 +8,12 @@ from attncourse.train.experiment import (
     TASKS,
     Experiment,
     TrainedModel,
+    build_model,
     load_task,
     run_experiment,
     seconds_to_reach,
     shorter_than,
+    transformer_preset,
 )
 from attncourse.train.fit import FitConfig, FitResult, evaluate, fit
 from attncourse.train.metrics import (
@@ -24,16 +26,21 @@ from attncourse.train.metrics import (
     length_buckets,
     token_accuracy,
 )
+from attncourse.train.schedule import noam_lambda, warmup_inverse_sqrt
 from attncourse.train.runtime import describe_device, pick_device, runs_dir, seed_everything
 
 __all__ = [
     "TASKS",
     "Experiment",
     "TrainedModel",
+    "build_model",
     "load_task",
     "run_experiment",
     "seconds_to_reach",
     "shorter_than",
+    "transformer_preset",
+    "noam_lambda",
+    "warmup_inverse_sqrt",
     "FitConfig",
     "FitResult",
     "evaluate",

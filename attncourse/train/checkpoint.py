@@ -20,10 +20,11 @@ Layout of the saved dict (``version`` 1)::
     format           "attncourse-checkpoint"
     version          1
     epoch            epochs finished when it was written (0 = none)
-    model_class      e.g. "Seq2Seq"
+    model_class      e.g. "Seq2Seq" or "Transformer": which class load_model rebuilds
     model_config     model.config (a JSON-able dict) or None
     model_state      model.state_dict()
     optimizer_state  optimizer.state_dict() or None
+    scheduler_state  the learning-rate scheduler's state_dict() or None (absent in older files)
     history          list of per-epoch dicts
     extra            JSON-able dict: vocabularies, task, data level, ...
     trainer          training-loop state (random generator states, best weights, ...)
@@ -32,6 +33,7 @@ Layout of the saved dict (``version`` 1)::
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import tempfile
@@ -42,10 +44,15 @@ from typing import Any
 
 import torch
 
-from attncourse.nn.rnn import Seq2Seq
-
 FORMAT = "attncourse-checkpoint"
 VERSION = 1
+
+#: The classes :func:`load_model` rebuilds, by the checkpoint's ``model_class``: (module, class name).
+#: Imported only when a checkpoint needs them.
+MODEL_CLASSES: dict[str, tuple[str, str]] = {
+    "Seq2Seq": ("attncourse.nn.rnn", "Seq2Seq"),
+    "Transformer": ("attncourse.nn.transformer", "Transformer"),
+}
 
 
 def _check_plain(obj: Any, where: str) -> None:
@@ -140,6 +147,7 @@ def save_checkpoint(
     history: Sequence[Mapping[str, Any]] = (),
     extra: Mapping[str, Any] | None = None,
     trainer: Mapping[str, Any] | None = None,
+    scheduler: Any = None,
 ) -> Path:
     """Write a checkpoint atomically (temporary file, fsync, :func:`os.replace`).
 
@@ -163,6 +171,9 @@ def save_checkpoint(
     trainer : dict, optional
         State of the training loop (random generator states, best weights, ...);
         see :func:`attncourse.train.fit.fit`.
+    scheduler : torch.optim.lr_scheduler.LRScheduler, optional
+        Its ``state_dict()`` (step count and base rates), so that a resumed
+        run continues the learning-rate schedule where it stopped.
 
     Returns
     -------
@@ -186,12 +197,13 @@ def save_checkpoint(
         "model_config": None if config is None else dict(config),
         "model_state": model.state_dict(),
         "optimizer_state": None if optimizer is None else optimizer.state_dict(),
+        "scheduler_state": None if scheduler is None else scheduler.state_dict(),
         "history": [dict(row) for row in history],
         "extra": {} if extra is None else dict(extra),
         "trainer": {} if trainer is None else dict(trainer),
         "torch_version": str(torch.__version__),
     }
-    for key in ("model_config", "history", "extra", "trainer", "optimizer_state"):
+    for key in ("model_config", "history", "extra", "trainer", "optimizer_state", "scheduler_state"):
         _check_plain(payload[key], key)
     return atomic_torch_save(payload, path)
 
@@ -347,10 +359,33 @@ def check_compatible(
         raise ValueError(f"checkpoint{where} does not match this run: " + "; ".join(problems))
 
 
+def model_class(name: str) -> type[torch.nn.Module]:
+    """The model class a checkpoint's ``model_class`` entry names (see :data:`MODEL_CLASSES`).
+
+    Raises
+    ------
+    ValueError
+        If the name is not in :data:`MODEL_CLASSES`, or its module cannot be imported.
+    """
+    if name not in MODEL_CLASSES:
+        raise ValueError(f"a {name!r} model; load_model rebuilds {', '.join(sorted(MODEL_CLASSES))} models only")
+    module_name, class_name = MODEL_CLASSES[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"a {name!r} model, but {module_name} cannot be imported: {err}") from None
+    return getattr(module, class_name)
+
+
 def load_model(
     path: str | PathLike, map_location: str | torch.device | None = "cpu"
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Rebuild a :class:`~attncourse.nn.rnn.Seq2Seq` from a checkpoint and load its weights.
+    """Rebuild the model a checkpoint was written from and load its weights.
+
+    The checkpoint's ``model_class`` (``"Seq2Seq"``, ``"Transformer"``) picks the
+    class and ``model_config`` its constructor arguments
+    (``cls.from_config(config)``); checkpoints written before the Transformer
+    existed load as before.
 
     Parameters
     ----------
@@ -360,7 +395,7 @@ def load_model(
 
     Returns
     -------
-    model : Seq2Seq
+    model : Seq2Seq or Transformer
         In evaluation mode, on ``map_location``.
     checkpoint : dict
         The whole checkpoint (``extra`` holds the vocabularies).
@@ -370,15 +405,18 @@ def load_model(
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If the file is not a readable checkpoint or does not describe a ``Seq2Seq``.
+        If the file is not a readable checkpoint or describes a model class this
+        function does not know.
     """
     checkpoint = load_checkpoint(path, map_location=map_location)
-    if checkpoint.get("model_class") != "Seq2Seq" or not isinstance(checkpoint.get("model_config"), dict):
-        raise ValueError(
-            f"{path} holds a {checkpoint.get('model_class')!r} model; load_model rebuilds Seq2Seq models only"
-        )
+    if not isinstance(checkpoint.get("model_config"), dict):
+        raise ValueError(f"{path} holds no model config; load_model cannot rebuild its model")
     try:
-        model = Seq2Seq.from_config(checkpoint["model_config"])
+        cls = model_class(str(checkpoint.get("model_class")))
+    except ValueError as err:
+        raise ValueError(f"{path} holds {err}") from None
+    try:
+        model = cls.from_config(checkpoint["model_config"])
         model.load_state_dict(checkpoint["model_state"])
     except (TypeError, ValueError, RuntimeError) as err:
         reason = " ".join(str(err).split())[:300]

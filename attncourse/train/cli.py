@@ -1,16 +1,24 @@
 """Command line: ``python -m attncourse train ...`` and ``python -m attncourse evaluate ...``.
 
-Train an encoder-decoder on a generated task or on your own TSV files, then
-score the best weights on a test file::
+Train an encoder-decoder (an RNN, with or without Bahdanau attention, or a
+Transformer) on a generated task or on your own TSV files, then score the best
+weights on a test file::
 
     python -m attncourse train --task numbers-en-fr --model bahdanau --out runs/fr --epochs 10
+    python -m attncourse train --task dates --model transformer --preset cpu --out runs/dates-tf
     python -m attncourse evaluate runs/fr --test runs/fr/test.tsv --beam-size 4
+
+Several GPUs (or CPU processes) train one model together under ``torchrun``::
+
+    torchrun --nproc_per_node 4 -m attncourse train --task numbers-en-fr --model transformer \
+        --preset gpu --out runs/base
 
 A training run writes into ``--out``: ``checkpoint.pt`` (resume with ``--resume``),
 ``best.pt`` (the best epoch's weights and vocabularies), ``config.json``,
-``history.json`` (updated every epoch) and, for a generated task, ``test.tsv``.
-``evaluate`` prints a table of metrics overall and by source length and writes
-them to ``metrics.json``.
+``history.json`` (updated every epoch), ``results.json`` (what ran where, how
+fast, and the learning curves) and, for a generated task, ``test.tsv``.
+``evaluate`` prints a table of metrics overall and by source length, writes
+them to ``metrics.json`` and adds them to ``results.json``.
 
 Any user error (a bad option, a missing file, a malformed TSV line, an
 unreadable checkpoint) ends with one line ``attncourse: error: ...`` on stderr
@@ -22,7 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,16 +44,35 @@ import attncourse
 from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import LEVELS, PairDataset, Splits, load_tsv, save_tsv
 from attncourse.data.vocab import Vocabulary
-from attncourse.nn.rnn import Seq2Seq, count_parameters
+from attncourse.nn.rnn import count_parameters
 from attncourse.train.checkpoint import load_model
-from attncourse.train.experiment import TASKS, load_task
+from attncourse.train.distributed import env_world_size, init_distributed, teardown_distributed
+from attncourse.train.experiment import PRESETS, TASKS, Experiment, build_model, load_task, transformer_preset
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME, FitConfig, check_resume, evaluate, fit
 from attncourse.train.metrics import format_table
 from attncourse.train.runtime import describe_device, pick_device
 
-MODELS = {"rnn": None, "bahdanau": "bahdanau"}
+#: --model choices: (Experiment.model, Experiment.attention)
+MODELS = {"rnn": ("rnn", None), "bahdanau": ("rnn", "bahdanau"), "transformer": ("transformer", None)}
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+
+#: Options whose default depends on the model: argparse leaves them None and _resolve fills them in,
+#: from the preset (Transformer) or from these RNN defaults. Keys are argparse dests = Experiment fields.
+RNN_DEFAULTS: dict[str, Any] = {
+    "emb_dim": 64, "hidden_dim": 128, "dropout": 0.0, "epochs": 10, "batch_size": 64, "lr": 1e-3,
+    "clip_norm": 1.0, "label_smoothing": 0.0, "schedule": None, "warmup": 4000, "lr_scale": 1.0,
+    "optimizer": "adam", "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amp": None, "fused": False,
+    "compile": False,
+}
+#: Options of the Transformer only, and of the RNN only.
+TRANSFORMER_OPTIONS = ("d_model", "num_heads", "num_layers", "d_ff", "norm_first", "positional", "tie_embeddings")
+RNN_OPTIONS = ("emb_dim", "hidden_dim")
+#: What a preset sets besides the options above: the training recipe and, for --task, the split sizes.
+PRESET_OPTIONS = TRANSFORMER_OPTIONS + (
+    "dropout", "epochs", "batch_size", "clip_norm", "label_smoothing", "schedule", "warmup", "lr_scale",
+    "optimizer", "betas", "eps", "weight_decay", "amp", "fused", "compile",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -100,11 +129,51 @@ def _dropout(text: str) -> float:
     return value
 
 
+def _below_one(text: str) -> float:
+    value = _probability(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+TRAIN_EPILOG = """\
+presets (--model transformer; every option you do not give comes from the preset):
+  cpu  d_model 128, 4 heads, 2+2 layers, d_ff 512, dropout 0.1, label smoothing 0.1,
+       Adam(0.9, 0.98, 1e-9), warmup schedule (warmup 400), batches of 64, 15 epochs,
+       10,000 generated training pairs: minutes on a laptop (the default preset)
+  gpu  the base model of Vaswani et al. (2017): d_model 512, 8 heads, 6+6 layers,
+       d_ff 2048, dropout 0.1, label smoothing 0.1, fused AdamW(0.9, 0.98, 1e-9) without
+       weight decay, warmup 4000, no clipping, bf16 autocast, batches of 512 sentences
+       (128 for dates), 200,000 generated training pairs (33,000 for dates)
+
+several GPUs or processes (data parallel, gradients averaged by DistributedDataParallel):
+  torchrun --nproc_per_node 4 -m attncourse train --task numbers-en-fr \\
+      --model transformer --preset gpu --out runs/base
+  Each process trains on its share of the batches (--batch-size is per process); rank 0
+  validates, prints and writes the files. Without GPUs the processes use the CPU ('gloo').
+
+examples:
+  python -m attncourse train --task numbers-en-fr --model bahdanau --out runs/fr
+  python -m attncourse train --task dates --model transformer --preset cpu --epochs 5 --out runs/tf
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``attncourse`` argument parser, with ``train`` and ``evaluate`` sub-commands."""
     parser = _Parser(
         prog="attncourse",
-        description="Train and evaluate the course's RNN encoder-decoders (with or without Bahdanau attention).",
+        description="Train and evaluate the course's encoder-decoders: RNNs (with or without Bahdanau "
+                    "attention) and the Transformer.",
     )
     parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",
                         help="print the version and exit")
@@ -113,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = commands.add_parser(
         "train", help="train a model on a generated task or on TSV files",
         description="Train a sequence-to-sequence model; give either --task, or --train and --valid.",
+        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     data = train.add_argument_group("data")
     data.add_argument("--task", choices=TASKS,
@@ -139,24 +209,74 @@ def build_parser() -> argparse.ArgumentParser:
     model = train.add_argument_group("model")
     model.add_argument("--model", choices=tuple(MODELS), default="bahdanau",
                        help="'rnn': encoder-decoder whose decoder sees only the encoder's final state; "
-                            "'bahdanau': with additive attention (default)")
-    model.add_argument("--emb-dim", type=_positive_int, default=64, metavar="D",
-                       help="width of the token embeddings (default 64)")
-    model.add_argument("--hidden-dim", type=_positive_int, default=128, metavar="D",
-                       help="width of the GRU states and of the attention MLP (default 128)")
-    model.add_argument("--dropout", type=_dropout, default=0.0, metavar="P",
-                       help="dropout on embeddings and before the output layer (default 0)")
+                            "'bahdanau': with additive attention (default); 'transformer': Vaswani et al. (2017)")
+    model.add_argument("--preset", choices=PRESETS,
+                       help="transformer only: 'cpu' (small, the default) or 'gpu' (the base model); "
+                            "it sets every model and training option you do not give (see below)")
+    model.add_argument("--emb-dim", type=_positive_int, metavar="D",
+                       help="rnn/bahdanau: width of the token embeddings (default 64)")
+    model.add_argument("--hidden-dim", type=_positive_int, metavar="D",
+                       help="rnn/bahdanau: width of the GRU states and of the attention MLP (default 128)")
+    model.add_argument("--d-model", type=_positive_int, metavar="D",
+                       help="transformer: width of embeddings and of every sub-layer's output (cpu 128, gpu 512)")
+    model.add_argument("--heads", dest="num_heads", type=_positive_int, metavar="H",
+                       help="transformer: attention heads; must divide --d-model (cpu 4, gpu 8)")
+    model.add_argument("--layers", dest="num_layers", type=_positive_int, metavar="N",
+                       help="transformer: layers of the encoder and of the decoder, each (cpu 2, gpu 6)")
+    model.add_argument("--d-ff", type=_positive_int, metavar="D",
+                       help="transformer: inner width of the position-wise feed-forward layers (cpu 512, gpu 2048)")
+    model.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=None,
+                       help="transformer: layer norm before each sub-layer (pre-norm) instead of after it "
+                            "(post-norm, the paper's; the default)")
+    model.add_argument("--positional", choices=("sinusoidal", "learned"),
+                       help="transformer: fixed sinusoidal position encodings (default) or learned ones")
+    model.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                       help="transformer: share the target embedding and output weights (default: shared)")
+    model.add_argument("--dropout", type=_dropout, metavar="P",
+                       help="dropout (rnn: on embeddings and before the output layer, default 0; "
+                            "transformer: the paper's P_drop, presets 0.1)")
 
     run = train.add_argument_group("training")
     run.add_argument("--out", type=Path, required=True, metavar="DIR",
-                     help="directory for checkpoint.pt, best.pt, config.json, history.json (and test.tsv)")
-    run.add_argument("--epochs", type=_positive_int, default=10, metavar="N",
-                     help="total epochs; with --resume, training continues up to N (default 10)")
-    run.add_argument("--batch-size", type=_positive_int, default=64, metavar="B",
-                     help="sentence pairs per batch (default 64)")
-    run.add_argument("--lr", type=_positive_float, default=1e-3, help="Adam learning rate (default 0.001)")
-    run.add_argument("--clip-norm", type=_positive_float, default=1.0, metavar="C",
-                     help="clip the gradient's global norm to C (default 1.0)")
+                     help="directory for checkpoint.pt, best.pt, config.json, history.json, results.json "
+                          "(and test.tsv)")
+    run.add_argument("--epochs", type=_positive_int, metavar="N",
+                     help="total epochs; with --resume, training continues up to N "
+                          "(default 10; presets: cpu 15, gpu 40, 60 for dates)")
+    run.add_argument("--batch-size", type=_positive_int, metavar="B",
+                     help="sentence pairs per batch, per process (default 64; gpu preset 512, 128 for dates)")
+    run.add_argument("--lr", type=_positive_float,
+                     help="constant learning rate (default 0.001); not with --schedule noam, use --lr-scale")
+    run.add_argument("--schedule", choices=("constant", "noam"),
+                     help="'constant': --lr throughout (rnn default); 'noam': linear warmup then 1/sqrt(step) "
+                          "decay, Vaswani et al. eq. (3), set every batch (transformer presets)")
+    run.add_argument("--warmup", type=_positive_int, metavar="STEPS",
+                     help="--schedule noam: optimizer steps (batches) of warmup, where the rate peaks "
+                          "(presets: cpu 400, gpu 4000)")
+    run.add_argument("--lr-scale", type=_positive_float, metavar="S",
+                     help="--schedule noam: multiply the rate of eq. (3) by S (default 1); for an rnn its "
+                          "d_model is --hidden-dim")
+    run.add_argument("--optimizer", choices=("adam", "adamw"),
+                     help="Adam (default) or AdamW (decoupled weight decay; the gpu preset, without decay)")
+    run.add_argument("--betas", type=_below_one, nargs=2, metavar=("B1", "B2"),
+                     help="Adam's moment decay rates (default 0.9 0.999; transformer presets 0.9 0.98)")
+    run.add_argument("--adam-eps", dest="eps", type=_positive_float, metavar="E",
+                     help="Adam's epsilon (default 1e-8; transformer presets 1e-9)")
+    run.add_argument("--weight-decay", type=_nonnegative_float, metavar="W",
+                     help="weight decay (default 0; with --optimizer adam an L2 penalty, with adamw decoupled)")
+    run.add_argument("--label-smoothing", type=_below_one, metavar="EPS",
+                     help="label smoothing epsilon in [0, 1) (default 0; transformer presets 0.1); the reported "
+                          "losses stay the plain cross-entropy")
+    run.add_argument("--clip-norm", type=_positive_float, metavar="C",
+                     help="clip the gradient's global norm to C (default 1.0; gpu preset: no clipping)")
+    run.add_argument("--no-clip", action="store_true", help="do not clip the gradient")
+    run.add_argument("--amp", choices=("bf16", "none"),
+                     help="'bf16': bfloat16 autocast of the forward passes (gpu preset; about 2x faster on "
+                          "recent GPUs, allowed but usually slower on CPUs); 'none': float32 (default)")
+    run.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
+                     help="fused Adam/AdamW kernel, CUDA only (gpu preset); ignored on other devices")
+    run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                     help="torch.compile the training forward pass (first epoch slower; off by default)")
     run.add_argument("--teacher-forcing", type=_probability, default=1.0, metavar="P",
                      help="probability of feeding the gold previous token; below 1 the decoder is sometimes "
                           "fed its own prediction (scheduled sampling; slower). Default 1.0")
@@ -222,6 +342,81 @@ def _check_train_args(args: argparse.Namespace) -> None:
             raise _UsageError("--level applies to TSV files; a generated task has its own level")
         if args.task == "dates" and args.max_value is not None:
             raise _UsageError("--max-value applies to the numbers tasks only")
+    _resolve(args)
+
+
+def _flag(dest: str) -> str:
+    return {"num_heads": "--heads", "num_layers": "--layers", "eps": "--adam-eps"}.get(
+        dest, "--" + dest.replace("_", "-"))
+
+
+def _resolve(args: argparse.Namespace) -> None:
+    """Fill in the options left unset, from the preset or the RNN defaults; raise _UsageError for bad combinations.
+
+    Afterwards ``args`` holds every Experiment-like setting, ``args.kind`` ("rnn" or "transformer")
+    and ``args.preset`` (None for RNNs).
+    """
+    kind, args.attention = MODELS[args.model]
+    args.kind = kind
+    if args.no_clip and args.clip_norm is not None:
+        raise _UsageError("give --clip-norm or --no-clip, not both")
+    if kind == "rnn":
+        if args.preset is not None:
+            raise _UsageError("--preset applies to --model transformer only")
+        for dest in TRANSFORMER_OPTIONS:
+            if getattr(args, dest) is not None:
+                raise _UsageError(f"{_flag(dest)} applies to --model transformer only")
+        defaults = dict(RNN_DEFAULTS)
+    else:
+        for dest in RNN_OPTIONS:
+            if getattr(args, dest) is not None:
+                raise _UsageError(f"{_flag(dest)} applies to --model rnn and bahdanau only")
+        args.preset = args.preset or "cpu"
+        preset = transformer_preset(args.preset, task=args.task or "numbers-en-fr")
+        defaults = {dest: getattr(preset, dest) for dest in PRESET_OPTIONS}
+        defaults["lr"] = RNN_DEFAULTS["lr"]
+        if args.task is not None:
+            for dest in ("n_train", "n_valid", "n_test"):
+                if getattr(args, dest) is None:
+                    setattr(args, dest, getattr(preset, dest))
+    explicit_lr = args.lr is not None
+    explicit = {dest for dest in defaults if getattr(args, dest, None) is not None}
+    if args.schedule == "constant":
+        args.schedule = None
+        explicit.add("schedule")
+    if args.amp == "none":
+        args.amp = None
+        explicit.add("amp")
+    if args.no_clip:
+        explicit.add("clip_norm")
+    for dest, value in defaults.items():
+        if dest not in explicit:
+            setattr(args, dest, value)
+    args.betas = tuple(args.betas)
+    if args.schedule is not None and explicit_lr:
+        raise _UsageError("--lr sets a constant rate; with --schedule noam the rate follows eq. (3): "
+                          "scale it with --lr-scale")
+    if args.schedule is None:
+        for dest in ("warmup", "lr_scale"):
+            if dest in explicit:
+                raise _UsageError(f"{_flag(dest)} applies to --schedule noam only")
+    if kind == "transformer" and args.d_model % args.num_heads != 0:
+        raise _UsageError(f"--d-model {args.d_model} is not divisible by --heads {args.num_heads}")
+    if env_world_size() > 1 and args.teacher_forcing < 1.0:
+        raise _UsageError("--teacher-forcing below 1 cannot run on several processes (torchrun)")
+
+
+def experiment_from_args(args: argparse.Namespace) -> Experiment:
+    """The :class:`~attncourse.train.experiment.Experiment` fields a resolved ``train`` command sets.
+
+    Used to build the model with :func:`~attncourse.train.experiment.build_model`; the data options
+    (TSV files, level, max value) stay with the command.
+    """
+    values = {f: getattr(args, f) for f in PRESET_OPTIONS + RNN_OPTIONS if getattr(args, f, None) is not None}
+    values.update(model=args.kind, attention=args.attention, lr=args.lr, seed=args.seed,
+                  data_seed=args.data_seed, patience=args.patience, clip_norm=args.clip_norm,
+                  task=args.task or "numbers-en-fr", betas=tuple(args.betas))
+    return Experiment(**values)
 
 
 def _load_data(args: argparse.Namespace) -> tuple[Splits | None, PairDataset, PairDataset, str]:
@@ -265,8 +460,38 @@ def _epoch_line(row: dict[str, float]) -> str:
     )
 
 
+def git_commit() -> str | None:
+    """``git rev-parse HEAD`` of the checkout attncourse is imported from, or None (no git, not a checkout)."""
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(attncourse.__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = proc.stdout.strip()
+    return commit if proc.returncode == 0 and len(commit) == 40 else None
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return device.type
+
+
 def run_train(args: argparse.Namespace) -> int:
-    """The ``train`` sub-command; returns the exit status."""
+    """The ``train`` sub-command; returns the exit status.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process runs it: it joins the
+    process group, trains its share, and only rank 0 prints and writes files.
+    """
+    world = init_distributed(args.device)
+    try:
+        return _train(args, world)
+    finally:
+        teardown_distributed()
+
+
+def _train(args: argparse.Namespace, world: Any) -> int:
+    main_rank = world.is_main
     out: Path = args.out
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {str(out)!r} exists and is not a directory")
@@ -278,14 +503,25 @@ def run_train(args: argparse.Namespace) -> int:
         raise ValueError(f"--resume: no {CHECKPOINT_NAME} in {str(out)!r} to continue from")
     splits, train_data, valid_data, level = _load_data(args)
     src_vocab, tgt_vocab = build_vocabs(train_data)
+    experiment = experiment_from_args(args)
     torch.manual_seed(args.seed)
-    model = Seq2Seq(len(src_vocab), len(tgt_vocab), emb_dim=args.emb_dim, hidden_dim=args.hidden_dim,
-                    attention=MODELS[args.model], dropout=args.dropout)
+    try:
+        model = build_model(experiment, src_vocab, tgt_vocab)
+    except ImportError as err:
+        raise ValueError(f"--model {args.model}: {err}") from None
     config = FitConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, clip_norm=args.clip_norm,
                        teacher_forcing=args.teacher_forcing, patience=args.patience, seed=args.seed,
-                       device=args.device, num_threads=args.threads)
+                       device=args.device, num_threads=args.threads, label_smoothing=args.label_smoothing,
+                       optimizer=args.optimizer, betas=args.betas, eps=args.eps, weight_decay=args.weight_decay,
+                       schedule=args.schedule, warmup=args.warmup, lr_scale=args.lr_scale,
+                       d_model_for_schedule=args.hidden_dim if args.kind == "rnn" else None,
+                       fused=args.fused, amp=args.amp, compile=args.compile)
     device = pick_device(args.device)
+    if world.distributed and device.type == "cuda":
+        device = torch.device("cuda", world.local_rank % torch.cuda.device_count())
     where = f"cpu, {args.threads} thread(s)" if device.type == "cpu" else describe_device(device)
+    if world.distributed:
+        where += f", {world.world_size} processes ({world.backend})"
     train_batches = make_batches(train_data, src_vocab, tgt_vocab, args.batch_size, shuffle=True,
                                  seed=args.data_seed)
     valid_batches = make_batches(valid_data, src_vocab, tgt_vocab, 256, shuffle=False)
@@ -294,24 +530,34 @@ def run_train(args: argparse.Namespace) -> int:
 
     if args.resume:  # before anything in out is rewritten
         check_resume(out, model, train_batches, config, extra)
-    out.mkdir(parents=True, exist_ok=True)
-    if splits is not None and len(splits.test) > 0:
-        save_tsv(splits.test, out / "test.tsv")
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "command"}
-    _write_json(out / "config.json", {
-        "attncourse_version": attncourse.__version__,
-        "arguments": settings,
-        "model": model.config,
-        "n_parameters": count_parameters(model),
-        "fit": vars(config),
-        "level": level,
-        "n_pairs": {"train": len(train_data), "valid": len(valid_data),
-                    "test": 0 if splits is None else len(splits.test)},
-        "vocab_sizes": {"src": len(src_vocab), "tgt": len(tgt_vocab)},
-        "device": where,
-    })
-    print(f"attncourse: {args.model} model, {count_parameters(model):,} parameters, "
-          f"{len(train_data)} training pairs, on {where}", flush=True)
+    n_parameters = count_parameters(model)
+    if main_rank:
+        out.mkdir(parents=True, exist_ok=True)
+        if splits is not None and len(splits.test) > 0:
+            save_tsv(splits.test, out / "test.tsv")
+        settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "command"}
+        _write_json(out / "config.json", {
+            "attncourse_version": attncourse.__version__,
+            "arguments": settings,
+            "model_type": args.kind,
+            "model_class": type(model).__name__,
+            "preset": args.preset,
+            "model": model.config,
+            "n_parameters": n_parameters,
+            "fit": vars(config),
+            "level": level,
+            "n_pairs": {"train": len(train_data), "valid": len(valid_data),
+                        "test": 0 if splits is None else len(splits.test)},
+            "vocab_sizes": {"src": len(src_vocab), "tgt": len(tgt_vocab)},
+            "device": where,
+            "world_size": world.world_size,
+        })
+        preset = f" (preset {args.preset})" if args.preset else ""
+        print(f"attncourse: {args.model} model{preset}, {n_parameters:,} parameters, "
+              f"{len(train_data)} training pairs, on {where}", flush=True)
+        if args.fused and device.type != "cuda":
+            print(f"attncourse: note: --fused works on CUDA only; the plain Adam kernel runs on {device.type}",
+                  flush=True)
 
     def report(history: list[dict[str, float]]) -> None:
         _write_json(out / "history.json", history)
@@ -319,13 +565,38 @@ def run_train(args: argparse.Namespace) -> int:
 
     result = fit(model, train_batches, valid_batches, config, out_dir=out, resume=args.resume,
                  progress=not args.no_progress, extra=extra, callback=report)
+    if not main_rank:
+        return 0
     _write_json(out / "history.json", result.history)
+    _write_json(out / "results.json", {
+        "task": args.task if args.task is not None else str(args.train),
+        "model": args.model,
+        "model_type": args.kind,
+        "preset": args.preset,
+        "n_parameters": n_parameters,
+        "model_config": model.config,
+        "device": device.type,
+        "device_name": _device_name(device),
+        "world_size": result.world_size,
+        "amp": args.amp,
+        "compile": args.compile,
+        "torch_version": str(torch.__version__),
+        "attncourse_version": attncourse.__version__,
+        "git_commit": git_commit(),
+        "wall_time": result.wall_time,
+        "train_seconds": result.train_seconds,
+        "train_tokens": result.train_tokens,
+        "tokens_per_second": result.tokens_per_second,
+        "best_epoch": result.best_epoch,
+        "stopped_early": result.stopped_early,
+        "history": result.history,
+    })
     if result.best_epoch:
         best = result.history[result.best_epoch - 1]
         stop = " (stopped early)" if result.stopped_early else ""
         print(f"best epoch {result.best_epoch}{stop}: valid exact match {best['valid_exact_match']:.3f}, "
               f"valid loss {best['valid_loss']:.3f}; weights in {out / BEST_NAME}")
-    print(f"wall time {result.wall_time:.1f} s")
+    print(f"wall time {result.wall_time:.1f} s, {result.tokens_per_second:,.0f} target tokens/s in training")
     if (out / "test.tsv").is_file():
         print(f"next: python -m attncourse evaluate {out} --test {out / 'test.tsv'}")
     return 0
@@ -351,8 +622,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     tgt_vocab = Vocabulary.from_dict(extra["tgt_vocab"])
     level = args.level or extra.get("level", "word")
     test = load_tsv(args.test, level=level)
+    start = time.perf_counter()
     result = evaluate(model, test, src_vocab, tgt_vocab, beam_size=args.beam_size, batch_size=args.batch_size,
                       edges=args.edges, length_penalty=args.length_penalty)
+    seconds = time.perf_counter() - start
     metrics = result["metrics"]
     decoding = "greedy" if args.beam_size == 1 else f"beam search, K={args.beam_size}"
     print(f"{test.name}: {len(test)} pairs, {decoding}, model from epoch {checkpoint['epoch']}")
@@ -363,13 +636,34 @@ def _evaluate(args: argparse.Namespace) -> int:
         "test": str(args.test),
         "level": level,
         "beam_size": args.beam_size,
+        "length_penalty": args.length_penalty if args.beam_size > 1 else None,
         "edges": result["edges"],
         "overall": metrics["overall"],
         "buckets": {k: v for k, v in metrics.items() if k != "overall"},
+        "model_class": checkpoint.get("model_class"),
+        "device": device.type,
+        "device_name": _device_name(device),
+        "decode_seconds": seconds,
+        "sentences_per_second": len(test) / seconds if seconds > 0 else None,
     }
     json_path = args.json if args.json is not None else args.dir / "metrics.json"
     _write_json(json_path, report)
     print(f"metrics written to {json_path}")
+    results_path = args.dir / "results.json"
+    if results_path.is_file():  # a run trained by this version: keep its test scores with it
+        try:
+            results = json.loads(results_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            results = None
+        if isinstance(results, dict):
+            summary = {k: report[k] for k in ("test", "epoch", "beam_size", "length_penalty", "overall",
+                                              "decode_seconds", "sentences_per_second")}
+            same = (summary["test"], summary["beam_size"], summary["length_penalty"])
+            kept = [e for e in results.get("evaluations", [])
+                    if isinstance(e, dict) and (e.get("test"), e.get("beam_size"), e.get("length_penalty")) != same]
+            results["evaluations"] = kept + [summary]
+            _write_json(results_path, results)
+            print(f"test metrics added to {results_path}")
     if args.predictions is not None:
         lines = ["\t".join(row) + "\n" for row in zip(result["sources"], result["references"], result["hypotheses"])]
         args.predictions.write_text("".join(lines), encoding="utf-8")

@@ -6,14 +6,22 @@ model, optimisation). :func:`run_experiment` trains it into its own folder under
 again with the same description it resumes that run, so a finished run loads in
 a second and an interrupted one continues where it stopped. Two chapters that
 need the same model therefore train it once.
+
+Two families of models: the RNN encoder-decoder (``model="rnn"``, with or
+without Bahdanau attention) and the Transformer (``model="transformer"``).
+:func:`transformer_preset` gives two ready-made Transformer runs: ``"cpu"``, a
+small model that trains on a laptop in minutes, and ``"gpu"``, the base model of
+Vaswani et al. (2017) with their training recipe, for one GPU or more.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,6 +36,10 @@ from attncourse.train.runtime import runs_dir
 
 #: Generated tasks, by the names the command line uses.
 TASKS: tuple[str, ...] = ("numbers-en-fr", "numbers-en-de", "dates")
+#: Model families an Experiment can train.
+MODEL_KINDS: tuple[str, ...] = ("rnn", "transformer")
+#: Names of the Transformer presets (:func:`transformer_preset`).
+PRESETS: tuple[str, ...] = ("cpu", "gpu")
 
 
 def load_task(task: str, *, n_train: int | None = None, n_valid: int | None = None,
@@ -79,17 +91,38 @@ class Experiment:
     task : str
         One of :data:`TASKS`.
     attention : {"bahdanau", None}
-        The decoder: Bahdanau attention, or the plain encoder-decoder whose only
-        context is the final encoder state.
+        RNN models: the decoder with Bahdanau attention, or the plain
+        encoder-decoder whose only context is the final encoder state. Not
+        used by the Transformer.
     n_train, n_valid, n_test : int
         Split sizes before any length filter.
     max_train_src_len : int or None
         Train only on pairs with at most this many source tokens (the test split
         keeps every length).
     emb_dim, hidden_dim : int
-        Embedding and GRU widths.
+        RNN models: embedding and GRU widths.
     epochs, lr, batch_size, patience, seed, data_seed
         Optimisation settings, see :class:`~attncourse.train.fit.FitConfig`.
+    model : {"rnn", "transformer"}
+        Which family: :class:`~attncourse.nn.rnn.Seq2Seq` or
+        :class:`~attncourse.nn.transformer.Transformer`.
+    dropout : float
+        Dropout of either model (the RNN's default 0; the Transformer presets 0.1).
+    d_model, num_heads, num_layers, d_ff : int
+        Transformer: model width, attention heads, layers of the encoder and of
+        the decoder (each), width of the position-wise feed-forward layer.
+    norm_first, positional, tie_embeddings
+        Transformer: pre-norm instead of the paper's post-norm; ``"sinusoidal"``
+        or learned positions; shared target embedding and output weights.
+    label_smoothing, schedule, warmup, lr_scale, optimizer, betas, eps, weight_decay, clip_norm, amp, fused, compile
+        Training recipe, see :class:`~attncourse.train.fit.FitConfig`.
+
+    Notes
+    -----
+    The folder name ends with a hash of the fields. Fields added with the
+    Transformer (``model`` and everything after it) enter the hash only when
+    they differ from their defaults, so runs described before they existed
+    keep their folders (and their trained checkpoints).
     """
 
     task: str = "numbers-en-fr"
@@ -106,14 +139,157 @@ class Experiment:
     patience: int | None = None
     seed: int = 0
     data_seed: int = 0
+    # Added with the Transformer: hashed only when not at their defaults (see Notes).
+    model: str = "rnn"
+    dropout: float = 0.0
+    d_model: int = 128
+    num_heads: int = 4
+    num_layers: int = 2
+    d_ff: int = 512
+    norm_first: bool = False
+    positional: str = "sinusoidal"
+    tie_embeddings: bool = True
+    label_smoothing: float = 0.0
+    schedule: str | None = None
+    warmup: int = 4000
+    lr_scale: float = 1.0
+    optimizer: str = "adam"
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    clip_norm: float | None = 1.0
+    amp: str | None = None
+    fused: bool = False
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_KINDS:
+            raise ValueError(f"model must be one of {MODEL_KINDS}, got {self.model!r}")
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
 
     @property
     def name(self) -> str:
-        """Folder name: readable prefix plus a hash of every field."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
-        kind = self.attention or "rnn"
+        """Folder name: readable prefix plus a hash of every field (later fields only when not default)."""
+        described = asdict(self)
+        all_fields = fields(self)
+        for f in all_fields[[f.name for f in all_fields].index("model"):]:
+            if described[f.name] == f.default:
+                del described[f.name]
+        if "betas" in described:
+            described["betas"] = list(described["betas"])
+        digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:10]
         span = "all" if self.max_train_src_len is None else f"upto{self.max_train_src_len}"
+        if self.model == "transformer":
+            return f"{self.task}/transformer-{span}-d{self.d_model}-{digest}"
+        kind = self.attention or "rnn"
         return f"{self.task}/{kind}-{span}-h{self.hidden_dim}-{digest}"
+
+    def fit_config(self, device: str | None = None, num_threads: int | None = None) -> FitConfig:
+        """The :class:`~attncourse.train.fit.FitConfig` this experiment trains with."""
+        return FitConfig(
+            epochs=self.epochs, lr=self.lr, batch_size=self.batch_size, patience=self.patience, seed=self.seed,
+            device=device, num_threads=num_threads, clip_norm=self.clip_norm,
+            label_smoothing=self.label_smoothing, optimizer=self.optimizer, betas=self.betas, eps=self.eps,
+            weight_decay=self.weight_decay, schedule=self.schedule, warmup=self.warmup, lr_scale=self.lr_scale,
+            fused=self.fused, amp=self.amp, compile=self.compile,
+        )
+
+
+def _size(vocab: Vocabulary | int) -> int:
+    return vocab if isinstance(vocab, int) else len(vocab)
+
+
+def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: Vocabulary | int) -> torch.nn.Module:
+    """The (untrained) model an experiment describes.
+
+    Parameters
+    ----------
+    experiment : Experiment
+    src_vocab, tgt_vocab : Vocabulary or int
+        The vocabularies, or their sizes.
+
+    Returns
+    -------
+    torch.nn.Module
+        :class:`~attncourse.nn.rnn.Seq2Seq` for ``model="rnn"``,
+        :class:`~attncourse.nn.transformer.Transformer` (imported only then)
+        for ``model="transformer"``. Seed torch before calling it for
+        repeatable initial weights.
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``experiment.model`` or sizes the model rejects.
+    """
+    e = experiment
+    n_src, n_tgt = _size(src_vocab), _size(tgt_vocab)
+    if e.model == "rnn":
+        return Seq2Seq(n_src, n_tgt, emb_dim=e.emb_dim, hidden_dim=e.hidden_dim, attention=e.attention,
+                       dropout=e.dropout)
+    if e.model == "transformer":
+        transformer = importlib.import_module("attncourse.nn.transformer").Transformer
+        return transformer(n_src, n_tgt, d_model=e.d_model, num_heads=e.num_heads, num_encoder_layers=e.num_layers,
+                           num_decoder_layers=e.num_layers, d_ff=e.d_ff, dropout=e.dropout, norm_first=e.norm_first,
+                           positional=e.positional, tie_embeddings=e.tie_embeddings)
+    raise ValueError(f"model must be one of {MODEL_KINDS}, got {e.model!r}")
+
+
+def transformer_preset(name: str, task: str = "numbers-en-fr", **overrides: Any) -> Experiment:
+    """A ready-made Transformer experiment: ``"cpu"`` (small, minutes on a laptop) or ``"gpu"`` (the base model).
+
+    ``"cpu"``: d_model 128, 4 heads, 2 + 2 layers, d_ff 512, dropout 0.1, label
+    smoothing 0.1, Adam(0.9, 0.98, 1e-9) with the warmup schedule of eq. (3)
+    (warmup 400 steps, as the Annotated Transformer's copy task), batches of 64,
+    10,000 training pairs, 15 epochs, gradient clipping at 1 as in the
+    course's RNN runs.
+
+    ``"gpu"``: Vaswani et al.'s base model and recipe (section 5, Table 3):
+    d_model 512, 8 heads, 6 + 6 layers, d_ff 2048, dropout 0.1, label
+    smoothing 0.1, Adam(0.9, 0.98, 1e-9) (fused AdamW without weight decay,
+    the same algorithm), warmup 4000, no gradient clipping; plus bfloat16
+    autocast. Batches of 512 sentences (128 for the longer, character-level
+    dates) and enough data and epochs for about 15,000 steps, so that the
+    warmup is a quarter of the run (the paper: 4,000 of 100,000 steps).
+
+    Parameters
+    ----------
+    name : {"cpu", "gpu"}
+    task : str
+        One of :data:`TASKS`.
+    **overrides
+        Any other :class:`Experiment` field, e.g. ``epochs=2``.
+
+    Returns
+    -------
+    Experiment
+
+    Raises
+    ------
+    ValueError
+        For an unknown preset or task.
+    TypeError
+        For an override that is not an Experiment field.
+
+    References
+    ----------
+    Vaswani et al. (2017), sections 5.3-5.4 and Table 3 (base).
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    common: dict[str, Any] = dict(task=task, model="transformer", attention=None, dropout=0.1, label_smoothing=0.1,
+                                  schedule="noam", betas=(0.9, 0.98), eps=1e-9)
+    if name == "cpu":
+        base = Experiment(**common, d_model=128, num_heads=4, num_layers=2, d_ff=512, warmup=400, batch_size=64,
+                          n_train=10_000, n_valid=500, n_test=1000, epochs=15, clip_norm=1.0)
+    elif name == "gpu":
+        dates = task == "dates"  # 36,525 dates in all; character level, so longer sentences
+        base = Experiment(**common, d_model=512, num_heads=8, num_layers=6, d_ff=2048, warmup=4000,
+                          optimizer="adamw", fused=True, amp="bf16", clip_norm=None,
+                          batch_size=128 if dates else 512, n_train=33_000 if dates else 200_000,
+                          n_valid=1000, n_test=2000, epochs=60 if dates else 40)
+    else:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return replace(base, **overrides)
 
 
 @dataclass
@@ -121,7 +297,7 @@ class TrainedModel:
     """What :func:`run_experiment` returns: the model and everything needed to use it."""
 
     experiment: Experiment
-    model: Seq2Seq
+    model: torch.nn.Module
     src_vocab: Vocabulary
     tgt_vocab: Vocabulary
     splits: Splits
@@ -148,17 +324,20 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
     -------
     TrainedModel
         The model holds the best epoch's weights (by validation exact match).
+
+    Raises
+    ------
+    ImportError
+        For ``model="transformer"`` if :mod:`attncourse.nn.transformer` is missing.
     """
     e = experiment
     splits = load_task(e.task, n_train=e.n_train, n_valid=e.n_valid, n_test=e.n_test, seed=e.data_seed)
     train = splits.train if e.max_train_src_len is None else shorter_than(splits.train, e.max_train_src_len)
     src_vocab, tgt_vocab = build_vocabs(train)
     torch.manual_seed(e.seed)
-    model = Seq2Seq(len(src_vocab), len(tgt_vocab), emb_dim=e.emb_dim, hidden_dim=e.hidden_dim,
-                    attention=e.attention)
+    model = build_model(e, src_vocab, tgt_vocab)
     out = Path(out_dir) if out_dir is not None else runs_dir(e.name)
-    config = FitConfig(epochs=e.epochs, lr=e.lr, batch_size=e.batch_size, patience=e.patience,
-                       seed=e.seed, device=device)
+    config = e.fit_config(device=device)
     result = fit(
         model,
         make_batches(train, src_vocab, tgt_vocab, e.batch_size, shuffle=True, seed=e.data_seed),
@@ -183,4 +362,5 @@ def seconds_to_reach(history: list[dict], threshold: float, key: str = "valid_ex
     return None
 
 
-__all__ = ["TASKS", "Experiment", "TrainedModel", "load_task", "run_experiment", "seconds_to_reach", "shorter_than"]
+__all__ = ["MODEL_KINDS", "PRESETS", "TASKS", "Experiment", "TrainedModel", "build_model", "load_task",
+           "run_experiment", "seconds_to_reach", "shorter_than", "transformer_preset"]

@@ -1,0 +1,305 @@
+"""Training on several processes (GPUs) at once: data parallelism with DistributedDataParallel.
+
+Data parallelism runs one copy of the model per process ("rank"). In every
+step each rank takes a *different* batch, computes its gradient, and the ranks
+average their gradients (an all-reduce) before the optimizer step; as they start
+from the same weights and apply the same averaged gradient, the copies stay
+identical. With N processes an epoch takes about 1/N of the steps.
+:class:`torch.nn.parallel.DistributedDataParallel` (DDP) does the averaging,
+overlapped with the backward pass.
+
+How :func:`~attncourse.train.fit.fit` uses it (it switches to DDP by itself
+when a process group of two or more processes is initialised):
+
+* **Which batches a rank trains on**: the course's batches are built once
+  (bucketed by length), so ranks split the *batch indices*: each epoch a
+  :class:`torch.utils.data.DistributedSampler` over ``range(n_batches)``, with
+  the run's seed and ``set_epoch(epoch)``, shuffles them the same way on every
+  rank and gives rank r every N-th one (:func:`rank_batch_order`). Every rank
+  gets the same number of batches (the sampler repeats a few when N does not
+  divide them), which DDP needs: a rank with one step more would wait forever.
+* **Validation, checkpoints, progress bars and callbacks**: on rank 0 only; it
+  sends the validation scores to the other ranks (:func:`broadcast_object`), so
+  that all of them take the same early-stopping decision and keep the same
+  best weights.
+
+Launch with ``torchrun``, which starts the processes and sets the environment
+variables ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
+``MASTER_PORT`` that :func:`init_distributed` reads::
+
+    torchrun --nproc_per_node 4 -m attncourse train --model transformer --preset gpu ...
+
+On one machine without GPUs the ``gloo`` backend runs the same code on CPU
+processes (the tests do this); with GPUs ``nccl`` is used, one GPU per process.
+
+References
+----------
+Li et al. (2020), "PyTorch Distributed: Experiences on Accelerating Data Parallel
+Training", VLDB 13(12).
+Goyal et al. (2017), "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour"
+(larger effective batches, learning rate and warmup).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler
+
+_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process stands in a multi-process run.
+
+    Attributes
+    ----------
+    rank : int
+        0 .. world_size - 1; rank 0 writes files and prints.
+    world_size : int
+        Number of processes; 1 means an ordinary single-process run.
+    local_rank : int
+        Rank among the processes of this machine: the GPU index it uses.
+    backend : str or None
+        ``"nccl"`` (GPUs), ``"gloo"`` (CPU) or None when not distributed.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    backend: str | None = None
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0, the process that writes checkpoints, prints and validates."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """True when there are two or more processes."""
+        return self.world_size > 1
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={text!r} is not a whole number") from None
+
+
+def env_world_size() -> int:
+    """``WORLD_SIZE`` from the environment (set by ``torchrun``), 1 when unset."""
+    return _env_int("WORLD_SIZE", 1)
+
+
+def current() -> DistInfo:
+    """This process's rank and world size: from the initialised process group, else a single process."""
+    if dist.is_available() and dist.is_initialized():
+        return DistInfo(dist.get_rank(), dist.get_world_size(), _env_int("LOCAL_RANK", dist.get_rank()),
+                        str(dist.get_backend()))
+    return DistInfo()
+
+
+def init_distributed(device: str | None = None, backend: str | None = None) -> DistInfo:
+    """Join the process group described by torchrun's environment variables, if there is one.
+
+    Parameters
+    ----------
+    device : str, optional
+        The device asked for (``--device``): ``"cpu"`` forces the ``gloo``
+        backend; otherwise ``nccl`` when CUDA is available, ``gloo`` when not.
+    backend : str, optional
+        Force a backend (``"gloo"``, ``"nccl"``).
+
+    Returns
+    -------
+    DistInfo
+        ``DistInfo()`` (rank 0 of 1) when ``WORLD_SIZE`` is unset or 1; nothing
+        is initialised then. If a group is already initialised, it is described.
+
+    Raises
+    ------
+    ValueError
+        If ``WORLD_SIZE`` > 1 but ``RANK``, ``MASTER_ADDR`` or ``MASTER_PORT`` is
+        missing (launch with ``torchrun``), or ``nccl`` is asked for without CUDA.
+
+    Notes
+    -----
+    With ``nccl`` it calls ``torch.cuda.set_device(local_rank)``, so that each
+    process uses its own GPU, and :func:`~attncourse.train.fit.fit` puts the
+    model on ``cuda:<local_rank>``.
+    """
+    if dist.is_available() and dist.is_initialized():
+        return current()
+    world_size = env_world_size()
+    if world_size <= 1:
+        return DistInfo()
+    missing = [name for name in _ENV if name != "LOCAL_RANK" and not os.environ.get(name)]
+    if missing:
+        raise ValueError(f"WORLD_SIZE={world_size} but {', '.join(missing)} unset; launch with torchrun")
+    if not dist.is_available():
+        raise ValueError("this torch was built without torch.distributed")
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", rank)
+    wants_cpu = device is not None and torch.device(device).type == "cpu"
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() and not wants_cpu else "gloo"
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise ValueError("backend 'nccl' needs CUDA; use 'gloo' on CPUs")
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend, init_method="env://", device_id=torch.device("cuda", local_rank))
+    else:
+        dist.init_process_group(backend, init_method="env://")
+    return DistInfo(rank, world_size, local_rank, backend)
+
+
+def teardown_distributed() -> None:
+    """Leave the process group (a no-op when none is initialised)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextmanager
+def distributed(device: str | None = None, backend: str | None = None) -> Iterator[DistInfo]:
+    """``with distributed() as info:`` :func:`init_distributed`, then :func:`teardown_distributed` on exit.
+
+    Only a group this call initialised is torn down.
+    """
+    was_initialised = dist.is_available() and dist.is_initialized()
+    info = init_distributed(device, backend)
+    try:
+        yield info
+    finally:
+        if not was_initialised:
+            teardown_distributed()
+
+
+def rank_batch_order(n_batches: int, epoch: int, seed: int, rank: int, world_size: int) -> list[int]:
+    """The batch indices rank ``rank`` trains on in epoch ``epoch``, in order.
+
+    A :class:`~torch.utils.data.DistributedSampler` over ``range(n_batches)``
+    (shuffled with ``seed``, reshuffled by ``set_epoch(epoch)``): all ranks
+    draw the same permutation and rank r takes positions r, r + N, r + 2N, ...
+    The ranks' lists are disjoint and cover every batch, except that the
+    permutation is padded with its first indices up to a multiple of N, so a
+    few batches may be seen twice in one epoch.
+
+    Parameters
+    ----------
+    n_batches : int
+        How many batches the whole training set has.
+    epoch : int
+        Epoch number; a different value gives a different order.
+    seed : int
+    rank, world_size : int
+
+    Returns
+    -------
+    list of int
+        ``ceil(n_batches / world_size)`` indices into the batches.
+
+    Raises
+    ------
+    ValueError
+        If ``rank`` is not in ``[0, world_size)`` or ``n_batches < 1``.
+    """
+    if n_batches < 1:
+        raise ValueError(f"n_batches must be at least 1, got {n_batches}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must lie in [0, world_size={world_size}), got {rank}")
+    sampler = DistributedSampler(range(n_batches), num_replicas=world_size, rank=rank, shuffle=True,
+                                 seed=seed, drop_last=False)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank ``src``'s ``obj`` on every rank (any picklable value); ``obj`` itself when not distributed."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order, on every rank; ``[obj]`` when not distributed."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for ``MASTER_PORT``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _spawned(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple) -> None:
+    os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    with distributed(device="cpu", backend="gloo"):
+        fn(rank, world_size, *args)
+
+
+def spawn_cpu_processes(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` CPU processes joined by ``gloo``.
+
+    For trying data parallelism on a laptop, and for tests: each process sets
+    torchrun's environment variables, joins the group, calls ``fn`` and leaves.
+    Uses :func:`torch.multiprocessing.spawn`, which starts fresh Python
+    processes: ``fn`` must be importable by name (defined at the top level of a
+    module, not in a notebook cell), ``args`` picklable, and a script must
+    call this under ``if __name__ == "__main__":`` (each new process imports
+    the script again).
+
+    Parameters
+    ----------
+    fn : callable
+    world_size : int
+        Number of processes, at least 1.
+    *args
+        Passed on to ``fn``.
+
+    Raises
+    ------
+    ValueError
+        If ``world_size < 1``.
+    torch.multiprocessing.ProcessRaisedException
+        If a process raised; the message holds its traceback.
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    import torch.multiprocessing as mp
+
+    mp.spawn(_spawned, args=(fn, world_size, free_port(), args), nprocs=world_size, join=True)
+
+
+__all__ = [
+    "DistInfo",
+    "broadcast_object",
+    "current",
+    "distributed",
+    "env_world_size",
+    "free_port",
+    "gather_objects",
+    "init_distributed",
+    "rank_batch_order",
+    "spawn_cpu_processes",
+    "teardown_distributed",
+]

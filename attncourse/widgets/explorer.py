@@ -1,0 +1,279 @@
+"""An explorer of a trained Transformer's attention: every kind, layer and head, on an example.
+
+:class:`AttentionExplorer` translates a source sentence greedily with a
+:class:`~attncourse.nn.transformer.Transformer`, then runs the model once more
+on the source and ``<bos>`` + its own output with
+:meth:`~attncourse.nn.transformer.Transformer.attention_maps`, which returns the
+weights of every head of every layer of the three uses of attention (section
+3.2.3 of the paper): encoder self-attention, masked decoder self-attention and
+cross-attention. Dropdowns and a slider pick the example, the kind, the layer
+and one head or all of them; the figure is
+:func:`attncourse.viz.transformer.plot_attention_maps`, the one a chapter shows
+next to the widget.
+
+References
+----------
+Vaswani et al. (2017), "Attention Is All You Need", sections 3.2.2 and 3.2.3.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from IPython.display import display
+from matplotlib.figure import Figure
+
+from attncourse.data.pairs import detokenize, tokenize
+from attncourse.data.vocab import Vocabulary
+from attncourse.train.decoding import greedy_decode
+from attncourse.viz.transformer import ATTENTION_KINDS, plot_attention_maps
+from attncourse.widgets.stepper import _in_kernel
+
+#: Labels of the ``kind`` dropdown.
+KIND_LABELS: dict[str, str] = {
+    "encoder_self": "encoder self-attention",
+    "decoder_self": "decoder self-attention (masked)",
+    "cross": "cross-attention",
+}
+#: Value of the ``head`` dropdown that shows every head.
+ALL_HEADS = -1
+
+
+class AttentionExplorer:
+    """Pick an example, a kind of attention, a layer and a head of a trained Transformer.
+
+    Display the explorer by making it the last expression of a notebook cell.
+
+    Parameters
+    ----------
+    model : attncourse.nn.transformer.Transformer
+        Usually trained. It is run in evaluation mode without gradients; its
+        training flag is restored afterwards.
+    src_vocab, tgt_vocab : Vocabulary
+        The vocabularies the model was trained with; unknown source tokens
+        become ``<unk>``.
+    sources : sequence of str
+        Source sentences offered in the ``example`` dropdown; the first is shown first.
+    level : {"word", "char"}
+        How to split the sources into tokens and join the output.
+    max_len : int
+        Most output tokens of the greedy translation, ``<eos>`` included.
+    kind : {"encoder_self", "decoder_self", "cross"}
+        The kind shown first.
+    layer : int, optional
+        The layer shown first, 1-based; default the last.
+    head : int, optional
+        The head shown first, 1-based; default all heads.
+
+    Attributes
+    ----------
+    example : ipywidgets.Dropdown
+        The source sentence.
+    kind : ipywidgets.Dropdown
+        ``"encoder_self"``, ``"decoder_self"`` or ``"cross"``.
+    layer : ipywidgets.IntSlider
+        The layer, 1..N, where N is the number of encoder layers for encoder
+        self-attention and of decoder layers otherwise; its range follows ``kind``.
+    head : ipywidgets.Dropdown
+        ``-1`` (:data:`ALL_HEADS`) for all heads, else a 0-based head (labels
+        read "head 1", ...).
+    caption : ipywidgets.HTML
+        The translation and what the figure shows.
+    out : ipywidgets.Output
+        Holds the figure.
+    widget : ipywidgets.VBox
+        The whole explorer.
+    src_tokens : list of str
+        The source as the encoder reads it, x_1..x_S ``<eos>``.
+    tgt_tokens : list of str
+        The decoder's inputs, ``<bos>`` y_1..y_T, where y is the greedy output.
+    translation : str
+        The greedy output joined at ``level``.
+    maps : dict
+        ``Transformer.attention_maps`` of the current example (batch of one),
+        as NumPy arrays: kind -> list over layers of (1, num_heads, q_len, k_len).
+    figure : matplotlib.figure.Figure
+        The figure on display; closed in pyplot once shown, so none pile up.
+    shown : dict
+        What is on display: ``"example"``, ``"kind"``, ``"layer"`` (0-based),
+        ``"head"`` (0-based, or None for all), ``"weights"`` ((num_heads, q_len,
+        k_len) for all heads, (q_len, k_len) for one), ``"q_tokens"``,
+        ``"k_tokens"`` and ``"translation"``.
+
+    Raises
+    ------
+    ValueError
+        If ``sources`` is empty, a source has no token, ``kind`` is unknown, or
+        ``max_len``, ``layer`` or ``head`` is out of range.
+
+    References
+    ----------
+    Vaswani et al. (2017), section 3.2.3.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        src_vocab: Vocabulary,
+        tgt_vocab: Vocabulary,
+        sources: Sequence[str],
+        level: str = "word",
+        max_len: int = 50,
+        kind: str = "cross",
+        layer: int | None = None,
+        head: int | None = None,
+    ) -> None:
+        if isinstance(sources, str):
+            sources = [sources]
+        sources = tuple(sources)
+        if not sources:
+            raise ValueError("sources is empty: give at least one source sentence")
+        for text in sources:
+            if not tokenize(text, level):
+                raise ValueError(f"source {text!r} has no token at level {level!r}")
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
+        if int(max_len) < 1:
+            raise ValueError(f"max_len must be at least 1, got {max_len}")
+        self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab
+        self.level, self.max_len = level, int(max_len)
+        self.num_layers = {"encoder_self": len(model.encoder_layers), "decoder_self": len(model.decoder_layers),
+                           "cross": len(model.decoder_layers)}
+        self.num_heads = int(model.config["num_heads"])
+        first_layer = self.num_layers[kind] if layer is None else int(layer)
+        if not 1 <= first_layer <= self.num_layers[kind]:
+            raise ValueError(f"layer must lie in 1..{self.num_layers[kind]} for {kind}, got {layer}")
+        if head is not None and not 1 <= int(head) <= self.num_heads:
+            raise ValueError(f"head must lie in 1..{self.num_heads} or be None (all heads), got {head}")
+
+        self.example = widgets.Dropdown(options=sources, value=sources[0], description="Example",
+                                        layout=widgets.Layout(width="32em"))
+        self.kind = widgets.Dropdown(options=[(KIND_LABELS[k], k) for k in ATTENTION_KINDS], value=kind,
+                                     description="Attention", layout=widgets.Layout(width="24em"))
+        self.layer = widgets.IntSlider(value=first_layer, min=1, max=self.num_layers[kind], description="Layer",
+                                       continuous_update=False)
+        self.head = widgets.Dropdown(
+            options=[("all heads", ALL_HEADS)] + [(f"head {h + 1}", h) for h in range(self.num_heads)],
+            value=ALL_HEADS if head is None else int(head) - 1, description="Head",
+            layout=widgets.Layout(width="14em"))
+        self.caption = widgets.HTML()
+        self.out = widgets.Output()
+        self.widget = widgets.VBox([
+            widgets.HBox([self.example, self.kind]),
+            widgets.HBox([self.layer, self.head]),
+            self.caption,
+            self.out,
+        ])
+
+        self.src_tokens: list[str] = []
+        self.tgt_tokens: list[str] = []
+        self.translation = ""
+        self.maps: dict[str, list[np.ndarray]] = {}
+        self.figure: Figure | None = None
+        self.shown: dict[str, Any] = {}
+        # Set while the layer slider's range is replaced, so one kind change redraws once.
+        self._quiet = False
+
+        self._translate(self.example.value)
+        self.example.observe(self._on_example, names="value")
+        self.kind.observe(self._on_kind, names="value")
+        self.layer.observe(self._on_change, names="value")
+        self.head.observe(self._on_change, names="value")
+        self._update()
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    # ------------------------------------------------------------------ model
+
+    def _translate(self, text: str) -> None:
+        """Greedy translation of ``text``, then every attention map on (source, <bos> + output)."""
+        tokens = tokenize(text, self.level)
+        device = next(self.model.parameters()).device
+        src = torch.tensor([self.src_vocab.encode(tokens, add_eos=True)], dtype=torch.long, device=device)
+        src_mask = torch.ones_like(src, dtype=torch.bool)
+        ids, _ = greedy_decode(self.model, src, src_mask, max_len=self.max_len,
+                               bos_id=self.tgt_vocab.bos_id, eos_id=self.tgt_vocab.eos_id)
+        output = [self.tgt_vocab.token_of(i) for i in ids[0]]
+        tgt_in = torch.tensor([[self.tgt_vocab.bos_id] + ids[0]], dtype=torch.long, device=device)
+        maps = self.model.attention_maps(src, src_mask, tgt_in)
+        self.maps = {k: [w.detach().cpu().numpy() for w in v] for k, v in maps.items()}
+        # What the encoder read: a token missing from the vocabulary was read as <unk>.
+        self.src_tokens = [t if t in self.src_vocab else Vocabulary.UNK for t in tokens] + [Vocabulary.EOS]
+        self.tgt_tokens = [Vocabulary.BOS] + output
+        self.translation = detokenize(output, self.level)
+
+    # ------------------------------------------------------------------ events
+
+    def _on_example(self, change: dict) -> None:
+        self._translate(change["new"])
+        self._update()
+
+    def _on_kind(self, change: dict) -> None:
+        n = self.num_layers[change["new"]]
+        self._quiet = True
+        try:
+            self.layer.max = n
+            self.layer.value = min(self.layer.value, n)
+        finally:
+            self._quiet = False
+        self._update()
+
+    def _on_change(self, _change: dict) -> None:
+        if not self._quiet:
+            self._update()
+
+    def _update(self) -> None:
+        kind, layer = self.kind.value, self.layer.value - 1
+        head = None if self.head.value == ALL_HEADS else int(self.head.value)
+        maps = self.maps[kind][layer][0]
+        q_tokens = self.src_tokens if kind == "encoder_self" else self.tgt_tokens
+        k_tokens = self.tgt_tokens if kind == "decoder_self" else self.src_tokens
+        self.shown = {
+            "example": self.example.value,
+            "kind": kind,
+            "layer": layer,
+            "head": head,
+            "weights": maps if head is None else maps[head],
+            "q_tokens": list(q_tokens),
+            "k_tokens": list(k_tokens),
+            "translation": self.translation,
+        }
+        self.caption.value = self._caption()
+        self._render(plot_attention_maps(self.maps, kind, layer, 0, self.src_tokens, self.tgt_tokens, head=head))
+
+    def _render(self, fig: Figure) -> None:
+        previous, self.figure = self.figure, fig
+        if previous is not None:
+            plt.close(previous)
+        if _in_kernel():
+            self.out.clear_output(wait=True)
+            with self.out:
+                display(fig)
+        plt.close(fig)
+
+    def _caption(self) -> str:
+        s = self.shown
+        source = detokenize(tokenize(s["example"], self.level), self.level)
+        what = {
+            "encoder_self": "each source token (row) looks at the source tokens (columns)",
+            "decoder_self": ("each decoder input (row) looks at itself and the inputs before it; the mask "
+                             "keeps every weight above the diagonal at exactly 0"),
+            "cross": ("the decoder input in each row, which predicts the next output token, looks at the "
+                      "source tokens (columns)"),
+        }[s["kind"]]
+        heads = "all heads" if s["head"] is None else f"head {s['head'] + 1} of {self.num_heads}"
+        return (
+            f"<b>{html.escape(source)}</b> &rarr; <b>{html.escape(self.translation)}</b> (greedy). "
+            f"{KIND_LABELS[s['kind']].capitalize()}, layer {s['layer'] + 1} of {self.num_layers[s['kind']]}, "
+            f"{heads}: {what}. Every row sums to 1."
+        )

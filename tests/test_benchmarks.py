@@ -1,0 +1,64 @@
+"""Smoke tests for the scripts in benchmarks/: they run, check equality with torch, and report ratios."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load(name: str):
+    """Import ``benchmarks/<name>.py`` (a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attention_benchmark_reports_ratios_for_each_length_and_pass(tmp_path, capsys):
+    out = tmp_path / "attention.json"
+    rows = load("attention").main([
+        "--device", "cpu", "--lengths", "8", "16", "--batch", "2", "--d-model", "16", "--num-heads", "2",
+        "--min-run-time", "0.005", "--json", str(out),
+    ])
+    assert [(r["seq_len"], r["pass"]) for r in rows] == [(8, "forward"), (8, "fwd+bwd"), (16, "forward"),
+                                                         (16, "fwd+bwd")]
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["torch_ms"] / r["ours_ms"]) and r["ratio"] > 0
+    printed = capsys.readouterr().out
+    assert "ratio = ours-speed / torch-speed" in printed and "fwd+bwd" in printed
+    record = json.loads(out.read_text())
+    assert record["benchmark"] == "attention" and record["rows"] == rows
+    assert record["machine"]["cpu"] and record["machine"]["torch"]
+
+
+def test_transformer_step_benchmark_reports_throughput_and_ratio(tmp_path, capsys):
+    out = tmp_path / "step.json"
+    module = load("transformer_step")
+    result = module.main([
+        "--device", "cpu", "--d-model", "16", "--num-heads", "2", "--encoder-layers", "1", "--decoder-layers", "1",
+        "--d-ff", "32", "--batch", "2", "--src-len", "5", "--tgt-len", "4", "--vocab", "20",
+        "--min-run-time", "0.005", "--warmup", "1", "--peak-tflops", "1", "--json", str(out),
+    ])
+    ours, theirs = result["models"]["ours"], result["models"]["torch"]
+    assert result["ratio"] == pytest.approx(ours["tokens_per_s"] / theirs["tokens_per_s"])
+    assert ours["mfu"] == pytest.approx(ours["tflops"] / 1.0)
+    printed = capsys.readouterr().out
+    assert "tokens/s" in printed and "MFU" in printed
+    assert json.loads(out.read_text())["rows"][0]["n_params"] == result["n_params"]
+
+
+def test_model_flops_follow_the_palm_count():
+    module = load("transformer_step")
+    from attncourse.nn import Transformer
+
+    model = Transformer(30, 30, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=2, d_ff=16,
+                        max_len=16)
+    n = sum(p.numel() for p in model.parameters()) - model.src_embedding.weight.numel()  # tied weight once
+    # src_len = tgt_len = T: 6 N + 12 (L_enc + 2 L_dec) d_model T per target token.
+    expected = 3 * 10 * (6 * n + 12 * (1 + 2 * 2) * 8 * 10)
+    assert module.model_flops_per_step(model, batch=3, src_len=10, tgt_len=10) == expected
