@@ -15,6 +15,7 @@ a list of :class:`Case` objects and :func:`run_cases`.
 
 from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
 from attncourse.checks.self_attention import check_causal_mask, check_scaled_dot_product, check_softmax
+from attncourse.checks.transformer import check_merge_heads, check_split_heads
 from attncourse.checks.training import check_label_smoothing, check_noam_schedule
 from attncourse.checks.seq2seq import (
     check_additive_score,
@@ -30,11 +31,13 @@ __all__ = [
     "check_gru_cell",
     "check_label_smoothing",
     "check_masked_softmax",
+    "check_merge_heads",
     "check_noam_schedule",
     "check_padding_mask",
     "check_causal_mask",
     "check_scaled_dot_product",
     "check_softmax",
+    "check_split_heads",
     "run_cases",
     "to_numpy",
 ]

@@ -14,12 +14,14 @@ from attncourse.data.dates import date_task
 from attncourse.data.numbers import number_pairs, number_task, number_words
 from attncourse.data.pairs import PairDataset, Splits, detokenize, load_tsv, save_tsv
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
+from attncourse.data.toy_tasks import TOY_KINDS, toy_target, toy_task
 from attncourse.data.vocab import Vocabulary
 
 __all__ = [
     "Batch",
     "PairDataset",
     "SENTENCES",
+    "TOY_KINDS",
     "Splits",
     "Vocabulary",
     "build_vocabs",
@@ -36,4 +38,6 @@ __all__ = [
     "projections",
     "save_tsv",
     "tokenize",
+    "toy_target",
+    "toy_task",
 ]

@@ -4,6 +4,21 @@ Masks are boolean with ``True`` meaning *may attend*, everywhere in the course.
 """
 
 from attncourse.functional.additive import BAHDANAU_MOVES, AdditiveStepTrace, additive_attention_step
+from attncourse.functional.luong import (
+    LUONG_MODES,
+    LUONG_MOVES,
+    LUONG_SCORES,
+    LuongStepTrace,
+    attentional_state,
+    gaussian_weights,
+    local_window,
+    luong_step,
+    predict_position,
+    score_concat,
+    score_dot,
+    score_general,
+    score_location,
+)
 from attncourse.functional.numpy_attention import (
     STEPS,
     SelfAttentionTrace,
@@ -14,9 +29,25 @@ from attncourse.functional.numpy_attention import (
     softmax,
 )
 from attncourse.functional.positional import positional_frequencies, relative_shift_matrix, sinusoidal_encoding
+from attncourse.functional.temperature import hardmax, softmax_with_temperature
 from attncourse.functional.torch_attention import attention, masked_softmax, self_attention
 
 __all__ = [
+    "LUONG_MODES",
+    "LUONG_MOVES",
+    "LUONG_SCORES",
+    "LuongStepTrace",
+    "attentional_state",
+    "gaussian_weights",
+    "hardmax",
+    "local_window",
+    "luong_step",
+    "predict_position",
+    "score_concat",
+    "score_dot",
+    "score_general",
+    "score_location",
+    "softmax_with_temperature",
     "BAHDANAU_MOVES",
     "AdditiveStepTrace",
     "additive_attention_step",

@@ -3,6 +3,7 @@ the Transformer. Every module documents what plays the query, the keys and the v
 
 from attncourse.nn.additive import AdditiveAttention
 from attncourse.nn.attention import KVCache, MultiHeadAttention, merge_heads, split_heads
+from attncourse.nn.luong import LuongAttention, LuongDecoderState, LuongSeq2Seq, LuongSeq2SeqOutput
 from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from attncourse.nn.rnn import (
     ATTENTION_KINDS,
@@ -31,6 +32,10 @@ __all__ = [
     "EncoderLayer",
     "KVCache",
     "LearnedPositionalEncoding",
+    "LuongAttention",
+    "LuongDecoderState",
+    "LuongSeq2Seq",
+    "LuongSeq2SeqOutput",
     "MultiHeadAttention",
     "POSITIONAL_KINDS",
     "PositionwiseFeedForward",

@@ -149,7 +149,7 @@ def _nonnegative_float(text: str) -> float:
 TRAIN_EPILOG = """\
 presets (--model transformer; every option you do not give comes from the preset):
   cpu  d_model 128, 4 heads, 2+2 layers, d_ff 512, dropout 0.1, label smoothing 0.1,
-       Adam(0.9, 0.98, 1e-9), warmup schedule (warmup 400), batches of 64, 15 epochs,
+       Adam(0.9, 0.98, 1e-9), warmup schedule (warmup 400, rate x0.5), batches of 64, 12 epochs,
        10,000 generated training pairs: minutes on a laptop (the default preset)
   gpu  the base model of Vaswani et al. (2017): d_model 512, 8 heads, 6+6 layers,
        d_ff 2048, dropout 0.1, label smoothing 0.1, fused AdamW(0.9, 0.98, 1e-9) without

@@ -239,9 +239,12 @@ def transformer_preset(name: str, task: str = "numbers-en-fr", **overrides: Any)
 
     ``"cpu"``: d_model 128, 4 heads, 2 + 2 layers, d_ff 512, dropout 0.1, label
     smoothing 0.1, Adam(0.9, 0.98, 1e-9) with the warmup schedule of eq. (3)
-    (warmup 400 steps, as the Annotated Transformer's copy task), batches of 64,
-    10,000 training pairs, 15 epochs, gradient clipping at 1 as in the
-    course's RNN runs.
+    (warmup 400 steps, the rate halved: ``lr_scale=0.5``, a peak of 2.2e-3), batches
+    of 64, 10,000 training pairs, 12 epochs, gradient clipping at 1 as in the
+    course's RNN runs. Measured on English-to-German numbers (2 CPU cores): 98%
+    validation exact match after 5 epochs, 99.9% on the test split after 20;
+    with the full rate (peak 4.4e-3) validation exact match oscillated between
+    89% and 98% and ended at 97.3% on the test split.
 
     ``"gpu"``: Vaswani et al.'s base model and recipe (section 5, Table 3):
     d_model 512, 8 heads, 6 + 6 layers, d_ff 2048, dropout 0.1, label
@@ -280,7 +283,7 @@ def transformer_preset(name: str, task: str = "numbers-en-fr", **overrides: Any)
                                   schedule="noam", betas=(0.9, 0.98), eps=1e-9)
     if name == "cpu":
         base = Experiment(**common, d_model=128, num_heads=4, num_layers=2, d_ff=512, warmup=400, batch_size=64,
-                          n_train=10_000, n_valid=500, n_test=1000, epochs=15, clip_norm=1.0)
+                          n_train=10_000, n_valid=500, n_test=1000, epochs=12, lr_scale=0.5, clip_norm=1.0)
     elif name == "gpu":
         dates = task == "dates"  # 36,525 dates in all; character level, so longer sentences
         base = Experiment(**common, d_model=512, num_heads=8, num_layers=6, d_ff=2048, warmup=4000,

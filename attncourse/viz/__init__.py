@@ -6,6 +6,8 @@
   self-attention, drawn from a :class:`attncourse.functional.SelfAttentionTrace`.
 - :func:`plot_encoder_decoder`, :func:`plot_alignment`, :func:`plot_by_length`,
   :func:`plot_history`, :func:`plot_bahdanau_step`: the encoder-decoder chapters.
+- :func:`plot_positional_encoding`, :func:`plot_head_maps`, :func:`plot_attention_maps`:
+  multi-head attention, positions and the Transformer.
 
 Every function creates its figure with ``plt.subplots(..., layout="constrained")``
 when no axes are given; close figures you no longer need with ``plt.close(fig)``.
@@ -20,6 +22,14 @@ from attncourse.viz.seq2seq import (
     plot_encoder_decoder,
     plot_history,
 )
+from attncourse.viz.transformer import (
+    ATTENTION_KINDS,
+    dimension_wavelength,
+    plot_attention_maps,
+    plot_head_maps,
+    plot_positional_detail,
+    plot_positional_encoding,
+)
 from attncourse.viz.self_attention import (
     STEP_FIGURES,
     plot_project,
@@ -33,6 +43,12 @@ from attncourse.viz.self_attention import (
 )
 
 __all__ = [
+    "ATTENTION_KINDS",
+    "dimension_wavelength",
+    "plot_attention_maps",
+    "plot_head_maps",
+    "plot_positional_detail",
+    "plot_positional_encoding",
     "STEP_FIGURES",
     "heatmap",
     "plot_alignment",

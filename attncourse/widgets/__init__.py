@@ -5,6 +5,8 @@ so what a learner sees while exploring matches the printed page.
 """
 
 from attncourse.widgets.bahdanau import BahdanauStepper
+from attncourse.widgets.explorer import AttentionExplorer
+from attncourse.widgets.positional import PositionalEncodingExplorer
 from attncourse.widgets.stepper import SelfAttentionStepper
 
-__all__ = ["BahdanauStepper", "SelfAttentionStepper"]
+__all__ = ["AttentionExplorer", "BahdanauStepper", "PositionalEncodingExplorer", "SelfAttentionStepper"]

@@ -1,0 +1,306 @@
+"""Self-attention inside a CNN: every position of a feature map looks at every other.
+
+A convolution mixes a pixel with its neighbours only; to relate two things far
+apart, a plain CNN stacks many layers until one unit's receptive field covers
+both. A *non-local* block (Wang et al. 2018), the self-attention layer of SAGAN
+(Zhang et al. 2019), relates any two positions in one step. On a feature map
+x of shape (C, H, W), treated as N = H W position vectors x_1..x_N:
+
+    q_i = W_q x_i,   k_j = W_k x_j,   v_j = W_v x_j        (1x1 convolutions)
+    alpha_ij = softmax_j(q_i . k_j / sqrt(d_k))             (weights over all positions j)
+    o_i = W_o sum_j alpha_ij v_j
+    y_i = x_i + gamma o_i                                   (gamma learned, starts at 0)
+
+Query, keys, values: the **query** is the projection W_q x_i of the position
+being updated; the **keys** W_k x_j and the **values** W_v x_j come from every
+position of the *same* map, which is what makes it self-attention.
+
+A 1x1 convolution is the same linear map applied at every position, so it
+plays the role of W^Q, W^K, W^V of the Transformer. The residual gate gamma
+starts at zero, so a freshly added block is the identity and the network first
+learns from local cues, then lets in the non-local ones (Zhang et al. 2019,
+section 3). Wang et al. (2018) instead start the output projection W_o at
+zero (section 3.3), which also makes the block the identity at first.
+
+One difference from both papers: the course's :func:`~attncourse.functional.attention`
+divides the scores by sqrt(d_k), as the Transformer does; the papers do not.
+It only rescales the scores (the same as rescaling W_q), and keeps the
+softmax from saturating when d_k is large.
+
+:class:`PlainCNN` and :class:`AttentionCNN` are two small classifiers of about
+the same size, identical except for one block: a 3x3 convolution in the first,
+a :class:`SelfAttention2d` in the second. On
+:func:`~attncourse.data.canvases.digit_relation_task` the two digits are
+farther apart than the plain CNN's receptive field.
+
+References
+----------
+Wang, Girshick, Gupta, He (2018), "Non-local Neural Networks", CVPR, sections 3.1-3.3
+(equation (1), the embedded Gaussian, and the residual non-local block, eq. (6)).
+Zhang, Goodfellow, Metaxas, Odena (2019), "Self-Attention Generative Adversarial
+Networks", ICML, section 3 (1x1 convolutions f, g, h, v and y = gamma o + x).
+Vaswani et al. (2017), section 3.2.1 (scaled dot-product attention).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attncourse.functional.torch_attention import attention
+
+
+def _check_positive(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+class SelfAttention2d(nn.Module):
+    """Self-attention among all H W positions of a feature map, with a zero-initialised gate.
+
+    Parameters
+    ----------
+    channels : int
+        C, channels of the input and of the output.
+    key_channels : int, optional
+        d_k, width of queries and keys; default ``max(1, channels // 8)``, the
+        reduction SAGAN uses.
+    value_channels : int, optional
+        d_v, width of the values; default ``channels``.
+
+    Attributes
+    ----------
+    w_q, w_k : Conv2d (channels -> key_channels, 1x1)
+        Query and key projections.
+    w_v : Conv2d (channels -> value_channels, 1x1)
+        Value projection.
+    w_o : Conv2d (value_channels -> channels, 1x1)
+        Output projection (W_z of Wang et al., v of Zhang et al.).
+    gamma : Parameter (1,)
+        The residual gate, **initialised to 0**: y = x + gamma o, so at
+        initialisation the block returns its input exactly.
+
+    Raises
+    ------
+    ValueError
+        If a size is not positive.
+
+    References
+    ----------
+    Wang et al. (2018), section 3; Zhang et al. (2019), section 3.
+    """
+
+    def __init__(self, channels: int, key_channels: int | None = None, value_channels: int | None = None) -> None:
+        super().__init__()
+        key_channels = max(1, channels // 8) if key_channels is None else key_channels
+        value_channels = channels if value_channels is None else value_channels
+        _check_positive(channels=channels, key_channels=key_channels, value_channels=value_channels)
+        self.channels, self.key_channels, self.value_channels = int(channels), int(key_channels), int(value_channels)
+        self.w_q = nn.Conv2d(self.channels, self.key_channels, 1)
+        self.w_k = nn.Conv2d(self.channels, self.key_channels, 1)
+        self.w_v = nn.Conv2d(self.channels, self.value_channels, 1)
+        self.w_o = nn.Conv2d(self.value_channels, self.channels, 1)
+        self.gamma = nn.Parameter(torch.zeros(1))
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}, key_channels={self.key_channels}, value_channels={self.value_channels}"
+
+    def _check(self, x: torch.Tensor) -> None:
+        if x.dim() != 4 or x.shape[1] != self.channels:
+            raise ValueError(
+                f"x must be (batch, channels={self.channels}, height, width), got {tuple(x.shape)}"
+            )
+
+    def forward(self, x: torch.Tensor, return_weights: bool = False):
+        """y = x + gamma o, o the attention output at every position.
+
+        Parameters
+        ----------
+        x : (batch, channels, height, width)
+        return_weights : bool
+            Also return the attention weights.
+
+        Returns
+        -------
+        y : (batch, channels, height, width)
+            Equal to ``x`` exactly while ``gamma == 0``.
+        weights : (batch, height * width, height * width), only if ``return_weights``
+            ``weights[b, i, j]`` = alpha_ij, how much query position i reads key
+            position j; positions are flattened row by row (``i = row * width + col``);
+            every row sums to 1.
+
+        Raises
+        ------
+        ValueError
+            If ``x`` is not 4-D with ``channels`` channels; the message names the shape.
+        """
+        self._check(x)
+        batch, _, height, width = x.shape
+        # (batch, C', H, W) -> (batch, H W, C'): one row per position, the layout attention() expects.
+        q = self.w_q(x).flatten(2).transpose(1, 2)
+        k = self.w_k(x).flatten(2).transpose(1, 2)
+        v = self.w_v(x).flatten(2).transpose(1, 2)
+        read, weights = attention(q, k, v)  # (batch, H W, d_v), (batch, H W, H W)
+        o = self.w_o(read.transpose(1, 2).reshape(batch, self.value_channels, height, width))
+        y = x + self.gamma * o
+        return (y, weights) if return_weights else y
+
+    def attention_map(self, x: torch.Tensor, query_position: tuple[int, int]) -> torch.Tensor:
+        """Where one position looks: its row of the weights, as an image.
+
+        Parameters
+        ----------
+        x : (batch, channels, height, width)
+        query_position : (row, col)
+            The query position, 0-based.
+
+        Returns
+        -------
+        (batch, height, width)
+            alpha_{i, j} for the query i = ``row * width + col`` and every key
+            position j; sums to 1 over the map.
+
+        Raises
+        ------
+        ValueError
+            If ``x`` has the wrong shape or the position is outside the map.
+        """
+        self._check(x)
+        height, width = x.shape[2], x.shape[3]
+        row, col = query_position
+        if not (0 <= row < height and 0 <= col < width):
+            raise ValueError(f"query_position {query_position} is outside the (height, width) = {(height, width)} map")
+        _, weights = self.forward(x, return_weights=True)
+        return weights[:, row * width + col].reshape(-1, height, width)
+
+
+def _stem(in_channels: int, channels: int) -> list[nn.Module]:
+    """Two blocks of [3x3 convolution, ReLU, 2x2 max pooling]: image -> (channels, H/4, W/4)."""
+    return [
+        nn.Conv2d(in_channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+    ]
+
+
+class _Classifier(nn.Module):
+    """Shared layout: stem, a mixing block, 1x1 convolution + ReLU, global average pooling, linear."""
+
+    def __init__(self, mixer: nn.Module, in_channels: int, channels: int, num_classes: int) -> None:
+        super().__init__()
+        self.in_channels, self.channels, self.num_classes = in_channels, channels, num_classes
+        self.stem = nn.Sequential(*_stem(in_channels, channels))
+        self.mixer = mixer
+        self.head = nn.Sequential(nn.Conv2d(channels, channels, 1), nn.ReLU())
+        self.classifier = nn.Linear(channels, num_classes)
+
+    def check_images(self, images: torch.Tensor) -> None:
+        """Raise ``ValueError`` unless ``images`` is (batch, in_channels, height >= 4, width >= 4)."""
+        if images.dim() != 4 or images.shape[1] != self.in_channels:
+            raise ValueError(
+                f"images must be (batch, channels={self.in_channels}, height, width), got {tuple(images.shape)}"
+            )
+        if images.shape[2] < 4 or images.shape[3] < 4:
+            raise ValueError(f"images {tuple(images.shape)} are too small: two pooling blocks need height and width >= 4")
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """The feature map after the mixing block, (batch, channels, height // 4, width // 4)."""
+        self.check_images(images)
+        return self.mixer(self.stem(images))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Class scores.
+
+        Parameters
+        ----------
+        images : (batch, in_channels, height, width), height and width >= 4
+
+        Returns
+        -------
+        logits : (batch, num_classes)
+
+        Raises
+        ------
+        ValueError
+            If the images have the wrong channel count or are smaller than 4x4.
+        """
+        pooled = self.head(self.features(images)).mean(dim=(2, 3))  # global average pooling
+        return self.classifier(pooled)
+
+
+class PlainCNN(_Classifier):
+    """A small CNN whose mixing block is a 3x3 convolution: local mixing only.
+
+    Layout: conv3x3-ReLU-pool, conv3x3-ReLU-pool, **conv3x3-ReLU**, conv1x1-ReLU,
+    global average pooling, linear. Each output unit before the pooling sees
+    a window of ``receptive_field = 18`` pixels (3, then 4 after the first
+    pooling, 8, 10, 18). The only path between two digits farther apart than
+    that is the final average, which adds up what each digit's neighbourhood
+    detected separately.
+
+    Parameters
+    ----------
+    num_classes : int
+    channels : int
+        Width of every hidden layer. The default 32 gives about as many
+        parameters as ``AttentionCNN()`` (40 channels).
+    in_channels : int
+
+    Raises
+    ------
+    ValueError
+        If a size is not positive.
+    """
+
+    #: Side, in pixels, of the input window each unit of the last feature map sees.
+    receptive_field = 18
+
+    def __init__(self, num_classes: int = 2, channels: int = 32, in_channels: int = 1) -> None:
+        _check_positive(num_classes=num_classes, channels=channels, in_channels=in_channels)
+        mixer = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU())
+        super().__init__(mixer, int(in_channels), int(channels), int(num_classes))
+
+
+class AttentionCNN(_Classifier):
+    """The same CNN with a :class:`SelfAttention2d` block where :class:`PlainCNN` has its third convolution.
+
+    Layout: conv3x3-ReLU-pool, conv3x3-ReLU-pool, **SelfAttention2d**,
+    conv1x1-ReLU, global average pooling, linear. After the attention block
+    every position has read from every other, so the 1x1 convolution can
+    compare what is *here* with what was read from *there* before anything is
+    averaged away.
+
+    Parameters
+    ----------
+    num_classes : int
+    channels : int
+        Width of every hidden layer; the default 40 matches ``PlainCNN()``'s
+        parameter count within 10% (self-attention has fewer weights than a
+        3x3 convolution of the same width).
+    key_channels : int, optional
+        d_k of the attention block (default ``channels // 8``).
+    in_channels : int
+
+    Attributes
+    ----------
+    attention : SelfAttention2d
+        The mixing block (also reachable as ``mixer``).
+
+    Raises
+    ------
+    ValueError
+        If a size is not positive.
+    """
+
+    def __init__(
+        self, num_classes: int = 2, channels: int = 40, key_channels: int | None = None, in_channels: int = 1
+    ) -> None:
+        _check_positive(num_classes=num_classes, channels=channels, in_channels=in_channels)
+        block = SelfAttention2d(int(channels), key_channels)
+        super().__init__(block, int(in_channels), int(channels), int(num_classes))
+        self.attention = block
+
+    def attention_map(self, images: torch.Tensor, query_position: tuple[int, int]) -> torch.Tensor:
+        """Where one grid position looks, (batch, height // 4, width // 4); see :meth:`SelfAttention2d.attention_map`."""
+        self.check_images(images)
+        return self.attention.attention_map(self.stem(images), query_position)
