@@ -18,6 +18,15 @@ from attncourse.nn.image_attention import (
 SMALL = {"feature_dim": 10, "hidden_dim": 16, "emb_dim": 8, "channels": 8}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny tensors: one thread is many times faster than two on a busy 2-core machine.
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def _model(kind="soft", seed=0, **kwargs):
     torch.manual_seed(seed)
     model = ImageCaptioner(attention=kind, **{**SMALL, **kwargs})
@@ -95,11 +104,12 @@ def test_hard_samples_follow_alpha_and_eval_takes_argmax():
         model.eval()
         out = model(images, targets)
         assert torch.equal(out.sampled, out.weights.argmax(-1))
+        enc = model.encode(images.expand(2000, -1, -1, -1))
         torch.manual_seed(1)
-        draws = torch.stack([model(images, targets, sample=True).sampled[0, 0] for _ in range(300)])
-    counts = torch.bincount(draws, minlength=48).float() / 300
-    assert (counts - out.weights[0, 0]).abs().max() < 0.12
-    assert len(draws.unique()) > 1
+        _, weights, draws, _ = model.attend(model.init_state(enc), enc, sample=True)
+    frequencies = torch.bincount(draws, minlength=48).float() / 2000
+    assert (frequencies - weights[0]).abs().max() < 0.05
+    assert torch.allclose(weights[0], out.weights[0, 0], atol=1e-6)
 
 
 def test_given_locations_are_read():
@@ -111,7 +121,8 @@ def test_given_locations_are_read():
 
 
 def _log_p_of(model, images, targets, locations):
-    return model(images, targets, locations=locations).log_probs.sum()
+    with torch.no_grad():
+        return float(model(images, targets, locations=locations).log_probs.sum())
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
@@ -150,7 +161,7 @@ def test_entropy_and_correct_reward():
     images, targets = _batch()
     out = _model("hard").train()(images, targets)
     parts = hard_attention_loss(out, targets, entropy_weight=0.1, reward="correct")
-    w = out.weights
+    w = out.weights.detach()
     assert float(parts.entropy) == pytest.approx(float(-(w * w.log()).sum(-1).mean()), rel=1e-5)
     correct = (out.logits.argmax(-1) == targets).all(1).float()
     assert torch.equal(parts.reward, correct)
@@ -269,16 +280,16 @@ def test_soft_attention_training_loss_decreases():
     from attncourse.data.canvases import digit_canvas_task
 
     torch.manual_seed(0)
-    images, targets = digit_canvas_task(32, 0, 0, seed=0).train.tensors()
+    images, targets = digit_canvas_task(16, 0, 0, seed=0).train.tensors()
     model = ImageCaptioner(attention="soft", **SMALL)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     losses = []
-    for _ in range(25):
+    for _ in range(20):
         loss = soft_attention_loss(model(images, targets), targets, doubly_stochastic=0.1)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     assert losses[-1] < losses[0] - 0.3
     assert not any(math.isnan(x) for x in losses)
 

@@ -165,14 +165,3 @@ def test_displays_as_its_vbox(stepper):
 def test_bad_arguments_raise_value_error(kwargs):
     with pytest.raises(ValueError):
         SelfAttentionStepper(**kwargs)
-
-
-def test_render_path_of_a_kernel_runs_outside_one(monkeypatch):
-    # In a kernel the figure goes through clear_output and display; outside
-    # one they fall back to printing, which must not raise either.
-    import attncourse.widgets.stepper as stepper_module
-
-    monkeypatch.setattr(stepper_module, "_in_kernel", lambda: True)
-    s = SelfAttentionStepper(sentences=[SENTENCES[0]])
-    s.next.click()
-    assert s.shown["step"] == "score" and len(plt.get_fignums()) == 0

@@ -3,13 +3,24 @@
 - toy sentences and embeddings for the self-attention chapter (:mod:`.toy`);
 - sequence-to-sequence tasks: number translation (:mod:`.numbers`), date
   normalisation (:mod:`.dates`) and your own TSV pairs (:mod:`.pairs`);
-- vocabularies (:mod:`.vocab`) and padded, length-bucketed batches (:mod:`.batching`).
+- vocabularies (:mod:`.vocab`) and padded, length-bucketed batches (:mod:`.batching`);
+- toy copy/reverse/sort tasks (:mod:`.toy_tasks`) and digit canvases built from
+  scikit-learn's bundled 8x8 digits (:mod:`.canvases`).
 
 ``tokenize`` here is the toy sentences' word splitter; the pairs' level-aware
 splitter is :func:`attncourse.data.pairs.tokenize`.
 """
 
 from attncourse.data.batching import Batch, build_vocabs, collate, encode_pairs, make_batches
+from attncourse.data.canvases import (
+    RELATIONS,
+    CanvasDataset,
+    CanvasSplits,
+    digit_canvas_task,
+    digit_relation_task,
+    load_digit_images,
+    source_pools,
+)
 from attncourse.data.dates import date_task
 from attncourse.data.numbers import number_pairs, number_task, number_words
 from attncourse.data.pairs import PairDataset, Splits, detokenize, load_tsv, save_tsv
@@ -18,6 +29,13 @@ from attncourse.data.toy_tasks import TOY_KINDS, toy_target, toy_task
 from attncourse.data.vocab import Vocabulary
 
 __all__ = [
+    "CanvasDataset",
+    "CanvasSplits",
+    "RELATIONS",
+    "digit_canvas_task",
+    "digit_relation_task",
+    "load_digit_images",
+    "source_pools",
     "Batch",
     "PairDataset",
     "SENTENCES",

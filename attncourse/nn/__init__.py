@@ -2,6 +2,20 @@
 the Transformer. Every module documents what plays the query, the keys and the values."""
 
 from attncourse.nn.additive import AdditiveAttention
+from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, SelfAttention2d
+from attncourse.nn.image_attention import (
+    IMAGE_ATTENTION_KINDS,
+    REWARD_KINDS,
+    ConvEncoder,
+    HardAttentionLoss,
+    ImageAttentionOutput,
+    ImageCaptioner,
+    ImageEncoding,
+    MovingAverageBaseline,
+    doubly_stochastic_penalty,
+    hard_attention_loss,
+    soft_attention_loss,
+)
 from attncourse.nn.attention import KVCache, MultiHeadAttention, merge_heads, split_heads
 from attncourse.nn.luong import LuongAttention, LuongDecoderState, LuongSeq2Seq, LuongSeq2SeqOutput
 from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
@@ -26,6 +40,20 @@ from attncourse.nn.transformer import (
 )
 
 __all__ = [
+    "AttentionCNN",
+    "ConvEncoder",
+    "HardAttentionLoss",
+    "IMAGE_ATTENTION_KINDS",
+    "ImageAttentionOutput",
+    "ImageCaptioner",
+    "ImageEncoding",
+    "MovingAverageBaseline",
+    "PlainCNN",
+    "REWARD_KINDS",
+    "SelfAttention2d",
+    "doubly_stochastic_penalty",
+    "hard_attention_loss",
+    "soft_attention_loss",
     "ATTENTION_KINDS",
     "AdditiveAttention",
     "DecoderLayer",

@@ -68,6 +68,12 @@ class SelfAttention2d(nn.Module):
         reduction SAGAN uses.
     value_channels : int, optional
         d_v, width of the values; default ``channels``.
+    gamma_init : float
+        Starting value of the gate gamma. 0 (the default, as in both papers)
+        makes a new block the identity. A block that must learn a relation
+        no local feature predicts can stall there: while gamma = 0 nothing
+        behind it gets a gradient, and gamma's own gradient averages to
+        nothing until the block reads something useful.
 
     Attributes
     ----------
@@ -78,8 +84,8 @@ class SelfAttention2d(nn.Module):
     w_o : Conv2d (value_channels -> channels, 1x1)
         Output projection (W_z of Wang et al., v of Zhang et al.).
     gamma : Parameter (1,)
-        The residual gate, **initialised to 0**: y = x + gamma o, so at
-        initialisation the block returns its input exactly.
+        The residual gate, initialised to ``gamma_init`` (0 by default): y =
+        x + gamma o, so at gamma = 0 the block returns its input exactly.
 
     Raises
     ------
@@ -91,7 +97,10 @@ class SelfAttention2d(nn.Module):
     Wang et al. (2018), section 3; Zhang et al. (2019), section 3.
     """
 
-    def __init__(self, channels: int, key_channels: int | None = None, value_channels: int | None = None) -> None:
+    def __init__(
+        self, channels: int, key_channels: int | None = None, value_channels: int | None = None,
+        gamma_init: float = 0.0,
+    ) -> None:
         super().__init__()
         key_channels = max(1, channels // 8) if key_channels is None else key_channels
         value_channels = channels if value_channels is None else value_channels
@@ -101,7 +110,7 @@ class SelfAttention2d(nn.Module):
         self.w_k = nn.Conv2d(self.channels, self.key_channels, 1)
         self.w_v = nn.Conv2d(self.channels, self.value_channels, 1)
         self.w_o = nn.Conv2d(self.value_channels, self.channels, 1)
-        self.gamma = nn.Parameter(torch.zeros(1))
+        self.gamma = nn.Parameter(torch.full((1,), float(gamma_init)))
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, key_channels={self.key_channels}, value_channels={self.value_channels}"
@@ -280,6 +289,8 @@ class AttentionCNN(_Classifier):
     key_channels : int, optional
         d_k of the attention block (default ``channels // 8``).
     in_channels : int
+    gamma_init : float
+        Starting gate of the attention block (see :class:`SelfAttention2d`).
 
     Attributes
     ----------
@@ -293,10 +304,11 @@ class AttentionCNN(_Classifier):
     """
 
     def __init__(
-        self, num_classes: int = 2, channels: int = 40, key_channels: int | None = None, in_channels: int = 1
+        self, num_classes: int = 2, channels: int = 40, key_channels: int | None = None, in_channels: int = 1,
+        gamma_init: float = 0.0,
     ) -> None:
         _check_positive(num_classes=num_classes, channels=channels, in_channels=in_channels)
-        block = SelfAttention2d(int(channels), key_channels)
+        block = SelfAttention2d(int(channels), key_channels, gamma_init=gamma_init)
         super().__init__(block, int(in_channels), int(channels), int(num_classes))
         self.attention = block
 

@@ -17,7 +17,9 @@ differ only in *how* z_t is read (eq. (6)):
 * **hard** (stochastic, section 4.1): one location s_t ~ Multinoulli(alpha_t)
   is *sampled* and z_t = a_{s_t}. Sampling has no gradient, so the attention
   is trained with REINFORCE (eqs. (10)-(12); Williams 1992), see
-  :func:`hard_attention_loss`.
+  :func:`hard_attention_loss`. As in the paper, a share of the images may
+  read the expectation instead while training (``expectation_prob``), which
+  helps the decoder learn while the sampled locations are still poor.
 
 A third reading, **gumbel**, is not in the paper: the straight-through
 Gumbel-softmax estimator (Jang, Gu, Poole 2017; Maddison et al. 2017), the
@@ -47,6 +49,8 @@ Bahdanau, Cho, Bengio (2015), section 3.1 (the additive scorer f_att).
 Williams (1992), "Simple statistical gradient-following algorithms for
 connectionist reinforcement learning" (REINFORCE).
 Jang, Gu, Poole (2017), "Categorical Reparameterization with Gumbel-Softmax", ICLR.
+Maddison, Mnih, Teh (2017), "The Concrete Distribution: A Continuous Relaxation of
+Discrete Random Variables", ICLR.
 """
 
 from __future__ import annotations

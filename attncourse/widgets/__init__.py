@@ -2,6 +2,8 @@
 
 Each explorer draws the same static figures that the chapters show next to it,
 so what a learner sees while exploring matches the printed page.
+They share their layout, display and redrawing through
+:class:`attncourse.widgets.base.Explorer`.
 """
 
 from attncourse.widgets.bahdanau import BahdanauStepper

@@ -29,14 +29,13 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from IPython.display import display
 from matplotlib.figure import Figure
 
 from attncourse.data.pairs import detokenize, tokenize
 from attncourse.data.vocab import Vocabulary
 from attncourse.functional import AdditiveStepTrace, additive_attention_step
 from attncourse.viz.seq2seq import bahdanau_step_size, plot_alignment, plot_bahdanau_step
-from attncourse.widgets.stepper import _in_kernel
+from attncourse.widgets.base import Explorer
 
 #: Largest difference allowed between the teaching path's weights and the model's.
 ATOL = 1e-5
@@ -46,7 +45,7 @@ def _as_float64(tensor: torch.Tensor | None) -> np.ndarray | None:
     return None if tensor is None else tensor.detach().cpu().double().numpy()
 
 
-class BahdanauStepper:
+class BahdanauStepper(Explorer):
     """Step through the greedy translation of a trained Bahdanau attention model.
 
     Pick an example source sentence; the model translates it greedily (the
@@ -153,40 +152,19 @@ class BahdanauStepper:
         self.example = widgets.Dropdown(options=examples, value=examples[0], description="Example",
                                         layout=widgets.Layout(width="36em"))
         self.t = widgets.IntSlider(value=1, min=1, max=1, description="Step t", continuous_update=False)
-        self.previous = widgets.Button(description="Previous", icon="arrow-left",
-                                       layout=widgets.Layout(width="8em"))
-        self.next = widgets.Button(description="Next", icon="arrow-right", layout=widgets.Layout(width="8em"))
-        self.caption = widgets.HTML()
-        self.out = widgets.Output()
-        self.widget = widgets.VBox([
-            self.example,
-            widgets.HBox([self.previous, self.t, self.next]),
-            self.caption,
-            self.out,
-        ])
+        self._step_buttons(self.t)
+        super().__init__(self.example, widgets.HBox([self.previous, self.t, self.next]))
 
         self.src_tokens: list[str] = []
         self.tokens_out: list[str] = []
         self.translation = ""
         self.traces: list[AdditiveStepTrace] = []
         self.attention = np.zeros((0, 0))
-        self.figure: Figure | None = None
-        self.shown: dict[str, Any] = {}
-        # Set while the slider's range is replaced, so an example change redraws once.
-        self._quiet = False
 
         self._set_example(self.example.value)
         self.example.observe(self._on_example, names="value")
         self.t.observe(self._on_change, names="value")
-        self.previous.on_click(lambda _: self._move(-1))
-        self.next.on_click(lambda _: self._move(+1))
         self._update()
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
 
     # ------------------------------------------------------------------ decoding
 
@@ -234,25 +212,16 @@ class BahdanauStepper:
 
     def _set_example(self, text: str) -> None:
         self._translate(text)
-        self._quiet = True
-        try:
+        # Quiet while the slider's range is replaced, so an example change redraws once.
+        with self._quietly():
             self.t.value = 1
             self.t.max = len(self.tokens_out)
-        finally:
-            self._quiet = False
 
     # ------------------------------------------------------------------ events
 
     def _on_example(self, change: dict) -> None:
         self._set_example(change["new"])
         self._update()
-
-    def _on_change(self, _change: dict) -> None:
-        if not self._quiet:
-            self._update()
-
-    def _move(self, delta: int) -> None:
-        self.t.value = int(np.clip(self.t.value + delta, self.t.min, self.t.max))
 
     def _update(self) -> None:
         t = self.t.value
@@ -281,16 +250,6 @@ class BahdanauStepper:
         plot_alignment(self.attention, self.src_tokens, self.tokens_out, ax=bottom.subplots(),
                        highlight=t, title=f"All {n_out} steps of the translation (step {t} framed)")
         return fig
-
-    def _render(self, fig: Figure) -> None:
-        previous, self.figure = self.figure, fig
-        if previous is not None:
-            plt.close(previous)
-        if _in_kernel():
-            self.out.clear_output(wait=True)
-            with self.out:
-                display(fig)
-        plt.close(fig)
 
     def _caption(self, t: int, trace: AdditiveStepTrace, token: str) -> str:
         src = self.src_tokens

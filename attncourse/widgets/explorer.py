@@ -23,17 +23,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 import numpy as np
 import torch
-from IPython.display import display
-from matplotlib.figure import Figure
 
 from attncourse.data.pairs import detokenize, tokenize
 from attncourse.data.vocab import Vocabulary
 from attncourse.train.decoding import greedy_decode
 from attncourse.viz.transformer import ATTENTION_KINDS, plot_attention_maps
-from attncourse.widgets.stepper import _in_kernel
+from attncourse.widgets.base import Explorer
 
 #: Labels of the ``kind`` dropdown.
 KIND_LABELS: dict[str, str] = {
@@ -45,7 +42,7 @@ KIND_LABELS: dict[str, str] = {
 ALL_HEADS = -1
 
 
-class AttentionExplorer:
+class AttentionExplorer(Explorer):
     """Pick an example, a kind of attention, a layer and a head of a trained Transformer.
 
     Display the explorer by making it the last expression of a notebook cell.
@@ -162,23 +159,12 @@ class AttentionExplorer:
             options=[("all heads", ALL_HEADS)] + [(f"head {h + 1}", h) for h in range(self.num_heads)],
             value=ALL_HEADS if head is None else int(head) - 1, description="Head",
             layout=widgets.Layout(width="14em"))
-        self.caption = widgets.HTML()
-        self.out = widgets.Output()
-        self.widget = widgets.VBox([
-            widgets.HBox([self.example, self.kind]),
-            widgets.HBox([self.layer, self.head]),
-            self.caption,
-            self.out,
-        ])
+        super().__init__(widgets.HBox([self.example, self.kind]), widgets.HBox([self.layer, self.head]))
 
         self.src_tokens: list[str] = []
         self.tgt_tokens: list[str] = []
         self.translation = ""
         self.maps: dict[str, list[np.ndarray]] = {}
-        self.figure: Figure | None = None
-        self.shown: dict[str, Any] = {}
-        # Set while the layer slider's range is replaced, so one kind change redraws once.
-        self._quiet = False
 
         self._translate(self.example.value)
         self.example.observe(self._on_example, names="value")
@@ -186,12 +172,6 @@ class AttentionExplorer:
         self.layer.observe(self._on_change, names="value")
         self.head.observe(self._on_change, names="value")
         self._update()
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
 
     # ------------------------------------------------------------------ model
 
@@ -220,17 +200,11 @@ class AttentionExplorer:
 
     def _on_kind(self, change: dict) -> None:
         n = self.num_layers[change["new"]]
-        self._quiet = True
-        try:
+        # Quiet while the layer slider's range is replaced, so one kind change redraws once.
+        with self._quietly():
             self.layer.max = n
             self.layer.value = min(self.layer.value, n)
-        finally:
-            self._quiet = False
         self._update()
-
-    def _on_change(self, _change: dict) -> None:
-        if not self._quiet:
-            self._update()
 
     def _update(self) -> None:
         kind, layer = self.kind.value, self.layer.value - 1
@@ -250,16 +224,6 @@ class AttentionExplorer:
         }
         self.caption.value = self._caption()
         self._render(plot_attention_maps(self.maps, kind, layer, 0, self.src_tokens, self.tgt_tokens, head=head))
-
-    def _render(self, fig: Figure) -> None:
-        previous, self.figure = self.figure, fig
-        if previous is not None:
-            plt.close(previous)
-        if _in_kernel():
-            self.out.clear_output(wait=True)
-            with self.out:
-                display(fig)
-        plt.close(fig)
 
     def _caption(self) -> str:
         s = self.shown

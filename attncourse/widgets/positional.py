@@ -15,19 +15,15 @@ Vaswani et al. (2017), "Attention Is All You Need", section 3.5.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
-from IPython.display import display
-from matplotlib.figure import Figure
 
 from attncourse.functional.positional import positional_frequencies, sinusoidal_encoding
 from attncourse.viz.transformer import plot_positional_detail
-from attncourse.widgets.stepper import _in_kernel
+from attncourse.widgets.base import Explorer
 
 
-class PositionalEncodingExplorer:
+class PositionalEncodingExplorer(Explorer):
     """Sliders for a position and a dimension of the sinusoidal positional encoding.
 
     Display the explorer by making it the last expression of a notebook cell.
@@ -107,23 +103,10 @@ class PositionalEncodingExplorer:
                                           continuous_update=False)
         self.dimension = widgets.IntSlider(value=int(dimension), min=0, max=self.d_model - 1,
                                            description="Dimension", continuous_update=False)
-        self.caption = widgets.HTML()
-        self.out = widgets.Output()
-        self.widget = widgets.VBox([widgets.HBox([self.position, self.dimension]), self.caption, self.out])
-        self.figure: Figure | None = None
-        self.shown: dict[str, Any] = {}
+        super().__init__(widgets.HBox([self.position, self.dimension]))
 
         self.position.observe(self._on_change, names="value")
         self.dimension.observe(self._on_change, names="value")
-        self._update()
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
-
-    def _on_change(self, _change: dict) -> None:
         self._update()
 
     def _update(self) -> None:
@@ -143,16 +126,6 @@ class PositionalEncodingExplorer:
         }
         self.caption.value = self._caption()
         self._render(plot_positional_detail(self.pe, pos, dim, base=self.base))
-
-    def _render(self, fig: Figure) -> None:
-        previous, self.figure = self.figure, fig
-        if previous is not None:
-            plt.close(previous)
-        if _in_kernel():
-            self.out.clear_output(wait=True)
-            with self.out:
-                display(fig)
-        plt.close(fig)
 
     def _caption(self) -> str:
         s = self.shown

@@ -15,18 +15,14 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
 
 import ipywidgets as widgets
-import matplotlib.pyplot as plt
 import numpy as np
-from IPython import get_ipython
-from IPython.display import display
-from matplotlib.figure import Figure
 
 from attncourse.data import SENTENCES, embed, projections, tokenize
 from attncourse.functional import STEPS, SelfAttentionTrace, self_attention_trace
 from attncourse.viz import plot_step
+from attncourse.widgets.base import Explorer, _in_kernel  # noqa: F401  (_in_kernel: kept importable from here)
 
 #: The trace field each step's figure is mainly about; it becomes ``shown["matrix"]``.
 MAIN_FIELD: dict[str, str] = {
@@ -39,11 +35,6 @@ MAIN_FIELD: dict[str, str] = {
 }
 
 
-def _in_kernel() -> bool:
-    """Whether this code runs in a Jupyter kernel, where widgets have a front end."""
-    return getattr(get_ipython(), "kernel", None) is not None
-
-
 def _vector(values: np.ndarray) -> str:
     return "[" + ", ".join(f"{v:.2f}" for v in np.ravel(values)) + "]"
 
@@ -52,7 +43,7 @@ def _per_token(tokens: Sequence[str], values: np.ndarray) -> str:
     return ", ".join(f"{html.escape(t)}&nbsp;{v:.2f}" for t, v in zip(tokens, values))
 
 
-class SelfAttentionStepper:
+class SelfAttentionStepper(Explorer):
     """Step through self-attention on a toy sentence, one step at a time.
 
     The embeddings come from :func:`attncourse.data.embed` and the projections
@@ -145,43 +136,22 @@ class SelfAttentionStepper:
         self.query = widgets.Dropdown(description="Query", layout=widgets.Layout(width="14em"))
         self.step = widgets.IntSlider(value=1, min=1, max=len(STEPS), description="Step",
                                       continuous_update=False)
-        self.previous = widgets.Button(description="Previous", icon="arrow-left",
-                                       layout=widgets.Layout(width="8em"))
-        self.next = widgets.Button(description="Next", icon="arrow-right",
-                                   layout=widgets.Layout(width="8em"))
+        self._step_buttons(self.step)
         self.matrix_form = widgets.Checkbox(value=False, description="All queries (matrix form)", indent=False)
-        self.caption = widgets.HTML()
-        self.out = widgets.Output()
-        self.widget = widgets.VBox([
+        super().__init__(
             widgets.HBox([self.sentence, self.query]),
             widgets.HBox([self.previous, self.step, self.next, self.matrix_form]),
-            self.caption,
-            self.out,
-        ])
+        )
 
         self.tokens: list[str] = []
         self.trace: SelfAttentionTrace | None = None
-        self.figure: Figure | None = None
-        self.shown: dict[str, Any] = {}
-        # Set while the query options are replaced, so that one sentence change
-        # redraws once rather than once per intermediate query value.
-        self._quiet = False
 
         self._set_sentence(self.sentence.value)
         self.sentence.observe(self._on_sentence, names="value")
         self.query.observe(self._on_change, names="value")
         self.step.observe(self._on_change, names="value")
         self.matrix_form.observe(self._on_change, names="value")
-        self.previous.on_click(lambda _: self._move(-1))
-        self.next.on_click(lambda _: self._move(+1))
         self._update()
-
-    # Display: the stepper shows as its VBox.
-    def _ipython_display_(self) -> None:
-        display(self.widget)
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
 
     @property
     def step_name(self) -> str:
@@ -193,23 +163,15 @@ class SelfAttentionStepper:
         self.tokens = tokenize(sentence)
         self.x = embed(self.tokens, d_model=self.d_model, seed=self.seed)
         keep = self.query.value if self.query.value is not None else 0
-        self._quiet = True
-        try:
+        # Quiet while the query options are replaced, so that one sentence
+        # change redraws once rather than once per intermediate query value.
+        with self._quietly():
             self.query.options = [(f"{i + 1}: {token}", i) for i, token in enumerate(self.tokens)]
             self.query.value = keep if keep < len(self.tokens) else 0
-        finally:
-            self._quiet = False
 
     def _on_sentence(self, change: dict) -> None:
         self._set_sentence(change["new"])
         self._update()
-
-    def _on_change(self, _change: dict) -> None:
-        if not self._quiet:
-            self._update()
-
-    def _move(self, delta: int) -> None:
-        self.step.value = int(np.clip(self.step.value + delta, self.step.min, self.step.max))
 
     def _update(self) -> None:
         """Recompute the trace for the current controls, then redraw caption and figure."""
@@ -230,20 +192,6 @@ class SelfAttentionStepper:
         }
         self.caption.value = self._caption(name, query_index, matrix_form)
         self._render(plot_step(self.trace, self.tokens, name))
-
-    def _render(self, fig: Figure) -> None:
-        previous, self.figure = self.figure, fig
-        if previous is not None:
-            plt.close(previous)
-        # Outside a kernel (a script, pytest) there is no front end to show
-        # the figure, and IPython would print its repr instead.
-        if _in_kernel():
-            self.out.clear_output(wait=True)
-            with self.out:
-                display(fig)
-        # The figure is closed in pyplot once shown: no figure piles up, and the
-        # inline backend does not draw it a second time at the end of the cell.
-        plt.close(fig)
 
     def _caption(self, name: str, i: int, matrix_form: bool) -> str:
         """One or two sentences on the current step, with its numbers for query ``i``."""
