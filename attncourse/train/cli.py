@@ -82,41 +82,37 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"attncourse: error: {message} (see '{self.prog} --help')\n")
 
 
-def _positive_int(text: str) -> int:
+def _parse(text: str, cast: type, what: str):
+    """``cast(text)``, or the one-line argparse error that names what was expected."""
     try:
-        value = int(text)
+        return cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    value = _parse(text, int, "a whole number")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
     return value
 
 
 def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = _parse(text, int, "a whole number")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = _parse(text, float, "a number")
     if not value > 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
     return value
 
 
 def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = _parse(text, float, "a number")
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text}")
     return value
