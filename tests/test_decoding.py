@@ -199,3 +199,18 @@ def test_length_penalty_and_argument_checks():
         greedy_decode(model, src, mask, max_len=0)
     with pytest.raises(ValueError, match=r"\(1, 3\).*\(1, 2\)"):
         greedy_decode(model, src, mask[:, :2])
+
+
+def test_translate_equals_greedy_decode_on_one_sentence():
+    from attncourse.data.vocab import Vocabulary
+    from attncourse.nn.rnn import Seq2Seq
+    from attncourse.train.decoding import greedy_decode, translate
+
+    torch.manual_seed(0)
+    src_vocab, tgt_vocab = Vocabulary(["a", "b", "c"]), Vocabulary(["x", "y", "z"])
+    model = Seq2Seq(len(src_vocab), len(tgt_vocab), emb_dim=8, hidden_dim=8)
+    words, attention = translate(model, src_vocab, tgt_vocab, "a c b", max_len=6)
+    src = torch.tensor([src_vocab.encode(["a", "c", "b"], add_eos=True)])
+    tokens, weights = greedy_decode(model, src, torch.ones_like(src, dtype=torch.bool), max_len=6)
+    assert words == tgt_vocab.decode(tokens[0])
+    assert np.allclose(attention, weights[0]) and attention.shape[1] == 4

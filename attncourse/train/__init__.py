@@ -3,7 +3,7 @@ checkpoints and resume, decoding (greedy and beam search), metrics; the command
 line lives in :mod:`attncourse.train.cli` (``python -m attncourse``)."""
 
 from attncourse.train.checkpoint import load_checkpoint, load_model, save_checkpoint
-from attncourse.train.decoding import beam_search, greedy_decode, sequence_log_probs, wu_length_penalty
+from attncourse.train.decoding import beam_search, greedy_decode, sequence_log_probs, translate, wu_length_penalty
 from attncourse.train.experiment import (
     TASKS,
     Experiment,
@@ -63,5 +63,6 @@ __all__ = [
     "seed_everything",
     "sequence_log_probs",
     "token_accuracy",
+    "translate",
     "wu_length_penalty",
 ]

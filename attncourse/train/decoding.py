@@ -318,3 +318,31 @@ def sequence_log_probs(
             total += torch.where(real, picked.double(), torch.zeros_like(total))
             prev = gold[:, i].clamp(min=0)
     return total.tolist()
+
+
+def translate(model: Any, src_vocab: Any, tgt_vocab: Any, text: str, level: str = "word",
+              max_len: int = 50) -> tuple[list[str], np.ndarray | None]:
+    """Greedy translation of one sentence, with the attention weights of every output step.
+
+    Parameters
+    ----------
+    model
+        Any model with the decoding protocol (``Seq2Seq``, ``LuongSeq2Seq``, ``Transformer``).
+    src_vocab, tgt_vocab : Vocabulary
+    text : str
+        The source sentence, tokenized at ``level`` ("word" or "char"); ``<eos>`` is appended.
+    max_len : int
+        Output length limit, ``<eos>`` included.
+
+    Returns
+    -------
+    tokens : list of str
+        The translation, without ``<bos>``/``<eos>``.
+    attention : (out_len, src_len + 1) or None
+        Attention weights of each output token over the source tokens and ``<eos>``.
+    """
+    from attncourse.data.pairs import tokenize
+
+    src = torch.tensor([src_vocab.encode(tokenize(text, level), add_eos=True)])
+    tokens, attention = greedy_decode(model, src, torch.ones_like(src, dtype=torch.bool), max_len=max_len)
+    return tgt_vocab.decode(tokens[0]), attention[0]
