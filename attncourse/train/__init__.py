@@ -16,6 +16,7 @@ from attncourse.train.experiment import (
     transformer_preset,
 )
 from attncourse.train.fit import FitConfig, FitResult, evaluate, fit
+from attncourse.train.loop import EpochRun, train_epochs
 from attncourse.train.metrics import (
     bucket_labels,
     corpus_bleu,
@@ -41,6 +42,8 @@ __all__ = [
     "transformer_preset",
     "noam_lambda",
     "warmup_inverse_sqrt",
+    "EpochRun",
+    "train_epochs",
     "FitConfig",
     "FitResult",
     "evaluate",

@@ -1,0 +1,179 @@
+"""A small epoch loop for models that are not sequence-to-sequence: cached, resumable runs.
+
+:func:`~attncourse.train.fit.fit` trains the encoder-decoders of the text
+chapters. The image models (soft and hard attention over digit canvases, the
+CNN with self-attention) have their own losses and metrics, so they bring their
+own ``train_epoch`` and ``evaluate`` functions and :func:`train_epochs` does the
+rest, the same way ``fit`` does it:
+
+* a run lives in its own folder under :func:`~attncourse.train.runtime.runs_dir`,
+  named by the caller plus a hash of its ``config``; called again with the same
+  config, a finished run loads instead of training;
+* after every epoch, model, optimizer, loop ``state`` and history are written
+  atomically (:func:`~attncourse.train.checkpoint.save_checkpoint`), so an
+  interrupted run resumes from its last finished epoch, and checkpoints load
+  with ``weights_only=True``;
+* each epoch starts by seeding torch with ``seed`` and the epoch number, so a
+  resumed run draws the same batches and samples as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from attncourse.train.checkpoint import load_checkpoint, save_checkpoint
+from attncourse.train.runtime import pick_device, runs_dir
+
+CHECKPOINT = "checkpoint.pt"
+
+Build = Callable[[torch.device], tuple[torch.nn.Module, torch.optim.Optimizer]]
+TrainEpoch = Callable[[torch.nn.Module, torch.optim.Optimizer, int, dict], Mapping[str, float]]
+Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
+
+
+@dataclass
+class EpochRun:
+    """What :func:`train_epochs` returns.
+
+    Attributes
+    ----------
+    model : torch.nn.Module
+        The weights after the last epoch, in evaluation mode.
+    history : list of dict
+        One row per epoch: ``epoch`` (1-based), ``seconds`` (training seconds so
+        far, evaluation excluded), then the training and validation metrics.
+    state : dict
+        The loop state ``train_epoch`` kept (e.g. a REINFORCE baseline).
+    out_dir : Path
+        The run's folder.
+    seconds : float
+        Total training seconds.
+    """
+
+    model: torch.nn.Module
+    history: list[dict]
+    state: dict
+    out_dir: Path
+    seconds: float
+
+
+def config_digest(config: Mapping[str, Any]) -> str:
+    """Ten hex digits of the SHA-256 of ``config`` as sorted JSON.
+
+    Raises
+    ------
+    TypeError
+        If ``config`` holds something JSON cannot write.
+    """
+    return hashlib.sha256(json.dumps(dict(config), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    return int(seed) * 100_003 + int(epoch)
+
+
+def train_epochs(
+    name: str,
+    config: Mapping[str, Any],
+    build: Build,
+    train_epoch: TrainEpoch,
+    evaluate: Evaluate,
+    epochs: int,
+    *,
+    seed: int = 0,
+    progress: bool = True,
+    device: str | torch.device | None = None,
+    out_dir: str | Path | None = None,
+) -> EpochRun:
+    """Train for ``epochs`` epochs, or resume / load the run if its folder holds it.
+
+    Parameters
+    ----------
+    name : str
+        Readable prefix of the run's folder, e.g. ``"canvases/hard-seed0"``.
+    config : dict
+        JSON-able description of everything that shapes the run; its hash
+        completes the folder name, and it is stored in the checkpoint.
+    build : callable(device) -> (model, optimizer)
+        Called once, right after ``torch.manual_seed(seed)``; it puts the model
+        on ``device`` before creating the optimizer.
+    train_epoch : callable(model, optimizer, epoch, state) -> dict
+        One pass over the training data, model in training mode; returns
+        training metrics (floats). ``epoch`` is 1-based. ``state`` is a dict of
+        plain values (numbers, strings, lists) the loop checkpoints with the
+        weights, for anything besides weights that training carries along.
+    evaluate : callable(model) -> dict
+        Validation metrics (floats); called in evaluation mode under ``torch.no_grad()``.
+    epochs : int
+        Epochs in all (a finished run with fewer epochs continues up to this).
+    seed : int
+        Seeds the initial weights and every epoch's randomness.
+    progress : bool
+        A tqdm bar over the epochs.
+    device : str or torch.device, optional
+        Default: :func:`~attncourse.train.runtime.pick_device`.
+    out_dir : path, optional
+        Default: ``runs_dir(f"{name}-{config_digest(config)}")``.
+
+    Returns
+    -------
+    EpochRun
+
+    Raises
+    ------
+    ValueError
+        If ``epochs`` is not a positive int, a metric is not a number, or the
+        folder holds a checkpoint of a different config (or an unreadable one).
+    TypeError
+        If ``config`` or ``state`` holds values that are not plain data.
+    """
+    if int(epochs) != epochs or epochs < 1:
+        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    config = dict(config)
+    out = Path(out_dir) if out_dir is not None else runs_dir(f"{name}-{config_digest(config)}")
+    out.mkdir(parents=True, exist_ok=True)
+    device = pick_device(None if device is None else str(device))
+    torch.manual_seed(seed)
+    model, optimizer = build(device)
+    history: list[dict] = []
+    state: dict = {}
+    path = out / CHECKPOINT
+    if path.is_file():
+        saved = load_checkpoint(path, map_location=device)
+        if saved["extra"].get("config") != json.loads(json.dumps(config)):
+            raise ValueError(f"{path} holds a run of another config; delete the folder to train this one afresh")
+        model.load_state_dict(saved["model_state"])
+        optimizer.load_state_dict(saved["optimizer_state"])
+        history, state = list(saved["history"]), dict(saved["trainer"].get("state", {}))
+    seconds = history[-1]["seconds"] if history else 0.0
+    bar = tqdm(range(len(history) + 1, int(epochs) + 1), desc=name, disable=not progress, leave=False)
+    for epoch in bar:
+        torch.manual_seed(_epoch_seed(seed, epoch))
+        model.train()
+        start = time.perf_counter()
+        train_metrics = dict(train_epoch(model, optimizer, epoch, state))
+        seconds += time.perf_counter() - start
+        model.eval()
+        with torch.no_grad():
+            valid_metrics = dict(evaluate(model))
+        row = {"epoch": epoch, "seconds": seconds, **train_metrics, **valid_metrics}
+        for key, value in row.items():
+            if not isinstance(value, numbers.Real):
+                raise ValueError(f"metric {key!r} must be a number, got {type(value).__name__}: {value!r}")
+            row[key] = float(value) if key != "epoch" else int(value)
+        history.append(row)
+        save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch, history=history,
+                        extra={"config": config, "name": name}, trainer={"state": state})
+        bar.set_postfix({k: f"{v:.3g}" for k, v in row.items() if k not in ("epoch", "seconds")})
+    model.eval()
+    return EpochRun(model=model, history=history, state=state, out_dir=out, seconds=seconds)

@@ -1,0 +1,96 @@
+"""The cached, resumable epoch loop of attncourse.train.loop."""
+
+import pytest
+import torch
+
+from attncourse.train.loop import config_digest, train_epochs
+
+
+def _problem():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 3, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.1 * torch.randn(64, generator=g)
+    calls = []
+
+    def build(device):
+        model = torch.nn.Linear(3, 1).to(device)
+        return model, torch.optim.SGD(model.parameters(), lr=0.05)
+
+    def train_epoch(model, opt, epoch, state):
+        calls.append(epoch)
+        perm = torch.randperm(64)  # drawn from the loop's per-epoch seed
+        total = 0.0
+        for i in range(0, 64, 16):
+            idx = perm[i:i + 16]
+            loss = ((model(x[idx]).squeeze(-1) - y[idx]) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item()
+        state["steps"] = state.get("steps", 0) + 4
+        return {"train_loss": total / 4}
+
+    def evaluate(model):
+        return {"valid_loss": float(((model(x).squeeze(-1) - y) ** 2).mean())}
+
+    return build, train_epoch, evaluate, calls
+
+
+def test_trains_and_records_history(tmp_path):
+    build, train_epoch, evaluate, calls = _problem()
+    run = train_epochs("toy", {"lr": 0.05}, build, train_epoch, evaluate, 5, progress=False,
+                       out_dir=tmp_path, device="cpu")
+    assert calls == [1, 2, 3, 4, 5]
+    assert [row["epoch"] for row in run.history] == [1, 2, 3, 4, 5]
+    assert run.history[-1]["valid_loss"] < 0.5 * run.history[0]["valid_loss"]
+    assert run.state == {"steps": 20}
+    assert not run.model.training
+    seconds = [row["seconds"] for row in run.history]
+    assert seconds == sorted(seconds) and run.seconds == seconds[-1]
+
+
+def test_finished_run_loads_without_training(tmp_path):
+    build, train_epoch, evaluate, calls = _problem()
+    first = train_epochs("toy", {"lr": 0.05}, build, train_epoch, evaluate, 3, progress=False,
+                         out_dir=tmp_path, device="cpu")
+    calls.clear()
+    again = train_epochs("toy", {"lr": 0.05}, build, train_epoch, evaluate, 3, progress=False,
+                         out_dir=tmp_path, device="cpu")
+    assert calls == []
+    assert again.history == first.history and again.state == first.state
+    assert torch.equal(again.model.weight, first.model.weight)
+
+
+def test_interrupted_run_resumes_exactly(tmp_path):
+    build, train_epoch, evaluate, _ = _problem()
+    straight = train_epochs("toy", {"lr": 0.05}, build, train_epoch, evaluate, 4, progress=False,
+                            out_dir=tmp_path / "a", device="cpu")
+    train_epochs("toy", {"lr": 0.05}, build, train_epoch, evaluate, 2, progress=False,
+                 out_dir=tmp_path / "b", device="cpu")
+    resumed = train_epochs("toy", {"lr": 0.05}, build, train_epoch, evaluate, 4, progress=False,
+                           out_dir=tmp_path / "b", device="cpu")
+    assert torch.equal(resumed.model.weight, straight.model.weight)
+    assert resumed.state == straight.state == {"steps": 16}
+    assert [r["valid_loss"] for r in resumed.history] == [r["valid_loss"] for r in straight.history]
+
+
+def test_default_folder_is_named_by_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path))
+    build, train_epoch, evaluate, _ = _problem()
+    run = train_epochs("toy/run", {"lr": 0.05}, build, train_epoch, evaluate, 1, progress=False, device="cpu")
+    assert run.out_dir == tmp_path / "toy" / f"run-{config_digest({'lr': 0.05})}"
+    assert config_digest({"lr": 0.05}) != config_digest({"lr": 0.1})
+
+
+def test_bad_input_gives_clear_errors(tmp_path):
+    build, train_epoch, evaluate, _ = _problem()
+    with pytest.raises(ValueError, match="epochs must be a positive int"):
+        train_epochs("toy", {}, build, train_epoch, evaluate, 0, progress=False, out_dir=tmp_path)
+    train_epochs("toy", {"lr": 0.05}, build, train_epoch, evaluate, 1, progress=False, out_dir=tmp_path,
+                 device="cpu")
+    with pytest.raises(ValueError, match="another config"):
+        train_epochs("toy", {"lr": 0.1}, build, train_epoch, evaluate, 1, progress=False, out_dir=tmp_path,
+                     device="cpu")
+    with pytest.raises(ValueError, match="'valid_loss' must be a number"):
+        train_epochs("toy", {}, build, train_epoch, lambda m: {"valid_loss": "low"}, 1, progress=False,
+                     out_dir=tmp_path / "c", device="cpu")
