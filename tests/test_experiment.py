@@ -109,3 +109,28 @@ def test_transformer_experiment_trains_then_loads(tmp_path):
     again = run_experiment(tiny, progress=False, out_dir=tmp_path)
     assert len(first.result.history) == 2 and again.result.history == first.result.history
     assert all(torch.equal(a, b) for a, b in zip(first.model.parameters(), again.model.parameters()))
+
+
+def test_luong_experiments_build_the_luong_model_and_keep_old_names():
+    from attncourse.nn.luong import LuongSeq2Seq
+    local = Experiment(model="luong", score="dot", mode="local-p", window=3, bidirectional=False,
+                       emb_dim=8, hidden_dim=16)
+    model = build_model(local, 10, 12)
+    assert isinstance(model, LuongSeq2Seq)
+    assert {k: model.config[k] for k in ("score", "mode", "window", "bidirectional", "hidden_dim")} == {
+        "score": "dot", "mode": "local-p", "window": 3, "bidirectional": False, "hidden_dim": 16}
+    assert build_model(Experiment(model="luong", score="location", hidden_dim=16), 10, 12).config["max_src_len"] > 0
+    assert local.name.startswith("numbers-en-fr/luong-dot-local-p-all-h16-")
+    assert local.name != Experiment(**{**local.__dict__, "window": 2}).name
+    # the Luong fields, at their defaults, leave the RNN and Transformer folders where they were
+    assert Experiment(task="numbers-en-fr", attention="bahdanau", hidden_dim=128).name == (
+        "numbers-en-fr/bahdanau-all-h128-04fe6e1fd0")
+
+
+def test_luong_experiment_trains_then_loads(tmp_path):
+    torch.set_num_threads(1)
+    tiny = Experiment(**{**TINY.__dict__, "model": "luong", "mode": "local-m", "window": 1})
+    first = run_experiment(tiny, progress=False, out_dir=tmp_path)
+    again = run_experiment(tiny, progress=False, out_dir=tmp_path)
+    assert type(first.model).__name__ == "LuongSeq2Seq" and again.result.history == first.result.history
+    assert all(torch.equal(a, b) for a, b in zip(first.model.parameters(), again.model.parameters()))

@@ -30,6 +30,7 @@ from attncourse.data.dates import date_task
 from attncourse.data.numbers import number_task
 from attncourse.data.pairs import PairDataset, Splits
 from attncourse.data.vocab import Vocabulary
+from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.train.fit import CHECKPOINT_NAME, FitConfig, FitResult, fit
 from attncourse.train.runtime import runs_dir
@@ -37,7 +38,9 @@ from attncourse.train.runtime import runs_dir
 #: Generated tasks, by the names the command line uses.
 TASKS: tuple[str, ...] = ("numbers-en-fr", "numbers-en-de", "dates")
 #: Model families an Experiment can train.
-MODEL_KINDS: tuple[str, ...] = ("rnn", "transformer")
+MODEL_KINDS: tuple[str, ...] = ("rnn", "transformer", "luong")
+#: Source length the ``"location"`` score is built for (its W_a has one row per source position).
+LOCATION_MAX_SRC_LEN = 64
 #: Names of the Transformer presets (:func:`transformer_preset`).
 PRESETS: tuple[str, ...] = ("cpu", "gpu")
 
@@ -103,9 +106,11 @@ class Experiment:
         RNN models: embedding and GRU widths.
     epochs, lr, batch_size, patience, seed, data_seed
         Optimisation settings, see :class:`~attncourse.train.fit.FitConfig`.
-    model : {"rnn", "transformer"}
-        Which family: :class:`~attncourse.nn.rnn.Seq2Seq` or
-        :class:`~attncourse.nn.transformer.Transformer`.
+    model : {"rnn", "transformer", "luong"}
+        Which family: :class:`~attncourse.nn.rnn.Seq2Seq`,
+        :class:`~attncourse.nn.transformer.Transformer` or
+        :class:`~attncourse.nn.luong.LuongSeq2Seq` (which uses ``emb_dim``,
+        ``hidden_dim`` and the Luong fields below).
     dropout : float
         Dropout of either model (the RNN's default 0; the Transformer presets 0.1).
     d_model, num_heads, num_layers, d_ff : int
@@ -116,6 +121,12 @@ class Experiment:
         or learned positions; shared target embedding and output weights.
     label_smoothing, schedule, warmup, lr_scale, optimizer, betas, eps, weight_decay, clip_norm, amp, fused, compile
         Training recipe, see :class:`~attncourse.train.fit.FitConfig`.
+    score, mode, window, input_feeding, bidirectional
+        Luong models: score function (``"dot"``, ``"general"``, ``"concat"``,
+        ``"location"``), ``"global"``, ``"local-m"`` or ``"local-p"`` attention,
+        half-width D of the local window, input feeding (Luong et al. 2015,
+        sections 3.1-3.3), and a bidirectional encoder (the paper's reads the
+        source left to right only).
 
     Notes
     -----
@@ -161,6 +172,11 @@ class Experiment:
     amp: str | None = None
     fused: bool = False
     compile: bool = False
+    score: str = "general"
+    mode: str = "global"
+    window: int = 4
+    input_feeding: bool = True
+    bidirectional: bool = True
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_KINDS:
@@ -181,6 +197,8 @@ class Experiment:
         span = "all" if self.max_train_src_len is None else f"upto{self.max_train_src_len}"
         if self.model == "transformer":
             return f"{self.task}/transformer-{span}-d{self.d_model}-{digest}"
+        if self.model == "luong":
+            return f"{self.task}/luong-{self.score}-{self.mode}-{span}-h{self.hidden_dim}-{digest}"
         kind = self.attention or "rnn"
         return f"{self.task}/{kind}-{span}-h{self.hidden_dim}-{digest}"
 
@@ -213,7 +231,8 @@ def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: 
     torch.nn.Module
         :class:`~attncourse.nn.rnn.Seq2Seq` for ``model="rnn"``,
         :class:`~attncourse.nn.transformer.Transformer` (imported only then)
-        for ``model="transformer"``. Seed torch before calling it for
+        for ``model="transformer"``, :class:`~attncourse.nn.luong.LuongSeq2Seq`
+        for ``model="luong"``. Seed torch before calling it for
         repeatable initial weights.
 
     Raises
@@ -231,6 +250,11 @@ def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: 
         return transformer(n_src, n_tgt, d_model=e.d_model, num_heads=e.num_heads, num_encoder_layers=e.num_layers,
                            num_decoder_layers=e.num_layers, d_ff=e.d_ff, dropout=e.dropout, norm_first=e.norm_first,
                            positional=e.positional, tie_embeddings=e.tie_embeddings)
+    if e.model == "luong":
+        return LuongSeq2Seq(n_src, n_tgt, emb_dim=e.emb_dim, hidden_dim=e.hidden_dim, score=e.score, mode=e.mode,
+                            window=e.window, input_feeding=e.input_feeding, bidirectional=e.bidirectional,
+                            dropout=e.dropout,
+                            max_src_len=LOCATION_MAX_SRC_LEN if e.score == "location" else None)
     raise ValueError(f"model must be one of {MODEL_KINDS}, got {e.model!r}")
 
 
