@@ -50,8 +50,9 @@ class EpochRun:
     model : torch.nn.Module
         The weights after the last epoch, in evaluation mode.
     history : list of dict
-        One row per epoch: ``epoch`` (1-based), ``seconds`` (training seconds so
-        far, evaluation excluded), then the training and validation metrics.
+        One row per epoch: ``epoch`` (1-based), ``seconds`` (training seconds of
+        that epoch, evaluation excluded, as in the history of
+        :func:`~attncourse.train.fit.fit`), then the training and validation metrics.
     state : dict
         The loop state ``train_epoch`` kept (e.g. a REINFORCE baseline).
     out_dir : Path
@@ -155,18 +156,19 @@ def train_epochs(
         model.load_state_dict(saved["model_state"])
         optimizer.load_state_dict(saved["optimizer_state"])
         history, state = list(saved["history"]), dict(saved["trainer"].get("state", {}))
-    seconds = history[-1]["seconds"] if history else 0.0
+    seconds = sum(row["seconds"] for row in history)
     bar = tqdm(range(len(history) + 1, int(epochs) + 1), desc=name, disable=not progress, leave=False)
     for epoch in bar:
         torch.manual_seed(_epoch_seed(seed, epoch))
         model.train()
         start = time.perf_counter()
         train_metrics = dict(train_epoch(model, optimizer, epoch, state))
-        seconds += time.perf_counter() - start
+        epoch_seconds = time.perf_counter() - start
+        seconds += epoch_seconds
         model.eval()
         with torch.no_grad():
             valid_metrics = dict(evaluate(model))
-        row = {"epoch": epoch, "seconds": seconds, **train_metrics, **valid_metrics}
+        row = {"epoch": epoch, "seconds": epoch_seconds, **train_metrics, **valid_metrics}
         for key, value in row.items():
             if not isinstance(value, numbers.Real):
                 raise ValueError(f"metric {key!r} must be a number, got {type(value).__name__}: {value!r}")
