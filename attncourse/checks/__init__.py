@@ -17,6 +17,11 @@ from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
 from attncourse.checks.self_attention import check_causal_mask, check_scaled_dot_product, check_softmax
 from attncourse.checks.transformer import check_merge_heads, check_split_heads
 from attncourse.checks.training import check_label_smoothing, check_noam_schedule
+from attncourse.checks.attention_family import (
+    check_general_score,
+    check_local_p_weights,
+    check_temperature_softmax,
+)
 from attncourse.checks.seq2seq import (
     check_additive_score,
     check_gru_cell,
@@ -28,6 +33,9 @@ __all__ = [
     "Case",
     "CheckResult",
     "check_additive_score",
+    "check_general_score",
+    "check_local_p_weights",
+    "check_temperature_softmax",
     "check_gru_cell",
     "check_label_smoothing",
     "check_masked_softmax",

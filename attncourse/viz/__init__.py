@@ -8,6 +8,9 @@
   :func:`plot_history`, :func:`plot_bahdanau_step`: the encoder-decoder chapters.
 - :func:`plot_positional_encoding`, :func:`plot_head_maps`, :func:`plot_attention_maps`:
   multi-head attention, positions and the Transformer.
+- :func:`plot_local_window`, :func:`plot_alignment_windows`, :func:`plot_cost`,
+  :func:`plot_temperature`, :func:`plot_tempered_weights`: Luong's global and local
+  attention, and the temperature between soft and hard attention.
 
 Every function creates its figure with ``plt.subplots(..., layout="constrained")``
 when no axes are given; close figures you no longer need with ``plt.close(fig)``.
@@ -21,6 +24,16 @@ from attncourse.viz.seq2seq import (
     plot_by_length,
     plot_encoder_decoder,
     plot_history,
+)
+from attncourse.viz.luong import (
+    LocalWeights,
+    entropy,
+    local_weights,
+    plot_alignment_windows,
+    plot_cost,
+    plot_local_window,
+    plot_tempered_weights,
+    plot_temperature,
 )
 from attncourse.viz.transformer import (
     ATTENTION_KINDS,
@@ -43,6 +56,14 @@ from attncourse.viz.self_attention import (
 )
 
 __all__ = [
+    "LocalWeights",
+    "entropy",
+    "local_weights",
+    "plot_alignment_windows",
+    "plot_cost",
+    "plot_local_window",
+    "plot_tempered_weights",
+    "plot_temperature",
     "ATTENTION_KINDS",
     "dimension_wavelength",
     "plot_attention_maps",

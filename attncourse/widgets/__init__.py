@@ -8,7 +8,16 @@ They share their layout, display and redrawing through
 
 from attncourse.widgets.bahdanau import BahdanauStepper
 from attncourse.widgets.explorer import AttentionExplorer
+from attncourse.widgets.local_window import LocalWindow
 from attncourse.widgets.positional import PositionalEncodingExplorer
 from attncourse.widgets.stepper import SelfAttentionStepper
+from attncourse.widgets.temperature import TemperatureExplorer
 
-__all__ = ["AttentionExplorer", "BahdanauStepper", "PositionalEncodingExplorer", "SelfAttentionStepper"]
+__all__ = [
+    "AttentionExplorer",
+    "BahdanauStepper",
+    "LocalWindow",
+    "PositionalEncodingExplorer",
+    "SelfAttentionStepper",
+    "TemperatureExplorer",
+]
