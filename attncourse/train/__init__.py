@@ -27,6 +27,13 @@ from attncourse.train.metrics import (
     length_buckets,
     token_accuracy,
 )
+from attncourse.train.relation import (
+    RELATION_MODELS,
+    RelationConfig,
+    load_relation_canvases,
+    relation_accuracy,
+    train_relation_classifier,
+)
 from attncourse.train.schedule import noam_lambda, warmup_inverse_sqrt
 from attncourse.train.runtime import describe_device, pick_device, runs_dir, seed_everything
 
@@ -43,6 +50,11 @@ __all__ = [
     "noam_lambda",
     "warmup_inverse_sqrt",
     "EpochRun",
+    "RELATION_MODELS",
+    "RelationConfig",
+    "load_relation_canvases",
+    "relation_accuracy",
+    "train_relation_classifier",
     "train_epochs",
     "FitConfig",
     "FitResult",

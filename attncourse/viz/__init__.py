@@ -11,6 +11,8 @@
 - :func:`plot_local_window`, :func:`plot_alignment_windows`, :func:`plot_cost`,
   :func:`plot_temperature`, :func:`plot_tempered_weights`: Luong's global and local
   attention, and the temperature between soft and hard attention.
+- :func:`plot_pixel_attention`, :func:`plot_pixel_attention_row`: where one position of a
+  CNN feature map looks, with self-attention inside the CNN.
 
 Every function creates its figure with ``plt.subplots(..., layout="constrained")``
 when no axes are given; close figures you no longer need with ``plt.close(fig)``.
@@ -25,6 +27,7 @@ from attncourse.viz.seq2seq import (
     plot_encoder_decoder,
     plot_history,
 )
+from attncourse.viz.conv_attention import plot_pixel_attention, plot_pixel_attention_row
 from attncourse.viz.luong import (
     LocalWeights,
     entropy,
@@ -56,6 +59,8 @@ from attncourse.viz.self_attention import (
 )
 
 __all__ = [
+    "plot_pixel_attention",
+    "plot_pixel_attention_row",
     "LocalWeights",
     "entropy",
     "local_weights",
