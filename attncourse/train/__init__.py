@@ -2,6 +2,7 @@
 checkpoints and resume, decoding (greedy and beam search), metrics; the command
 line lives in :mod:`attncourse.train.cli` (``python -m attncourse``)."""
 
+from attncourse.train.captioning import CaptionConfig, caption_metrics, load_canvases, train_captioner
 from attncourse.train.checkpoint import load_checkpoint, load_model, save_checkpoint
 from attncourse.train.decoding import beam_search, greedy_decode, sequence_log_probs, translate, wu_length_penalty
 from attncourse.train.experiment import (
@@ -50,6 +51,10 @@ __all__ = [
     "noam_lambda",
     "warmup_inverse_sqrt",
     "EpochRun",
+    "CaptionConfig",
+    "caption_metrics",
+    "load_canvases",
+    "train_captioner",
     "RELATION_MODELS",
     "RelationConfig",
     "load_relation_canvases",

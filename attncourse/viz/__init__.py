@@ -11,6 +11,8 @@
 - :func:`plot_local_window`, :func:`plot_alignment_windows`, :func:`plot_cost`,
   :func:`plot_temperature`, :func:`plot_tempered_weights`: Luong's global and local
   attention, and the temperature between soft and hard attention.
+- :func:`plot_attention_overlay`, :func:`plot_seed_curves`: soft and hard attention over
+  digit canvases, and learning curves over seeds.
 - :func:`plot_pixel_attention`, :func:`plot_pixel_attention_row`: where one position of a
   CNN feature map looks, with self-attention inside the CNN.
 
@@ -27,6 +29,7 @@ from attncourse.viz.seq2seq import (
     plot_encoder_decoder,
     plot_history,
 )
+from attncourse.viz.images import plot_attention_overlay, plot_seed_curves
 from attncourse.viz.conv_attention import plot_pixel_attention, plot_pixel_attention_row
 from attncourse.viz.luong import (
     LocalWeights,
@@ -59,6 +62,8 @@ from attncourse.viz.self_attention import (
 )
 
 __all__ = [
+    "plot_attention_overlay",
+    "plot_seed_curves",
     "plot_pixel_attention",
     "plot_pixel_attention_row",
     "LocalWeights",
