@@ -15,7 +15,6 @@ import torch
 
 from attncourse.checks import (
     Case,
-    CheckResult,
     check_causal_mask,
     check_scaled_dot_product,
     check_softmax,
@@ -24,6 +23,7 @@ from attncourse.checks import (
 )
 from attncourse.checks.self_attention import softmax_cases
 from attncourse.functional import attention, causal_mask, scaled_dot_product_attention, softmax
+from check_helpers import assert_failed
 
 # ----------------------------------------------------------------- learners' softmaxes
 
@@ -179,15 +179,6 @@ def mask_torch(seq_len):
 
 
 # ------------------------------------------------------------------------- helpers
-
-
-def assert_failed(result: CheckResult, case_number: int, *hint_parts: str) -> None:
-    assert isinstance(result, CheckResult)
-    assert not result.passed and not result
-    assert result.cases_passed == case_number - 1
-    assert result.message.startswith(f"case {case_number} of {result.cases_total} (")
-    for part in hint_parts:
-        assert part in result.hint, f"{part!r} not in hint {result.hint!r}"
 
 
 # ----------------------------------------------------------------- reference passes

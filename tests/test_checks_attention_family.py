@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.checks import CheckResult, run_cases
+from attncourse.checks import run_cases
 from attncourse.checks.attention_family import (
     GS_RULE,
     check_general_score,
@@ -26,6 +26,7 @@ from attncourse.checks.attention_family import (
 )
 from attncourse.functional.luong import luong_step, score_general
 from attncourse.functional.temperature import softmax_with_temperature
+from check_helpers import assert_failed
 
 # ------------------------------------------------------------------ learners' general scores
 
@@ -212,15 +213,6 @@ def ts_hardmax(scores, tau):
 
 
 # ------------------------------------------------------------------------- helpers
-
-
-def assert_failed(result: CheckResult, case_number: int, *hint_parts: str) -> None:
-    assert isinstance(result, CheckResult)
-    assert not result.passed and not result
-    assert result.cases_passed == case_number - 1, result.message
-    assert result.message.startswith(f"case {case_number} of {result.cases_total} (")
-    for part in hint_parts:
-        assert part in result.hint, f"{part!r} not in hint {result.hint!r}"
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.checks import CheckResult
 from attncourse.checks.seq2seq import (
     GRU_LAYOUT_HINT,
     additive_score_cases,
@@ -25,6 +24,7 @@ from attncourse.checks.seq2seq import (
     masked_softmax_cases,
 )
 from attncourse.functional import additive_attention_step, masked_softmax, padding_mask, softmax
+from check_helpers import assert_failed
 
 # ------------------------------------------------------------------ learners' GRU steps
 
@@ -272,15 +272,6 @@ def msm_raises(scores, mask):
 
 
 # ------------------------------------------------------------------------- helpers
-
-
-def assert_failed(result: CheckResult, case_number: int, *hint_parts: str) -> None:
-    assert isinstance(result, CheckResult)
-    assert not result.passed and not result
-    assert result.cases_passed == case_number - 1, result.message
-    assert result.message.startswith(f"case {case_number} of {result.cases_total} (")
-    for part in hint_parts:
-        assert part in result.hint, f"{part!r} not in hint {result.hint!r}"
 
 
 # ----------------------------------------------------------------- references pass

@@ -34,8 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from attncourse.checks.core import Case, CheckResult, run_cases
-from attncourse.checks.self_attention import _same
+from attncourse.checks.core import Case, CheckResult, buggy_variants, run_cases, variant_hint
 from attncourse.functional.luong import gaussian_weights, local_window, score_general
 from attncourse.functional.numpy_attention import softmax
 from attncourse.functional.temperature import hardmax, softmax_with_temperature
@@ -44,27 +43,6 @@ from attncourse.functional.temperature import hardmax, softmax_with_temperature
 # tell every buggy variant apart.
 _ATOL = 1e-5
 _RTOL = 1e-4
-
-
-def _variants(recipes: list[tuple[str, Callable[[], np.ndarray]]]) -> list[tuple[str, np.ndarray]]:
-    """Evaluate each buggy recipe; one whose shapes do not fit (it would raise) is left out."""
-    out = []
-    for hint, recipe in recipes:
-        try:
-            with np.errstate(all="ignore"):
-                out.append((hint, np.asarray(recipe(), dtype=np.float64)))
-        except (ValueError, ZeroDivisionError):
-            pass
-    return out
-
-
-def _match(got: np.ndarray, variants: list[tuple[str, np.ndarray]], case: Case) -> str | None:
-    """The hint of the first variant that differs from the answer and equals ``got``."""
-    expected = np.asarray(case.expected, dtype=np.float64)
-    for hint, variant in variants:
-        if variant.shape == expected.shape and not _same(variant, expected, case) and _same(got, variant, case):
-            return hint
-    return None
 
 
 # --------------------------------------------------------------------- general score (eq. (8))
@@ -102,7 +80,7 @@ GS_1D_HINT = "Return a 1-D array of scores, shape (src_len,), one per source pos
 
 def _general_variants(h_t: np.ndarray, h_s: np.ndarray, w_a: np.ndarray) -> list[tuple[str, np.ndarray]]:
     right = score_general(h_t, h_s, w_a)
-    return _variants([
+    return buggy_variants([
         (GS_TRANSPOSED_HINT, lambda: h_s @ w_a @ h_t),
         (GS_DOT_HINT, lambda: h_s @ h_t),
         (GS_WEIGHTS_HINT, lambda: softmax(right)),
@@ -122,7 +100,7 @@ def _diagnose_general_score(got: Any, case: Case) -> str | None:
         if got.size == expected.size:
             return GS_1D_HINT
         return None
-    hint = _match(got, _general_variants(h_t, h_s, w_a), case)
+    hint = variant_hint(got, _general_variants(h_t, h_s, w_a), case.expected, case)
     if hint:
         return hint
     got = got.astype(np.float64)
@@ -309,7 +287,7 @@ def _local_p_variants(scores: np.ndarray, p_t: float, D: int) -> list[tuple[str,
         recipes.append((LP_EDGES_HINT, lambda edges=edges: softmax(scores, mask=edges) * g * edges))
     if D // 2 > 0:
         recipes.append((LP_SIGMA_INT_HINT, lambda: align * _gauss(src_len, p_t, D // 2)))
-    return _variants(recipes)
+    return buggy_variants(recipes)
 
 
 def _diagnose_local_p(got: Any, case: Case) -> str | None:
@@ -323,7 +301,7 @@ def _diagnose_local_p(got: Any, case: Case) -> str | None:
             return LP_WINDOW_ONLY_HINT
         return None
     got = got.astype(np.float64)
-    hint = _match(got, _local_p_variants(scores, p_t, D), case)
+    hint = variant_hint(got, _local_p_variants(scores, p_t, D), case.expected, case)
     if hint:
         return hint
     if np.isnan(got).any():
@@ -452,7 +430,7 @@ TS_SHAPE_HINT = "Return weights of the same shape as the scores."
 
 def _temperature_variants(scores: np.ndarray, tau: float) -> list[tuple[str, np.ndarray]]:
     plain = softmax(scores)
-    return _variants([
+    return buggy_variants([
         (TS_TIMES_HINT, lambda: softmax(scores * tau)),
         (TS_IGNORED_HINT, lambda: plain),
         (TS_AFTER_HINT, lambda: plain / tau),
@@ -470,7 +448,7 @@ def _diagnose_temperature(got: Any, case: Case) -> str | None:
     if got.shape != np.asarray(case.expected).shape:
         return TS_SHAPE_HINT
     got = got.astype(np.float64)
-    hint = _match(got, _temperature_variants(scores, tau), case)
+    hint = variant_hint(got, _temperature_variants(scores, tau), case.expected, case)
     if hint:
         return hint
     if np.isnan(got).any():

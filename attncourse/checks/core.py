@@ -415,7 +415,47 @@ def _diagnose(got: Any, case: Case) -> str:
     return case.hint
 
 
+# ---------------------------------------------------------------- diagnosing common bugs
+# A check's ``diagnose`` computes what typical buggy versions of the exercise
+# would return and names the bug whose output the learner's matches.
+
+
+def same_values(got: Any, other: np.ndarray, case: Case) -> bool:
+    """Whether ``got`` is a numeric array of ``other``'s shape and values, within the case's tolerances."""
+    return (
+        isinstance(got, np.ndarray)
+        and got.shape == other.shape
+        and got.dtype.kind in "biuf"
+        and bool(np.allclose(got.astype(np.float64), other, atol=case.atol, rtol=case.rtol, equal_nan=True))
+    )
+
+
+def buggy_variants(recipes: Sequence[tuple[str, Callable[[], Any]]]) -> list[tuple[str, np.ndarray]]:
+    """Evaluate each ``(hint, recipe)`` of a buggy version; one whose shapes do not fit (it would raise) is left out."""
+    out = []
+    for hint, recipe in recipes:
+        try:
+            with np.errstate(all="ignore"):
+                out.append((hint, np.asarray(recipe(), dtype=np.float64)))
+        except (ValueError, ZeroDivisionError):
+            pass
+    return out
+
+
+def variant_hint(got: Any, variants: Sequence[tuple[str, Any]], expected: np.ndarray, case: Case) -> str | None:
+    """The hint of the first variant that differs from ``expected`` and equals ``got``, or None."""
+    expected = np.asarray(expected, dtype=np.float64)
+    for hint, variant in variants:
+        variant = np.asarray(variant, dtype=np.float64)
+        if variant.shape == expected.shape and not same_values(variant, expected, case) and same_values(got, variant, case):
+            return hint
+    return None
+
+
 __all__ = [
+    "buggy_variants",
+    "same_values",
+    "variant_hint",
     "Case",
     "CheckResult",
     "Diagnose",

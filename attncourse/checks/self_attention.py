@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from attncourse.checks.core import Case, CheckResult, run_cases
+from attncourse.checks.core import Case, CheckResult, run_cases, same_values
 from attncourse.functional import causal_mask, scaled_dot_product_attention, softmax
 
 # --------------------------------------------------------------------------- softmax
@@ -85,15 +85,6 @@ def _softmax_variants(x: np.ndarray, axis: int) -> list[tuple[str, np.ndarray]]:
     return variants
 
 
-def _same(got: Any, other: np.ndarray, case: Case) -> bool:
-    return (
-        isinstance(got, np.ndarray)
-        and got.shape == other.shape
-        and got.dtype.kind in "biuf"
-        and bool(np.allclose(got.astype(np.float64), other, atol=case.atol, rtol=case.rtol, equal_nan=True))
-    )
-
-
 def _diagnose_softmax(got: Any, case: Case) -> str | None:
     x = case.args["x"]
     axis = case.args["axis"]
@@ -103,7 +94,7 @@ def _diagnose_softmax(got: Any, case: Case) -> str | None:
         return SOFTMAX_SHAPE_HINT
     expected = np.asarray(case.expected)
     for hint, variant in _softmax_variants(x, axis):
-        if not _same(variant, expected, case) and _same(got, variant, case):
+        if not same_values(variant, expected, case) and same_values(got, variant, case):
             return hint
     if not np.isfinite(got.astype(np.float64)).all():
         return SOFTMAX_MAX_HINT
@@ -262,14 +253,14 @@ def _diagnose_scaled_dot_product(got: Any, case: Case) -> str | None:
     out, w = got
     if not (isinstance(out, np.ndarray) and isinstance(w, np.ndarray)):
         return None
-    if (_same(out, exp_w, case) and _same(w, exp_out, case)) or (
+    if (same_values(out, exp_w, case) and same_values(w, exp_out, case)) or (
         exp_out.shape != exp_w.shape and out.shape == exp_w.shape and w.shape == exp_out.shape
     ):
         return SDP_ORDER_HINT
-    if w.shape == exp_w.T.shape != exp_w.shape or (_same(w, exp_w.T, case) and not _same(w, exp_w, case)):
+    if w.shape == exp_w.T.shape != exp_w.shape or (same_values(w, exp_w.T, case) and not same_values(w, exp_w, case)):
         return SDP_WEIGHTS_T_HINT
     if out.shape == exp_out.T.shape != exp_out.shape or (
-        _same(out, exp_out.T, case) and not _same(out, exp_out, case)
+        same_values(out, exp_out.T, case) and not same_values(out, exp_out, case)
     ):
         return SDP_OUTPUT_T_HINT
 
@@ -282,12 +273,12 @@ def _diagnose_scaled_dot_product(got: Any, case: Case) -> str | None:
     ]
     if mask is not None:
         variants.append((SDP_INVERTED_HINT, softmax(scores / np.sqrt(d_k), mask=~mask)))
-    variants = [(hint, vw) for hint, vw in variants if not _same(vw, exp_w, case)]
+    variants = [(hint, vw) for hint, vw in variants if not same_values(vw, exp_w, case)]
     for hint, variant_w in variants:
-        if _same(w, variant_w, case):
+        if same_values(w, variant_w, case):
             return hint
     for hint, variant_w in variants:
-        if _same(out, variant_w @ v, case):
+        if same_values(out, variant_w @ v, case):
             return hint
 
     if mask is not None and w.shape == exp_w.shape:
@@ -307,7 +298,7 @@ def _diagnose_scaled_dot_product(got: Any, case: Case) -> str | None:
         sums = w[~fully_masked].sum(axis=-1)
         if not np.allclose(sums, 1.0, atol=1e-4):
             return SDP_MASK_AFTER_HINT
-    if _same(w, exp_w, case) and not _same(out, exp_out, case):
+    if same_values(w, exp_w, case) and not same_values(out, exp_out, case):
         return SDP_OUTPUT_HINT
     return None
 

@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncourse.checks.core import Case, CheckResult, run_cases
-from attncourse.checks.self_attention import _same
+from attncourse.checks.core import Case, CheckResult, run_cases, same_values
 from attncourse.functional import additive_attention_step, padding_mask, softmax
 
 # Loose enough for a learner who computes in float32 torch, tight enough to
@@ -162,7 +161,7 @@ def _diagnose_gru_cell(got: Any, case: Case) -> str | None:
             return GRU_STACKED_HINT
         return GRU_SHAPE_HINT
     for hint, variant in _gru_variants(x, h, w_ih, w_hh, b_ih, b_hh):
-        if not _same(variant, expected, case) and _same(got, variant, case):
+        if not same_values(variant, expected, case) and same_values(got, variant, case):
             return hint
     if np.isnan(got.astype(np.float64)).any():
         return GRU_OVERFLOW_HINT
@@ -498,7 +497,7 @@ def _diagnose_additive_score(got: Any, case: Case) -> str | None:
             return SCORE_1D_HINT
         return None
     for hint, variant in _score_variants(s_prev, h, w_a, u_a, v_a):
-        if variant.shape == expected.shape and not _same(variant, expected, case) and _same(got, variant, case):
+        if variant.shape == expected.shape and not same_values(variant, expected, case) and same_values(got, variant, case):
             return hint
     got = got.astype(np.float64)
     if (got >= 0).all() and np.isclose(got.sum(), 1.0, atol=1e-4) and not np.isclose(expected.sum(), 1.0):
@@ -692,19 +691,19 @@ def _diagnose_masked_softmax(got: Any, case: Case) -> str | None:
         return MSM_TRANSPOSED_HINT if got.shape == expected.T.shape else MSM_SHAPE_HINT
     got = got.astype(np.float64)
     empty = ~mask.any(axis=-1)
-    if empty.any() and _same(got[~empty], expected[~empty], case):
+    if empty.any() and same_values(got[~empty], expected[~empty], case):
         if np.isnan(got[empty]).any():
             return MSM_NAN_ROW_HINT
         if np.allclose(got[empty], 1.0 / mask.shape[-1], atol=case.atol):
             return MSM_UNIFORM_ROW_HINT
         return None
-    variants = [(hint, v) for hint, v in _masked_softmax_variants(scores, mask) if not _same(v, expected, case)]
+    variants = [(hint, v) for hint, v in _masked_softmax_variants(scores, mask) if not same_values(v, expected, case)]
     # A bug that empties a row (an inverted mask on a row without padding) also gives
     # NaN there, which the variants, built on the course's softmax, write as zeros.
     candidates = [got, np.nan_to_num(got, nan=0.0)] if np.isnan(got).any() else [got]
     for candidate in candidates:
         for hint, variant in variants:
-            if _same(candidate, variant, case):
+            if same_values(candidate, variant, case):
                 return hint
     if np.isnan(got[~empty]).any():
         return MSM_NO_MAX_HINT

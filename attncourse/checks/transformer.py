@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncourse.checks.core import Case, CheckResult, run_cases
-from attncourse.checks.self_attention import _same
+from attncourse.checks.core import Case, CheckResult, run_cases, same_values
 from attncourse.nn.attention import merge_heads, split_heads
 
 # --------------------------------------------------------------------------- split_heads
@@ -98,7 +97,7 @@ def _diagnose_split(got: Any, case: Case) -> str | None:
     expected = np.asarray(case.expected)
     for hint, variant in wrong:
         v = _numpy(variant)
-        if not np.array_equal(v, expected) and _same(got, v, case):
+        if not np.array_equal(v, expected) and same_values(got, v, case):
             return hint
     if isinstance(got, np.ndarray) and got.shape == (batch, seq_len, h, d_k) != expected.shape:
         return SPLIT_SEQ_HEADS_HINT
@@ -116,7 +115,7 @@ def _diagnose_merge(got: Any, case: Case) -> str | None:
     expected = np.asarray(case.expected)
     for hint, variant in wrong:
         v = _numpy(variant)
-        if not np.array_equal(v, expected) and _same(got, v, case):
+        if not np.array_equal(v, expected) and same_values(got, v, case):
             return hint
     return None
 

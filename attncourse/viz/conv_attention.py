@@ -36,17 +36,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from attncourse.viz.heatmap import to_numpy
+from attncourse.viz.images import as_image
 
 _QUERY_COLOR = "cyan"
-
-
-def _as_image(image: Any) -> np.ndarray:
-    array = to_numpy(image)
-    if array.ndim == 3 and array.shape[0] == 1:
-        array = array[0]
-    if array.ndim != 2:
-        raise ValueError(f"image must be (height, width) or (1, height, width), got {tuple(np.shape(image))}")
-    return array
 
 
 def _check_grid(canvas: np.ndarray, weights: np.ndarray, grid_stride: int, shown_shape: tuple[int, ...]) -> None:
@@ -120,7 +112,7 @@ def plot_pixel_attention(
     ----------
     Wang et al. (2018), figure 3; Zhang et al. (2019), figure 5.
     """
-    canvas = _as_image(image)
+    canvas = as_image(image)
     weights = to_numpy(attention_map)
     _check_grid(canvas, weights, grid_stride, tuple(np.shape(attention_map)))
     row, col = _check_query(query_position, weights.shape)
@@ -181,7 +173,7 @@ def plot_pixel_attention_row(
         If the number of maps, positions and titles differ, or a map does not
         fit the image (the message names both shapes).
     """
-    canvas = _as_image(image)
+    canvas = as_image(image)
     maps = to_numpy(attention_maps)
     if maps.ndim != 3:
         raise ValueError(f"attention_maps must be (queries, grid rows, grid columns), got "

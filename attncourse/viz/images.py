@@ -28,7 +28,8 @@ from matplotlib.patches import Rectangle
 from attncourse.viz.heatmap import to_numpy
 
 
-def _as_image(image: Any) -> np.ndarray:
+def as_image(image: Any) -> np.ndarray:
+    """A single-channel image, (height, width) or (1, height, width), as a (height, width) ndarray."""
     array = to_numpy(image)
     if array.ndim == 3 and array.shape[0] == 1:
         array = array[0]
@@ -92,7 +93,7 @@ def plot_attention_overlay(
         ``predicted``, ``target``, ``ax_row`` do not have one entry per step;
         the message names the shapes.
     """
-    canvas = _as_image(image)
+    canvas = as_image(image)
     maps = to_numpy(weight_maps)
     if maps.ndim != 3:
         raise ValueError(f"weight_maps must be (steps, grid rows, grid columns), got {tuple(np.shape(weight_maps))} "
