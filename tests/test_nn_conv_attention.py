@@ -2,8 +2,9 @@
 
 import pytest
 import torch
+from torch import nn
 
-from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, SelfAttention2d
+from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, SelfAttention2d, receptive_field
 from attncourse.nn.rnn import count_parameters
 
 
@@ -115,3 +116,102 @@ def test_classifier_bad_inputs():
         PlainCNN()(torch.rand(2, 3, 16, 48))
     with pytest.raises(ValueError, match=r"\(2, 1, 2, 48\) are too small"):
         AttentionCNN()(torch.rand(2, 1, 2, 48))
+
+
+# ------------------------------------------------------------------ receptive field
+
+
+@pytest.mark.parametrize(
+    ("layers", "expected"),
+    [
+        ([(3, 1)], 3),
+        ([(3, 1), (3, 1)], 5),
+        ([(3, 1), (2, 2)], 4),  # the last layer's stride widens nothing
+        ([(2, 2), (3, 1)], 6),  # 2, then the 3x3 kernel's taps are 2 pixels apart: 2 + 2 * 2
+        ([(3, 1), (2, 2), (3, 1), (2, 2), (3, 1)], 18),  # PlainCNN, as its docstring counts: 3, 4, 8, 10, 18
+        ([(7, 2), (3, 2), (3, 1)], 19),  # 7, 7 + 2 * 2, 11 + 2 * 4
+        ([(1, 1)], 1),
+        ([(1, 2), (1, 2), (3, 1)], 9),  # 1x1 subsampling: taps 4 pixels apart
+        # The values usually quoted for two classic networks: AlexNet up to its last pooling,
+        # VGG-16 up to conv5_3 and up to pool5.
+        ([(11, 4), (3, 2), (5, 1), (3, 2), (3, 1), (3, 1), (3, 1), (3, 2)], 195),
+        ([(3, 1)] * 2 + [(2, 2)] + [(3, 1)] * 2 + [(2, 2)] + ([(3, 1)] * 3 + [(2, 2)]) * 2 + [(3, 1)] * 3, 196),
+        ([(3, 1)] * 2 + [(2, 2)] + [(3, 1)] * 2 + [(2, 2)] + ([(3, 1)] * 3 + [(2, 2)]) * 3, 212),
+    ],
+)
+def test_receptive_field_hand_computed(layers, expected):
+    assert receptive_field(layers) == expected
+    assert type(receptive_field(layers)) is int
+
+
+def _geometry(modules):
+    """(kernel_size, stride) of each Conv2d / MaxPool2d, square ones only, in order."""
+    out = []
+    for module in modules:
+        if isinstance(module, (nn.Conv2d, nn.MaxPool2d)):
+            k, s = (v if isinstance(v, tuple) else (v, v) for v in (module.kernel_size, module.stride))
+            assert k[0] == k[1] and s[0] == s[1]
+            out.append((k[0], s[0]))
+    return out
+
+
+def _measured_span(stack, size):
+    """Rows and columns of the input that reach one central output unit, through gradients.
+
+    Max pooling passes the gradient to one input per window only, so a batch of
+    random inputs is used and the pixels reached by any of them are counted.
+    """
+    torch.manual_seed(0)
+    x = torch.randn(64, 1, size, size, requires_grad=True)
+    out = stack(x)
+    centre_row, centre_col = out.shape[2] // 2, out.shape[3] // 2
+    out[:, :, centre_row, centre_col].sum().backward()
+    reached = x.grad.abs().sum(dim=(0, 1)) > 0
+    rows = reached.any(dim=1).nonzero().flatten()
+    cols = reached.any(dim=0).nonzero().flatten()
+    assert 0 < rows.min() and rows.max() < size - 1, "the window must not touch the border"
+    return int(rows.max() - rows.min() + 1), int(cols.max() - cols.min() + 1)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: [nn.Conv2d(1, 2, 3)],
+        lambda: [nn.Conv2d(1, 2, 3), nn.MaxPool2d(2)],
+        lambda: [nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(2, 2, 3, padding=1),
+                 nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(2, 2, 3, padding=1)],
+        lambda: [nn.Conv2d(1, 2, 5, stride=2), nn.Conv2d(2, 2, 3, stride=2), nn.Conv2d(2, 1, 3)],
+        lambda: [nn.Conv2d(1, 2, 2), nn.MaxPool2d(3, stride=2), nn.Conv2d(2, 2, 3)],
+        lambda: [nn.Conv2d(1, 2, 3), nn.Conv2d(2, 2, 1, stride=2), nn.Conv2d(2, 2, 3), nn.MaxPool2d(2)],
+    ],
+    ids=["conv3", "conv3-pool2", "plain-cnn", "strided-convs", "conv2-pool3s2-conv3", "1x1-stride-2"],
+)
+def test_receptive_field_equals_the_span_of_the_input_gradient(build):
+    modules = build()
+    torch.manual_seed(1)
+    stack = nn.Sequential(*modules)
+    expected = receptive_field(_geometry(modules))
+    assert _measured_span(stack, 40) == (expected, expected)
+
+
+def test_plain_cnn_receptive_field_comes_from_its_own_layers():
+    model = PlainCNN()
+    assert _geometry([*model.stem, *model.mixer]) == list(PlainCNN.spatial_layers)
+    assert PlainCNN.receptive_field == receptive_field(PlainCNN.spatial_layers) == 18
+
+
+@pytest.mark.parametrize(
+    ("layers", "match"),
+    [
+        ([], "empty"),
+        ([(3, 1), (0, 1)], r"layer 1 \(0, 1\): kernel_size must be a positive int, got 0"),
+        ([(3, -2)], "stride must be a positive int, got -2"),
+        ([(3, 0)], "stride must be a positive int, got 0"),
+        ([(2.5, 1)], "kernel_size must be a positive int, got 2.5"),
+        ([(3,)], r"layer 0 must be a \(kernel_size, stride\) pair, got \(3,\)"),
+        ([3], "pair, got 3"),
+    ],
+)
+def test_receptive_field_errors(layers, match):
+    with pytest.raises(ValueError, match=match):
+        receptive_field(layers)

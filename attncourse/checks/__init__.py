@@ -22,6 +22,8 @@ from attncourse.checks.attention_family import (
     check_local_p_weights,
     check_temperature_softmax,
 )
+from attncourse.checks.image_attention import check_doubly_stochastic_penalty, check_reinforce_loss
+from attncourse.checks.conv_attention import check_pixel_attention, check_receptive_field
 from attncourse.checks.seq2seq import (
     check_additive_score,
     check_gru_cell,
@@ -33,6 +35,7 @@ __all__ = [
     "Case",
     "CheckResult",
     "check_additive_score",
+    "check_doubly_stochastic_penalty",
     "check_general_score",
     "check_local_p_weights",
     "check_temperature_softmax",
@@ -42,6 +45,9 @@ __all__ = [
     "check_merge_heads",
     "check_noam_schedule",
     "check_padding_mask",
+    "check_pixel_attention",
+    "check_receptive_field",
+    "check_reinforce_loss",
     "check_causal_mask",
     "check_scaled_dot_product",
     "check_softmax",

@@ -2,7 +2,7 @@
 the Transformer. Every module documents what plays the query, the keys and the values."""
 
 from attncourse.nn.additive import AdditiveAttention
-from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, SelfAttention2d
+from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, SelfAttention2d, receptive_field
 from attncourse.nn.image_attention import (
     IMAGE_ATTENTION_KINDS,
     REWARD_KINDS,
@@ -53,6 +53,7 @@ __all__ = [
     "SelfAttention2d",
     "doubly_stochastic_penalty",
     "hard_attention_loss",
+    "receptive_field",
     "soft_attention_loss",
     "ATTENTION_KINDS",
     "AdditiveAttention",

@@ -31,7 +31,8 @@ softmax from saturating when d_k is large.
 the same size, identical except for one block: a 3x3 convolution in the first,
 a :class:`SelfAttention2d` in the second. On
 :func:`~attncourse.data.canvases.digit_relation_task` the two digits are
-farther apart than the plain CNN's receptive field.
+farther apart than the plain CNN's receptive field, which :func:`receptive_field`
+computes from the kernel sizes and strides of its layers.
 
 References
 ----------
@@ -40,9 +41,14 @@ Wang, Girshick, Gupta, He (2018), "Non-local Neural Networks", CVPR, sections 3.
 Zhang, Goodfellow, Metaxas, Odena (2019), "Self-Attention Generative Adversarial
 Networks", ICML, section 3 (1x1 convolutions f, g, h, v and y = gamma o + x).
 Vaswani et al. (2017), section 3.2.1 (scaled dot-product attention).
+Araujo, Norris, Sim (2019), "Computing Receptive Fields of Convolutional Neural
+Networks", Distill (single-path networks: the receptive field size).
 """
 
 from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -54,6 +60,75 @@ def _check_positive(**sizes: int) -> None:
     for name, value in sizes.items():
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def receptive_field(layers: Sequence[tuple[int, int]]) -> int:
+    """Side, in input pixels, of the window that one unit of the last layer sees.
+
+    Walk the layers from the input. A unit of layer l covers k_l neighbouring
+    units of layer l - 1, and neighbouring units of layer l - 1 lie ``jump``
+    input pixels apart, the product of the strides below it. So each layer
+    widens the window by (k_l - 1) * jump::
+
+        r = 1, jump = 1
+        for each layer (k, s):  r = r + (k - 1) * jump;  jump = jump * s
+
+    which is r_0 = 1 + sum_l (k_l - 1) prod_{i<l} s_i. The stride of the last
+    layer does not widen its own units' window, only those of layers above it.
+
+    Parameters
+    ----------
+    layers : sequence of (kernel_size, stride) pairs
+        The spatial layers in order from the input, positive ints: a 3x3
+        convolution with stride 1 is ``(3, 1)``, a 2x2 max pooling with
+        stride 2 is ``(2, 2)``. Layers that act on each position alone (ReLU,
+        a 1x1 convolution with stride 1) are ``(1, 1)`` and may be left out.
+        Padding does not change the window's size; a dilated kernel counts as
+        its span, dilation * (k - 1) + 1.
+
+    Returns
+    -------
+    int
+        r, the side of the square window in input pixels (the same along the
+        height and the width for square kernels and strides). Near the border
+        part of the window may fall on padding.
+
+    Raises
+    ------
+    ValueError
+        If ``layers`` is empty, an entry is not a (kernel_size, stride) pair,
+        or a size is not a positive int; the message names the layer.
+
+    References
+    ----------
+    Araujo, Norris, Sim (2019), "Computing Receptive Fields of Convolutional
+    Neural Networks", Distill, section "Single-path networks" (the closed form
+    of the receptive field size r_0).
+
+    Examples
+    --------
+    >>> receptive_field([(3, 1), (3, 1)])  # two 3x3 convolutions see 5x5
+    5
+    >>> receptive_field([(3, 1), (2, 2), (3, 1), (2, 2), (3, 1)])  # PlainCNN
+    18
+    """
+    layers = list(layers)
+    if not layers:
+        raise ValueError("layers is empty: give at least one (kernel_size, stride) pair, e.g. [(3, 1)]")
+    r, jump = 1, 1
+    for index, layer in enumerate(layers):
+        try:
+            kernel_size, stride = layer
+        except (TypeError, ValueError):
+            raise ValueError(f"layer {index} must be a (kernel_size, stride) pair, got {layer!r}") from None
+        for name, value in (("kernel_size", kernel_size), ("stride", stride)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(
+                    f"layer {index} {(kernel_size, stride)!r}: {name} must be a positive int, got {value!r}"
+                )
+        r += (int(kernel_size) - 1) * jump
+        jump *= int(stride)
+    return r
 
 
 class SelfAttention2d(nn.Module):
@@ -243,9 +318,9 @@ class PlainCNN(_Classifier):
     Layout: conv3x3-ReLU-pool, conv3x3-ReLU-pool, **conv3x3-ReLU**, conv1x1-ReLU,
     global average pooling, linear. Each output unit before the pooling sees
     a window of ``receptive_field = 18`` pixels (3, then 4 after the first
-    pooling, 8, 10, 18). The only path between two digits farther apart than
-    that is the final average, which adds up what each digit's neighbourhood
-    detected separately.
+    pooling, 8, 10, 18: :func:`receptive_field` of ``spatial_layers``). The
+    only path between two digits farther apart than that is the final
+    average, which adds up what each digit's neighbourhood detected separately.
 
     Parameters
     ----------
@@ -261,8 +336,12 @@ class PlainCNN(_Classifier):
         If a size is not positive.
     """
 
-    #: Side, in pixels, of the input window each unit of the last feature map sees.
-    receptive_field = 18
+    #: (kernel_size, stride) of the layers that widen the window, from the input:
+    #: conv3x3, pool 2x2, conv3x3, pool 2x2, conv3x3 (ReLUs and the 1x1 head do not).
+    spatial_layers: tuple[tuple[int, int], ...] = ((3, 1), (2, 2), (3, 1), (2, 2), (3, 1))
+    #: Side, in pixels, of the input window each unit of the last feature map sees: 18.
+    # On the right is the module's function: the class attribute is not bound yet when it runs.
+    receptive_field: int = receptive_field(spatial_layers)
 
     def __init__(self, num_classes: int = 2, channels: int = 32, in_channels: int = 1) -> None:
         _check_positive(num_classes=num_classes, channels=channels, in_channels=in_channels)
