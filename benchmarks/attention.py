@@ -86,6 +86,18 @@ def devices_for(name: str) -> list[torch.device]:
     return [pick_device(name)]
 
 
+def run_on_devices(args: argparse.Namespace, name: str, run_one: Callable[[torch.device], list[dict]]) -> list[dict]:
+    """Print the machine, run ``run_one`` on each device of ``args.device``, write ``args.json`` if given."""
+    devices = devices_for(args.device)
+    info = machine_info(devices)
+    print_machine(info)
+    rows = [row for device in devices for row in run_one(device)]
+    if args.json:
+        settings = {k: v for k, v in vars(args).items() if k != "json"}
+        write_json(args.json, name, info, settings, rows)
+    return rows
+
+
 def torch_copy(ours: MultiHeadAttention) -> nn.MultiheadAttention:
     """``torch.nn.MultiheadAttention`` with our weights: W^Q, W^K, W^V stacked into ``in_proj_weight``."""
     weight = ours.w_q.weight
@@ -167,16 +179,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
     args = parser.parse_args(argv)
-    devices = devices_for(args.device)
-    info = machine_info(devices)
-    print_machine(info)
-    rows = []
-    for device in devices:
-        rows += run(device, args.lengths, args.batch, args.d_model, args.num_heads, args.min_run_time, args.seed)
-    if args.json:
-        settings = {k: v for k, v in vars(args).items() if k != "json"}
-        write_json(args.json, "attention", info, settings, rows)
-    return rows
+    return run_on_devices(args, "attention", lambda device: run(
+        device, args.lengths, args.batch, args.d_model, args.num_heads, args.min_run_time, args.seed))
 
 
 if __name__ == "__main__":

@@ -62,3 +62,18 @@ def test_model_flops_follow_the_palm_count():
     # src_len = tgt_len = T: 6 N + 12 (L_enc + 2 L_dec) d_model T per target token.
     expected = 3 * 10 * (6 * n + 12 * (1 + 2 * 2) * 8 * 10)
     assert module.model_flops_per_step(model, batch=3, src_len=10, tgt_len=10) == expected
+
+
+def test_local_attention_benchmark_checks_equality_and_reports_ratios(tmp_path, capsys):
+    out = tmp_path / "local.json"
+    rows = load("local_attention").main([
+        "--device", "cpu", "--lengths", "8", "40", "--batch", "2", "--hidden", "8", "--window", "2",
+        "--min-run-time", "0.005", "--json", str(out),
+    ])
+    assert [(r["src_len"], r["pass"]) for r in rows] == [(8, "forward"), (8, "fwd+bwd"), (40, "forward"),
+                                                         (40, "fwd+bwd")]
+    for r in rows:
+        assert r["global_ratio"] == pytest.approx(r["global_ms"] / r["windowed_ms"])
+        assert r["masked_ratio"] == pytest.approx(r["masked_ms"] / r["windowed_ms"]) and r["masked_ratio"] > 0
+    assert "time / windowed time" in capsys.readouterr().out
+    assert json.loads(out.read_text())["benchmark"] == "local_attention"

@@ -4,6 +4,7 @@ Masks are boolean with ``True`` meaning *may attend*, everywhere in the course.
 """
 
 from attncourse.functional.additive import BAHDANAU_MOVES, AdditiveStepTrace, additive_attention_step
+from attncourse.functional.local_attention import WindowedAttention, windowed_attention
 from attncourse.functional.luong import (
     LUONG_MODES,
     LUONG_MOVES,
@@ -64,4 +65,6 @@ __all__ = [
     "self_attention_trace",
     "sinusoidal_encoding",
     "softmax",
+    "WindowedAttention",
+    "windowed_attention",
 ]

@@ -234,10 +234,29 @@ class LuongAttention(nn.Module):
             return h_s @ self.w_a[:, self.hidden_dim:].T
         return None
 
-    def _positions(
-        self, h_t: torch.Tensor, lengths: torch.Tensor, t: int | None, src_len: int
-    ) -> torch.Tensor | None:
-        """Aligned positions p_t, (batch,), or None for global attention."""
+    def aligned_positions(self, h_t: torch.Tensor, lengths: torch.Tensor, t: int | None = None) -> torch.Tensor | None:
+        """Aligned positions p_t, 0-based and real-valued, or None for global attention.
+
+        Parameters
+        ----------
+        h_t : (batch, hidden_dim)
+            Current decoder states.
+        lengths : (batch,) long
+            Real source lengths S.
+        t : int, optional
+            Target step, 0-based; required for local-m.
+
+        Returns
+        -------
+        (batch,) tensor or None
+            local-m: p_t = min(t, S - 1); local-p: p_t = S sigmoid(v_p^T tanh(W_p h_t))
+            (eq. (10)), with gradients to W_p and v_p; global: None.
+
+        Raises
+        ------
+        ValueError
+            If local-m gets no integer ``t >= 0``.
+        """
         if self.mode == "global":
             return None
         if self.mode == "local-m":
@@ -330,7 +349,7 @@ class LuongAttention(nn.Module):
                 )
 
         lengths = src_mask.sum(dim=1)  # S, per sentence
-        p_t = self._positions(h_t, lengths, t, src_len)
+        p_t = self.aligned_positions(h_t, lengths, t)
         positions = torch.arange(src_len, device=h_s.device, dtype=h_s.dtype)
         allowed = src_mask
         if p_t is not None:
