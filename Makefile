@@ -36,20 +36,23 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q
 
 # nbval collects only .ipynb: convert the MyST sources into a scratch folder first,
-# so that stale copies elsewhere in the tree are never collected.
+# so that stale copies elsewhere in the tree are never collected. TQDM_DISABLE=1: nbval
+# reads a kernel's messages only after a cell ends, and the thousands of progress-bar
+# updates of a long training cell can overflow that queue and lose the cell's end
+# ("Timeout of 5 seconds exceeded waiting for output").
 nbval: $(STAMP)
 	rm -rf $(NBVAL_DIR) && mkdir -p $(NBVAL_DIR)
 	for nb in notebooks/*.md; do \
 	  $(BIN)/jupytext --quiet --to ipynb --output $(NBVAL_DIR)/$$(basename $${nb%.md}).ipynb $$nb || exit 1; \
 	done
-	cd $(NBVAL_DIR) && ../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
+	cd $(NBVAL_DIR) && TQDM_DISABLE=1 ../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
 	  --nbval-cell-timeout=900 --rootdir=. -q .
 
 # A fresh build (empty execution cache, all pages re-read) so that a failing
 # notebook cannot pass from a stale cache; every warning is an error.
 book-check: $(STAMP)
 	rm -rf $(TEST_BOOK)
-	$(BIN)/jupyter-book build . --path-output $(TEST_BOOK) -n -W --keep-going --all
+	TQDM_DISABLE=1 $(BIN)/jupyter-book build . --path-output $(TEST_BOOK) -n -W --keep-going --all
 
 ## lab: JupyterLab with the MyST notebooks opening as notebooks (jupytext).
 lab: $(STAMP)

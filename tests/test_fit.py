@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import subprocess
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -347,6 +349,17 @@ def test_progress_bars_show_epochs_and_batches(data, capsys):
     err = capsys.readouterr().err
     assert "epochs" in err and "1/1" in err
     assert run_result.history[0]["epoch"] == 1
+
+
+@pytest.mark.parametrize("env", [{}, {"TQDM_DISABLE": "1"}])
+def test_tqdm_disable_in_the_environment_turns_the_bars_off(env):
+    # tqdm reads TQDM_* when it is imported, so each case needs a process of its own (make test sets it for nbval)
+    code = ("from attncourse.train.runtime import progress_bar\n"
+            "assert progress_bar(range(2), progress=False).disable\n"
+            "print(progress_bar(range(2), progress=True).disable)")
+    out = subprocess.run([sys.executable, "-c", code], env={**{k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}, **env},
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(bool(env))
 
 
 # --- label smoothing ------------------------------------------------------------------------

@@ -70,7 +70,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from attncourse.data.batching import Batch, make_batches
 from attncourse.data.pairs import PairDataset, detokenize
@@ -79,7 +78,7 @@ from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import check_compatible, differences, load_checkpoint, save_checkpoint
 from attncourse.train.decoding import beam_search, greedy_decode
 from attncourse.train.metrics import evaluate_by_bucket
-from attncourse.train.runtime import pick_device
+from attncourse.train.runtime import pick_device, progress_bar
 from attncourse.train.schedule import SCHEDULES, noam_lambda
 
 PAD_ID = Vocabulary.pad_id
@@ -880,8 +879,8 @@ def fit(
         # float64 sums of the epoch's losses (MPS has no float64)
         sum_dtype = torch.float32 if device.type == "mps" else torch.float64
 
-        epochs_bar = tqdm(total=config.epochs, initial=min(start_epoch, config.epochs), desc="epochs",
-                          unit="epoch", disable=not progress, dynamic_ncols=True)
+        epochs_bar = progress_bar(total=config.epochs, initial=min(start_epoch, config.epochs), desc="epochs",
+                                  unit="epoch", progress=progress, dynamic_ncols=True)
         try:
             for epoch in range(start_epoch + 1, config.epochs + 1):
                 if config.patience is not None and best_epoch and epoch - 1 - best_epoch >= config.patience:
@@ -897,8 +896,8 @@ def fit(
                 loss_sum = torch.zeros((), dtype=sum_dtype, device=device)
                 correct = torch.zeros((), dtype=torch.int64, device=device)
                 tokens = 0
-                with tqdm(total=len(order), desc=f"epoch {epoch}", unit="batch", leave=False,
-                          disable=not progress, dynamic_ncols=True) as batch_bar:
+                with progress_bar(total=len(order), desc=f"epoch {epoch}", unit="batch", leave=False,
+                                  progress=progress, dynamic_ncols=True) as batch_bar:
                     for step, index in enumerate(order):
                         n_tokens = train_batches[index].n_tgt_tokens  # counted on the CPU: no GPU sync
                         batch = train_batches[index].to(device)

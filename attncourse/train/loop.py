@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from attncourse.train.checkpoint import load_checkpoint, save_checkpoint
-from attncourse.train.runtime import pick_device, runs_dir
+from attncourse.train.runtime import pick_device, progress_bar, runs_dir
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -157,7 +156,7 @@ def train_epochs(
         optimizer.load_state_dict(saved["optimizer_state"])
         history, state = list(saved["history"]), dict(saved["trainer"].get("state", {}))
     seconds = sum(row["seconds"] for row in history)
-    bar = tqdm(range(len(history) + 1, int(epochs) + 1), desc=name, disable=not progress, leave=False)
+    bar = progress_bar(range(len(history) + 1, int(epochs) + 1), desc=name, progress=progress, leave=False)
     for epoch in bar:
         torch.manual_seed(_epoch_seed(seed, epoch))
         model.train()

@@ -1,4 +1,4 @@
-"""Where a run happens and how it is made repeatable: device choice and seeding."""
+"""Where a run happens and how it is made repeatable: device choice, seeding, progress bars."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 
 def pick_device(prefer: str | None = None) -> torch.device:
@@ -85,3 +86,27 @@ def runs_dir(name: str | None = None) -> Path:
     path = base / name if name else base
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
+    """A ``tqdm.auto`` bar (a widget in a notebook, text in a terminal), off when ``progress`` is False.
+
+    With ``progress=True`` the environment still decides: ``TQDM_DISABLE=1``
+    turns every bar of the course off, and ``TQDM_MININTERVAL`` sets how often
+    they redraw (tqdm reads both). ``make test`` sets ``TQDM_DISABLE=1``: a
+    notebook run under nbval does not read the kernel's messages while a cell
+    runs, and the thousands of widget updates of a long training cell can
+    overflow the message queue and lose the cell's end.
+
+    Parameters
+    ----------
+    iterable : iterable, optional
+        What to iterate over, as for ``tqdm``.
+    progress : bool
+        False: no bar, whatever the environment says.
+    **kwargs
+        Passed to ``tqdm`` (``total``, ``desc``, ``unit``, ``leave``, ...).
+    """
+    if not progress:
+        kwargs["disable"] = True
+    return tqdm(iterable, **kwargs)
