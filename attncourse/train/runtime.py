@@ -93,10 +93,8 @@ def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
 
     With ``progress=True`` the environment still decides: ``TQDM_DISABLE=1``
     turns every bar of the course off, and ``TQDM_MININTERVAL`` sets how often
-    they redraw (tqdm reads both). ``make test`` sets ``TQDM_DISABLE=1``: a
-    notebook run under nbval does not read the kernel's messages while a cell
-    runs, and the thousands of widget updates of a long training cell can
-    overflow the message queue and lose the cell's end.
+    they redraw (tqdm reads both, when it is imported). ``make test`` sets
+    ``TQDM_DISABLE=1`` for the notebooks: nobody watches the bars there.
 
     Parameters
     ----------
