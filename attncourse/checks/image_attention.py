@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, describe_value, run_cases, same_values, variant_hint
+from attncourse.functional.numpy_attention import softmax
 from attncourse.nn.image_attention import doubly_stochastic_penalty
 
 # Loose enough for a learner who computes in float32 torch, tight enough to
@@ -177,11 +178,6 @@ def _diagnose_penalty(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, expected, case)
 
 
-def _softmax_rows(scores: np.ndarray) -> np.ndarray:
-    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def _penalty_case(description: str, weights: np.ndarray, tau: float, hint: str = DS_RULE) -> Case:
     weights = np.asarray(weights, dtype=np.float64)
     return Case(description=description, args={"weights": weights, "tau": float(tau)},
@@ -199,16 +195,16 @@ def doubly_stochastic_penalty_cases(seed: int = 0) -> list[Case]:
     one_hot = np.eye(5)[[1, 3, 1]]  # location 1 is read at two steps
     return [
         _penalty_case("three steps over a 2 x 3 grid: steps=3, L=6, tau=0.8",
-                      _softmax_rows(3.0 * rng.normal(size=(3, 6))), 0.8),
-        _penalty_case("the paper's tau = 1: steps=4, L=8", _softmax_rows(3.0 * rng.normal(size=(4, 8))), 1.0,
+                      softmax(3.0 * rng.normal(size=(3, 6))), 0.8),
+        _penalty_case("the paper's tau = 1: steps=4, L=8", softmax(3.0 * rng.normal(size=(4, 8))), 1.0,
                       "tau = 1 is the paper's value. With fewer steps than locations the coverages add up "
                       "to steps < L, so the penalty cannot reach 0 here. " + DS_RULE),
         _penalty_case("the chapter's 4 x 12 grid with tau = steps / L, the coverage of perfectly even "
                       "attention (which would give 0): steps=3, L=48, tau=0.0625",
-                      _softmax_rows(2.0 * rng.normal(size=(3, 48))), 3 / 48,
+                      softmax(2.0 * rng.normal(size=(3, 48))), 3 / 48,
                       "tau = steps / L is what every location receives when the attention is spread "
                       "perfectly evenly; these weights are not even, so the penalty is positive. " + DS_RULE),
-        _penalty_case("a single step: steps=1, L=5, tau=0.5", _softmax_rows(rng.normal(size=(1, 5))), 0.5,
+        _penalty_case("a single step: steps=1, L=5, tau=0.5", softmax(rng.normal(size=(1, 5))), 0.5,
                       "With one step the weights still have two axes, (1, L), and the coverage of "
                       "location i is its single weight alpha_1i. " + DS_RULE),
         _penalty_case("one-hot weights, as hard attention reads them, location 1 read at two steps: "
@@ -216,7 +212,7 @@ def doubly_stochastic_penalty_cases(seed: int = 0) -> list[Case]:
                       "Each row is one-hot: the coverages are 2 for location 1, 1 for location 3 and 0 "
                       "elsewhere. " + DS_RULE),
         _penalty_case("more steps than locations: steps=6, L=4, tau=2.5",
-                      _softmax_rows(rng.normal(size=(6, 4))), 2.5),
+                      softmax(rng.normal(size=(6, 4))), 2.5),
     ]
 
 
