@@ -36,6 +36,7 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.functional import AdditiveStepTrace, additive_attention_step
 from attncourse.viz.seq2seq import bahdanau_step_size, plot_alignment, plot_bahdanau_step
 from attncourse.widgets.base import Explorer
+from attncourse.widgets.static import BookAxis
 
 #: Largest difference allowed between the teaching path's weights and the model's.
 ATOL = 1e-5
@@ -108,6 +109,11 @@ class BahdanauStepper(Explorer):
         ``"weights"`` (src_len,), ``"scores"`` (src_len,) and ``"context"``
         (key_dim,), all taken from ``traces[t - 1]``.
 
+    Notes
+    -----
+    The book (no kernel) shows :meth:`to_html`: every output step of the
+    greedy translation of every example, drawn in advance.
+
     Raises
     ------
     ValueError
@@ -165,6 +171,15 @@ class BahdanauStepper(Explorer):
         self.example.observe(self._on_example, names="value")
         self.t.observe(self._on_change, names="value")
         self._update()
+
+    book_title = "Bahdanau attention stepper"
+
+    def _book_axes(self) -> list[BookAxis]:
+        return [BookAxis(self.example), BookAxis(self.t)]
+
+    def _book_note(self, n_states: int) -> str:
+        return (f"Every output step of the greedy translation of each example ({n_states} steps, drawn "
+                "in advance from the trained model). In JupyterLab the stepper runs the model live.")
 
     # ------------------------------------------------------------------ decoding
 

@@ -8,12 +8,24 @@ creates its controls (calling :meth:`Explorer._step_buttons` first if it wants
 Previous and Next), calls ``super().__init__`` with the rows of controls, and
 writes :meth:`Explorer._update`, which fills ``shown`` and ``caption`` and then
 calls :meth:`Explorer._render` with a new figure.
+
+Every explorer has two renderings. In a kernel it is the live ipywidget. In the
+rendered book, which has no kernel, it is :meth:`Explorer.to_html`: the states
+listed by the subclass's :meth:`Explorer._book_axes`, drawn in advance by the
+same ``_update`` and shown behind plain HTML controls
+(:mod:`attncourse.widgets.static`). The book's build sets
+``ATTNCOURSE_STATIC_EXPLORERS=1``, and then the explorer's display carries both:
+the widget view for JupyterLab and ``text/html`` for the book.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import copy
+import html
+import re
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as widgets
@@ -22,6 +34,39 @@ import numpy as np
 from IPython import get_ipython
 from IPython.display import display
 from matplotlib.figure import Figure
+
+from attncourse.widgets.static import BookAxis, book_build, figure_data_uri, render_player
+
+
+@dataclass(frozen=True)
+class BookState:
+    """One pre-computed state of an explorer's book rendering.
+
+    Attributes
+    ----------
+    values : tuple
+        The value of each :class:`~attncourse.widgets.static.BookAxis`, in
+        order; None where the axis does not apply.
+    labels : tuple of str or None
+        How the book writes each value (the dropdown label, the slider readout).
+    caption : str
+        The caption HTML the live widget shows for these values.
+    shown : dict
+        A copy of the live widget's ``shown`` for these values.
+    frame : str
+        The figure as a data URI (:func:`~attncourse.widgets.static.figure_data_uri`).
+    """
+
+    values: tuple
+    labels: tuple
+    caption: str
+    shown: dict
+    frame: str
+
+
+def _plain_text(caption: str) -> str:
+    """The caption's HTML as plain text: the alternative text of its frame."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", caption)).split())
 
 
 def _in_kernel() -> bool:
@@ -84,13 +129,126 @@ class Explorer:
         self.figure: Figure | None = None
         self.shown: dict[str, Any] = {}
         self._quiet = False
+        self._offline = False
 
-    # Display: the explorer shows as its VBox.
+    #: What the explorer is, for the book rendering's label (screen readers).
+    book_title = "Explorer"
+
+    # Display: the explorer shows as its VBox, plus its book rendering when the book is built.
     def _ipython_display_(self) -> None:
-        display(self.widget)
+        display(self._repr_mimebundle_(), raw=True)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
+        if book_build():
+            bundle["text/html"] = self.to_html()
+        return bundle
+
+    # ------------------------------------------------------------ book rendering
+
+    def _book_axes(self) -> list[BookAxis]:
+        """The controls the book rendering offers and the values it pre-renders; each subclass writes it."""
+        raise NotImplementedError
+
+    def _frame_key(self) -> Any:
+        """A key equal for two states whose figures are equal, or None (always draw).
+
+        The book walk reuses the frame of an earlier state with the same key
+        instead of drawing it again; drawing is most of its time.
+        """
+        return None
+
+    def _book_note(self, n_states: int) -> str:
+        """The line under the book rendering: what it covers. Subclasses say more."""
+        return f"{n_states} settings drawn in advance; in JupyterLab the explorer computes any setting live."
+
+    def book_states(self) -> list[BookState]:
+        """Every state the book rendering holds, drawn by the live widget's own ``_update``.
+
+        The controls are walked axis by axis (:meth:`_book_axes`), so an axis
+        whose options depend on an earlier one (the query tokens of a sentence)
+        offers the options of that state. Nothing is displayed meanwhile; the
+        controls are set back to where they were at the end.
+
+        Returns
+        -------
+        list of BookState
+            In walking order: the first axis varies slowest.
+        """
+        axes = self._book_axes()
+        start = [axis.control.value for axis in axes]
+        states: list[BookState] = []
+        self._offline = True
+        self._frames: dict[Any, str] = {}
+        try:
+            self._walk(axes, 0, (), (), states)
+        finally:
+            with self._quietly():
+                for axis, value in zip(axes, start):
+                    axis.control.value = value
+            self._offline = False
+            self._update()
+        return states
+
+    def _walk(self, axes: Sequence[BookAxis], k: int, values: tuple, labels: tuple,
+              out: list[BookState]) -> None:
+        if k == len(axes):
+            self._update()
+            key = self._frame_key()
+            frame = self._frames.get(key) if key is not None else None
+            if frame is None:
+                frame = figure_data_uri(self.figure)
+                if key is not None:
+                    self._frames[key] = frame
+            out.append(BookState(values, labels, self.caption.value, copy.deepcopy(self.shown), frame))
+            return
+        axis = axes[k]
+        if axis.applies is not None and not axis.applies():
+            self._walk(axes, k + 1, values + (None,), labels + (None,), out)
+            return
+        for value in axis.current_values():
+            # Quiet: one redraw per state, at the end of the walk, not one per control.
+            with self._quietly():
+                axis.control.value = value
+            self._walk(axes, k + 1, values + (value,), labels + (axis.label_of(value),), out)
+
+    def to_html(self) -> str:
+        """The explorer for a page without a kernel: pre-computed states behind plain HTML controls.
+
+        Every state of :meth:`book_states` becomes a PNG frame (deduplicated)
+        and a caption; the HTML holds them all, a ``<select>``, a checkbox or a
+        range input with Previous and Next buttons per control, and an inline
+        script; it loads nothing from the network.
+
+        Returns
+        -------
+        str
+            Self-contained HTML (:func:`attncourse.widgets.static.render_player`).
+        """
+        axes = self._book_axes()
+        start_applies = [axis.applies is None or axis.applies() for axis in axes]
+        start = tuple(axis.control.value if on else None for axis, on in zip(axes, start_applies))
+        states = self.book_states()
+        options: list[list[str]] = []
+        for k, axis in enumerate(axes):
+            seen = [(s.values[k], s.labels[k]) for s in states if s.labels[k] is not None]
+            if axis.kind == "slider":
+                seen.sort(key=lambda pair: pair[0])
+            labels = list(dict.fromkeys(label for _, label in seen))
+            options.append(["off", "on"] if axis.kind == "checkbox" else labels)
+        frames: dict[str, int] = {}
+        table: dict[str, tuple[int, str, str]] = {}
+        initial = None
+        for state in states:
+            key = "/".join("-" if label is None else str(options[k].index(label))
+                           for k, label in enumerate(state.labels))
+            frame = frames.setdefault(state.frame, len(frames))
+            table[key] = (frame, state.caption, f"{self.book_title}: {_plain_text(state.caption)}")
+            if state.values == start:
+                initial = key
+        axes_meta = [{"label": axis.title, "kind": axis.kind, "options": opts} for axis, opts in zip(axes, options)]
+        return render_player(self.book_title, axes_meta, table, list(frames), initial or next(iter(table)),
+                             note=self._book_note(len(table)))
 
     def _update(self) -> None:
         """Redraw ``shown``, ``caption`` and the figure for the current controls; each subclass writes it."""
@@ -104,11 +262,12 @@ class Explorer:
     @contextmanager
     def _quietly(self) -> Iterator[None]:
         """Within this ``with`` block, changed controls do not redraw (``_quiet`` is True)."""
-        self._quiet = True
+        # Restore what was there: a quiet block may sit inside another one.
+        previous, self._quiet = self._quiet, True
         try:
             yield
         finally:
-            self._quiet = False
+            self._quiet = previous
 
     def _step_buttons(self, slider: widgets.IntSlider) -> None:
         """Create ``self.previous`` and ``self.next``, buttons that move ``slider`` one step back or forward.
@@ -153,7 +312,7 @@ class Explorer:
             plt.close(previous)
         # Outside a kernel (a script, pytest) there is no front end to show
         # the figure, and IPython would print its repr instead.
-        if _in_kernel():
+        if _in_kernel() and not self._offline:
             self.out.clear_output(wait=True)
             with self.out:
                 display(fig)
@@ -162,4 +321,4 @@ class Explorer:
         plt.close(fig)
 
 
-__all__ = ["Explorer"]
+__all__ = ["BookState", "Explorer"]

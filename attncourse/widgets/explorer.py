@@ -31,6 +31,7 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.train.decoding import greedy_decode
 from attncourse.viz.transformer import ATTENTION_KINDS, plot_attention_maps
 from attncourse.widgets.base import Explorer
+from attncourse.widgets.static import BookAxis
 
 #: Labels of the ``kind`` dropdown.
 KIND_LABELS: dict[str, str] = {
@@ -103,6 +104,11 @@ class AttentionExplorer(Explorer):
         k_len) for all heads, (q_len, k_len) for one), ``"q_tokens"``,
         ``"k_tokens"`` and ``"translation"``.
 
+    Notes
+    -----
+    The book (no kernel) shows :meth:`to_html`: every example, kind, layer
+    and head (and all heads together), drawn in advance.
+
     Raises
     ------
     ValueError
@@ -172,6 +178,15 @@ class AttentionExplorer(Explorer):
         self.layer.observe(self._on_change, names="value")
         self.head.observe(self._on_change, names="value")
         self._update()
+
+    book_title = "Transformer attention explorer"
+
+    def _book_axes(self) -> list[BookAxis]:
+        return [BookAxis(self.example), BookAxis(self.kind), BookAxis(self.layer), BookAxis(self.head)]
+
+    def _book_note(self, n_states: int) -> str:
+        return (f"Every example, kind of attention, layer and head: {n_states} settings drawn in advance "
+                "from the trained model. In JupyterLab the explorer runs the model live.")
 
     # ------------------------------------------------------------------ model
 

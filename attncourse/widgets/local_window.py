@@ -24,6 +24,7 @@ import numpy as np
 
 from attncourse.viz.luong import LOCAL_MODES, LocalWeights, local_weights, plot_local_window
 from attncourse.widgets.base import Explorer
+from attncourse.widgets.static import BookAxis
 
 #: Source tokens shown when none are given.
 DEFAULT_TOKENS: tuple[str, ...] = ("le", "petit", "chat", "noir", "dort", "sur", "le", "tapis", "rouge", "de",
@@ -84,6 +85,11 @@ class LocalWindow(Explorer):
         empty), ``"window"`` (src_len,) bool, ``"sigma"`` (None for local-m),
         ``"align"``, ``"gaussian"`` (None for local-m), ``"weights"`` (each
         (src_len,)) and ``"weight_sum"``.
+
+    Notes
+    -----
+    The book (no kernel) shows :meth:`to_html`: both modes, every D, p_t in
+    steps of 0.5 (local-p) and every t (local-m), drawn in advance.
 
     Raises
     ------
@@ -156,6 +162,23 @@ class LocalWindow(Explorer):
         for control in (self.mode, self.p_t, self.t, self.D):
             control.observe(self._on_change, names="value")
         self._update()
+
+    book_title = "Local attention window explorer"
+
+    def _book_axes(self) -> list[BookAxis]:
+        # p_t on a grid of half positions: a window's content changes only when
+        # p_t - D or p_t + D crosses an integer, and the Gaussian moves smoothly.
+        grid = np.arange(0.0, self.p_t.max + 0.25, 0.5).round(1)
+        p_values = sorted({*grid.tolist(), round(float(self.p_t.value), 1)})
+        return [BookAxis(self.mode),
+                BookAxis(self.p_t, values=p_values, applies=lambda: self.mode.value == "local-p"),
+                BookAxis(self.t, applies=lambda: self.mode.value == "local-m"),
+                BookAxis(self.D)]
+
+    def _book_note(self, n_states: int) -> str:
+        return (f"Both modes, every window half-width D, p<sub>t</sub> in steps of 0.5 (local-p) and every "
+                f"step t (local-m): {n_states} settings drawn in advance. In JupyterLab p<sub>t</sub> moves "
+                "in steps of 0.1.")
 
     def _update(self) -> None:
         mode = self.mode.value

@@ -17,10 +17,12 @@ from __future__ import annotations
 import math
 
 import ipywidgets as widgets
+import numpy as np
 
 from attncourse.functional.positional import positional_frequencies, sinusoidal_encoding
 from attncourse.viz.transformer import plot_positional_detail
 from attncourse.widgets.base import Explorer
+from attncourse.widgets.static import BookAxis
 
 
 class PositionalEncodingExplorer(Explorer):
@@ -61,6 +63,12 @@ class PositionalEncodingExplorer(Explorer):
         dimension // 2), ``"function"`` (``"sin"`` or ``"cos"``), ``"omega"``
         (radians per position), ``"wavelength"`` (positions, 2 pi * base^(2i / d_model)),
         ``"value"`` (PE(pos, dimension)), ``"column"`` (max_len,) and ``"vector"`` (d_model,).
+
+    Notes
+    -----
+    The book (no kernel) shows :meth:`to_html`: eight positions and the sine
+    and cosine columns of six pairs, fastest to slowest (and the starting
+    ones), drawn in advance.
 
     Raises
     ------
@@ -108,6 +116,21 @@ class PositionalEncodingExplorer(Explorer):
         self.position.observe(self._on_change, names="value")
         self.dimension.observe(self._on_change, names="value")
         self._update()
+
+    book_title = "Positional encoding explorer"
+
+    def _book_axes(self) -> list[BookAxis]:
+        # Eight positions and, for six pairs from the fastest to the slowest, the sine and the
+        # cosine column: the states that show how the wavelength grows across the table.
+        positions = np.linspace(0, self.max_len - 1, 8).round().astype(int).tolist()
+        pairs = np.unique(np.linspace(0, self.d_model // 2 - 1, 6).round().astype(int))
+        dimensions = sorted({*(2 * pairs).tolist(), *(2 * pairs + 1).tolist(), self.dimension.value})
+        return [BookAxis(self.position, values=sorted({*positions, self.position.value})),
+                BookAxis(self.dimension, values=dimensions)]
+
+    def _book_note(self, n_states: int) -> str:
+        return (f"{n_states} settings drawn in advance: eight positions and the sine and cosine columns of six "
+                "pairs, fastest to slowest. In JupyterLab every position and dimension is computed live.")
 
     def _update(self) -> None:
         pos, dim = self.position.value, self.dimension.value

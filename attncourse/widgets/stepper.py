@@ -23,6 +23,7 @@ from attncourse.data import SENTENCES, embed, projections, tokenize
 from attncourse.functional import STEPS, SelfAttentionTrace, self_attention_trace
 from attncourse.viz import plot_step
 from attncourse.widgets.base import Explorer, _in_kernel  # noqa: F401  (_in_kernel: kept importable from here)
+from attncourse.widgets.static import BookAxis
 
 #: The trace field each step's figure is mainly about; it becomes ``shown["matrix"]``.
 MAIN_FIELD: dict[str, str] = {
@@ -98,6 +99,12 @@ class SelfAttentionStepper(Explorer):
         softmax), ``"field"`` (the trace field of ``"matrix"``), ``"matrix_form"``
         and ``"query_index"``.
 
+    Notes
+    -----
+    The book (no kernel) shows :meth:`to_html`: every step of every query token
+    of every sentence, and every step of every sentence in matrix form, all
+    drawn in advance (168 figures for the four default sentences).
+
     Raises
     ------
     ValueError
@@ -152,6 +159,22 @@ class SelfAttentionStepper(Explorer):
         self.step.observe(self._on_change, names="value")
         self.matrix_form.observe(self._on_change, names="value")
         self._update()
+
+    book_title = "Self-attention stepper"
+
+    def _book_axes(self) -> list[BookAxis]:
+        return [BookAxis(self.sentence), BookAxis(self.query), BookAxis(self.step),
+                BookAxis(self.matrix_form, label="All queries (matrix form)")]
+
+    def _frame_key(self) -> tuple | None:
+        # In matrix form the figure shows every query: the same for each choice of query.
+        if self.matrix_form.value:
+            return (self.sentence.value, self.step.value)
+        return None
+
+    def _book_note(self, n_states: int) -> str:
+        return (f"Every step for every query token of each sentence, and in matrix form ({n_states} "
+                "settings, drawn in advance). In JupyterLab the stepper computes them live.")
 
     @property
     def step_name(self) -> str:

@@ -26,6 +26,7 @@ import numpy as np
 from attncourse.functional.temperature import hardmax, softmax_with_temperature
 from attncourse.viz.luong import entropy, plot_tempered_weights
 from attncourse.widgets.base import Explorer
+from attncourse.widgets.static import BookAxis
 
 #: Tokens and scores shown when none are given: two close winners ("cat", "mat").
 DEFAULT_TOKENS: tuple[str, ...] = ("the", "cat", "sat", "on", "the", "mat")
@@ -67,6 +68,11 @@ class TemperatureExplorer(Explorer):
         What is on display: ``"tau"``, ``"weights"`` (n,), ``"max_weight"``,
         ``"argmax"`` (index of the largest weight), ``"entropy"`` (nats),
         ``"max_entropy"`` (ln n, the uniform limit) and ``"hardmax"`` (n,), the tau -> 0 limit.
+
+    Notes
+    -----
+    The book (no kernel) shows :meth:`to_html`: ten temperatures per factor
+    of 10 over the slider's range, and the starting one, drawn in advance.
 
     Raises
     ------
@@ -114,6 +120,18 @@ class TemperatureExplorer(Explorer):
         super().__init__(self.tau)
         self.tau.observe(self._on_change, names="value")
         self._update()
+
+    book_title = "Softmax temperature explorer"
+
+    def _book_axes(self) -> list[BookAxis]:
+        # Ten temperatures per decade, on the slider's log scale, and the starting one.
+        exponents = np.arange(self.tau.min, self.tau.max + 1e-9, 0.1)
+        taus = sorted({*(float(f"{10.0**a:.3g}") for a in exponents), float(self.tau.value)})
+        return [BookAxis(self.tau, values=taus, label="temperature τ")]
+
+    def _book_note(self, n_states: int) -> str:
+        return (f"{n_states} temperatures, ten per factor of 10, drawn in advance. In JupyterLab the slider "
+                "moves in finer steps.")
 
     def _update(self) -> None:
         tau = float(self.tau.value)

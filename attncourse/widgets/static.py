@@ -1,0 +1,354 @@
+"""The book's rendering of an explorer: pre-computed states behind plain HTML controls.
+
+In a Jupyter kernel an explorer is an ipywidget whose controls call Python. The
+rendered book has no kernel, so there the same explorer is shown as a
+self-contained piece of HTML: its states drawn in advance (one PNG frame and one
+caption each), and plain controls (a ``<select>`` per dropdown, a range input
+with Previous and Next buttons per slider, a checkbox per checkbox) whose few
+lines of inline JavaScript swap the frame and the caption. Nothing is loaded
+from anywhere: the frames are data URIs and the script is inline, so the page
+works offline, from ``file://``.
+
+This module holds what every explorer shares: :class:`BookAxis` (which values
+of one control the book covers), :func:`figure_data_uri` (a figure as a small
+palette PNG) and :func:`render_player` (the one HTML template and its script).
+:class:`attncourse.widgets.base.Explorer` walks the axes, draws every state
+with the live widget's own code and calls :func:`render_player`.
+
+A state is keyed by its axes' option indices joined with ``/``, for example
+``"1/3/0"``; ``-`` stands for an axis that does not apply in that state (say,
+the ``p_t`` slider in local-m mode), whose control the player hides. The options
+an axis offers may depend on the axes before it (the query tokens depend on the
+sentence): the player offers, for each axis, only the options that some state
+with the current earlier choices has.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import io
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from matplotlib.figure import Figure
+from PIL import Image
+
+#: Environment variable that makes explorers add their book rendering (``text/html``)
+#: to what they display. The book's Sphinx extension (``book/_ext/attncourse_book.py``)
+#: sets it, so every kernel that ``jupyter-book build`` starts inherits it.
+BOOK_ENV = "ATTNCOURSE_STATIC_EXPLORERS"
+#: Resolution of the frames, dots per inch: the book's column is about 800 pixels wide.
+FRAME_DPI = 72
+#: Widest frame, in pixels: about the book's column, so that wider figures get a lower dpi
+#: instead of being scaled down by the browser after the page carried their pixels.
+FRAME_MAX_WIDTH = 800
+#: Colours of a frame's palette. Plots use few colours; 64 keep colour maps smooth
+#: and make frames three to four times smaller than full-colour PNGs.
+FRAME_COLORS = 64
+
+
+def book_build() -> bool:
+    """Whether explorers should add their static book rendering (``ATTNCOURSE_STATIC_EXPLORERS=1``)."""
+    return os.environ.get(BOOK_ENV, "") not in ("", "0")
+
+
+@dataclass(frozen=True)
+class BookAxis:
+    """One control of an explorer and the values of it that the book pre-renders.
+
+    Parameters
+    ----------
+    control : ipywidgets.Widget
+        The live control: a ``Dropdown``, ``ToggleButtons``, ``Checkbox``,
+        ``IntSlider``, ``FloatSlider`` or ``FloatLogSlider``.
+    values : sequence, optional
+        The values to pre-render. By default every option of a dropdown (as it
+        stands once the earlier axes are set), both states of a checkbox and
+        every step of an ``IntSlider``; float sliders must list their values.
+    label : str, optional
+        The control's label in the book; its ``description`` by default.
+    applies : callable, optional
+        Called once the earlier axes are set; False means this control does not
+        apply (the live widget hides it) and the book hides it too.
+    """
+
+    control: Any
+    values: Sequence[Any] | None = None
+    label: str | None = None
+    applies: Callable[[], bool] | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"select"``, ``"slider"`` or ``"checkbox"``: the HTML control the book uses."""
+        if hasattr(self.control, "_options_labels"):
+            return "select"
+        if isinstance(self.control.value, bool):
+            return "checkbox"
+        return "slider"
+
+    @property
+    def title(self) -> str:
+        """The label shown next to the control."""
+        return self.label if self.label is not None else str(self.control.description)
+
+    def current_values(self) -> list[Any]:
+        """The values to pre-render, given the earlier axes as they are set now.
+
+        Raises
+        ------
+        ValueError
+            If a float slider has no ``values``, or a value is not one the
+            control accepts (outside its range or options).
+        """
+        control = self.control
+        if self.kind == "select":
+            allowed = list(control._options_values)
+            values = allowed if self.values is None else list(self.values)
+            missing = [v for v in values if v not in allowed]
+            if missing:
+                raise ValueError(f"{self.title}: values {missing} are not among the options {allowed}")
+            return values
+        if self.kind == "checkbox":
+            return [False, True] if self.values is None else list(self.values)
+        if self.values is None:
+            if isinstance(control.value, float):
+                raise ValueError(f"{self.title}: a float slider needs the list of values the book shows")
+            return list(range(control.min, control.max + 1, control.step))
+        values = list(self.values)
+        low, high = (10.0**control.min, 10.0**control.max) if hasattr(control, "base") else (control.min,
+                                                                                              control.max)
+        outside = [v for v in values if not low - 1e-9 <= v <= high + 1e-9]
+        if outside:
+            raise ValueError(f"{self.title}: values {outside} lie outside the slider's range {low:g}..{high:g}")
+        return values
+
+    def label_of(self, value: Any) -> str:
+        """How the book writes ``value``: the dropdown's label, or the slider's readout."""
+        if self.kind == "select":
+            return str(self.control._options_labels[list(self.control._options_values).index(value)])
+        if self.kind == "checkbox":
+            return "on" if value else "off"
+        fmt = getattr(self.control, "readout_format", "d") or "d"
+        try:
+            return format(value, fmt)
+        except (TypeError, ValueError):
+            return str(value)
+
+
+def figure_data_uri(fig: Figure, dpi: int = FRAME_DPI, colors: int = FRAME_COLORS,
+                    max_width: int = FRAME_MAX_WIDTH) -> str:
+    """A matplotlib figure as a ``data:image/png;base64,...`` URI of a palette PNG.
+
+    The figure may already be closed in pyplot; it is drawn with a tight
+    bounding box, as the notebook's inline backend draws it.
+
+    Parameters
+    ----------
+    fig : matplotlib.figure.Figure
+    dpi : int
+        Resolution of the frame, dots per inch, lowered where the figure would
+        be wider than ``max_width`` pixels.
+    colors : int
+        Size of the palette (2..256); the colours are chosen by median cut,
+        without dithering, so flat areas stay flat.
+    max_width : int
+        Widest frame, in pixels.
+
+    Returns
+    -------
+    str
+        The URI; its length is what the frame adds to a page, in bytes.
+    """
+    # bbox_inches="tight", as the notebook's inline backend draws it: labels that
+    # stick out of a small figure are kept, not cut off.
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=min(dpi, max_width / fig.get_figwidth()), bbox_inches="tight")
+    image = Image.open(png).convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT,
+                                                    dither=Image.Dither.NONE)
+    buffer = io.BytesIO()
+    image.save(buffer, format="png")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _control_html(uid: str, k: int, axis: Mapping[str, Any]) -> str:
+    """The HTML of axis ``k``'s control, labelled for screen readers."""
+    cid = f"{uid}-a{k}"
+    label = f'<label for="{cid}">{html.escape(axis["label"])}</label>'
+    if axis["kind"] == "select":
+        options = "".join(f'<option value="{i}">{html.escape(text)}</option>'
+                          for i, text in enumerate(axis["options"]))
+        return f'<span class="ax-control" data-axis="{k}">{label} <select id="{cid}">{options}</select></span>'
+    if axis["kind"] == "checkbox":
+        return f'<span class="ax-control" data-axis="{k}"><input type="checkbox" id="{cid}"> {label}</span>'
+    name = html.escape(axis["label"])
+    return (
+        f'<span class="ax-control" data-axis="{k}">'
+        f'<button type="button" class="ax-prev" aria-label="Previous {name}">&#9664; Previous</button> '
+        f'{label} <input type="range" id="{cid}" min="0" max="0" step="1" value="0"> '
+        f'<output for="{cid}"></output> '
+        f'<button type="button" class="ax-next" aria-label="Next {name}">Next &#9654;</button></span>'
+    )
+
+
+# One stylesheet and one script for every explorer; both are inline so that the
+# page needs nothing from the network. Colours come from the book's theme
+# variables where it has them, with fallbacks for a plain HTML viewer.
+_STYLE = """
+.attncourse-explorer{border:1px solid var(--pst-color-border,#ccc);border-radius:6px;padding:.6em;margin:1em 0}
+.attncourse-explorer .ax-controls{display:flex;flex-wrap:wrap;gap:.4em 1.2em;align-items:center}
+.attncourse-explorer .ax-control{display:inline-flex;gap:.3em;align-items:center}
+.attncourse-explorer [hidden]{display:none!important}
+.attncourse-explorer button{font:inherit;padding:.1em .6em;border:1px solid #767676;border-radius:4px;
+ background:var(--pst-color-surface,#f3f4f5);color:var(--pst-color-text-base,#222);cursor:pointer}
+.attncourse-explorer button:disabled{opacity:.5;cursor:default}
+.attncourse-explorer select{font:inherit;max-width:36em}
+.attncourse-explorer output{min-width:3em;font-variant-numeric:tabular-nums}
+.attncourse-explorer .ax-caption{margin:.6em 0;line-height:1.45}
+.attncourse-explorer img.ax-frame{max-width:100%;height:auto;display:block}
+.attncourse-explorer .ax-note{font-size:.85em;opacity:.85}
+"""
+
+_SCRIPT = """
+(function () {
+  var root = document.getElementById("%(uid)s");
+  var data = JSON.parse(root.querySelector("script.ax-data").textContent);
+  var axes = data.axes, keys = Object.keys(data.states);
+  var idx = data.initial.split("/");
+  var spans = root.querySelectorAll(".ax-control");
+  var avail = [];
+  function available(k) {
+    var seen = {}, out = [];
+    keys.forEach(function (key) {
+      var parts = key.split("/");
+      for (var j = 0; j < k; j++) { if (parts[j] !== idx[j]) { return; } }
+      if (!seen[parts[k]]) { seen[parts[k]] = true; out.push(parts[k]); }
+    });
+    if (out[0] !== "-") { out.sort(function (a, b) { return a - b; }); }
+    return out;
+  }
+  function refresh(from) {
+    for (var k = from; k < axes.length; k++) {
+      var old = avail[k] || [], now = available(k), span = spans[k];
+      if (now.indexOf(idx[k]) < 0) {
+        var p = old.indexOf(idx[k]);
+        idx[k] = now[Math.max(0, Math.min(p < 0 ? 0 : p, now.length - 1))];
+      }
+      avail[k] = now;
+      span.hidden = now[0] === "-";
+      var input = span.querySelector("select, input");
+      if (axes[k].kind === "select") {
+        Array.prototype.forEach.call(input.options, function (o) {
+          var off = now.indexOf(o.value) < 0; o.hidden = off; o.disabled = off;
+        });
+        input.value = idx[k];
+      } else if (axes[k].kind === "checkbox") {
+        input.checked = idx[k] === "1"; input.disabled = now.length < 2;
+      } else if (!span.hidden) {
+        var at = now.indexOf(idx[k]);
+        input.max = String(now.length - 1); input.value = String(at);
+        input.setAttribute("aria-valuetext", axes[k].options[+idx[k]]);
+        span.querySelector("output").textContent = axes[k].options[+idx[k]];
+        span.querySelector(".ax-prev").disabled = at <= 0;
+        span.querySelector(".ax-next").disabled = at >= now.length - 1;
+      }
+    }
+    var state = data.states[idx.join("/")];
+    var img = root.querySelector("img.ax-frame");
+    img.src = data.frames[state[0]]; img.alt = state[2];
+    root.querySelector(".ax-caption").innerHTML = state[1];
+  }
+  function choose(k, value) { idx[k] = value; refresh(k); }
+  Array.prototype.forEach.call(spans, function (span, k) {
+    var input = span.querySelector("select, input");
+    if (axes[k].kind === "select") {
+      input.addEventListener("change", function () { choose(k, input.value); });
+    } else if (axes[k].kind === "checkbox") {
+      input.addEventListener("change", function () { choose(k, input.checked ? "1" : "0"); });
+    } else {
+      input.addEventListener("input", function () { choose(k, avail[k][+input.value]); });
+      [[".ax-prev", -1], [".ax-next", 1]].forEach(function (pair) {
+        span.querySelector(pair[0]).addEventListener("click", function () {
+          var at = avail[k].indexOf(idx[k]) + pair[1];
+          if (at >= 0 && at < avail[k].length) { choose(k, avail[k][at]); }
+        });
+      });
+    }
+  });
+  refresh(0);
+})();
+"""
+
+
+def render_player(
+    title: str,
+    axes: Sequence[Mapping[str, Any]],
+    states: Mapping[str, tuple[int, str, str]],
+    frames: Sequence[str],
+    initial: str,
+    note: str = "",
+) -> str:
+    """The self-contained HTML of an explorer's book rendering.
+
+    Parameters
+    ----------
+    title : str
+        What the explorer is, for screen readers (the group's label).
+    axes : sequence of mapping
+        One per control, in order: ``{"label": str, "kind": "select" | "slider"
+        | "checkbox", "options": [str, ...]}``; a state's key holds indices
+        into ``options`` (for a checkbox, 0 = off, 1 = on).
+    states : mapping
+        Key (indices joined by ``/``, ``-`` for an axis that does not apply) to
+        ``(frame index, caption HTML, alternative text of the frame)``.
+    frames : sequence of str
+        Data URIs of the frames.
+    initial : str
+        Key of the state shown first.
+    note : str
+        A line under the figure saying what the book version covers (HTML).
+
+    Returns
+    -------
+    str
+        A ``<div class="attncourse-explorer">`` with its controls, caption,
+        frame, data and script; it loads nothing from the network.
+
+    Raises
+    ------
+    ValueError
+        If ``initial`` is not a state, or a state's key does not have one
+        part per axis.
+    """
+    if initial not in states:
+        raise ValueError(f"the initial state {initial!r} is not among the {len(states)} states")
+    for key in states:
+        if len(key.split("/")) != len(axes):
+            raise ValueError(f"state key {key!r} does not have one part for each of the {len(axes)} axes")
+    # The first state is also written into the HTML, so that it shows without JavaScript.
+    first = states[initial]
+    payload = {"axes": list(axes), "states": dict(states), "frames": list(frames), "initial": initial}
+    blob = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+    uid = "ax-" + hashlib.sha1(blob.encode()).hexdigest()[:12]
+    # "</" must not end the JSON's <script> early: escape it inside the JSON strings.
+    blob = blob.replace("</", "<\\/")
+    controls = "".join(_control_html(uid, k, axis) for k, axis in enumerate(axes))
+    note_html = f'<div class="ax-note">{note}</div>' if note else ""
+    return (
+        f'<div class="attncourse-explorer" id="{uid}" role="group" aria-label="{html.escape(title)}">'
+        f"<style>{_STYLE}</style>"
+        f'<div class="ax-controls">{controls}</div>'
+        f'<div class="ax-caption" aria-live="polite">{first[1]}</div>'
+        f'<img class="ax-frame" alt="{html.escape(first[2])}" src="{frames[first[0]]}">'
+        f"{note_html}"
+        f'<script type="application/json" class="ax-data">{blob}</script>'
+        f"<script>{_SCRIPT % {'uid': uid}}</script>"
+        "</div>"
+    )
+
+
+__all__ = ["BOOK_ENV", "BookAxis", "book_build", "figure_data_uri", "render_player"]

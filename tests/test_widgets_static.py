@@ -1,0 +1,224 @@
+"""Tests of the explorers' book rendering (attncourse.widgets.static and Explorer.to_html).
+
+The book shows pre-computed states behind plain HTML controls. What is checked
+here: every state it embeds is what the live widget shows for the same controls
+(its ``shown`` and its caption, compared with a fresh widget set to those
+values, not pixels); the state keys in the HTML point at those states; the HTML
+loads nothing from the network; and the frames are small palette PNGs. The
+player's JavaScript is checked in a real browser by tests/browser.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+import attncourse.widgets.base as base  # noqa: E402
+from attncourse.data.batching import build_vocabs  # noqa: E402
+from attncourse.data.toy_tasks import toy_task  # noqa: E402
+from attncourse.nn.transformer import Transformer  # noqa: E402
+from attncourse.widgets import (  # noqa: E402
+    AttentionExplorer,
+    BahdanauStepper,
+    LocalWindow,
+    PositionalEncodingExplorer,
+    SelfAttentionStepper,
+    TemperatureExplorer,
+)
+from attncourse.widgets.static import BOOK_ENV, BookAxis, figure_data_uri, render_player  # noqa: E402
+from test_widgets_bahdanau import EXAMPLES, SRC_VOCAB, TGT_VOCAB, tiny_model  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture
+def cheap_frames(monkeypatch):
+    """Frames as a counter instead of PNGs: these tests compare states, not pixels."""
+    counter = iter(range(10**9))
+    monkeypatch.setattr(base, "figure_data_uri", lambda fig: f"data:image/png;base64,{next(counter)}")
+
+
+def transformer_and_vocabs():
+    splits = toy_task("reverse", n_train=50, n_valid=5, n_test=5, seed=0)
+    src_vocab, tgt_vocab = build_vocabs(splits.train)
+    torch.manual_seed(0)
+    model = Transformer(len(src_vocab), len(tgt_vocab), d_model=16, num_heads=2, num_encoder_layers=3,
+                        num_decoder_layers=2, d_ff=32, dropout=0.1, max_len=32)
+    return model, src_vocab, tgt_vocab
+
+
+# Each maker builds the same explorer afresh: the states are compared with a new widget.
+MAKERS = {
+    "stepper": lambda: SelfAttentionStepper(sentences=["time flies", "bank of the river"]),
+    "bahdanau": lambda: BahdanauStepper(tiny_model(), SRC_VOCAB, TGT_VOCAB, EXAMPLES, max_len=6),
+    "local": lambda: LocalWindow(["a", "b", "c", "d", "e"], D=1, p_t=1.3),
+    "temperature": lambda: TemperatureExplorer(tau=0.7),
+    "positional": lambda: PositionalEncodingExplorer(max_len=16, d_model=8, position=5, dimension=3),
+    "transformer": lambda: AttentionExplorer(*transformer_and_vocabs(), ["1 2 3", "9 8 7 6"], max_len=12),
+}
+
+
+def assert_same(a, b, where):
+    assert a.keys() == b.keys(), where
+    for name in a:
+        x, y = a[name], b[name]
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            np.testing.assert_array_equal(x, y, err_msg=f"{where}: {name}")
+        else:
+            assert x == y, f"{where}: {name}: {x!r} != {y!r}"
+
+
+def set_controls(explorer, values):
+    """Set a live explorer's controls as a learner would, one by one, in the book's axis order."""
+    for axis, value in zip(explorer._book_axes(), values):
+        if value is not None:
+            axis.control.value = value
+
+
+def player_data(page):
+    """The JSON the player embeds: axes, states, frames, initial key."""
+    blob = re.search(r'<script type="application/json" class="ax-data">(.*?)</script>', page, re.S).group(1)
+    return json.loads(blob.replace("<\\/", "</"))
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_every_book_state_is_what_the_live_widget_shows(name, cheap_frames):
+    explorer = MAKERS[name]()
+    first_shown, first_caption = explorer.shown, explorer.caption.value
+    states = explorer.book_states()
+    assert len(states) >= 10
+    # The walk leaves the widget where it was.
+    assert_same(explorer.shown, first_shown, "after the walk")
+    assert explorer.caption.value == first_caption
+    live = MAKERS[name]()
+    # Every state for the small explorers; an even sample of the larger ones.
+    for state in states[:: max(1, len(states) // 40)]:
+        set_controls(live, state.values)
+        assert_same(live.shown, state.shown, f"{name} at {state.labels}")
+        assert live.caption.value == state.caption, f"{name} at {state.labels}"
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_html_keys_point_at_their_states(name, cheap_frames):
+    explorer = MAKERS[name]()
+    states = explorer.book_states()
+    data = player_data(explorer.to_html())
+    axes = data["axes"]
+    assert [axis["label"] for axis in axes] == [axis.title for axis in explorer._book_axes()]
+    assert len(data["states"]) == len(states)
+    for state in states:
+        key = "/".join("-" if label is None else str(axis["options"].index(label))
+                       for axis, label in zip(axes, state.labels))
+        frame, caption, alt = data["states"][key]
+        assert caption == state.caption
+        # Plain text: the caption without its tags (a token like <pad> stays, as text).
+        assert alt.startswith(explorer.book_title + ": ") and not re.search(r"</?(b|i|sub|sup)>", alt)
+    # The first state shown is the widget's starting state.
+    assert data["states"][data["initial"]][1] == explorer.caption.value
+
+
+def test_stepper_book_covers_every_query_step_and_the_matrix_form(cheap_frames):
+    explorer = MAKERS["stepper"]()
+    states = explorer.book_states()
+    # (2 + 4 tokens) x 6 steps x (per query, matrix form)
+    assert len(states) == 6 * 6 * 2
+    queries = {(s.shown["query_index"], s.labels[0]) for s in states}
+    assert len(queries) == 6
+    # A matrix-form figure is the same for every query: drawn once per sentence and step.
+    assert len({s.frame for s in states}) == 6 * 6 + 2 * 6
+
+
+def test_local_window_book_hides_the_slider_of_the_other_mode(cheap_frames):
+    explorer = MAKERS["local"]()
+    page = explorer.to_html()
+    data = player_data(page)
+    modes = data["axes"][0]["options"]
+    for key in data["states"]:
+        mode, p_t, t, _ = key.split("/")
+        local_m = modes[int(mode)] == "local-m"
+        assert (p_t == "-") == local_m and (t == "-") != local_m
+    # p_t on a grid of halves, plus the starting 1.3; D over the slider's whole range.
+    assert data["axes"][1]["options"] == ["0.0", "0.5", "1.0", "1.3", "1.5", "2.0", "2.5", "3.0", "3.5", "4.0"]
+    assert data["axes"][3]["options"] == ["1", "2", "3", "4"]
+
+
+def test_html_is_self_contained_and_labelled():
+    explorer = TemperatureExplorer()
+    page = explorer.to_html()
+    # Nothing to fetch: no address outside the page, frames are data URIs.
+    assert not re.search(r"(src|href)=\"(?!data:)", page)
+    assert "http://" not in page and "https://" not in page and "@import" not in page
+    # Every control has a label, Previous and Next are buttons, the frame has a text alternative.
+    ids = re.findall(r'<(?:select|input)[^>]* id="([^"]+)"', page)
+    assert ids and all(f'<label for="{i}">' in page for i in ids)
+    assert page.count('class="ax-prev"') == page.count('class="ax-next"') == 1
+    assert re.search(r'<img class="ax-frame" alt="Softmax temperature explorer: [^"]+" src="data:image/png', page)
+    # The first state is in the HTML itself, for a reader without JavaScript.
+    assert f'<div class="ax-caption" aria-live="polite">{explorer.caption.value}</div>' in page
+
+
+def test_frames_are_small_palette_pngs():
+    fig, ax = plt.subplots(figsize=(20, 4))
+    ax.imshow(np.random.default_rng(0).normal(size=(30, 200)), cmap="RdBu_r", aspect="auto")
+    uri = figure_data_uri(fig, dpi=72, colors=64, max_width=800)
+    image = Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1])))
+    assert image.format == "PNG" and image.mode == "P"
+    assert len(image.getcolors()) <= 64
+    # 20 inches at 72 dpi would be 1440 pixels (about 1150 once the tight box drops the
+    # margins): the dpi is lowered to 40 so that the figure fits 800.
+    assert 500 <= image.width <= 800
+
+
+def test_display_carries_the_book_rendering_only_when_the_book_is_built(monkeypatch):
+    explorer = TemperatureExplorer()
+    monkeypatch.delenv(BOOK_ENV, raising=False)
+    bundle = explorer._repr_mimebundle_()
+    assert "text/html" not in bundle
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == explorer.widget.model_id
+    monkeypatch.setenv(BOOK_ENV, "1")
+    bundle = explorer._repr_mimebundle_()
+    assert bundle["text/html"].startswith('<div class="attncourse-explorer"')
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+def test_render_player_rejects_inconsistent_states():
+    axes = [{"label": "x", "kind": "slider", "options": ["0", "1"]}]
+    states = {"0": (0, "zero", "zero"), "1": (0, "one", "one")}
+    with pytest.raises(ValueError, match="initial state '2'"):
+        render_player("t", axes, states, ["data:,"], initial="2")
+    with pytest.raises(ValueError, match="one part for each of the 1 axes"):
+        render_player("t", axes, {"0/1": (0, "a", "a")}, ["data:,"], initial="0/1")
+
+
+def test_book_axis_rejects_values_the_control_cannot_take():
+    explorer = TemperatureExplorer()
+    with pytest.raises(ValueError, match="outside the slider's range"):
+        BookAxis(explorer.tau, values=[1000.0]).current_values()
+    with pytest.raises(ValueError, match="needs the list of values"):
+        BookAxis(explorer.tau).current_values()
+    stepper = SelfAttentionStepper()
+    with pytest.raises(ValueError, match="not among the options"):
+        BookAxis(stepper.sentence, values=["no such sentence"]).current_values()
+
+
+def test_caption_html_cannot_end_the_data_script_early():
+    axes = [{"label": "x", "kind": "select", "options": ["a"]}]
+    page = render_player("t", axes, {"0": (0, "</script><b>x</b>", "x")}, ["data:,"], initial="0")
+    data = page.split('class="ax-data">', 1)[1].split("</script>", 1)[0]
+    assert json.loads(data.replace("<\\/", "</"))["states"]["0"][1] == "</script><b>x</b>"
