@@ -9,7 +9,9 @@ TEST_BOOK := _build/test-book
 # trains every model once (in the strict book build) and nbval reuses those weights.
 export ATTNCOURSE_RUNS := $(CURDIR)/_build/runs
 
-.PHONY: all book test unit fresh-runs nbval book-check lab clean
+BROWSER_SHOTS := _build/browser
+
+.PHONY: all book test unit fresh-runs nbval book-check browser lab clean
 
 all: book
 
@@ -25,19 +27,20 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . -n --keep-going
 	@echo "The book is at: $(CURDIR)/_build/html/index.html"
 
-## test: unit tests, a fresh book build with warnings as errors, and nbval on every notebook.
+## test: unit tests, a fresh book build with warnings as errors, the built book in a real
+## browser (offline), and nbval on every notebook.
 # The book build comes first and trains the chapters' models: nbval waits only 5 s (fixed in
 # nbval 0.11) for a cell's last messages after it ends, which a minutes-long training cell
 # sometimes misses ("Timeout of 5 seconds exceeded waiting for output"); with the models
 # trained, nbval's cells are short.
-test: unit fresh-runs book-check nbval
+test: unit fresh-runs book-check browser nbval
 	@echo "All tests passed."
 
 fresh-runs:
 	rm -rf $(ATTNCOURSE_RUNS)
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q --ignore=tests/browser
 
 # nbval collects only .ipynb: convert the MyST sources into a scratch folder first,
 # so that stale copies elsewhere in the tree are never collected. TQDM_DISABLE=1: no
@@ -55,6 +58,20 @@ nbval: $(STAMP)
 book-check: $(STAMP)
 	rm -rf $(TEST_BOOK)
 	TQDM_DISABLE=1 $(BIN)/jupyter-book build . --path-output $(TEST_BOOK) -n -W --keep-going --all
+
+# Every page of the fresh book in headless Chromium, network blocked (tests/browser).
+# Without chromium and chromedriver: one line saying so, and the rest of `make test`
+# goes on; ATTNCOURSE_REQUIRE_BROWSER=1 (set by .ci/run) makes that an error instead.
+browser: $(STAMP)
+	@if command -v chromedriver >/dev/null && { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; }; then \
+	  rm -rf $(BROWSER_SHOTS); \
+	  ATTNCOURSE_BOOK_HTML=$(TEST_BOOK)/_build/html $(BIN)/python -m pytest -p no:cacheprovider -q tests/browser \
+	    && echo "Screenshots of the explorers: $(CURDIR)/$(BROWSER_SHOTS)/"; \
+	elif [ "$$ATTNCOURSE_REQUIRE_BROWSER" = 1 ]; then \
+	  echo "Browser tests: chromium or chromedriver is missing (apt-get install chromium chromium-driver)"; exit 1; \
+	else \
+	  echo "Browser tests skipped: no chromium/chromedriver here (Debian: sudo apt-get install chromium chromium-driver)"; \
+	fi
 
 ## lab: JupyterLab with the MyST notebooks opening as notebooks (jupytext).
 lab: $(STAMP)

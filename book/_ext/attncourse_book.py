@@ -1,18 +1,35 @@
-"""Sphinx extension of the course's book: explorers render for a page without a kernel.
+"""Sphinx extension of the course's book: pages that work without a kernel or a network.
 
-Jupyter Book executes the chapters in kernels started by this Sphinx process,
-and a kernel inherits its environment. Setting ``ATTNCOURSE_STATIC_EXPLORERS=1``
-here makes every explorer of :mod:`attncourse.widgets` add its static HTML
-rendering (pre-computed states, plain controls, inline script) to its display,
-next to the widget view that JupyterLab shows. ``_config.yml`` then tells
-myst-nb to prefer ``text/html`` over the widget view and to load no widget
-scripts from the network. A learner's JupyterLab never sets the variable, so
-explorers there cost no pre-rendering.
+Four jobs, all for the reader of the static HTML book:
+
+- Jupyter Book executes the chapters in kernels started by this Sphinx process,
+  and a kernel inherits its environment. Setting ``ATTNCOURSE_STATIC_EXPLORERS=1``
+  here makes every explorer of :mod:`attncourse.widgets` add its static HTML
+  rendering (pre-computed states, plain controls, inline script) to its display,
+  next to the widget view that JupyterLab shows; ``_config.yml`` tells myst-nb to
+  prefer ``text/html`` and to load no widget scripts from the network. A learner's
+  JupyterLab never sets the variable, so explorers there cost no pre-rendering.
+- Each chapter page offers its executed notebook (``.ipynb``) for download beside
+  the MyST source. sphinx-book-theme does so only when an online launch service
+  (Binder, JupyterHub, Colab, Thebe) is configured, which an offline book has no
+  use for; so the notebook is copied next to the page's sources here and the
+  theme's download menu lists it.
+- Figures a notebook draws get a text alternative: myst-nb gives an output image
+  its file name as ``alt``. A figure with a caption gets its caption; an image
+  without one is described by the section it appears in.
+- Nothing on a page is broken or needs a server: Thebe (a launcher that runs the
+  code on a public Binder) is configured off, but sphinx-thebe still adds its
+  settings script to every page, twice, which is a JavaScript error; both of its
+  scripts are dropped. And the bibliography's entries get the ARIA role
+  ``listitem`` that their ``role="list"`` container requires (docutils writes
+  ``doc-biblioentry``, which ARIA 1.2 deprecated and axe-core rejects).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 #: The variable :mod:`attncourse.widgets.static` reads (``BOOK_ENV`` there); written
@@ -20,6 +37,70 @@ from typing import Any
 BOOK_ENV = "ATTNCOURSE_STATIC_EXPLORERS"
 
 
+def offer_notebook(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    """Copy a chapter's executed notebook into ``_sources`` and name it in the page's context."""
+    executed = Path(app.outdir).parent / "jupyter_execute" / f"{pagename}.ipynb"
+    if doctree is None or not str(context.get("sourcename", "")).endswith(".md") or not executed.is_file():
+        return
+    target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(executed, target)
+    context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def drop_thebe(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    """Remove sphinx-thebe's scripts from the page: no Thebe launcher is configured."""
+    def is_thebe(script: Any) -> bool:
+        body = getattr(script, "attributes", {}).get("body", "") or ""
+        return "sphinx-thebe" in str(getattr(script, "filename", script)) or "THEBE_JS_URL" in body
+
+    if "script_files" in context:
+        context["script_files"] = [script for script in context["script_files"] if not is_thebe(script)]
+
+
+def visit_citation(self: Any, node: Any) -> None:
+    """docutils' bibliography entry, with the role ``listitem`` in place of ``doc-biblioentry``."""
+    from sphinx.writers.html5 import HTML5Translator
+
+    HTML5Translator.visit_citation(self, node)
+    self.body[-1] = self.body[-1].replace('role="doc-biblioentry"', 'role="listitem"')
+
+
+def depart_citation(self: Any, node: Any) -> None:
+    from sphinx.writers.html5 import HTML5Translator
+
+    HTML5Translator.depart_citation(self, node)
+
+
+def describe_images(app: Any, doctree: Any, docname: str) -> None:
+    """Replace the file-name ``alt`` of notebook output images by their caption or section."""
+    from docutils import nodes
+
+    for image in doctree.findall(nodes.image):
+        alt, uri = image.get("alt", ""), image.get("uri", "")
+        if alt and Path(alt).name != Path(uri).name:
+            continue  # a real description, written by an author
+        parent = image.parent
+        while parent is not None and not isinstance(parent, (nodes.figure, nodes.section)):
+            parent = parent.parent
+        caption = next(iter(parent.findall(nodes.caption)), None) if isinstance(parent, nodes.figure) else None
+        if caption is not None:
+            image["alt"] = " ".join(caption.astext().split())
+            continue
+        section = image.parent
+        while section is not None and not isinstance(section, nodes.section):
+            section = section.parent
+        title = section[0].astext() if section is not None and isinstance(section[0], nodes.title) else docname
+        image["alt"] = f"Figure drawn by the code above, in the section '{title}'"
+
+
 def setup(app: Any) -> dict[str, Any]:
     os.environ[BOOK_ENV] = "1"
+    app.connect("doctree-resolved", describe_images)
+    app.connect("html-page-context", drop_thebe, priority=900)
+    from docutils import nodes
+
+    app.add_node(nodes.citation, override=True, html=(visit_citation, depart_citation))
+    # Before sphinx-book-theme builds its download menu (priority 501).
+    app.connect("html-page-context", offer_notebook, priority=500)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
