@@ -168,37 +168,44 @@ def atomic_write_text(text: str, path: str | PathLike) -> Path:
     return _atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
 
 
-def remove_temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
-    """Delete the temporary files that writes of ``directory/<name>`` left when they were killed.
+def temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
+    """The temporary files that writes of ``directory/<name>`` left behind when they were killed.
 
     :func:`atomic_torch_save` and :func:`atomic_write_text` remove their
     temporary file on any exception, but not on SIGKILL or a power cut; such
     files (``.checkpoint.pt.x8e2k_1q.tmp``) hold a partial copy and are of no use.
-    Call it when a run starts in ``directory``, before anything writes there
-    (a write in progress by another process would lose its temporary file).
 
     Parameters
     ----------
     directory : str or path-like
         Need not exist.
     names : sequence of str
-        File names whose temporaries to remove, e.g. ``("checkpoint.pt", "best.pt")``.
+        File names whose temporaries to list, e.g. ``("checkpoint.pt", "best.pt")``.
 
     Returns
     -------
     list of Path
-        The files removed.
+        Plain files (no links), sorted.
     """
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    removed = []
+    found = set()
     for name in names:
-        prefix = _temporary_prefix(directory / name)
-        for path in directory.glob(f"{glob.escape(prefix)}*.tmp"):
-            if path.is_file() and not path.is_symlink():
-                path.unlink(missing_ok=True)
-                removed.append(path)
+        pattern = glob.escape(_temporary_prefix(directory / name)) + "*.tmp"
+        found |= {p for p in directory.glob(pattern) if p.is_file() and not p.is_symlink()}
+    return sorted(found)
+
+
+def remove_temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
+    """Delete :func:`temporaries` of ``directory``; return the files removed.
+
+    Call it when a run starts in ``directory``, before anything writes there:
+    a write in progress by another process would lose its temporary file.
+    """
+    removed = temporaries(directory, names)
+    for path in removed:
+        path.unlink(missing_ok=True)
     return removed
 
 
