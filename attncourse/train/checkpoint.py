@@ -107,12 +107,19 @@ def _temporary_prefix(path: Path) -> str:
     return f".{path.name}."
 
 
+def _write_error(path: Path, err: OSError) -> OSError:
+    """The error of a failed write, naming the file asked for rather than the temporary one."""
+    new = OSError(f"cannot write {str(path)!r}: {err.strerror or err}")
+    new.errno = err.errno
+    return new
+
+
 def _atomic_write(path: Path, write: Any) -> Path:
     """Call ``write(binary file)`` on a temporary file beside ``path``, fsync, then rename it over ``path``."""
     try:
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
-    except OSError as err:  # name the file asked for, not the temporary one
-        raise OSError(err.errno, f"cannot write {str(path)!r}: {err.strerror}") from None
+    except OSError as err:
+        raise _write_error(path, err) from None
     try:
         if hasattr(os, "fchmod"):  # mkstemp makes the file private (0600); give it the usual mode
             os.fchmod(fd, _file_mode())
@@ -126,8 +133,8 @@ def _atomic_write(path: Path, write: Any) -> Path:
             os.unlink(tmp_name)
         except FileNotFoundError:
             pass
-        if isinstance(err, OSError) and err.strerror:
-            raise OSError(err.errno, f"cannot write {str(path)!r}: {err.strerror}") from None
+        if isinstance(err, OSError):
+            raise _write_error(path, err) from None
         raise
     _fsync_directory(path.parent)
     return path
