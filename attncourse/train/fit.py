@@ -303,8 +303,9 @@ class FitResult:
         sentences that greedy decoding gets exactly right), ``seconds``
         (wall-clock time of the epoch's training and validation),
         ``train_tokens`` (target tokens trained on, all processes) and
-        ``train_seconds`` (time of the training steps alone). Checkpoints
-        written before the last two existed lack them.
+        ``train_seconds`` (time of the training steps alone, on rank 0).
+        Checkpoints written before the last two existed lack them. Timings
+        (``seconds``, ``train_seconds``) are not replayed by a resume.
     best_epoch : int
         The epoch whose weights ``out_dir/best.pt`` holds (and the model, if
         ``restore_best``); 0 if no epoch ran.
@@ -942,10 +943,11 @@ def fit(
                 row = {"epoch": epoch, "train_loss": totals[0] / totals[2], "train_acc": totals[1] / totals[2]}
                 scores = None
                 if is_main:  # in float32 whatever config.amp: scores compare across settings
-                    scores = validate(model, valid_batches, device)
+                    # rank 0's training time too, so that every rank holds the same history
+                    scores = {**validate(model, valid_batches, device), "train_seconds": epoch_train_seconds}
                 row.update(dist_utils.broadcast_object(scores))
                 row["seconds"] = time.perf_counter() - epoch_start
-                row.update(train_tokens=totals[2], train_seconds=epoch_train_seconds)
+                row["train_tokens"] = totals[2]
                 history.append(row)
                 score = _score(row, config.monitor)
                 if best_score is None or score > best_score:
