@@ -21,19 +21,10 @@ from attncourse.data.pairs import PairDataset
 from attncourse.train.checkpoint import atomic_write_text
 from attncourse.train.cli import main
 from attncourse.train.fit import FitConfig, evaluate, fit
-from test_cli import SMALL, one_error_line, train_args, write_tsv
+from test_cli import SMALL, one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
 
 TASK = ["--task", "numbers-en-fr", "--n-train", "40", "--n-valid", "8", "--n-test", "8", "--max-value", "100",
         "--model", "rnn", "--epochs", "1", *SMALL]
-
-
-@pytest.fixture
-def tsv(tmp_path):
-    return {
-        "train": write_tsv(tmp_path / "train.tsv", 48),
-        "valid": write_tsv(tmp_path / "valid.tsv", 12, offset=1),
-        "test": write_tsv(tmp_path / "test.tsv", 12, offset=2),
-    }
 
 
 @pytest.fixture

@@ -270,30 +270,14 @@ def read_tsv(
 def load_tsv(path: str | PathLike, level: str = "word", name: str | None = None) -> PairDataset:
     """Read ``source<TAB>target`` lines from a UTF-8 file: :func:`read_tsv` without length limits.
 
-    Blank lines are skipped; spaces around each side are stripped; a UTF-8 byte
-    order mark at the start is ignored.
-
-    Parameters
-    ----------
-    path : str or path-like
-    level : {"word", "char"}
-        How to split each side into tokens (see :func:`tokenize`).
-    name : str, optional
-        Dataset name; defaults to the file name without extension.
-
     Returns
     -------
     PairDataset
 
     Raises
     ------
-    FileNotFoundError
-        If ``path`` does not exist (IsADirectoryError, a subclass of OSError, for a directory).
-    TSVError
-        (a ValueError) If a line has no TAB, more than one TAB, an empty source
-        or target, a carriage return inside it, or is not valid UTF-8; the
-        message names the file and the 1-based line number. Also if the file
-        holds no pairs at all.
+    FileNotFoundError, IsADirectoryError, TSVError
+        As :func:`read_tsv` (TSVError is a ValueError naming the file and the line).
     """
     return read_tsv(path, level, name)[0]
 

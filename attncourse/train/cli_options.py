@@ -146,6 +146,14 @@ def _device(text: str) -> str:
     return text
 
 
+def _add_length_options(group: Any, max_tokens: int | None, max_tokens_help: str) -> None:
+    """--max-tokens and --too-long; ``max_tokens`` None: filled in later (train: for TSV files only)."""
+    group.add_argument("--max-tokens", type=_positive_int, default=max_tokens, metavar="N", help=max_tokens_help)
+    group.add_argument("--too-long", choices=("error", "skip"), default=None if max_tokens is None else "error",
+                       help="what a pair above the limit does: 'error' stops with its line number (default), "
+                            "'skip' leaves it out and prints how many were left out")
+
+
 TRAIN_EPILOG = """\
 presets (--model transformer; every option you do not give comes from the preset):
   cpu  d_model 128, 4 heads, 2+2 layers, d_ff 512, dropout 0.1, label smoothing 0.1,
@@ -195,13 +203,10 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument("--level", choices=LEVELS,
                       help="tokens of the TSV files: 'word' (split on spaces, the default) or 'char' "
                            "(every character); generated tasks set it themselves")
-    data.add_argument("--max-tokens", type=_positive_int, metavar="N",
-                      help=f"TSV files: a pair whose source or target has more than N tokens is not loaded "
-                           f"(default {TRAIN_MAX_TOKENS}; a Transformer takes at most 511): training memory "
-                           "grows with the batch size times the length, and the length again for attention")
-    data.add_argument("--too-long", choices=("error", "skip"),
-                      help="TSV files: what a pair above the limit does: 'error' stops with its line number "
-                           "(default), 'skip' leaves it out and prints how many were left out")
+    _add_length_options(data, None, f"TSV files: a pair whose source or target has more than N tokens is not "
+                                    f"loaded (default {TRAIN_MAX_TOKENS}; a Transformer takes at most 511): training "
+                                    "memory grows with the batch size times the length, and the length again for "
+                                    "attention")
     data.add_argument("--n-train", type=_nonnegative_int, metavar="N",
                       help="training pairs to generate (default: the task's, 3000 numbers or 10000 dates)")
     data.add_argument("--n-valid", type=_nonnegative_int, metavar="N",
@@ -311,13 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("dir", type=_path, metavar="DIR", help="a directory written by 'attncourse train'")
     ev.add_argument("--test", type=_path, required=True, metavar="FILE.tsv",
                     help="test pairs, one 'source<TAB>target' per line (UTF-8)")
-    ev.add_argument("--max-tokens", type=_positive_int, default=EVALUATE_MAX_TOKENS, metavar="N",
-                    help=f"a pair whose source or target has more than N tokens is not loaded (default "
-                         f"{EVALUATE_MAX_TOKENS}); a Transformer's sources are limited to its positions "
-                         "(511 tokens) too; outputs are cut at the model's positions and scored as they are")
-    ev.add_argument("--too-long", choices=("error", "skip"), default="error",
-                    help="what a pair above a limit does: 'error' stops with its line number (default), "
-                         "'skip' leaves it out and prints how many were left out")
+    _add_length_options(ev, EVALUATE_MAX_TOKENS, f"a pair whose source or target has more than N tokens is not "
+                                                 f"loaded (default {EVALUATE_MAX_TOKENS}); a Transformer's sources "
+                                                 "are limited to its positions (511 tokens) too; outputs are cut at "
+                                                 "the model's positions and scored as they are")
     ev.add_argument("--beam-size", type=_positive_int, default=1, metavar="K",
                     help="1: greedy decoding (default); K > 1: beam search keeping K hypotheses")
     ev.add_argument("--length-penalty", type=_nonnegative_float, default=0.6, metavar="A",
