@@ -18,7 +18,6 @@ import torch
 import attncourse.train.cli as cli
 from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import PairDataset
-from attncourse.train.checkpoint import atomic_write_text
 from attncourse.train.cli import main
 from attncourse.train.fit import FitConfig, evaluate, fit
 from test_cli import SMALL, one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
@@ -267,6 +266,8 @@ def test_evaluate_checks_every_output_before_decoding(run, tsv, tmp_path, capsys
 
 
 def test_failed_write_names_the_file_not_its_temporary(tmp_path):
+    from attncourse.train.checkpoint import atomic_write_text
+
     target = tmp_path / "missing" / "metrics.json"
     with pytest.raises(OSError) as info:
         atomic_write_text("{}", target)
