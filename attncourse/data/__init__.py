@@ -23,7 +23,7 @@ from attncourse.data.canvases import (
 )
 from attncourse.data.dates import date_task
 from attncourse.data.numbers import number_pairs, number_task, number_words
-from attncourse.data.pairs import PairDataset, Splits, detokenize, load_tsv, save_tsv
+from attncourse.data.pairs import PairDataset, Splits, TSVError, detokenize, load_tsv, read_tsv, save_tsv
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
 from attncourse.data.toy_tasks import TOY_KINDS, toy_target, toy_task
 from attncourse.data.vocab import Vocabulary
@@ -41,6 +41,7 @@ __all__ = [
     "SENTENCES",
     "TOY_KINDS",
     "Splits",
+    "TSVError",
     "Vocabulary",
     "build_vocabs",
     "collate",
@@ -54,6 +55,7 @@ __all__ = [
     "number_task",
     "number_words",
     "projections",
+    "read_tsv",
     "save_tsv",
     "tokenize",
     "toy_target",

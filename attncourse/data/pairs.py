@@ -133,11 +133,74 @@ class Splits:
     test: PairDataset
 
 
-def load_tsv(path: str | PathLike, level: str = "word", name: str | None = None) -> PairDataset:
-    """Read ``source<TAB>target`` lines from a UTF-8 file.
+class TSVError(ValueError):
+    """A TSV file that cannot be read as ``source<TAB>target`` pairs.
+
+    A :class:`ValueError`, so code that catches those keeps working.
+
+    Attributes
+    ----------
+    path : Path
+        The file.
+    lineno : int or None
+        1-based number of the offending line; None when the problem is the
+        whole file (it holds no pairs).
+    """
+
+    def __init__(self, path: Path, lineno: int | None, problem: str) -> None:
+        where = f"{path}, line {lineno}" if lineno is not None else str(path)
+        super().__init__(f"{where}: {problem}")
+        self.path, self.lineno = path, lineno
+
+
+def _parse_line(raw: bytes, path: Path, lineno: int) -> tuple[str, str] | None:
+    """(source text, target text) of one raw line, None for a blank line; raise TSVError if malformed."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TSVError(path, lineno, f"not valid UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); "
+                                     "save the file as UTF-8") from None
+    if lineno == 1:
+        line = line.removeprefix("\ufeff")
+    line = line.rstrip("\r\n")
+    if "\r" in line:  # a file with CR-only line ends reads as one line full of CRs
+        raise TSVError(path, lineno, "a carriage return (CR) inside the line: the file seems to end its lines "
+                                     "with CR alone (old Mac style); save it with LF or CRLF line ends")
+    if not line.strip():
+        return None
+    n_tabs = line.count("\t")
+    if n_tabs == 0:
+        raise TSVError(path, lineno, "no TAB between source and target")
+    if n_tabs > 1:
+        raise TSVError(path, lineno, f"{n_tabs} TABs, expected exactly one between source and target")
+    src, tgt = (side.strip() for side in line.split("\t"))
+    if not src:
+        raise TSVError(path, lineno, "empty source (nothing before the TAB)")
+    if not tgt:
+        raise TSVError(path, lineno, "empty target (nothing after the TAB)")
+    return src, tgt
+
+
+def read_tsv(
+    path: str | PathLike,
+    level: str = "word",
+    name: str | None = None,
+    *,
+    max_src_tokens: int | None = None,
+    max_tgt_tokens: int | None = None,
+    skip_long: bool = False,
+    hint: str = "",
+) -> tuple[PairDataset, list[int]]:
+    """Read ``source<TAB>target`` lines from a UTF-8 file, with limits on their lengths.
 
     Blank lines are skipped; spaces around each side are stripped; a UTF-8 byte
-    order mark at the start is ignored.
+    order mark at the start is ignored. Lines end with LF or CRLF.
+
+    Memory: the file is read one line at a time, and a pair whose source has
+    more than ``max_src_tokens`` tokens or whose target has more than
+    ``max_tgt_tokens`` is never stored, so what is kept is at most
+    ``max_src_tokens + max_tgt_tokens`` tokens per line; one line is held
+    whole while it is read (bounded by the file's size).
 
     Parameters
     ----------
@@ -146,6 +209,66 @@ def load_tsv(path: str | PathLike, level: str = "word", name: str | None = None)
         How to split each side into tokens (see :func:`tokenize`).
     name : str, optional
         Dataset name; defaults to the file name without extension.
+    max_src_tokens, max_tgt_tokens : int, optional
+        Most tokens a source / target may have; None: no limit.
+    skip_long : bool
+        False (default): a pair above a limit raises :class:`TSVError` naming
+        the line and the limit. True: such pairs are left out and their line
+        numbers returned.
+    hint : str
+        Appended to the message about a pair above a limit (e.g. which option sets it).
+
+    Returns
+    -------
+    dataset : PairDataset
+    skipped : list of int
+        1-based line numbers of the pairs left out for their length (empty unless ``skip_long``).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    IsADirectoryError
+        If ``path`` is a directory.
+    TSVError
+        (a ValueError) If a line has no TAB, more than one TAB, an empty source
+        or target, a carriage return inside it, is not valid UTF-8, or (without
+        ``skip_long``) has a side above its limit; the message names the file
+        and the 1-based line number (``TSVError.lineno``). Also if the file
+        holds no pairs at all (``lineno`` None).
+    """
+    _check_level(level)
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{str(path)!r} is a directory, not a TSV file")
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {str(path)!r}")
+    limits = {"source": max_src_tokens, "target": max_tgt_tokens}
+    pairs, skipped = [], []
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            texts = _parse_line(raw, path, lineno)
+            if texts is None:
+                continue
+            tokens = [tokenize(text, level) for text in texts]
+            too_long = [(side, len(t), limit) for (side, limit), t in zip(limits.items(), tokens)
+                        if limit is not None and len(t) > limit]
+            if too_long and skip_long:
+                skipped.append(lineno)
+            elif too_long:
+                side, n, limit = too_long[0]
+                raise TSVError(path, lineno, f"the {side} has {n:,} {level} tokens, more than the limit of "
+                                             f"{limit:,}" + (f"; {hint}" if hint else ""))
+            else:
+                pairs.append((tuple(tokens[0]), tuple(tokens[1])))
+    if not pairs:
+        why = f" ({len(skipped)} left out for their length)" if skipped else ""
+        raise TSVError(path, None, f"no source<TAB>target pairs found{why}")
+    return PairDataset(tuple(pairs), level=level, name=path.stem if name is None else name), skipped
+
+
+def load_tsv(path: str | PathLike, level: str = "word", name: str | None = None) -> PairDataset:
+    """Read ``source<TAB>target`` lines from a UTF-8 file: :func:`read_tsv` without length limits.
 
     Returns
     -------
@@ -153,47 +276,10 @@ def load_tsv(path: str | PathLike, level: str = "word", name: str | None = None)
 
     Raises
     ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    ValueError
-        If a line has no TAB, more than one TAB, an empty source or target,
-        or is not valid UTF-8; the message names the file and the 1-based line
-        number. Also if the file holds no pairs at all.
+    FileNotFoundError, IsADirectoryError, TSVError
+        As :func:`read_tsv` (TSVError is a ValueError naming the file and the line).
     """
-    _check_level(level)
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {str(path)!r}")
-    pairs = []
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
-            where = f"{path}, line {lineno}"
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise ValueError(
-                    f"{where}: not valid UTF-8 (byte {raw[err.start]:#04x} at column {err.start + 1}); "
-                    "save the file as UTF-8"
-                ) from None
-            if lineno == 1:
-                line = line.removeprefix("\ufeff")
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            n_tabs = line.count("\t")
-            if n_tabs == 0:
-                raise ValueError(f"{where}: no TAB between source and target")
-            if n_tabs > 1:
-                raise ValueError(f"{where}: {n_tabs} TABs, expected exactly one between source and target")
-            src, tgt = (side.strip() for side in line.split("\t"))
-            if not src:
-                raise ValueError(f"{where}: empty source (nothing before the TAB)")
-            if not tgt:
-                raise ValueError(f"{where}: empty target (nothing after the TAB)")
-            pairs.append((tuple(tokenize(src, level)), tuple(tokenize(tgt, level))))
-    if not pairs:
-        raise ValueError(f"{path}: no source<TAB>target pairs found")
-    return PairDataset(tuple(pairs), level=level, name=path.stem if name is None else name)
+    return read_tsv(path, level, name)[0]
 
 
 def save_tsv(dataset: PairDataset, path: str | PathLike) -> None:

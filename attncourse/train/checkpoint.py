@@ -33,9 +33,12 @@ Layout of the saved dict (``version`` 1)::
 
 from __future__ import annotations
 
+import glob
 import importlib
 import math
 import os
+import pickle
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from os import PathLike
@@ -99,6 +102,44 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def _temporary_prefix(path: Path) -> str:
+    """Temporary files beside ``path`` are named ``.<name>.<random>.tmp`` (see :func:`remove_temporaries`)."""
+    return f".{path.name}."
+
+
+def _write_error(path: Path, err: OSError) -> OSError:
+    """The error of a failed write, naming the file asked for rather than the temporary one."""
+    new = OSError(f"cannot write {str(path)!r}: {err.strerror or err}")
+    new.errno = err.errno
+    return new
+
+
+def _atomic_write(path: Path, write: Any) -> Path:
+    """Call ``write(binary file)`` on a temporary file beside ``path``, fsync, then rename it over ``path``."""
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
+    except OSError as err:
+        raise _write_error(path, err) from None
+    try:
+        if hasattr(os, "fchmod"):  # mkstemp makes the file private (0600); give it the usual mode
+            os.fchmod(fd, _file_mode())
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException as err:  # Ctrl-C included: never leave a temporary file behind
+        try:
+            os.unlink(tmp_name)
+        except FileNotFoundError:
+            pass
+        if isinstance(err, OSError):
+            raise _write_error(path, err) from None
+        raise
+    _fsync_directory(path.parent)
+    return path
+
+
 def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
     """``torch.save`` to a temporary file beside ``path``, fsync, then rename it over ``path``.
 
@@ -117,26 +158,62 @@ def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
     Raises
     ------
     OSError
-        If the directory is missing or not writable; no temporary file is left behind.
+        If the directory is missing or not writable (the message names ``path``,
+        not the temporary file); no temporary file is left behind.
     """
-    path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        if hasattr(os, "fchmod"):  # mkstemp makes the file private (0600); give it the usual mode
-            os.fchmod(fd, _file_mode())
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:  # Ctrl-C included: never leave a temporary file behind
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_directory(path.parent)
-    return path
+    return _atomic_write(Path(path), lambda f: torch.save(obj, f))
+
+
+def atomic_write_text(text: str, path: str | PathLike) -> Path:
+    """Write UTF-8 ``text`` to ``path`` as :func:`atomic_torch_save` writes a checkpoint: whole or not at all.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written; the message names ``path``.
+    """
+    return _atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
+
+
+def temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
+    """The temporary files that writes of ``directory/<name>`` left behind when they were killed.
+
+    :func:`atomic_torch_save` and :func:`atomic_write_text` remove their
+    temporary file on any exception, but not on SIGKILL or a power cut; such
+    files (``.checkpoint.pt.x8e2k_1q.tmp``) hold a partial copy and are of no use.
+
+    Parameters
+    ----------
+    directory : str or path-like
+        Need not exist.
+    names : sequence of str
+        File names whose temporaries to list, e.g. ``("checkpoint.pt", "best.pt")``.
+
+    Returns
+    -------
+    list of Path
+        Plain files (no links), sorted.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = set()
+    for name in names:
+        pattern = glob.escape(_temporary_prefix(directory / name)) + "*.tmp"
+        found |= {p for p in directory.glob(pattern) if p.is_file() and not p.is_symlink()}
+    return sorted(found)
+
+
+def remove_temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
+    """Delete :func:`temporaries` of ``directory``; return the files removed.
+
+    Call it when a run starts in ``directory``, before anything writes there:
+    a write in progress by another process would lose its temporary file.
+    """
+    removed = temporaries(directory, names)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
 
 
 def save_checkpoint(
@@ -210,12 +287,16 @@ def save_checkpoint(
 
 
 def _reason(err: BaseException) -> str:
-    """The informative part of torch.load's (often page-long) message, on one line."""
+    """Why torch.load failed, in a few words instead of its (often page-long) message."""
     text = " ".join(str(err).split()) or type(err).__name__
-    marker = "WeightsUnpickler error: "
-    if marker in text:  # the file holds objects other than tensors and plain values
-        text = text.split(marker, 1)[1].split(" Please use", 1)[0]
-        text += " (the file holds Python objects; only tensors and plain values are loaded)"
+    refused = re.search(r"GLOBAL ([\w.]+)", text)
+    if refused:  # weights_only=True met a class or function: loading it could run code
+        return (f"it holds Python objects ({refused.group(1)}), which are refused: only tensors and plain "
+                "values are loaded, as unpickling other objects could run code")
+    if "WeightsUnpickler" in text or isinstance(err, pickle.UnpicklingError):
+        return "its bytes are not a file written by torch.save (a corrupt file, or another kind of file)"
+    if isinstance(err, EOFError) or "central directory" in text:
+        return "the file is empty or cut short (truncated or corrupt)"
     return text if len(text) <= 300 else text[:297] + "..."
 
 

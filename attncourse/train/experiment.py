@@ -41,6 +41,9 @@ TASKS: tuple[str, ...] = ("numbers-en-fr", "numbers-en-de", "dates")
 MODEL_KINDS: tuple[str, ...] = ("rnn", "transformer", "luong")
 #: Source length the ``"location"`` score is built for (its W_a has one row per source position).
 LOCATION_MAX_SRC_LEN = 64
+#: Positions of the Transformers :func:`build_model` makes (sources with <eos>, targets with <bos>):
+#: at most 511 tokens a side.
+TRANSFORMER_MAX_LEN = 512
 #: Names of the Transformer presets (:func:`transformer_preset`).
 PRESETS: tuple[str, ...] = ("cpu", "gpu")
 
@@ -217,6 +220,17 @@ def _size(vocab: Vocabulary | int) -> int:
     return vocab if isinstance(vocab, int) else len(vocab)
 
 
+def max_tokens_per_side(experiment: Experiment) -> int | None:
+    """Most tokens a source or target may have for the model :func:`build_model` makes; None: no limit.
+
+    A Transformer has :data:`TRANSFORMER_MAX_LEN` positions, one of which
+    ``<eos>`` (source) or ``<bos>`` (target) takes; the RNNs have no such limit
+    (their memory still grows with the length). Luong's location score limits
+    only sources (:data:`LOCATION_MAX_SRC_LEN`) and is not covered here.
+    """
+    return TRANSFORMER_MAX_LEN - 1 if experiment.model == "transformer" else None
+
+
 def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: Vocabulary | int) -> torch.nn.Module:
     """The (untrained) model an experiment describes.
 
@@ -249,7 +263,7 @@ def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: 
         transformer = importlib.import_module("attncourse.nn.transformer").Transformer
         return transformer(n_src, n_tgt, d_model=e.d_model, num_heads=e.num_heads, num_encoder_layers=e.num_layers,
                            num_decoder_layers=e.num_layers, d_ff=e.d_ff, dropout=e.dropout, norm_first=e.norm_first,
-                           positional=e.positional, tie_embeddings=e.tie_embeddings)
+                           positional=e.positional, tie_embeddings=e.tie_embeddings, max_len=TRANSFORMER_MAX_LEN)
     if e.model == "luong":
         return LuongSeq2Seq(n_src, n_tgt, emb_dim=e.emb_dim, hidden_dim=e.hidden_dim, score=e.score, mode=e.mode,
                             window=e.window, input_feeding=e.input_feeding, bidirectional=e.bidirectional,

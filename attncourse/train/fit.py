@@ -300,8 +300,12 @@ class FitResult:
         smoothing; ``train_loss`` is averaged over the epoch's updates, on all
         ranks), ``train_acc`` and ``valid_acc`` (token accuracy under teacher
         forcing, in [0, 1]), ``valid_exact_match`` (fraction of validation
-        sentences that greedy decoding gets exactly right) and ``seconds``
-        (wall-clock time of the epoch's training and validation).
+        sentences that greedy decoding gets exactly right), ``seconds``
+        (wall-clock time of the epoch's training and validation),
+        ``train_tokens`` (target tokens trained on, all processes) and
+        ``train_seconds`` (time of the training steps alone, on rank 0).
+        Checkpoints written before the last two existed lack them. Timings
+        (``seconds``, ``train_seconds``) are not replayed by a resume.
     best_epoch : int
         The epoch whose weights ``out_dir/best.pt`` holds (and the model, if
         ``restore_best``); 0 if no epoch ran.
@@ -578,7 +582,10 @@ def validate(model: Any, batches: Sequence[Batch], device: torch.device | str | 
                 tokens += n_tokens
                 # max_len = T_max + 2 > T + 1 tokens (eos included) of any gold target: an output
                 # cut at max_len is longer than every reference, so it is never counted as exact.
-                hyps, _ = greedy_decode(model, batch.src, batch.src_mask, max_len=batch.tgt.shape[1])
+                # A model with P positions trains on targets of T <= P - 1 tokens, so the cap P
+                # still exceeds every reference.
+                max_len = decoding_limit(model, batch.tgt.shape[1])
+                hyps, _ = greedy_decode(model, batch.src, batch.src_mask, max_len=max_len)
                 lengths = batch.tgt_mask.sum(dim=1).tolist()
                 gold_rows = batch.tgt.tolist()
                 for hyp, row, length in zip(hyps, gold_rows, lengths):
@@ -691,6 +698,20 @@ def _score(row: dict[str, float], monitor: str) -> tuple[float, ...]:
     if monitor == "loss":
         return (neg_loss,)
     return (row["valid_exact_match"], neg_loss)
+
+
+def best_epoch(history: Sequence[dict[str, float]], monitor: str = "exact_match") -> int:
+    """The epoch :func:`fit` counts as best in ``history``: the first with the highest score; 0 if empty.
+
+    ``monitor`` as in :class:`FitConfig`. For a run still in progress, e.g. in
+    ``fit``'s callback, where :class:`FitResult` is not there yet.
+    """
+    best, best_score = 0, None
+    for row in history:
+        score = _score(row, monitor)
+        if best_score is None or score > best_score:
+            best, best_score = int(row["epoch"]), score
+    return best
 
 
 def _cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -916,14 +937,17 @@ def fit(
                     summed = torch.tensor(totals, dtype=torch.float64, device=device)
                     torch.distributed.all_reduce(summed)
                     totals = [float(summed[0]), int(summed[1]), int(summed[2])]
-                train_seconds += time.perf_counter() - epoch_start
+                epoch_train_seconds = time.perf_counter() - epoch_start
+                train_seconds += epoch_train_seconds
                 train_tokens += totals[2]
                 row = {"epoch": epoch, "train_loss": totals[0] / totals[2], "train_acc": totals[1] / totals[2]}
                 scores = None
                 if is_main:  # in float32 whatever config.amp: scores compare across settings
-                    scores = validate(model, valid_batches, device)
+                    # rank 0's training time too, so that every rank holds the same history
+                    scores = {**validate(model, valid_batches, device), "train_seconds": epoch_train_seconds}
                 row.update(dist_utils.broadcast_object(scores))
                 row["seconds"] = time.perf_counter() - epoch_start
+                row["train_tokens"] = totals[2]
                 history.append(row)
                 score = _score(row, config.monitor)
                 if best_score is None or score > best_score:
@@ -972,6 +996,23 @@ def fit(
     )
 
 
+def max_positions(model: Any) -> int | None:
+    """Positions a model's sequences may take: ``model.max_len`` (a Transformer's), None for no limit (RNNs).
+
+    A source of S tokens takes S + 1 positions (with ``<eos>``), a target of T
+    tokens T + 1 (with ``<bos>``), so such a model takes at most
+    ``max_positions - 1`` tokens per side.
+    """
+    value = getattr(model, "max_len", None)
+    return None if value is None else int(value)
+
+
+def decoding_limit(model: Any, max_len: int) -> int:
+    """``max_len`` capped at the model's positions: a decoder step beyond them would fail."""
+    positions = max_positions(model)
+    return max_len if positions is None else min(max_len, positions)
+
+
 def _default_edges(lengths: Sequence[int], n_buckets: int = 5) -> list[int]:
     lo, hi = int(min(lengths)), int(max(lengths))
     step = max(1, math.ceil((hi - lo + 1) / n_buckets))
@@ -1011,7 +1052,9 @@ def evaluate(
         :func:`~attncourse.train.metrics.bucket_labels`). Default: five buckets of
         equal width from the shortest to the longest source.
     max_len : int, optional
-        Most tokens generated per sentence; default twice the longest reference plus 5.
+        Most tokens generated per sentence; default twice the longest reference
+        plus 5. Either way capped at the model's positions
+        (:func:`decoding_limit`); an output cut there is scored as it is.
     length_penalty : float
         alpha of the beam search's length penalty (ignored when ``beam_size == 1``).
 
@@ -1038,6 +1081,7 @@ def evaluate(
     edges = _default_edges(lengths) if edges is None else [int(e) for e in edges]
     if max_len is None:
         max_len = 2 * int(dataset.tgt_lengths().max()) + 5
+    max_len = decoding_limit(model, max_len)
     outputs: list[list[str] | None] = [None] * len(dataset)
     for batch in make_batches(dataset, src_vocab, tgt_vocab, batch_size, shuffle=False):
         if beam_size == 1:

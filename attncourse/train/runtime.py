@@ -11,23 +11,42 @@ import torch
 from tqdm.auto import tqdm
 
 
+#: The device types the course's training and decoding run on.
+DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
 def pick_device(prefer: str | None = None) -> torch.device:
     """The best available device: CUDA, then Apple's MPS, then the CPU.
 
     Parameters
     ----------
     prefer : str, optional
-        Force a device such as ``"cpu"`` or ``"cuda:1"``.
+        Force a device such as ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"mps"``.
 
     Raises
     ------
     ValueError
-        If ``prefer`` names a device type this machine does not have.
+        If ``prefer`` is not a device string torch understands (``"gpu"``,
+        ``"cuda:x"``), names a device type other than those of
+        :data:`DEVICE_TYPES` (``"meta"``, ``"xla"``), gives the CPU an index
+        (``"cpu:5"``), or names a device this machine does not have (CUDA or
+        MPS missing, ``"cuda:3"`` on a machine with fewer GPUs).
     """
     if prefer is not None:
-        device = torch.device(prefer)
+        try:
+            device = torch.device(prefer)
+        except (RuntimeError, TypeError, ValueError):
+            raise ValueError(f"{prefer!r} is not a device; use 'cpu', 'cuda', 'cuda:1' or 'mps'") from None
+        if device.type not in DEVICE_TYPES:
+            raise ValueError(f"device {prefer!r}: attncourse runs on {', '.join(DEVICE_TYPES)}, not {device.type}")
+        if device.type == "cpu" and device.index not in (None, 0):
+            raise ValueError(f"device {prefer!r}: there is one CPU device; use 'cpu' (--threads sets the cores)")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {prefer!r} was asked for, but CUDA is not available here")
+        n_gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+        if device.type == "cuda" and device.index is not None and device.index >= n_gpus:
+            raise ValueError(f"device {prefer!r} was asked for, but this machine has {n_gpus} CUDA device(s), "
+                             f"cuda:0 to cuda:{n_gpus - 1}")
         if device.type == "mps" and not torch.backends.mps.is_available():
             raise ValueError(f"device {prefer!r} was asked for, but MPS is not available here")
         return device

@@ -1,0 +1,557 @@
+"""The options of ``python -m attncourse``: the argument parser, and every check made before any work.
+
+:func:`build_parser` reads the command line; :func:`check_train_args` and
+:func:`check_evaluate_args` then check what argparse cannot see alone (options
+that do not go together, files to read, places to write) and fill in the
+defaults that depend on the model. Every problem is a :class:`UsageError`,
+printed by :func:`attncourse.train.cli.main` as one line naming the option,
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from pathlib import Path
+from typing import Any, NoReturn
+
+import attncourse
+from attncourse.data.pairs import LEVELS
+from attncourse.train.checkpoint import temporaries
+from attncourse.train.distributed import env_world_size
+from attncourse.train.experiment import PRESETS, TASKS, transformer_preset
+from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
+from attncourse.train.runtime import pick_device
+
+#: --model choices: (Experiment.model, Experiment.attention)
+MODELS = {"rnn": ("rnn", None), "bahdanau": ("rnn", "bahdanau"), "transformer": ("transformer", None)}
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+#: Options whose default depends on the model: argparse leaves them None and _resolve fills them in,
+#: from the preset (Transformer) or from these RNN defaults. Keys are argparse dests = Experiment fields.
+RNN_DEFAULTS: dict[str, Any] = {
+    "emb_dim": 64, "hidden_dim": 128, "dropout": 0.0, "epochs": 10, "batch_size": 64, "lr": 1e-3,
+    "clip_norm": 1.0, "label_smoothing": 0.0, "schedule": None, "warmup": 4000, "lr_scale": 1.0,
+    "optimizer": "adam", "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amp": None, "fused": False,
+    "compile": False,
+}
+#: Options of the Transformer only, and of the RNN only.
+TRANSFORMER_OPTIONS = ("d_model", "num_heads", "num_layers", "d_ff", "norm_first", "positional", "tie_embeddings")
+RNN_OPTIONS = ("emb_dim", "hidden_dim")
+#: What a preset sets besides the options above: the training recipe and, for --task, the split sizes.
+PRESET_OPTIONS = TRANSFORMER_OPTIONS + (
+    "dropout", "epochs", "batch_size", "clip_norm", "label_smoothing", "schedule", "warmup", "lr_scale",
+    "optimizer", "betas", "eps", "weight_decay", "amp", "fused", "compile",
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line (no usage block), in the same form as our own errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"attncourse: error: {message} (see '{self.prog} --help')\n")
+
+
+def _parse(text: str, cast: type, what: str):
+    """``cast(text)``, or the one-line argparse error that names what was expected."""
+    try:
+        return cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    value = _parse(text, int, "a whole number")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def _nonnegative_int(text: str) -> int:
+    value = _parse(text, int, "a whole number")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _parse(text, float, "a number")
+    if not value > 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = _parse(text, float, "a number")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text}")
+    return value
+
+
+def _dropout(text: str) -> float:
+    value = _probability(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"dropout must be below 1, got {text}")
+    return value
+
+
+def _below_one(text: str) -> float:
+    value = _probability(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
+#: Seeds go to torch (64-bit) and NumPy; fit adds the process's rank, so stay well inside 64 bits.
+MAX_SEED = 2**63 - 1
+#: --max-tokens defaults. Training keeps a whole batch's activations for backpropagation: memory grows
+#: with batch size x length (x length again for attention); 256 tokens stays within a few GB for the
+#: default models. Evaluation keeps no activations, its memory grows with the length alone.
+TRAIN_MAX_TOKENS = 256
+EVALUATE_MAX_TOKENS = 512
+#: What a training run writes into --out, besides test.tsv; --overwrite removes them before it starts.
+RUN_FILES = (CHECKPOINT_NAME, BEST_NAME, "config.json", "history.json", "results.json", "metrics.json")
+
+
+def _seed(text: str) -> int:
+    value = _parse(text, int, "a whole number")
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2**63 - 1 ({MAX_SEED}), got {text}")
+    return value
+
+
+def _path(text: str) -> Path:
+    if not text.strip():  # Path("") is the current directory
+        raise argparse.ArgumentTypeError("expected a path, got an empty string")
+    return Path(text)
+
+
+def _device(text: str) -> str:
+    try:
+        pick_device(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+def _add_length_options(group: Any, max_tokens: int | None, max_tokens_help: str) -> None:
+    """--max-tokens and --too-long; ``max_tokens`` None: filled in later (train: for TSV files only)."""
+    group.add_argument("--max-tokens", type=_positive_int, default=max_tokens, metavar="N", help=max_tokens_help)
+    group.add_argument("--too-long", choices=("error", "skip"), default=None if max_tokens is None else "error",
+                       help="what a pair above the limit does: 'error' stops with its line number (default), "
+                            "'skip' leaves it out and prints how many were left out")
+
+
+TRAIN_EPILOG = """\
+presets (--model transformer; every option you do not give comes from the preset):
+  cpu  d_model 128, 4 heads, 2+2 layers, d_ff 512, dropout 0.1, label smoothing 0.1,
+       Adam(0.9, 0.98, 1e-9), warmup schedule (warmup 400, rate x0.5), batches of 64, 12 epochs,
+       10,000 generated training pairs: minutes on a laptop (the default preset)
+  gpu  the base model of Vaswani et al. (2017): d_model 512, 8 heads, 6+6 layers,
+       d_ff 2048, dropout 0.1, label smoothing 0.1, fused AdamW(0.9, 0.98, 1e-9) without
+       weight decay, warmup 4000, no clipping, bf16 autocast, batches of 512 sentences
+       (128 for dates), 200,000 generated training pairs (33,000 for dates)
+
+several GPUs or processes (data parallel, gradients averaged by DistributedDataParallel):
+  torchrun --nproc_per_node 4 -m attncourse train --task numbers-en-fr \\
+      --model transformer --preset gpu --out runs/base
+  Each process trains on its share of the batches (--batch-size is per process); rank 0
+  validates, prints and writes the files. Without GPUs the processes use the CPU ('gloo').
+
+examples:
+  python -m attncourse train --task numbers-en-fr --model bahdanau --out runs/fr
+  python -m attncourse train --task dates --model transformer --preset cpu --epochs 5 --out runs/tf
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``attncourse`` argument parser, with ``train`` and ``evaluate`` sub-commands."""
+    parser = _Parser(
+        prog="attncourse",
+        description="Train and evaluate the course's encoder-decoders: RNNs (with or without Bahdanau "
+                    "attention) and the Transformer.",
+    )
+    parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",
+                        help="print the version and exit")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    train = commands.add_parser(
+        "train", help="train a model on a generated task or on TSV files",
+        description="Train a sequence-to-sequence model; give either --task, or --train and --valid.",
+        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    data = train.add_argument_group("data")
+    data.add_argument("--task", choices=TASKS,
+                      help="generate a task: English number words to French or German words "
+                           "(word level), or dates in many formats to ISO 8601 (character level)")
+    data.add_argument("--train", metavar="FILE.tsv", type=_path,
+                      help="training pairs, one 'source<TAB>target' per line (UTF-8)")
+    data.add_argument("--valid", metavar="FILE.tsv", type=_path,
+                      help="validation pairs in the same format (required with --train)")
+    data.add_argument("--level", choices=LEVELS,
+                      help="tokens of the TSV files: 'word' (split on spaces, the default) or 'char' "
+                           "(every character); generated tasks set it themselves")
+    _add_length_options(data, None, f"TSV files: a pair whose source or target has more than N tokens is not "
+                                    f"loaded (default {TRAIN_MAX_TOKENS}; a Transformer takes at most 511): training "
+                                    "memory grows with the batch size times the length, and the length again for "
+                                    "attention")
+    data.add_argument("--n-train", type=_nonnegative_int, metavar="N",
+                      help="training pairs to generate (default: the task's, 3000 numbers or 10000 dates)")
+    data.add_argument("--n-valid", type=_nonnegative_int, metavar="N",
+                      help="validation pairs to generate (default: the task's, 500 or 1000)")
+    data.add_argument("--n-test", type=_nonnegative_int, metavar="N",
+                      help="test pairs to generate and write to OUT/test.tsv (default: the task's, 1000 or 2000)")
+    data.add_argument("--max-value", type=_positive_int, metavar="N",
+                      help="numbers tasks: numbers are drawn below N (default 10**9, up to nine digits)")
+    data.add_argument("--data-seed", type=_seed, default=0, metavar="S",
+                      help="seed of the generated data and of how pairs are grouped into batches (default 0)")
+
+    model = train.add_argument_group("model")
+    model.add_argument("--model", choices=tuple(MODELS), default="bahdanau",
+                       help="'rnn': encoder-decoder whose decoder sees only the encoder's final state; "
+                            "'bahdanau': with additive attention (default); 'transformer': Vaswani et al. (2017)")
+    model.add_argument("--preset", choices=PRESETS,
+                       help="transformer only: 'cpu' (small, the default) or 'gpu' (the base model); "
+                            "it sets every model and training option you do not give (see below)")
+    model.add_argument("--emb-dim", type=_positive_int, metavar="D",
+                       help="rnn/bahdanau: width of the token embeddings (default 64)")
+    model.add_argument("--hidden-dim", type=_positive_int, metavar="D",
+                       help="rnn/bahdanau: width of the GRU states and of the attention MLP (default 128)")
+    model.add_argument("--d-model", type=_positive_int, metavar="D",
+                       help="transformer: width of embeddings and of every sub-layer's output (cpu 128, gpu 512)")
+    model.add_argument("--heads", dest="num_heads", type=_positive_int, metavar="H",
+                       help="transformer: attention heads; must divide --d-model (cpu 4, gpu 8)")
+    model.add_argument("--layers", dest="num_layers", type=_positive_int, metavar="N",
+                       help="transformer: layers of the encoder and of the decoder, each (cpu 2, gpu 6)")
+    model.add_argument("--d-ff", type=_positive_int, metavar="D",
+                       help="transformer: inner width of the position-wise feed-forward layers (cpu 512, gpu 2048)")
+    model.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=None,
+                       help="transformer: layer norm before each sub-layer (pre-norm) instead of after it "
+                            "(post-norm, the paper's; the default)")
+    model.add_argument("--positional", choices=("sinusoidal", "learned"),
+                       help="transformer: fixed sinusoidal position encodings (default) or learned ones")
+    model.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
+                       help="transformer: share the target embedding and output weights (default: shared)")
+    model.add_argument("--dropout", type=_dropout, metavar="P",
+                       help="dropout (rnn: on embeddings and before the output layer, default 0; "
+                            "transformer: the paper's P_drop, presets 0.1)")
+
+    run = train.add_argument_group("training")
+    run.add_argument("--out", type=_path, required=True, metavar="DIR",
+                     help="directory for checkpoint.pt, best.pt, config.json, history.json, results.json "
+                          "(and test.tsv); it must be new or empty, unless --resume or --overwrite")
+    run.add_argument("--overwrite", action="store_true",
+                     help="train into --out even though it holds other files or an earlier run: the earlier "
+                          "run's files (checkpoint.pt, best.pt, *.json) are deleted, other files are kept")
+    run.add_argument("--epochs", type=_positive_int, metavar="N",
+                     help="total epochs; with --resume, training continues up to N "
+                          "(default 10; presets: cpu 15, gpu 40, 60 for dates)")
+    run.add_argument("--batch-size", type=_positive_int, metavar="B",
+                     help="sentence pairs per batch, per process (default 64; gpu preset 512, 128 for dates)")
+    run.add_argument("--lr", type=_positive_float,
+                     help="constant learning rate (default 0.001); not with --schedule noam, use --lr-scale")
+    run.add_argument("--schedule", choices=("constant", "noam"),
+                     help="'constant': --lr throughout (rnn default); 'noam': linear warmup then 1/sqrt(step) "
+                          "decay, Vaswani et al. eq. (3), set every batch (transformer presets)")
+    run.add_argument("--warmup", type=_positive_int, metavar="STEPS",
+                     help="--schedule noam: optimizer steps (batches) of warmup, where the rate peaks "
+                          "(presets: cpu 400, gpu 4000)")
+    run.add_argument("--lr-scale", type=_positive_float, metavar="S",
+                     help="--schedule noam: multiply the rate of eq. (3) by S (default 1); for an rnn its "
+                          "d_model is --hidden-dim")
+    run.add_argument("--optimizer", choices=("adam", "adamw"),
+                     help="Adam (default) or AdamW (decoupled weight decay; the gpu preset, without decay)")
+    run.add_argument("--betas", type=_below_one, nargs=2, metavar=("B1", "B2"),
+                     help="Adam's moment decay rates (default 0.9 0.999; transformer presets 0.9 0.98)")
+    run.add_argument("--adam-eps", dest="eps", type=_positive_float, metavar="E",
+                     help="Adam's epsilon (default 1e-8; transformer presets 1e-9)")
+    run.add_argument("--weight-decay", type=_nonnegative_float, metavar="W",
+                     help="weight decay (default 0; with --optimizer adam an L2 penalty, with adamw decoupled)")
+    run.add_argument("--label-smoothing", type=_below_one, metavar="EPS",
+                     help="label smoothing epsilon in [0, 1) (default 0; transformer presets 0.1); the reported "
+                          "losses stay the plain cross-entropy")
+    run.add_argument("--clip-norm", type=_positive_float, metavar="C",
+                     help="clip the gradient's global norm to C (default 1.0; gpu preset: no clipping)")
+    run.add_argument("--no-clip", action="store_true", help="do not clip the gradient")
+    run.add_argument("--amp", choices=("bf16", "none"),
+                     help="'bf16': bfloat16 autocast of the forward passes (gpu preset; about 2x faster on "
+                          "recent GPUs, allowed but usually slower on CPUs); 'none': float32 (default)")
+    run.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
+                     help="fused Adam/AdamW kernel, CUDA only (gpu preset); ignored on other devices")
+    run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                     help="torch.compile the training forward pass (first epoch slower; off by default)")
+    run.add_argument("--teacher-forcing", type=_probability, default=1.0, metavar="P",
+                     help="probability of feeding the gold previous token; below 1 the decoder is sometimes "
+                          "fed its own prediction (scheduled sampling; slower). Default 1.0")
+    run.add_argument("--patience", type=_positive_int, metavar="N",
+                     help="stop after N epochs without a better validation exact match (ties: lower loss); "
+                          "default: train all epochs")
+    run.add_argument("--seed", type=_seed, default=0, metavar="S",
+                     help="seed of the initial weights, the batch order and dropout (default 0)")
+    run.add_argument("--device", type=_device, metavar="DEV",
+                     help="'cpu', 'cuda', 'cuda:1', 'mps'; default: CUDA, then MPS, then the CPU")
+    run.add_argument("--threads", type=_positive_int, default=1, metavar="N",
+                     help="CPU threads for torch (default 1: faster than more for these small models)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue the run in --out from its checkpoint.pt, with the same data and settings")
+    run.add_argument("--no-progress", action="store_true", help="no progress bars, only one line per epoch")
+
+    ev = commands.add_parser(
+        "evaluate", help="score a trained model (DIR/best.pt) on a TSV test file",
+        description="Decode a TSV test file with DIR/best.pt and print exact match, token accuracy, "
+                    "BLEU and chrF overall and by source length.",
+    )
+    ev.add_argument("dir", type=_path, metavar="DIR", help="a directory written by 'attncourse train'")
+    ev.add_argument("--test", type=_path, required=True, metavar="FILE.tsv",
+                    help="test pairs, one 'source<TAB>target' per line (UTF-8)")
+    _add_length_options(ev, EVALUATE_MAX_TOKENS, f"a pair whose source or target has more than N tokens is not "
+                                                 f"loaded (default {EVALUATE_MAX_TOKENS}); a Transformer's sources "
+                                                 "are limited to its positions (511 tokens) too; outputs are cut at "
+                                                 "the model's positions and scored as they are")
+    ev.add_argument("--beam-size", type=_positive_int, default=1, metavar="K",
+                    help="1: greedy decoding (default); K > 1: beam search keeping K hypotheses")
+    ev.add_argument("--length-penalty", type=_nonnegative_float, default=0.6, metavar="A",
+                    help="alpha of the beam search's length penalty ((5 + |y|) / 6)^alpha (default 0.6)")
+    ev.add_argument("--json", type=_path, metavar="OUT",
+                    help="where to write the metrics as JSON (default DIR/metrics.json)")
+    ev.add_argument("--predictions", type=_path, metavar="OUT.tsv",
+                    help="also write 'source<TAB>reference<TAB>hypothesis' lines to this file")
+    ev.add_argument("--edges", type=_positive_int, nargs="+", metavar="L",
+                    help="left edges of the source-length buckets in tokens, e.g. '1 4 8 12' "
+                         "(default: five equal-width buckets)")
+    ev.add_argument("--level", choices=LEVELS,
+                    help="tokens of the test file (default: the level the model was trained on)")
+    ev.add_argument("--batch-size", type=_positive_int, default=256, metavar="B",
+                    help="sentences decoded at once (default 256)")
+    ev.add_argument("--device", type=_device, metavar="DEV",
+                    help="'cpu', 'cuda', 'mps'; default: CUDA, then MPS, then the CPU")
+    ev.add_argument("--threads", type=_positive_int, default=1, metavar="N",
+                    help="CPU threads for torch (default 1)")
+    return parser
+
+
+class UsageError(Exception):
+    """A combination of options that argparse cannot check by itself."""
+
+
+def check_train_args(args: argparse.Namespace) -> None:
+    """Raise UsageError for options that do not go together or files that cannot be read; fill in defaults.
+
+    The run directory is checked later, by :func:`out_dir_problem`, on one process only.
+    """
+    if args.resume and args.overwrite:
+        raise UsageError("give --resume (continue the run in --out) or --overwrite (start it again), not both")
+    check_writable(args.out, "--out", directory=True)
+    if args.task is None:
+        if args.train is None or args.valid is None:
+            raise UsageError("give --task, or both --train and --valid")
+        check_readable(args.train, "--train")
+        check_readable(args.valid, "--valid")
+        args.max_tokens = TRAIN_MAX_TOKENS if args.max_tokens is None else args.max_tokens
+        args.too_long = args.too_long or "error"
+        for name in ("n_train", "n_valid", "n_test", "max_value"):
+            if getattr(args, name) is not None:
+                raise UsageError(f"--{name.replace('_', '-')} applies to generated tasks (--task) only")
+    else:
+        if args.train is not None or args.valid is not None:
+            raise UsageError("give either --task or --train/--valid, not both")
+        if args.level is not None:
+            raise UsageError("--level applies to TSV files; a generated task has its own level")
+        for name in ("max_tokens", "too_long"):
+            if getattr(args, name) is not None:
+                raise UsageError(f"--{name.replace('_', '-')} applies to TSV files; a generated task's pairs are short")
+        if args.task == "dates" and args.max_value is not None:
+            raise UsageError("--max-value applies to the numbers tasks only")
+    _resolve(args)
+
+
+def _flag(dest: str) -> str:
+    return {"num_heads": "--heads", "num_layers": "--layers", "eps": "--adam-eps"}.get(
+        dest, "--" + dest.replace("_", "-"))
+
+
+def _resolve(args: argparse.Namespace) -> None:
+    """Fill in the options left unset, from the preset or the RNN defaults; raise UsageError for bad combinations.
+
+    Afterwards ``args`` holds every Experiment-like setting, ``args.kind`` ("rnn" or "transformer")
+    and ``args.preset`` (None for RNNs).
+    """
+    kind, args.attention = MODELS[args.model]
+    args.kind = kind
+    if args.no_clip and args.clip_norm is not None:
+        raise UsageError("give --clip-norm or --no-clip, not both")
+    if kind == "rnn":
+        if args.preset is not None:
+            raise UsageError("--preset applies to --model transformer only")
+        for dest in TRANSFORMER_OPTIONS:
+            if getattr(args, dest) is not None:
+                raise UsageError(f"{_flag(dest)} applies to --model transformer only")
+        defaults = dict(RNN_DEFAULTS)
+    else:
+        for dest in RNN_OPTIONS:
+            if getattr(args, dest) is not None:
+                raise UsageError(f"{_flag(dest)} applies to --model rnn and bahdanau only")
+        args.preset = args.preset or "cpu"
+        preset = transformer_preset(args.preset, task=args.task or "numbers-en-fr")
+        defaults = {dest: getattr(preset, dest) for dest in PRESET_OPTIONS}
+        defaults["lr"] = RNN_DEFAULTS["lr"]
+        if args.task is not None:
+            for dest in ("n_train", "n_valid", "n_test"):
+                if getattr(args, dest) is None:
+                    setattr(args, dest, getattr(preset, dest))
+    explicit_lr = args.lr is not None
+    explicit = {dest for dest in defaults if getattr(args, dest, None) is not None}
+    if args.schedule == "constant":
+        args.schedule = None
+        explicit.add("schedule")
+    if args.amp == "none":
+        args.amp = None
+        explicit.add("amp")
+    if args.no_clip:
+        explicit.add("clip_norm")
+    for dest, value in defaults.items():
+        if dest not in explicit:
+            setattr(args, dest, value)
+    args.betas = tuple(args.betas)
+    if args.schedule is not None and explicit_lr:
+        raise UsageError("--lr sets a constant rate; with --schedule noam the rate follows eq. (3): "
+                          "scale it with --lr-scale")
+    if args.schedule is None:
+        for dest in ("warmup", "lr_scale"):
+            if dest in explicit:
+                raise UsageError(f"{_flag(dest)} applies to --schedule noam only")
+    if kind == "transformer" and args.d_model % args.num_heads != 0:
+        raise UsageError(f"--d-model {args.d_model} is not divisible by --heads {args.num_heads}")
+    if env_world_size() > 1 and args.teacher_forcing < 1.0:
+        raise UsageError("--teacher-forcing below 1 cannot run on several processes (torchrun)")
+
+
+
+def check_readable(path: Path, option: str) -> None:
+    """Raise UsageError unless ``path`` is a file this process can read."""
+    if path.is_dir():
+        raise UsageError(f"{option} {str(path)!r} is a directory, not a TSV file")
+    if not path.is_file():
+        raise UsageError(f"{option} {str(path)!r}: no such file")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"{option} {str(path)!r}: not readable (permission denied)")
+
+
+def check_writable(path: Path, option: str, directory: bool = False) -> None:
+    """Raise UsageError unless ``path`` can be written: a file (or, with ``directory``, a directory to create or fill).
+
+    Checked before any work, so that hours of decoding or training do not end
+    in an unwritable path. The parent of a file must exist; a directory is
+    created with its parents, so its nearest existing ancestor must be writable.
+    """
+    if directory:
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{option} {str(path)!r} exists and is not a directory")
+        existing = next((p for p in (path, *path.parents) if p.exists()), Path.cwd())
+        if not existing.is_dir():
+            raise UsageError(f"{option} {str(path)!r}: {str(existing)!r} is not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UsageError(f"{option} {str(path)!r}: cannot write in {str(existing)!r} (permission denied)")
+        return
+    if path.is_dir():
+        raise UsageError(f"{option} {str(path)!r} is a directory; give a file name")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {str(path)!r}: no directory {str(parent)!r} to write it in")
+    # the file is replaced by a rename: the directory must be writable, and an existing file too
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{option} {str(path)!r}: not writable (permission denied)")
+
+
+def check_evaluate_args(args: argparse.Namespace) -> None:
+    """Raise UsageError for an ``evaluate`` command that would fail after decoding; fill in ``args.json``.
+
+    The run directory must exist, the test file be readable, and every file
+    written at the end (the metrics, the predictions, ``DIR/results.json``)
+    writable, so that nothing is written unless everything can be.
+    """
+    if not args.dir.is_dir():
+        raise UsageError(f"DIR {str(args.dir)!r}: no such directory (a run written by 'attncourse train', "
+                         f"holding {BEST_NAME})")
+    check_readable(args.test, "--test")
+    default_json = args.json is None
+    args.json = args.dir / "metrics.json" if default_json else args.json
+    check_writable(args.json, "DIR" if default_json else "--json")
+    if args.predictions is not None:
+        check_writable(args.predictions, "--predictions")
+        if args.predictions.resolve() == args.json.resolve():
+            raise UsageError(f"--predictions and the metrics (--json) would both be written to {str(args.json)!r}")
+    results = args.dir / "results.json"
+    if results.is_file():
+        check_writable(results, "DIR")
+
+
+def out_dir_problem(out: Path, resume: bool, overwrite: bool) -> str | None:
+    """Why ``train`` must not write into ``out``, or None: a run directory is never overwritten unasked.
+
+    Without ``--resume`` or ``--overwrite``, ``out`` must be new or empty (the
+    temporary files a killed write left there do not count). With
+    ``--resume`` it must hold ``checkpoint.pt``.
+    """
+    if out.exists() and not out.is_dir():
+        return f"--out {str(out)!r} exists and is not a directory"
+    if resume:
+        if not (out / CHECKPOINT_NAME).is_file():
+            return f"--resume: no {CHECKPOINT_NAME} in {str(out)!r} to continue from"
+        return None
+    if overwrite or not out.is_dir():
+        return None
+    leftovers = set(temporaries(out, RUN_FILES))
+    names = sorted(p.name for p in out.iterdir() if p not in leftovers)
+    if not names:
+        return None
+    listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    if CHECKPOINT_NAME in names:
+        return (f"--out {str(out)!r} already holds a run ({CHECKPOINT_NAME}); pass --resume to continue it, "
+                "--overwrite to start it again, or choose another --out")
+    if any(name in RUN_FILES for name in names):
+        return (f"--out {str(out)!r} holds files of an earlier run but no {CHECKPOINT_NAME} to resume from "
+                f"({listed}); pass --overwrite to replace that run, or choose another --out")
+    return (f"--out {str(out)!r} is not empty and holds no attncourse run ({listed}); pass --overwrite to "
+            "write the run into it anyway (files of other names are kept), or choose another --out")
+
+
+def length_hint(max_tokens: int, model_limit: int | None, sources_only: bool = False) -> tuple[int, str]:
+    """The limit a side is held to, and the advice a pair above it gets.
+
+    Parameters
+    ----------
+    max_tokens : int
+        ``--max-tokens``.
+    model_limit : int or None
+        Most tokens the model takes (a Transformer: its positions less one for
+        ``<bos>``/``<eos>``); None for the RNNs.
+    sources_only : bool
+        The model's limit holds for sources only (evaluation: targets are
+        only scored, never fed to the model).
+
+    Returns
+    -------
+    limit : int
+        The smaller of the two, for the sides the model's limit holds for.
+    hint : str
+        Where the limit comes from and what to do about a pair above it.
+    """
+    skip = "pass --too-long skip to leave such pairs out"
+    if model_limit is None or model_limit >= max_tokens:
+        return max_tokens, f"the limit is --max-tokens {max_tokens}: raise it, or {skip}"
+    sides = "sources" if sources_only else "sources and targets"
+    return model_limit, (f"limits: {model_limit} tokens for {sides} (the model has {model_limit + 1} positions, "
+                         f"one of them for <bos> or <eos>), --max-tokens {max_tokens} for any side; {skip}")
