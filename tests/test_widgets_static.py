@@ -22,13 +22,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
 import attncourse.widgets.base as base  # noqa: E402
-from attncourse.data.batching import build_vocabs  # noqa: E402
-from attncourse.data.toy_tasks import toy_task  # noqa: E402
-from attncourse.nn.transformer import Transformer  # noqa: E402
 from attncourse.widgets import (  # noqa: E402
     AttentionExplorer,
     BahdanauStepper,
@@ -39,6 +35,7 @@ from attncourse.widgets import (  # noqa: E402
 )
 from attncourse.widgets.static import BOOK_ENV, BookAxis, figure_data_uri, render_player  # noqa: E402
 from test_widgets_bahdanau import EXAMPLES, SRC_VOCAB, TGT_VOCAB, tiny_model  # noqa: E402
+from test_widgets_transformer import tiny_transformer  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -54,15 +51,6 @@ def cheap_frames(monkeypatch):
     monkeypatch.setattr(base, "figure_data_uri", lambda fig: f"data:image/png;base64,{next(counter)}")
 
 
-def transformer_and_vocabs():
-    splits = toy_task("reverse", n_train=50, n_valid=5, n_test=5, seed=0)
-    src_vocab, tgt_vocab = build_vocabs(splits.train)
-    torch.manual_seed(0)
-    model = Transformer(len(src_vocab), len(tgt_vocab), d_model=16, num_heads=2, num_encoder_layers=3,
-                        num_decoder_layers=2, d_ff=32, dropout=0.1, max_len=32)
-    return model, src_vocab, tgt_vocab
-
-
 # Each maker builds the same explorer afresh: the states are compared with a new widget.
 MAKERS = {
     "stepper": lambda: SelfAttentionStepper(sentences=["time flies", "bank of the river"]),
@@ -70,7 +58,7 @@ MAKERS = {
     "local": lambda: LocalWindow(["a", "b", "c", "d", "e"], D=1, p_t=1.3),
     "temperature": lambda: TemperatureExplorer(tau=0.7),
     "positional": lambda: PositionalEncodingExplorer(max_len=16, d_model=8, position=5, dimension=3),
-    "transformer": lambda: AttentionExplorer(*transformer_and_vocabs(), ["1 2 3", "9 8 7 6"], max_len=12),
+    "transformer": lambda: AttentionExplorer(*tiny_transformer(), ["1 2 3", "9 8 7 6"], max_len=12),
 }
 
 

@@ -87,14 +87,19 @@ def test_positional_explorer_rejects_bad_arguments(kwargs, match):
 # ----------------------------------------------------------------------------- attention explorer
 
 
-@pytest.fixture(scope="module")
-def model_and_vocabs():
+def tiny_transformer():
+    """An untrained Transformer of 3 + 2 layers and 2 heads, with the reverse task's vocabularies."""
     splits = toy_task("reverse", n_train=50, n_valid=5, n_test=5, seed=0)
     src_vocab, tgt_vocab = build_vocabs(splits.train)
     torch.manual_seed(0)
     model = Transformer(len(src_vocab), len(tgt_vocab), d_model=16, num_heads=2, num_encoder_layers=3,
                         num_decoder_layers=2, d_ff=32, dropout=0.1, max_len=32)
     return model, src_vocab, tgt_vocab
+
+
+@pytest.fixture(scope="module")
+def model_and_vocabs():
+    return tiny_transformer()
 
 
 SOURCES = ["1 2 3", "9 8 7 6 5 4"]
