@@ -20,9 +20,12 @@ Four jobs, all for the reader of the static HTML book:
 - Nothing on a page is broken or needs a server: Thebe (a launcher that runs the
   code on a public Binder) is configured off, but sphinx-thebe still adds its
   settings script to every page, twice, which is a JavaScript error; both of its
-  scripts are dropped. And the bibliography's entries get the ARIA role
+  scripts are dropped, and so is the saved widget state, which only the widget
+  scripts the book does not load would read. And the bibliography's entries get the ARIA role
   ``listitem`` that their ``role="list"`` container requires (docutils writes
   ``doc-biblioentry``, which ARIA 1.2 deprecated and axe-core rejects).
+  ``static/attncourse.css`` gives links on tinted admonition backgrounds a blue
+  with enough contrast (WCAG AA).
 """
 
 from __future__ import annotations
@@ -48,14 +51,22 @@ def offer_notebook(app: Any, pagename: str, templatename: str, context: dict, do
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
-def drop_thebe(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
-    """Remove sphinx-thebe's scripts from the page: no Thebe launcher is configured."""
-    def is_thebe(script: Any) -> bool:
-        body = getattr(script, "attributes", {}).get("body", "") or ""
-        return "sphinx-thebe" in str(getattr(script, "filename", script)) or "THEBE_JS_URL" in body
+def drop_scripts(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    """Remove the scripts a static page has no use for: sphinx-thebe's, and the widget state.
+
+    No Thebe launcher is configured. The widget state (myst-nb embeds the saved
+    state of every ipywidget the notebook made: explorers, progress bars) is
+    read only by the ipywidgets HTML manager, which the book does not load;
+    the explorers show their static rendering instead.
+    """
+    def unused(script: Any) -> bool:
+        attributes = getattr(script, "attributes", {}) or {}
+        body = attributes.get("body", "") or ""
+        return ("sphinx-thebe" in str(getattr(script, "filename", script)) or "THEBE_JS_URL" in body
+                or attributes.get("type") == "application/vnd.jupyter.widget-state+json")
 
     if "script_files" in context:
-        context["script_files"] = [script for script in context["script_files"] if not is_thebe(script)]
+        context["script_files"] = [script for script in context["script_files"] if not unused(script)]
 
 
 def visit_citation(self: Any, node: Any) -> None:
@@ -94,10 +105,17 @@ def describe_images(app: Any, doctree: Any, docname: str) -> None:
         image["alt"] = f"Figure drawn by the code above, in the section '{title}'"
 
 
+def add_static(app: Any) -> None:
+    """Serve ``static/`` beside the theme's files, so that ``attncourse.css`` reaches every page."""
+    app.config.html_static_path.append(str(Path(__file__).parent / "static"))
+
+
 def setup(app: Any) -> dict[str, Any]:
     os.environ[BOOK_ENV] = "1"
+    app.connect("builder-inited", add_static)
+    app.add_css_file("attncourse.css")
     app.connect("doctree-resolved", describe_images)
-    app.connect("html-page-context", drop_thebe, priority=900)
+    app.connect("html-page-context", drop_scripts, priority=900)
     from docutils import nodes
 
     app.add_node(nodes.citation, override=True, html=(visit_citation, depart_citation))
