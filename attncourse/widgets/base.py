@@ -179,9 +179,8 @@ class Explorer:
         start = [axis.control.value for axis in axes]
         states: list[BookState] = []
         self._offline = True
-        self._frames: dict[Any, str] = {}
         try:
-            self._walk(axes, 0, (), (), states)
+            self._walk(axes, 0, (), (), states, {})
         finally:
             with self._quietly():
                 for axis, value in zip(axes, start):
@@ -191,26 +190,30 @@ class Explorer:
         return states
 
     def _walk(self, axes: Sequence[BookAxis], k: int, values: tuple, labels: tuple,
-              out: list[BookState]) -> None:
+              out: list[BookState], drawn: dict[Any, str]) -> None:
+        """Set axis ``k`` to each of its values in turn and walk on; at the end, record the state.
+
+        ``drawn`` maps :meth:`_frame_key` keys to the frames already drawn in this walk.
+        """
         if k == len(axes):
             self._update()
             key = self._frame_key()
-            frame = self._frames.get(key) if key is not None else None
+            frame = drawn.get(key) if key is not None else None
             if frame is None:
                 frame = figure_data_uri(self.figure)
                 if key is not None:
-                    self._frames[key] = frame
+                    drawn[key] = frame
             out.append(BookState(values, labels, self.caption.value, copy.deepcopy(self.shown), frame))
             return
         axis = axes[k]
         if axis.applies is not None and not axis.applies():
-            self._walk(axes, k + 1, values + (None,), labels + (None,), out)
+            self._walk(axes, k + 1, values + (None,), labels + (None,), out, drawn)
             return
         for value in axis.current_values():
             # Quiet: one redraw per state, at the end of the walk, not one per control.
             with self._quietly():
                 axis.control.value = value
-            self._walk(axes, k + 1, values + (value,), labels + (axis.label_of(value),), out)
+            self._walk(axes, k + 1, values + (value,), labels + (axis.label_of(value),), out, drawn)
 
     def to_html(self) -> str:
         """The explorer for a page without a kernel: pre-computed states behind plain HTML controls.
