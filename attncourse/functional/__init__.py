@@ -30,6 +30,7 @@ from attncourse.functional.numpy_attention import (
     softmax,
 )
 from attncourse.functional.positional import positional_frequencies, relative_shift_matrix, sinusoidal_encoding
+from attncourse.functional.sparse_masks import sliding_window_mask
 from attncourse.functional.temperature import hardmax, softmax_with_temperature
 from attncourse.functional.torch_attention import attention, masked_softmax, self_attention
 
@@ -56,6 +57,7 @@ __all__ = [
     "SelfAttentionTrace",
     "attention",
     "causal_mask",
+    "sliding_window_mask",
     "masked_softmax",
     "padding_mask",
     "positional_frequencies",
