@@ -73,11 +73,12 @@ browser: $(STAMP)
 	  echo "Browser tests skipped: no chromium/chromedriver here (Debian: sudo apt-get install chromium chromium-driver)"; \
 	fi
 
-## lab: JupyterLab with the MyST notebooks opening as notebooks (jupytext).
+## lab: JupyterLab with the MyST notebooks opening as notebooks (jupytext) and their MyST
+## markup rendered (jupyterlab-myst). lab/overrides.json holds the settings; the browser
+## test (tests/browser/test_lab.py) starts JupyterLab with the same file.
 lab: $(STAMP)
 	mkdir -p $(VENV)/share/jupyter/lab/settings
-	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' \
-	  > $(VENV)/share/jupyter/lab/settings/overrides.json
+	cp lab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	$(BIN)/jupyter lab notebooks/
 
 clean:
