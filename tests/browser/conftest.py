@@ -43,8 +43,23 @@ def shots() -> Path:
     return SHOTS
 
 
-@pytest.fixture(scope="session")
-def driver():
+def chrome(flags: tuple[str, ...] = (), blocked: list[str] = BLOCKED):
+    """Headless Chromium under Selenium, with the requests matching ``blocked`` refused.
+
+    Parameters
+    ----------
+    flags : tuple of str
+        Command-line flags added to the common ones (headless, no sandbox, no
+        background networking, a 1280 x 1000 window).
+    blocked : list of str
+        URL patterns the DevTools protocol blocks (``Network.setBlockedURLs``).
+
+    Returns
+    -------
+    selenium.webdriver.Chrome
+        The driver; the caller quits it. Skips the test (fails it under
+        ``ATTNCOURSE_REQUIRE_BROWSER=1``) without chromium or chromedriver.
+    """
     browser, chromedriver = _browser_paths()
     if browser is None or chromedriver is None:
         message = ("browser tests need Debian's chromium and chromium-driver "
@@ -61,16 +76,22 @@ def driver():
     options.binary_location = browser
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--disable-quic", "--window-size=1280,1000",
-                 "--host-resolver-rules=MAP * ~NOTFOUND"):
+                 "--no-first-run", "--disable-quic", "--window-size=1280,1000", *flags):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    chrome = webdriver.Chrome(options=options, service=Service(chromedriver))
-    chrome.set_page_load_timeout(60)
-    chrome.set_script_timeout(60)
-    chrome.execute_cdp_cmd("Network.enable", {})
-    chrome.execute_cdp_cmd("Network.setBlockedURLs", {"urls": BLOCKED})
+    driver = webdriver.Chrome(options=options, service=Service(chromedriver))
+    driver.set_page_load_timeout(60)
+    driver.set_script_timeout(60)
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setBlockedURLs", {"urls": blocked})
+    return driver
+
+
+@pytest.fixture(scope="session")
+def driver():
+    """Chromium for the book's pages (``file://``): every network request blocked."""
+    book_chrome = chrome(("--host-resolver-rules=MAP * ~NOTFOUND",))
     try:
-        yield chrome
+        yield book_chrome
     finally:
-        chrome.quit()
+        book_chrome.quit()
