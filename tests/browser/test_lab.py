@@ -166,7 +166,7 @@ def test_chapter_opens_as_a_notebook_with_its_myst_rendered(notebook, shots):
         const cells = Array.from(document.querySelectorAll(".jp-MarkdownCell"));
         const cell = cells.find((c) => c.innerText.includes("Learning goals"));
         return cell || null;
-    """))
+    """), message="no markdown cell of the chapter shows its Learning goals")
     time.sleep(1)  # let MathJax typeset the cell
     driver.save_screenshot(str(shots / "lab-04-top.png"))
     text = goals.text
@@ -181,6 +181,39 @@ def test_chapter_opens_as_a_notebook_with_its_myst_rendered(notebook, shots):
     """, goals)
     assert rendered["items"] >= 6, f"the Learning goals list is not rendered: {rendered}"
     assert rendered["maths"] > 0 and not rendered["raw_math"], f"maths left as TeX: {rendered}"
+
+
+#: MyST markup that must not be left as text in a rendered markdown cell.
+RAW_MYST = ("{cite}", "{doc}", "{ref}", "{exercise}", "{solution", "{admonition}", ":label:", ":class:", "```",
+            "(chapter-")
+
+
+def test_every_markdown_cell_renders_its_myst(notebook):
+    """No MyST markup left as text, no KaTeX error; exercises, solutions and citations rendered."""
+    driver = notebook
+    cells = driver.execute_script("""
+        const cells = window.jupyterapp.shell.currentWidget.content.widgets;
+        return cells.map((c, n) => [n, c.model.type]).filter(([n, type]) => type === "markdown").map(([n]) => n);
+    """)
+    found = {"raw": [], "katex_errors": 0, "exercises": 0, "solutions": 0, "citations": 0}
+    for index in cells:
+        # A cell renders when it first comes into view (JupyterLab's windowing).
+        result = driver.execute_script("""
+            const cell = window.jupyterapp.shell.currentWidget.content.widgets[arguments[0]];
+            cell.node.scrollIntoView({block: "start"});
+            const text = cell.node.innerText;
+            return {text: text, katex: cell.node.querySelectorAll(".katex-error").length,
+                    source: cell.model.sharedModel.getSource()};
+        """, index)
+        text = result["text"]
+        found["raw"] += [f"cell {index + 1}: {marker}" for marker in RAW_MYST if marker in text]
+        found["katex_errors"] += result["katex"]
+        found["exercises"] += "{exercise}" in result["source"] and text.count("Exercise ")
+        found["solutions"] += "{solution" in result["source"] and text.count("Solution to Exercise")
+        found["citations"] += result["source"].count("{cite}") and text.count("vaswani2017attention")
+    assert not found["raw"], f"MyST markup left as text in JupyterLab: {found['raw']}"
+    assert found["katex_errors"] == 0, f"{found['katex_errors']} formulas KaTeX could not typeset"
+    assert found["exercises"] >= 5 and found["solutions"] >= 5 and found["citations"] >= 1, found
 
 
 def _explorer_state(driver, cell) -> dict:
