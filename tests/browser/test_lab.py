@@ -197,15 +197,28 @@ def test_every_markdown_cell_renders_its_myst(notebook):
     """)
     found = {"raw": [], "katex_errors": 0, "exercises": 0, "solutions": 0, "citations": 0}
     for index in cells:
-        # A cell renders when it first comes into view (JupyterLab's windowing).
-        result = driver.execute_script("""
-            const cell = window.jupyterapp.shell.currentWidget.content.widgets[arguments[0]];
+        # A cell renders when it first comes into view (JupyterLab's windowing), and
+        # jupyterlab-myst renders it asynchronously: wait (10 s at most) for its output.
+        result = driver.execute_async_script("""
+            const [index, done] = arguments;
+            const cell = window.jupyterapp.shell.currentWidget.content.widgets[index];
             cell.node.scrollIntoView({block: "start"});
-            const text = cell.node.innerText;
-            return {text: text, katex: cell.node.querySelectorAll(".katex-error").length,
-                    source: cell.model.sharedModel.getSource()};
+            const source = cell.model.sharedModel.getSource();
+            const deadline = Date.now() + 10000;
+            (function poll() {
+                const out = cell.node.querySelector(".myst, .jp-MarkdownOutput");  // jupyterlab-myst's, or plain
+                const text = out ? out.innerText.trim() : "";
+                if ((cell.rendered && text) || Date.now() > deadline) {
+                    done({text: text || null, katex: cell.node.querySelectorAll(".katex-error").length, source});
+                } else {
+                    setTimeout(poll, 50);
+                }
+            })();
         """, index)
         text = result["text"]
+        if text is None:
+            found["raw"].append(f"cell {index + 1}: not rendered within 10 s")
+            break
         found["raw"] += [f"cell {index + 1}: {marker}" for marker in RAW_MYST if marker in text]
         found["katex_errors"] += result["katex"]
         found["exercises"] += "{exercise}" in result["source"] and text.count("Exercise ")
