@@ -89,7 +89,9 @@ def lab(lab_driver, tmp_path_factory):
     overrides = json.loads((ROOT / "lab" / "overrides.json").read_text())
     overrides["@jupyterlab/docmanager-extension:plugin"]["autosave"] = False
     (settings / "overrides.json").write_text(json.dumps(overrides))
-    env = dict(os.environ)
+    # Nothing of the user's own Jupyter set-up: no extra search paths, app folder or backend.
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH", "JUPYTERLAB_DIR", "MPLBACKEND")}
     for variable, folder in [("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
                              ("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "user-settings"),
                              ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("IPYTHONDIR", "ipython")]:
