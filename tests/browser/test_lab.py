@@ -36,7 +36,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import chrome
+from chromium import chrome
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention.md"
