@@ -159,6 +159,17 @@ def notebook(lab, lab_driver, shots):
         pytest.fail(f"{CHAPTER} did not open as a notebook with an idle kernel within {OPEN} s: "
                     f"{driver.execute_script(state)}\n{log.read_text()[-2000:]}")
     WebDriverWait(driver, OPEN).until(ec.presence_of_element_located((By.CSS_SELECTOR, ".jp-MarkdownCell")))
+    # Every error and stderr message the kernel sends from now on, from a cell or from a
+    # widget's callback (which JupyterLab shows in no cell, only in its log console).
+    driver.execute_script("""
+        window.attncourseKernelErrors = [];
+        window.jupyterapp.shell.currentWidget.sessionContext.iopubMessage.connect((_, msg) => {
+            const type = msg.header.msg_type, content = msg.content;
+            if (type === "error") window.attncourseKernelErrors.push(`${content.ename}: ${content.evalue}`);
+            if (type === "stream" && content.name === "stderr")
+                window.attncourseKernelErrors.push(`stderr: ${String(content.text).slice(0, 300)}`);
+        });
+    """)
     return driver
 
 
@@ -301,7 +312,9 @@ def test_the_kernel_reports_no_error(notebook, lab):
         return found;
     """)
     assert not problems, f"errors in {CHAPTER}: {problems}"
-    # An exception in a widget's callback (the Next button) never reaches a cell: the kernel logs it.
+    sent = driver.execute_script("return window.attncourseKernelErrors;")
+    assert not sent, f"the kernel sent errors while running {CHAPTER} and its explorer: {sent}"
+    # What the kernel process itself writes (its log, a crash) goes to the server's output.
     tracebacks = [line for line in log.read_text(errors="replace").splitlines() if "Traceback" in line
                   or "Exception in" in line]
     assert not tracebacks, f"the kernel logged errors: {tracebacks}\n{log.read_text()[-3000:]}"
