@@ -14,7 +14,9 @@ running the cells up to the explorer shows the explorer; its Next button
 changes the figure and the caption; no cell and no widget callback reports an
 error. Screenshots go to ``_build/browser/``: ``lab-04-top.png`` (the top of
 the rendered notebook) and ``lab-04-explorer.png`` (the explorer after Next).
-The server is shut down at the end, whatever happens.
+The server is shut down at the end, whatever happens. The test reaches JupyterLab's
+application object (``window.jupyterapp``, exposed by ``expose_app_in_browser``, as
+JupyterLab's own UI tests do) to find cells, run them and listen to the kernel.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from chromium import chrome
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention.md"
-#: The code cell that shows the explorer, and what in its output proves it is there.
+#: Text of the code cell that shows the explorer (the cell the test runs up to).
 EXPLORER_CELL = "SelfAttentionStepper()"
 #: Seconds to wait for the server, for the notebook and its kernel, for the cells to run.
 START, OPEN, RUN = 60, 60, 120
@@ -139,8 +141,8 @@ def lab(lab_driver, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def notebook(lab, lab_driver, shots):
-    """Chapter 4 opened in JupyterLab, its kernel idle; the top screenshot taken."""
+def notebook(lab, lab_driver):
+    """Chapter 4 opened in JupyterLab, its kernel idle, its kernel's error messages collected."""
     base, token, log = lab
     driver = lab_driver
     driver.get(f"{base}/lab/tree/{CHAPTER}?token={token}")
@@ -149,8 +151,7 @@ def notebook(lab, lab_driver, shots):
         const panel = app && app.shell.currentWidget;
         if (!panel || !panel.content || !panel.sessionContext) return null;
         const kernel = panel.sessionContext.session && panel.sessionContext.session.kernel;
-        return {widget: panel.constructor.name, cells: panel.content.widgets.length,
-                kernel: kernel ? kernel.status : null};
+        return {cells: panel.content.widgets.length, kernel: kernel ? kernel.status : null};
     """
     try:
         WebDriverWait(driver, OPEN, poll_frequency=0.5).until(
@@ -180,7 +181,7 @@ def test_chapter_opens_as_a_notebook_with_its_myst_rendered(notebook, shots):
         const cell = cells.find((c) => c.innerText.includes("Learning goals"));
         return cell || null;
     """), message="no markdown cell of the chapter shows its Learning goals")
-    time.sleep(1)  # let MathJax typeset the cell
+    time.sleep(1)  # let KaTeX typeset the cell
     driver.save_screenshot(str(shots / "lab-04-top.png"))
     text = goals.text
     assert ":class:" not in text and "```" not in text and "{admonition}" not in text, \
