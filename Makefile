@@ -59,25 +59,27 @@ book-check: $(STAMP)
 	rm -rf $(TEST_BOOK)
 	TQDM_DISABLE=1 $(BIN)/jupyter-book build . --path-output $(TEST_BOOK) -n -W --keep-going --all
 
-# Every page of the fresh book in headless Chromium, network blocked (tests/browser).
+# Every page of the fresh book in headless Chromium, network blocked (tests/browser), and
+# the learner's path in JupyterLab: chapter 4 opened and its explorer run (test_lab.py).
 # Without chromium and chromedriver: one line saying so, and the rest of `make test`
 # goes on; ATTNCOURSE_REQUIRE_BROWSER=1 (set by .ci/run) makes that an error instead.
 browser: $(STAMP)
 	@if command -v chromedriver >/dev/null && { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; }; then \
 	  rm -rf $(BROWSER_SHOTS); \
 	  ATTNCOURSE_BOOK_HTML=$(TEST_BOOK)/_build/html $(BIN)/python -m pytest -p no:cacheprovider -q tests/browser \
-	    && echo "Screenshots of the explorers: $(CURDIR)/$(BROWSER_SHOTS)/"; \
+	    && echo "Screenshots of the explorers and of JupyterLab: $(CURDIR)/$(BROWSER_SHOTS)/"; \
 	elif [ "$$ATTNCOURSE_REQUIRE_BROWSER" = 1 ]; then \
 	  echo "Browser tests: chromium or chromedriver is missing (apt-get install chromium chromium-driver)"; exit 1; \
 	else \
 	  echo "Browser tests skipped: no chromium/chromedriver here (Debian: sudo apt-get install chromium chromium-driver)"; \
 	fi
 
-## lab: JupyterLab with the MyST notebooks opening as notebooks (jupytext).
+## lab: JupyterLab with the MyST notebooks opening as notebooks (jupytext) and their MyST
+## markup rendered (jupyterlab-myst). lab/overrides.json holds the settings; the browser
+## test (tests/browser/test_lab.py) starts JupyterLab with the same file.
 lab: $(STAMP)
 	mkdir -p $(VENV)/share/jupyter/lab/settings
-	printf '%s\n' '{"@jupyterlab/docmanager-extension:plugin": {"defaultViewers": {"markdown": "Jupytext Notebook", "myst": "Jupytext Notebook"}}}' \
-	  > $(VENV)/share/jupyter/lab/settings/overrides.json
+	cp lab/overrides.json $(VENV)/share/jupyter/lab/settings/overrides.json
 	$(BIN)/jupyter lab notebooks/
 
 clean:

@@ -5,26 +5,21 @@ folder holding ``index.html``). Chromium runs headless with every ``http``,
 ``https`` and ``ws`` request blocked through the DevTools protocol, so a page
 that needs the network fails its checks instead of quietly fetching. Without
 ``chromium`` and ``chromedriver`` on the PATH the tests are skipped, unless
-``ATTNCOURSE_REQUIRE_BROWSER=1`` (CI) makes that an error.
+``ATTNCOURSE_REQUIRE_BROWSER=1`` (CI) makes that an error. ``test_lab.py`` drives
+the same Chromium (:func:`chromium.chrome`) through JupyterLab, which it starts itself.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-#: Requests the browser refuses: everything that would leave the machine.
-BLOCKED = ["http://*", "https://*", "ws://*", "wss://*", "ftp://*"]
+from chromium import chrome
+
 #: Where screenshots go, for a person to look at.
 SHOTS = Path(__file__).resolve().parents[2] / "_build" / "browser"
-
-
-def _browser_paths() -> tuple[str | None, str | None]:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    return browser, shutil.which("chromedriver")
 
 
 @pytest.fixture(scope="session")
@@ -45,32 +40,9 @@ def shots() -> Path:
 
 @pytest.fixture(scope="session")
 def driver():
-    browser, chromedriver = _browser_paths()
-    if browser is None or chromedriver is None:
-        message = ("browser tests need Debian's chromium and chromium-driver "
-                   "(sudo apt-get install chromium chromium-driver)")
-        if os.environ.get("ATTNCOURSE_REQUIRE_BROWSER") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    # Both paths given: Selenium Manager, which would try to download a driver, never runs.
-    options.binary_location = browser
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--no-first-run", "--disable-quic", "--window-size=1280,1000",
-                 "--host-resolver-rules=MAP * ~NOTFOUND"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    chrome = webdriver.Chrome(options=options, service=Service(chromedriver))
-    chrome.set_page_load_timeout(60)
-    chrome.set_script_timeout(60)
-    chrome.execute_cdp_cmd("Network.enable", {})
-    chrome.execute_cdp_cmd("Network.setBlockedURLs", {"urls": BLOCKED})
+    """Chromium for the book's pages (``file://``): every network request blocked."""
+    book_chrome = chrome(("--host-resolver-rules=MAP * ~NOTFOUND",))
     try:
-        yield chrome
+        yield book_chrome
     finally:
-        chrome.quit()
+        book_chrome.quit()
