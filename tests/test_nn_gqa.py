@@ -126,3 +126,10 @@ def test_allowed_keys_and_errors():
         CausalSelfAttention(64, 8, positional="xpos")
     with pytest.raises(ValueError, match="d_model"):
         CausalSelfAttention(64, 8)(torch.zeros(1, 2, 32))
+
+
+def test_window_mask_is_the_functional_sliding_window_mask():
+    from attncourse.functional import sliding_window_mask
+
+    for n, w in [(6, 1), (7, 3), (5, 9)]:
+        assert (allowed_keys(n, n, window=w).numpy() == sliding_window_mask(n, w)).all()
