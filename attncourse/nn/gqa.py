@@ -90,7 +90,8 @@ def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | 
 
     Returns
     -------
-    (tgt_len, src_len) bool tensor, ``True`` = may attend; None when every key is allowed.
+    (tgt_len, src_len) bool tensor, ``True`` = may attend; None when every key is allowed
+    (no mask and no window, or one causal query at the last position, as in a decoding step).
 
     Raises
     ------
@@ -99,8 +100,10 @@ def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | 
     """
     if window is not None and window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
-    if not causal and window is None:
-        return None
+    if window is not None and window >= src_len:
+        window = None  # the window holds every key
+    if (not causal or tgt_len <= 1) and window is None:
+        return None  # one query at the last position may see every key, as may a query without a mask
     query_pos = torch.arange(tgt_len, device=device)[:, None] + (src_len - tgt_len)
     key_pos = torch.arange(src_len, device=device)[None, :]
     allowed = torch.ones(tgt_len, src_len, dtype=torch.bool, device=device)
@@ -230,7 +233,6 @@ class CausalSelfAttention(nn.Module):
             kv_cache.append(k, v)
             k, v = kv_cache.k, kv_cache.v
         src_len = k.shape[2]
-        k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
         allowed = allowed_keys(seq_len, src_len, self.causal, self.window, device=x.device)
         if mask is not None:
             allowed = mask if allowed is None else mask & allowed
@@ -238,6 +240,7 @@ class CausalSelfAttention(nn.Module):
         if self.positional == "alibi":
             bias = alibi_bias(self.num_heads, seq_len, src_len).to(device=x.device, dtype=q.dtype)
         if need_weights or not fast:
+            k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # equation (1)
             if bias is not None:
                 scores = scores + bias
@@ -251,13 +254,19 @@ class CausalSelfAttention(nn.Module):
 
     @staticmethod
     def _fast(q, k, v, allowed, bias, is_causal: bool) -> torch.Tensor:
+        # Without a bias SDPA shares the kv heads itself (enable_gqa), reading each one once;
+        # with ALiBi's float bias the heads are expanded first.
+        if bias is not None:
+            k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+        gqa = k.shape[1] != q.shape[1]
         if bias is None and (allowed is None or is_causal):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)
+            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal and allowed is not None,
+                                                  enable_gqa=gqa)
         if allowed is None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
         # A row with no allowed key (e.g. a left-padding query) attends everywhere, then is zeroed.
         fully_masked = ~allowed.any(dim=-1, keepdim=True)
         allowed = allowed | fully_masked
         attn_mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=gqa)
         return out.masked_fill(fully_masked, 0.0)
