@@ -133,3 +133,17 @@ def test_window_mask_is_the_functional_sliding_window_mask():
 
     for n, w in [(6, 1), (7, 3), (5, 9)]:
         assert (allowed_keys(n, n, window=w).numpy() == sliding_window_mask(n, w)).all()
+
+
+@pytest.mark.parametrize("positional", [None, "alibi"])
+def test_fast_and_written_out_paths_have_the_same_gradients(positional):
+    torch.manual_seed(4)
+    gqa = CausalSelfAttention(32, 4, 2, positional=positional).double()
+    x = torch.randn(2, 6, 32, dtype=torch.float64, requires_grad=True)
+    grads = []
+    for fast in (True, False):
+        out, _ = gqa(x, fast=fast)
+        (out ** 2).sum().backward()
+        grads.append(x.grad.clone())
+        x.grad = None
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-10)
