@@ -23,12 +23,15 @@ def mask_right(is_real):
 
 def test_left_padded_mask():
     assert check_left_padded_causal_mask(mask_right).passed
-    n_tril = lambda r: np.broadcast_to(np.tril(np.ones((r.shape[1],) * 2, bool)), (len(r), r.shape[1], r.shape[1]))
-    assert_failed(check_left_padded_causal_mask(n_tril), 1, MASK_NO_PADDING_HINT)
-    assert_failed(check_left_padded_causal_mask(lambda r: np.broadcast_to(r[:, None, :], (len(r),) + (r.shape[1],) * 2)),
-                  1, MASK_NO_CAUSAL_HINT)
-    assert_failed(check_left_padded_causal_mask(lambda r: np.tril(np.ones((r.shape[1],) * 2, bool))[None] & r[:, :, None]),
-                  1, MASK_QUERY_AXIS_HINT)
+    def tril(r):
+        return np.tril(np.ones((r.shape[1], r.shape[1]), dtype=bool))
+
+    def square(mask, r):
+        return np.broadcast_to(mask, (len(r), r.shape[1], r.shape[1]))
+
+    assert_failed(check_left_padded_causal_mask(lambda r: square(tril(r), r)), 1, MASK_NO_PADDING_HINT)
+    assert_failed(check_left_padded_causal_mask(lambda r: square(r[:, None, :], r)), 1, MASK_NO_CAUSAL_HINT)
+    assert_failed(check_left_padded_causal_mask(lambda r: tril(r)[None] & r[:, :, None]), 1, MASK_QUERY_AXIS_HINT)
     stub = check_left_padded_causal_mask(lambda r: None)
     assert not stub.passed and "None" in stub.message
 

@@ -72,7 +72,8 @@ def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_f
     lm.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     sample = commands.add_parser("sample", help="generate text from a model trained with train-lm",
-                                 description="Sample characters from DIR/checkpoint.pt written by 'attncourse train-lm'.")
+                                 description="Sample characters from DIR/checkpoint.pt written by "
+                                             "'attncourse train-lm'.")
     sample.add_argument("dir", type=path_type, metavar="DIR", help="a directory written by 'attncourse train-lm'")
     sample.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
     sample.add_argument("--length", type=positive_int, default=200, metavar="N", help="characters to generate")
