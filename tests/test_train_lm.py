@@ -70,3 +70,4 @@ def test_train_lm_learns_caches_and_resumes(tmp_path):
         train_lm(config, corpus, TEXT, progress=False, out_dir=half.out_dir)
     with pytest.raises(ValueError, match="multiple"):
         LMConfig(steps=30, steps_per_epoch=20)
+    assert LMConfig(num_kv_heads=8) == LMConfig()  # 8 kv heads of 8: the multi-head run itself

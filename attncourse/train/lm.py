@@ -45,7 +45,7 @@ class LMConfig:
     ----------
     positional : {"sinusoidal", "learned", "rope", "alibi"}
     num_kv_heads : int or None
-        None: as many as ``num_heads`` (multi-head).
+        None: as many as ``num_heads`` (multi-head); ``num_heads`` itself is stored as None.
     causal : bool
     window : int or None
         Sliding-window attention.
@@ -93,6 +93,8 @@ class LMConfig:
     corpus: str = ""
 
     def __post_init__(self) -> None:
+        if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
+            object.__setattr__(self, "num_kv_heads", None)
         if self.steps < 1 or self.steps_per_epoch < 1 or self.steps % self.steps_per_epoch:
             raise ValueError(f"steps={self.steps} must be a positive multiple of "
                              f"steps_per_epoch={self.steps_per_epoch}")
