@@ -23,6 +23,7 @@ from attncourse.checks.attention_family import (
     check_temperature_softmax,
 )
 from attncourse.checks.image_attention import check_doubly_stochastic_penalty, check_reinforce_loss
+from attncourse.checks.decoder_only import check_left_padded_causal_mask, check_repeat_kv, check_rope
 from attncourse.checks.conv_attention import check_pixel_attention, check_receptive_field
 from attncourse.checks.seq2seq import (
     check_additive_score,
@@ -41,6 +42,9 @@ __all__ = [
     "check_temperature_softmax",
     "check_gru_cell",
     "check_label_smoothing",
+    "check_left_padded_causal_mask",
+    "check_repeat_kv",
+    "check_rope",
     "check_masked_softmax",
     "check_merge_heads",
     "check_noam_schedule",

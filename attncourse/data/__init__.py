@@ -5,7 +5,9 @@
   normalisation (:mod:`.dates`) and your own TSV pairs (:mod:`.pairs`);
 - vocabularies (:mod:`.vocab`) and padded, length-bucketed batches (:mod:`.batching`);
 - toy copy/reverse/sort tasks (:mod:`.toy_tasks`) and digit canvases built from
-  scikit-learn's bundled 8x8 digits (:mod:`.canvases`).
+  scikit-learn's bundled 8x8 digits (:mod:`.canvases`);
+- character-level text for language models, by default the course's own chapters 1-6
+  (:mod:`.text`).
 
 ``tokenize`` here is the toy sentences' word splitter; the pairs' level-aware
 splitter is :func:`attncourse.data.pairs.tokenize`.
@@ -24,11 +26,17 @@ from attncourse.data.canvases import (
 from attncourse.data.dates import date_task
 from attncourse.data.numbers import number_pairs, number_task, number_words
 from attncourse.data.pairs import PairDataset, Splits, TSVError, detokenize, load_tsv, read_tsv, save_tsv
+from attncourse.data.text import CharCorpus, bigram_bits_per_char, char_corpus, course_text, random_windows
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
 from attncourse.data.toy_tasks import TOY_KINDS, toy_target, toy_task
 from attncourse.data.vocab import Vocabulary
 
 __all__ = [
+    "CharCorpus",
+    "bigram_bits_per_char",
+    "char_corpus",
+    "course_text",
+    "random_windows",
     "CanvasDataset",
     "CanvasSplits",
     "RELATIONS",

@@ -17,6 +17,10 @@ from attncourse.nn.image_attention import (
     soft_attention_loss,
 )
 from attncourse.nn.attention import KVCache, MultiHeadAttention, merge_heads, split_heads
+from attncourse.nn.alibi import alibi_bias, alibi_slopes
+from attncourse.nn.gpt import GPT, GPT_POSITIONAL, DecoderOnlyBlock
+from attncourse.nn.gqa import CausalSelfAttention, allowed_keys, repeat_kv
+from attncourse.nn.rope import apply_rope, rope_frequencies
 from attncourse.nn.luong import LuongAttention, LuongDecoderState, LuongSeq2Seq, LuongSeq2SeqOutput
 from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from attncourse.nn.rnn import (
@@ -40,6 +44,16 @@ from attncourse.nn.transformer import (
 )
 
 __all__ = [
+    "CausalSelfAttention",
+    "DecoderOnlyBlock",
+    "GPT",
+    "GPT_POSITIONAL",
+    "alibi_bias",
+    "alibi_slopes",
+    "allowed_keys",
+    "apply_rope",
+    "repeat_kv",
+    "rope_frequencies",
     "AttentionCNN",
     "ConvEncoder",
     "HardAttentionLoss",

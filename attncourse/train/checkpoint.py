@@ -56,6 +56,7 @@ MODEL_CLASSES: dict[str, tuple[str, str]] = {
     "Seq2Seq": ("attncourse.nn.rnn", "Seq2Seq"),
     "Transformer": ("attncourse.nn.transformer", "Transformer"),
     "LuongSeq2Seq": ("attncourse.nn.luong", "LuongSeq2Seq"),
+    "GPT": ("attncourse.nn.gpt", "GPT"),
 }
 
 

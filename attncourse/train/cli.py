@@ -8,6 +8,12 @@ weights on a test file::
     python -m attncourse train --task dates --model transformer --preset cpu --out runs/dates-tf
     python -m attncourse evaluate runs/fr --test runs/fr/test.tsv --beam-size 4
 
+The decoder-only language model of chapter 7 has its own two sub-commands,
+``train-lm`` (on any UTF-8 text file) and ``sample`` (:mod:`attncourse.train.cli_lm`)::
+
+    python -m attncourse train-lm --text corpus.txt --out runs/lm --steps 2000
+    python -m attncourse sample runs/lm --prompt "The attention" --length 200 --top-k 10
+
 Several GPUs (or CPU processes) train one model together under ``torchrun``::
 
     torchrun --nproc_per_node 4 -m attncourse train --task numbers-en-fr --model transformer \
@@ -55,6 +61,7 @@ from attncourse.data.pairs import PairDataset, Splits, read_tsv, save_tsv
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.rnn import count_parameters
 from attncourse.train.checkpoint import atomic_write_text, load_model, remove_temporaries
+from attncourse.train.cli_lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
 from attncourse.train.cli_options import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -427,6 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(None if argv is None else list(argv))
         if args.command == "train":
             check_train_args(args)
+        elif args.command in LM_COMMANDS:
+            check_lm_args(args, UsageError, out_dir_problem)
         else:
             check_evaluate_args(args)
     except SystemExit as done:  # --help, --version and usage errors
@@ -435,11 +444,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attncourse: error: {err} (see 'attncourse {args.command} --help')", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if args.command in LM_COMMANDS:
+            return run_train_lm(args) if args.command == "train-lm" else run_sample(args)
         return run_train(args) if args.command == "train" else run_evaluate(args)
     except (ValueError, OSError) as err:
         print(f"attncourse: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        hint = f"; continue with --resume (checkpoint in {args.out})" if args.command == "train" else ""
+        hint = f"; continue with --resume (checkpoint in {args.out})" if args.command in ("train", "train-lm") else ""
         print(f"attncourse: interrupted{hint}", file=sys.stderr)
         return EXIT_INTERRUPTED

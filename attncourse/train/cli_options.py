@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 import attncourse
 from attncourse.data.pairs import LEVELS
 from attncourse.train.checkpoint import temporaries
+from attncourse.train.cli_lm import add_lm_commands
 from attncourse.train.distributed import env_world_size
 from attncourse.train.experiment import PRESETS, TASKS, transformer_preset
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
@@ -177,11 +178,11 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``attncourse`` argument parser, with ``train`` and ``evaluate`` sub-commands."""
+    """The ``attncourse`` argument parser, with ``train``, ``evaluate``, ``train-lm`` and ``sample`` sub-commands."""
     parser = _Parser(
         prog="attncourse",
-        description="Train and evaluate the course's encoder-decoders: RNNs (with or without Bahdanau "
-                    "attention) and the Transformer.",
+        description="Train and evaluate the course's models: RNNs (with or without Bahdanau "
+                    "attention), the Transformer, and the decoder-only language model (train-lm, sample).",
     )
     parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",
                         help="print the version and exit")
@@ -339,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="'cpu', 'cuda', 'mps'; default: CUDA, then MPS, then the CPU")
     ev.add_argument("--threads", type=_positive_int, default=1, metavar="N",
                     help="CPU threads for torch (default 1)")
+    add_lm_commands(commands, _path, _positive_int, _positive_float, _seed, _device)
     return parser
 
 

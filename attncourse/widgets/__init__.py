@@ -7,6 +7,7 @@ They share their layout, display and redrawing through
 """
 
 from attncourse.widgets.bahdanau import BahdanauStepper
+from attncourse.widgets.decoder_only import DecoderOnlyExplorer
 from attncourse.widgets.explorer import AttentionExplorer
 from attncourse.widgets.local_window import LocalWindow
 from attncourse.widgets.positional import PositionalEncodingExplorer
@@ -16,6 +17,7 @@ from attncourse.widgets.temperature import TemperatureExplorer
 __all__ = [
     "AttentionExplorer",
     "BahdanauStepper",
+    "DecoderOnlyExplorer",
     "LocalWindow",
     "PositionalEncodingExplorer",
     "SelfAttentionStepper",

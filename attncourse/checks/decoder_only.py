@@ -1,0 +1,234 @@
+"""Checks for the exercises of the chapter "Decoder-only Transformers".
+
+Three pieces of a modern decoder-only model that are short to write and easy
+to get subtly wrong: the causal mask of a batch with *left* padding (prompts of
+different lengths aligned on their last token, as batched generation needs), the
+RoPE rotation of a query or key (Su et al. 2021, equation (34)), and the
+expansion of grouped-query attention's key/value heads to the query heads
+(Ainslie et al. 2023). When a case fails, the learner's output is compared with
+the typical wrong versions so that the hint names the bug.
+
+References are :func:`attncourse.nn.gqa.allowed_keys`,
+:func:`attncourse.nn.rope.apply_rope` and :func:`attncourse.nn.gqa.repeat_kv`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+from attncourse.nn.gqa import allowed_keys, repeat_kv
+from attncourse.nn.rope import apply_rope
+
+# --------------------------------------------------------------------------- left-padded causal mask
+
+MASK_EXPLAIN = (
+    "Query i may attend to key j when j <= i (causal) AND key j is a real token (is_real[b, j]). "
+    "Combine the two: np.tril(np.ones((seq_len, seq_len), bool))[None] & is_real[:, None, :]. "
+    "Rows of padding queries then come out all False, which attention turns into zero outputs."
+)
+MASK_NO_PADDING_HINT = (
+    "That is the plain causal mask for every sentence: the padding keys at the left are still "
+    "attended to. AND it with is_real[:, None, :] (one row of keys per sentence)."
+)
+MASK_NO_CAUSAL_HINT = (
+    "That is only the padding mask: every query sees the future. AND it with the lower "
+    "triangle np.tril(np.ones((seq_len, seq_len), bool))."
+)
+MASK_QUERY_AXIS_HINT = (
+    "The padding is applied to the queries (rows) instead of the keys (columns): use "
+    "is_real[:, None, :], not is_real[:, :, None]."
+)
+MASK_UPPER_HINT = "The triangle is the upper one: a query must see the keys *before* it (j <= i), np.tril."
+
+# --------------------------------------------------------------------------- RoPE
+
+ROPE_EXPLAIN = (
+    "Take the features in pairs (x[2i], x[2i+1]) and turn pair i of the row at position m by the "
+    "angle m * theta_i, theta_i = 10000 ** (-2i / d): y[2i] = x[2i] cos - x[2i+1] sin, "
+    "y[2i+1] = x[2i] sin + x[2i+1] cos (Su et al. 2021, eq. (34))."
+)
+ROPE_HALVES_HINT = (
+    "You paired feature i with feature i + d/2 (the 'rotate half' layout of some libraries, "
+    "e.g. GPT-NeoX). It works as well in a model trained that way, but the paper pairs "
+    "neighbours: (x[0], x[1]), (x[2], x[3]), ... Use x[..., 0::2] and x[..., 1::2]."
+)
+ROPE_SIGN_HINT = (
+    "The rotation goes the wrong way (angle -m theta_i): check the signs, "
+    "y[2i] = x[2i] cos - x[2i+1] sin and y[2i+1] = x[2i] sin + x[2i+1] cos."
+)
+ROPE_FREQ_HINT = (
+    "The frequencies are off: theta_i = 10000 ** (-2i / d) for pair i = 0 .. d/2 - 1, "
+    "i.e. 10000 ** (-np.arange(0, d, 2) / d)."
+)
+
+# --------------------------------------------------------------------------- repeat_kv
+
+REPEAT_EXPLAIN = (
+    "Query head i uses key/value head i // group, group = num_heads // num_kv_heads: repeat each "
+    "kv head group times *in a row*, x.repeat_interleave(group, dim=1), giving "
+    "(batch, num_heads, seq_len, d)."
+)
+REPEAT_TILE_HINT = (
+    "You tiled the kv heads (0, 1, 0, 1, ...) with .repeat: query head i then uses kv head "
+    "i % num_kv_heads. Grouped-query attention gives each kv head a *contiguous* group of query "
+    "heads (0, 0, 1, 1, ...): use .repeat_interleave(group, dim=1)."
+)
+REPEAT_AXIS_HINT = "You repeated along the wrong axis: the heads are axis 1 of (batch, num_kv_heads, seq_len, d)."
+
+
+def _padding(lengths: list[int], seq_len: int) -> np.ndarray:
+    return np.array([[j >= seq_len - n for j in range(seq_len)] for n in lengths])
+
+
+def _mask_reference(is_real: np.ndarray) -> np.ndarray:
+    causal = allowed_keys(is_real.shape[1], is_real.shape[1]).numpy()
+    return causal[None] & is_real[:, None, :]
+
+
+def _diagnose_mask(got: Any, case: Case) -> str | None:
+    is_real = case.args["is_real"]
+    n = is_real.shape[1]
+    tril = np.tril(np.ones((n, n), dtype=bool))
+    variants = [
+        (MASK_NO_PADDING_HINT, np.broadcast_to(tril, (len(is_real), n, n))),
+        (MASK_NO_CAUSAL_HINT, np.broadcast_to(is_real[:, None, :], (len(is_real), n, n))),
+        (MASK_QUERY_AXIS_HINT, tril[None] & is_real[:, :, None]),
+        (MASK_UPPER_HINT, np.triu(np.ones((n, n), dtype=bool))[None] & is_real[:, None, :]),
+    ]
+    return variant_hint(got, variants, np.asarray(case.expected), case)
+
+
+def left_padded_mask_cases() -> list[Case]:
+    """The hidden cases of :func:`check_left_padded_causal_mask`."""
+    def case(description: str, lengths: list[int], seq_len: int) -> Case:
+        is_real = _padding(lengths, seq_len)
+        return Case(description=description, args={"is_real": is_real}, expected=_mask_reference(is_real),
+                    atol=0.0, rtol=0.0, dtype=bool, hint=MASK_EXPLAIN, diagnose=_diagnose_mask)
+
+    return [
+        case("two prompts of lengths 2 and 4, seq_len=4", [2, 4], 4),
+        case("no padding: the plain causal mask, batch=1, seq_len=5", [5], 5),
+        case("three prompts of lengths 1, 3, 6, seq_len=6", [1, 3, 6], 6),
+        case("one real token, seq_len=3", [1], 3),
+    ]
+
+
+def check_left_padded_causal_mask(fn: Callable[[np.ndarray], Any]) -> CheckResult:
+    """Check a learner's ``left_padded_causal_mask(is_real)``.
+
+    Parameters
+    ----------
+    fn : callable
+        Called as ``fn(is_real)`` with ``is_real: (batch, seq_len)`` bool NumPy array,
+        ``True`` at real tokens (the padding is on the left); returns
+        ``(batch, seq_len, seq_len)`` bool, ``True`` where query i may attend to key j.
+
+    Returns
+    -------
+    CheckResult
+        Truthy when every hidden case passes; otherwise the first failing case and a
+        hint naming the likely bug (padding or causality forgotten, padding on the
+        query axis, the upper triangle).
+    """
+    return run_cases("check_left_padded_causal_mask", fn, left_padded_mask_cases())
+
+
+def _rope_variants(x: torch.Tensor, positions: torch.Tensor) -> list[tuple[str, np.ndarray]]:
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angle = positions[:, None].double() * theta
+    even, odd = x[..., 0::2], x[..., 1::2]
+    first, second = x[..., : d // 2], x[..., d // 2:]
+    halves = torch.cat([first * angle.cos() - second * angle.sin(), first * angle.sin() + second * angle.cos()], -1)
+    flipped = torch.stack([even * angle.cos() + odd * angle.sin(), -even * angle.sin() + odd * angle.cos()], -1)
+    slow = positions[:, None].double() * 10000.0 ** (-torch.arange(d // 2, dtype=torch.float64) / d)
+    wrong_freq = torch.stack([even * slow.cos() - odd * slow.sin(), even * slow.sin() + odd * slow.cos()], -1)
+    return [(ROPE_HALVES_HINT, halves.numpy()), (ROPE_SIGN_HINT, flipped.flatten(-2).numpy()),
+            (ROPE_FREQ_HINT, wrong_freq.flatten(-2).numpy())]
+
+
+def _diagnose_rope(got: Any, case: Case) -> str | None:
+    variants = _rope_variants(case.args["x"], case.args["positions"])
+    return variant_hint(got, variants, np.asarray(case.expected), case)
+
+
+def rope_cases() -> list[Case]:
+    """The hidden cases of :func:`check_rope`."""
+    def case(description: str, seq_len: int, d: int, positions: list[int], seed: int) -> Case:
+        x = torch.randn(seq_len, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        pos = torch.tensor(positions)
+        return Case(description=description, args={"x": x, "positions": pos},
+                    expected=apply_rope(x, pos).numpy(), atol=1e-9, rtol=1e-7, hint=ROPE_EXPLAIN,
+                    diagnose=_diagnose_rope)
+
+    return [
+        case("one pair (d=2) at positions 0, 1, 2", 3, 2, [0, 1, 2], 0),
+        case("d=8, positions 0..4", 5, 8, [0, 1, 2, 3, 4], 1),
+        case("a query at position 7 and a key at position 3 (d=4)", 2, 4, [7, 3], 2),
+        case("far positions 100, 1000 (d=16)", 2, 16, [100, 1000], 3),
+    ]
+
+
+def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> CheckResult:
+    """Check a learner's ``rope(x, positions)``.
+
+    Parameters
+    ----------
+    fn : callable
+        Called as ``fn(x, positions)``: ``x (seq_len, d)`` float64 torch tensor (d even),
+        ``positions (seq_len,)`` int64 tensor; returns ``(seq_len, d)``: row m rotated pair by
+        pair by the angles ``positions[m] * theta_i`` (Su et al. 2021, eq. (34)).
+
+    Returns
+    -------
+    CheckResult
+        With a hint for the 'rotate half' pairing, a rotation the wrong way, wrong frequencies.
+    """
+    return run_cases("check_rope", fn, rope_cases())
+
+
+def _diagnose_repeat(got: Any, case: Case) -> str | None:
+    x, h = case.args["x"], int(case.args["num_heads"])
+    group = h // x.shape[1]
+    variants = [(REPEAT_TILE_HINT, x.repeat(1, group, 1, 1).numpy()),
+                (REPEAT_AXIS_HINT, x.repeat_interleave(group, dim=2).numpy())]
+    return variant_hint(got, variants, np.asarray(case.expected), case)
+
+
+def repeat_kv_cases() -> list[Case]:
+    """The hidden cases of :func:`check_repeat_kv`."""
+    def case(description: str, shape: tuple[int, int, int, int], num_heads: int, seed: int) -> Case:
+        x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        return Case(description=description, args={"x": x, "num_heads": num_heads},
+                    expected=repeat_kv(x, num_heads).numpy(), atol=0.0, rtol=0.0, hint=REPEAT_EXPLAIN,
+                    diagnose=_diagnose_repeat)
+
+    return [
+        case("2 kv heads for 4 query heads, batch=1, seq_len=3, d=2", (1, 2, 3, 2), 4, 0),
+        case("1 kv head (multi-query) for 8 query heads, batch=2, seq_len=2, d=4", (2, 1, 2, 4), 8, 1),
+        case("as many kv heads as query heads: nothing to repeat", (1, 4, 3, 2), 4, 2),
+        case("3 kv heads for 6 query heads, batch=2, seq_len=4, d=3", (2, 3, 4, 3), 6, 3),
+    ]
+
+
+def check_repeat_kv(fn: Callable[[torch.Tensor, int], Any]) -> CheckResult:
+    """Check a learner's ``repeat_kv(x, num_heads)``.
+
+    Parameters
+    ----------
+    fn : callable
+        Called as ``fn(x, num_heads)``: ``x (batch, num_kv_heads, seq_len, d)`` float64 torch
+        tensor, ``num_heads`` a multiple of ``num_kv_heads``; returns
+        ``(batch, num_heads, seq_len, d)`` where query head i gets kv head ``i // group``.
+
+    Returns
+    -------
+    CheckResult
+        With a hint for tiling (``.repeat``) instead of ``repeat_interleave`` and for the wrong axis.
+    """
+    return run_cases("check_repeat_kv", fn, repeat_kv_cases())

@@ -1,0 +1,161 @@
+"""Character-level text for the language-model chapter: the course's own chapters, or any UTF-8 file.
+
+The default corpus is the prose and code of chapters 1-6 (``notebooks/0[1-6]*.md``
+of the repository, about 200 kB): offline, deterministic, and text that the
+learner has read. The corpus is split *by position*: the first 90 % trains, the
+last 10 % is held out, so held-out text is text the model has never seen a
+window of. Characters are the tokens; a character that the training part does
+not contain maps to ``<unk>``.
+
+A count-based bigram model, P(x_{t+1} | x_t) with add-alpha smoothing, is the
+baseline every neural model here must beat: it knows which character tends to
+follow which, and nothing about longer contexts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from attncourse.data.vocab import Vocabulary
+
+#: The course's chapters that form the default corpus: notebooks whose names sort before this.
+CORPUS_CHAPTERS_BEFORE = "07"
+
+
+def course_text(notebooks: str | Path | None = None) -> str:
+    """The chapters 1-6 of the course, concatenated in file-name order.
+
+    Parameters
+    ----------
+    notebooks : path, optional
+        The folder of the chapters' MyST files; default ``notebooks/`` of the checkout
+        this package is imported from.
+
+    Returns
+    -------
+    str
+
+    Raises
+    ------
+    FileNotFoundError
+        If the folder holds no chapter (an installed package has no ``notebooks/``:
+        pass your own text file instead).
+    """
+    folder = Path(notebooks) if notebooks is not None else Path(__file__).resolve().parents[2] / "notebooks"
+    files = sorted(p for p in folder.glob("*.md") if p.name < CORPUS_CHAPTERS_BEFORE)
+    if not files:
+        raise FileNotFoundError(f"no chapters (*.md before {CORPUS_CHAPTERS_BEFORE}) in {str(folder)!r}; "
+                                "give a UTF-8 text file instead")
+    return "\n".join(p.read_text(encoding="utf-8") for p in files)
+
+
+def text_digest(text: str) -> str:
+    """Twelve hex digits of the text's SHA-256: names the corpus in a run's config."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+@dataclass
+class CharCorpus:
+    """A text as character ids, split by position.
+
+    Attributes
+    ----------
+    vocab : Vocabulary
+        The characters of the training part (ids from 4; ``<unk>`` = 3).
+    train, valid : (n_train,), (n_valid,) int64 tensors
+        The first ``1 - valid_fraction`` of the text, and the rest.
+    """
+
+    vocab: Vocabulary
+    train: torch.Tensor
+    valid: torch.Tensor
+
+    def encode(self, text: str) -> torch.Tensor:
+        """``(len(text),)`` int64 ids; unseen characters become ``<unk>``."""
+        return torch.tensor(self.vocab.encode(list(text)), dtype=torch.long)
+
+    def decode(self, ids) -> str:
+        """The characters of ``ids`` (special tokens left out)."""
+        return "".join(self.vocab.decode([int(i) for i in ids]))
+
+
+def char_corpus(text: str, valid_fraction: float = 0.1, vocab: Vocabulary | None = None) -> CharCorpus:
+    """Split ``text`` by position and map characters to ids.
+
+    Parameters
+    ----------
+    text : str
+    valid_fraction : float
+        Share of the text, at its end, held out; in (0, 1).
+    vocab : Vocabulary, optional
+        Reuse a vocabulary (e.g. a trained model's); default: built from the training part.
+
+    Returns
+    -------
+    CharCorpus
+
+    Raises
+    ------
+    ValueError
+        If ``valid_fraction`` is outside (0, 1) or a part has fewer than 2 characters.
+    """
+    if not 0.0 < valid_fraction < 1.0:
+        raise ValueError(f"valid_fraction must lie in (0, 1), got {valid_fraction}")
+    cut = int(round(len(text) * (1.0 - valid_fraction)))
+    if cut < 2 or len(text) - cut < 2:
+        raise ValueError(f"the text has {len(text)} characters: too few to split into training and held-out text")
+    vocab = Vocabulary.build([list(text[:cut])]) if vocab is None else vocab
+    corpus = CharCorpus(vocab=vocab, train=torch.empty(0, dtype=torch.long), valid=torch.empty(0, dtype=torch.long))
+    corpus.train, corpus.valid = corpus.encode(text[:cut]), corpus.encode(text[cut:])
+    return corpus
+
+
+def random_windows(ids: torch.Tensor, context: int, batch_size: int,
+                   generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` windows of ``context + 1`` consecutive ids at random places: inputs and next tokens.
+
+    Returns
+    -------
+    inputs, targets : (batch_size, context) int64
+        ``targets[:, t] = inputs[:, t + 1]``, shifted by one along the text.
+
+    Raises
+    ------
+    ValueError
+        If ``ids`` holds no window of ``context + 1`` tokens.
+    """
+    if ids.numel() < context + 1:
+        raise ValueError(f"a text of {ids.numel()} tokens holds no window of context + 1 = {context + 1}")
+    starts = torch.randint(0, ids.numel() - context, (batch_size,), generator=generator)
+    windows = ids[starts[:, None] + torch.arange(context + 1)]
+    return windows[:, :-1], windows[:, 1:]
+
+
+def bigram_bits_per_char(train: torch.Tensor, valid: torch.Tensor, vocab_size: int, alpha: float = 0.1) -> float:
+    """Held-out cross-entropy, in bits per character, of an add-alpha bigram model.
+
+    P(b | a) = (count(a, b) + alpha) / (count(a) + alpha * vocab_size), counted on ``train``.
+
+    Parameters
+    ----------
+    train, valid : (n,) int64 tensors of ids < vocab_size
+    vocab_size : int
+    alpha : float
+        Additive smoothing (> 0), so that an unseen pair has a finite cost.
+
+    Returns
+    -------
+    float
+        -1/(n-1) sum_t log2 P(valid[t+1] | valid[t]).
+    """
+    if alpha <= 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    counts = torch.zeros(vocab_size, vocab_size, dtype=torch.float64)
+    counts.index_put_((train[:-1], train[1:]), torch.ones(train.numel() - 1, dtype=torch.float64), accumulate=True)
+    probs = (counts + alpha) / (counts.sum(1, keepdim=True) + alpha * vocab_size)
+    return float(-probs[valid[:-1], valid[1:]].log().mean() / math.log(2))

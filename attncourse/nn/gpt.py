@@ -1,0 +1,226 @@
+"""A decoder-only Transformer language model ("GPT"): the Transformer's decoder without cross-attention.
+
+Take the encoder-decoder of chapter 6, drop the encoder and the cross-attention,
+and keep the masked self-attention and the FFN: a stack of identical blocks
+that reads tokens x_1 .. x_T and predicts, at each position t, the next token
+x_{t+1} from x_1 .. x_t (Radford et al. 2018). The causal mask is what makes this
+a language model: without it position t sees x_{t+1} and copies it.
+
+Each block is pre-norm (as in GPT-2, Radford et al. 2019, section 2.3):
+
+    x = x + CausalSelfAttention(LayerNorm(x))
+    x = x + FFN(LayerNorm(x))
+
+with a final LayerNorm, and the output layer tied to the token embedding
+(Press and Wolf 2017). Positions come from one of four schemes:
+``"sinusoidal"`` and ``"learned"`` add a vector to each embedded token
+(:mod:`attncourse.nn.positional`, chapter 5); ``"rope"`` rotates queries and keys
+and ``"alibi"`` biases the scores, inside every attention layer
+(:mod:`attncourse.nn.gqa`). ``num_kv_heads`` selects multi-head, grouped-query
+or multi-query attention, ``window`` sliding-window attention.
+
+Generation feeds the prompt once, then one token at a time; each layer keeps
+its keys and values in chapter 6's :class:`~attncourse.nn.attention.KVCache`
+(:meth:`GPT.init_cache`), so a step projects only the new token.
+
+References
+----------
+Radford, Narasimhan, Salimans, Sutskever (2018), "Improving Language Understanding
+by Generative Pre-Training", section 3.1.
+Radford et al. (2019), "Language Models are Unsupervised Multitask Learners", section 2.3.
+Vaswani et al. (2017), sections 3.1-3.5.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from attncourse.nn.attention import KVCache
+from attncourse.nn.gqa import CausalSelfAttention
+from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from attncourse.nn.transformer import PositionwiseFeedForward, residual
+
+#: The values of ``GPT(positional=...)``.
+GPT_POSITIONAL: tuple[str, ...] = ("sinusoidal", "learned", "rope", "alibi")
+
+
+class DecoderOnlyBlock(nn.Module):
+    """Pre-norm causal self-attention and FFN, each in a residual connection.
+
+    Parameters
+    ----------
+    d_model, num_heads, d_ff : int
+    num_kv_heads : int, optional
+    positional : {None, "rope", "alibi"}
+        Passed to :class:`~attncourse.nn.gqa.CausalSelfAttention`.
+    causal : bool
+    window : int, optional
+    dropout : float
+        Residual dropout.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, num_kv_heads: int | None = None,
+                 positional: str | None = None, causal: bool = True, window: int | None = None,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.attn = CausalSelfAttention(d_model, num_heads, num_kv_heads, positional, causal, window)
+        self.ffn = PositionwiseFeedForward(d_model, d_ff)
+        self.attn_norm = nn.LayerNorm(d_model)
+        self.ffn_norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: KVCache | None = None,
+                need_weights: bool = False, fast: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x (batch, seq_len, d_model)`` -> same shape, and the weights ``(batch, h, seq_len, src_len)`` or None."""
+        x, weights = residual(
+            x, lambda h: self.attn(h, mask, kv_cache, need_weights=need_weights, fast=fast),
+            self.attn_norm, self.dropout, norm_first=True,
+        )
+        x, _ = residual(x, lambda h: (self.ffn(h), None), self.ffn_norm, self.dropout, norm_first=True)
+        return x, weights
+
+
+class GPT(nn.Module):
+    """A decoder-only Transformer language model.
+
+    Parameters
+    ----------
+    vocab_size : int
+    d_model : int
+    num_heads : int
+        Query heads h; must divide ``d_model``.
+    num_layers : int
+        Blocks L.
+    d_ff : int
+        FFN inner width.
+    max_len : int
+        Positions of the sinusoidal or learned table; inputs longer than this raise.
+        RoPE and ALiBi have no table and take any length.
+    positional : {"sinusoidal", "learned", "rope", "alibi"}
+    num_kv_heads : int, optional
+        Key/value heads g (default h): h multi-head, 1 multi-query, between grouped.
+    causal : bool
+        ``False`` drops the causal mask (the model can then see the token it predicts).
+    window : int, optional
+        Sliding-window attention over the last ``window`` positions.
+    dropout : float
+        On embeddings and on every sublayer's output.
+
+    Attributes
+    ----------
+    config : dict
+        The constructor arguments; ``GPT.from_config(model.config)`` rebuilds the architecture.
+    embedding : nn.Embedding(vocab_size, d_model)
+        Initialised N(0, 1/d_model) and scaled by sqrt(d_model), as in chapter 6.
+    positional_encoding : SinusoidalPositionalEncoding, LearnedPositionalEncoding or None
+    blocks : nn.ModuleList of DecoderOnlyBlock
+    final_norm : nn.LayerNorm
+    output_proj : nn.Linear(d_model, vocab_size, bias=False), its weight tied to ``embedding.weight``
+
+    Raises
+    ------
+    ValueError
+        If ``positional`` is unknown, a size is not positive, or the heads do not divide.
+
+    References
+    ----------
+    Radford et al. (2018, 2019); Vaswani et al. (2017).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 8, num_layers: int = 2,
+                 d_ff: int = 256, max_len: int = 256, positional: str = "rope",
+                 num_kv_heads: int | None = None, causal: bool = True, window: int | None = None,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        if positional not in GPT_POSITIONAL:
+            raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
+        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
+                            ("num_layers", num_layers), ("d_ff", d_ff), ("max_len", max_len)):
+            if int(value) != value or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        num_kv_heads = num_heads if num_kv_heads is None else int(num_kv_heads)
+        self.config: dict[str, Any] = {
+            "vocab_size": int(vocab_size), "d_model": int(d_model), "num_heads": int(num_heads),
+            "num_layers": int(num_layers), "d_ff": int(d_ff), "max_len": int(max_len),
+            "positional": positional, "num_kv_heads": num_kv_heads, "causal": bool(causal),
+            "window": None if window is None else int(window), "dropout": float(dropout),
+        }
+        self.d_model, self.max_len, self.positional = int(d_model), int(max_len), positional
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
+        table = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding}
+        self.positional_encoding = table[positional](max_len, d_model) if positional in table else None
+        inside = positional if positional in ("rope", "alibi") else None
+        self.blocks = nn.ModuleList(
+            DecoderOnlyBlock(d_model, num_heads, d_ff, num_kv_heads, inside, causal, window, dropout)
+            for _ in range(num_layers)
+        )
+        self.final_norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.output_proj = nn.Linear(d_model, vocab_size, bias=False)
+        self.output_proj.weight = self.embedding.weight
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> GPT:
+        """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict."""
+        return cls(**config)
+
+    def init_cache(self, batch: int) -> list[KVCache]:
+        """One empty :class:`KVCache` per block, ``(batch, num_kv_heads, 0, d_k)``."""
+        return [block.attn.empty_cache(batch) for block in self.blocks]
+
+    def cache_bytes_per_token(self) -> int:
+        """Bytes the KV cache grows by per token and sequence: ``2 * layers * num_kv_heads * d_k * bytes``."""
+        attn = self.blocks[0].attn
+        element = self.embedding.weight.element_size()
+        return 2 * len(self.blocks) * attn.num_kv_heads * attn.d_k * element
+
+    def forward(self, tokens: torch.Tensor, kv_caches: list[KVCache] | None = None,
+                mask: torch.Tensor | None = None, need_weights: bool = False,
+                fast: bool = True) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """Logits of the next token at every position.
+
+        Parameters
+        ----------
+        tokens : (batch, seq_len) int
+            Token ids; with ``kv_caches`` the positions after the cached ones.
+        kv_caches : list of KVCache, optional
+            From :meth:`init_cache`; each layer's keys and values are appended in place.
+        mask : bool tensor broadcastable to (batch, num_heads, seq_len, cache_len + seq_len), optional
+            Extra mask, ``True`` = may attend (e.g. left padding), combined with the causal mask.
+        need_weights : bool
+            Return every layer's attention weights.
+        fast : bool
+            See :meth:`attncourse.nn.gqa.CausalSelfAttention.forward`.
+
+        Returns
+        -------
+        logits : (batch, seq_len, vocab_size)
+            Scores of x_{t+1} given x_1 .. x_t (given the whole sequence if ``causal=False``).
+        weights : list over layers of (batch, num_heads, seq_len, cache_len + seq_len), or of None
+
+        Raises
+        ------
+        ValueError
+            If ``tokens`` is not 2-D, the caches do not match the layers, or a position
+            does not fit a sinusoidal/learned table of ``max_len`` rows.
+        """
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must be (batch, seq_len), got {tuple(tokens.shape)}")
+        if kv_caches is not None and len(kv_caches) != len(self.blocks):
+            raise ValueError(f"kv_caches has {len(kv_caches)} entries for {len(self.blocks)} layers")
+        offset = 0 if kv_caches is None else len(kv_caches[0])
+        x = self.embedding(tokens) * math.sqrt(self.d_model)
+        if self.positional_encoding is not None:
+            x = self.positional_encoding(x, offset)
+        x = self.dropout(x)
+        all_weights = []
+        for i, block in enumerate(self.blocks):
+            cache = None if kv_caches is None else kv_caches[i]
+            x, weights = block(x, mask, cache, need_weights=need_weights, fast=fast)
+            all_weights.append(weights)
+        return self.output_proj(self.final_norm(x)), all_weights

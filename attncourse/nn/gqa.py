@@ -1,0 +1,272 @@
+"""Causal self-attention with fewer key/value heads: multi-query and grouped-query attention.
+
+Multi-head attention (chapter 5) projects queries, keys and values into h heads
+each. While generating, the keys and values of every earlier token are kept in a
+KV cache, whose size per token is ``2 * layers * heads * d_k`` numbers; at long
+contexts reading it dominates the time per token. Shazeer (2019) keeps h query
+heads but a *single* key and value head shared by all of them (multi-query
+attention, MQA); Ainslie et al. (2023) take the middle road of g groups of query
+heads, each sharing one key/value head (grouped-query attention, GQA):
+
+    head_i = Attention(Q W_i^Q, K W_{g(i)}^K, V W_{g(i)}^V),  g(i) = floor(i / (h / g))
+
+so ``num_kv_heads = h`` is multi-head attention, ``1`` is multi-query and values
+in between are grouped. The cache and W^K, W^V shrink by h / g; the queries and
+W^O do not change.
+
+:class:`CausalSelfAttention` is that attention for a decoder-only model, with
+the position schemes that act inside attention: RoPE rotates queries and keys
+(:mod:`attncourse.nn.rope`), ALiBi biases the scores (:mod:`attncourse.nn.alibi`).
+It can also restrict each query to the last ``window`` keys (sliding-window
+attention; :func:`attncourse.functional.sliding_window_mask`). The cache is chapter
+6's :class:`~attncourse.nn.attention.KVCache`, holding the ``num_kv_heads`` heads
+(keys already rotated with RoPE), so its memory shrinks with them.
+
+References
+----------
+Shazeer (2019), "Fast Transformer Decoding: One Write-Head is All You Need", section 3.
+Ainslie et al. (2023), "GQA: Training Generalized Multi-Query Transformer Models
+from Multi-Head Checkpoints", section 2.2.
+Vaswani et al. (2017), section 3.2.2 (multi-head attention), equation (1).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attncourse.functional.torch_attention import masked_softmax
+from attncourse.nn.alibi import alibi_bias
+from attncourse.nn.attention import KVCache, merge_heads, split_heads
+from attncourse.nn.rope import apply_rope
+
+#: What ``CausalSelfAttention(positional=...)`` accepts: schemes acting inside attention, or None.
+ATTENTION_POSITIONAL: tuple[str | None, ...] = (None, "rope", "alibi")
+
+
+def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Expand ``num_kv_heads`` key (or value) heads to ``num_heads``: head i gets kv head i // group.
+
+    Parameters
+    ----------
+    x : (batch, num_kv_heads, seq_len, d)
+    num_heads : int
+        Number of query heads h; a multiple of ``num_kv_heads``.
+
+    Returns
+    -------
+    (batch, num_heads, seq_len, d)
+        Each kv head repeated ``group = num_heads // num_kv_heads`` times in a row
+        (``repeat_interleave``, as ``scaled_dot_product_attention(enable_gqa=True)`` does).
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not 4-D or ``num_heads`` is not a multiple of its heads.
+    """
+    if x.dim() != 4 or num_heads % x.shape[1] != 0:
+        raise ValueError(
+            f"repeat_kv needs (batch, num_kv_heads, seq_len, d) with num_heads={num_heads} a multiple of "
+            f"num_kv_heads, got {tuple(x.shape)}"
+        )
+    group = num_heads // x.shape[1]
+    return x if group == 1 else x.repeat_interleave(group, dim=1)
+
+
+def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | None = None,
+                 device=None) -> torch.Tensor | None:
+    """Which keys each query may attend to, the queries being the last ``tgt_len`` of ``src_len`` positions.
+
+    Parameters
+    ----------
+    tgt_len, src_len : int
+    causal : bool
+        Query at position i sees keys j <= i (Vaswani et al. 2017, section 3.2.3).
+    window : int, optional
+        Also ``i - j < window``: the query and the ``window - 1`` positions before it.
+
+    Returns
+    -------
+    (tgt_len, src_len) bool tensor, ``True`` = may attend; None when every key is allowed
+    (no mask and no window, or one causal query at the last position, as in a decoding step).
+
+    Raises
+    ------
+    ValueError
+        If ``window < 1``.
+    """
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if window is not None and window >= src_len:
+        window = None  # the window holds every key
+    if (not causal or tgt_len <= 1) and window is None:
+        return None  # one query at the last position may see every key, as may a query without a mask
+    query_pos = torch.arange(tgt_len, device=device)[:, None] + (src_len - tgt_len)
+    key_pos = torch.arange(src_len, device=device)[None, :]
+    allowed = torch.ones(tgt_len, src_len, dtype=torch.bool, device=device)
+    if causal:
+        allowed &= key_pos <= query_pos
+    if window is not None:
+        allowed &= (query_pos - key_pos).abs() < window
+    return allowed
+
+
+class CausalSelfAttention(nn.Module):
+    """Self-attention with ``num_heads`` query heads and ``num_kv_heads`` key/value heads.
+
+    Parameters
+    ----------
+    d_model : int
+    num_heads : int
+        h query heads, each d_k = d_model / h wide.
+    num_kv_heads : int, optional
+        g key/value heads, dividing h; default h (multi-head). 1 is multi-query attention.
+    positional : {None, "rope", "alibi"}
+        A position scheme acting inside attention (None when positions are added
+        to the embeddings, or absent).
+    causal : bool
+        Apply the causal mask (default). ``False`` lets every position see the
+        whole sequence, the future included.
+    window : int, optional
+        Sliding window: each query sees at most the last ``window`` keys (itself included).
+    rope_base : float
+        theta's base for RoPE (10000).
+    bias : bool
+        Biases on the four projections.
+
+    Attributes
+    ----------
+    w_q : nn.Linear(d_model, h * d_k)
+    w_k, w_v : nn.Linear(d_model, g * d_k)
+        One key and one value projection per kv head (h / g times smaller than in MHA).
+    w_o : nn.Linear(h * d_k, d_model)
+
+    Raises
+    ------
+    ValueError
+        If ``d_model`` is not divisible by ``num_heads``, ``num_heads`` not by
+        ``num_kv_heads``, ``positional`` is unknown or ``window < 1``.
+
+    References
+    ----------
+    Shazeer (2019); Ainslie et al. (2023), section 2.2; Su et al. (2021); Press et al. (2022).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
+                 positional: str | None = None, causal: bool = True, window: int | None = None,
+                 rope_base: float = 10000.0, bias: bool = False) -> None:
+        super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if min(d_model, num_heads, num_kv_heads) < 1 or d_model % num_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads} (both positive)")
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads} "
+                             f"(each kv head serves a group of query heads)")
+        if positional not in ATTENTION_POSITIONAL:
+            raise ValueError(f"positional must be one of {ATTENTION_POSITIONAL}, got {positional!r}")
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.d_model, self.num_heads, self.num_kv_heads = int(d_model), int(num_heads), int(num_kv_heads)
+        self.d_k = self.d_model // self.num_heads
+        if positional == "rope" and self.d_k % 2:
+            raise ValueError(f"RoPE rotates feature pairs: d_k = d_model / num_heads = {self.d_k} must be even")
+        self.positional, self.causal, self.window = positional, bool(causal), window
+        self.rope_base = float(rope_base)
+        self.w_q = nn.Linear(d_model, self.num_heads * self.d_k, bias=bias)
+        self.w_k = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
+        self.w_o = nn.Linear(self.num_heads * self.d_k, d_model, bias=bias)
+
+    def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> KVCache:
+        """A :class:`KVCache` with no entries, ``k, v: (batch, num_kv_heads, 0, d_k)``."""
+        dtype = self.w_q.weight.dtype if dtype is None else dtype
+        device = self.w_q.weight.device if device is None else device
+        empty = torch.zeros(batch, self.num_kv_heads, 0, self.d_k, dtype=dtype, device=device)
+        return KVCache(k=empty, v=empty.clone())
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: KVCache | None = None,
+                need_weights: bool = False, fast: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from each new position to the cached ones and to the new ones allowed by the mask.
+
+        Parameters
+        ----------
+        x : (batch, seq_len, d_model)
+            The new positions; with ``kv_cache`` they come after the ``len(kv_cache)`` cached ones.
+        mask : bool tensor broadcastable to (batch, num_heads, seq_len, cache_len + seq_len), optional
+            Extra mask, ``True`` = may attend (e.g. a key padding mask ``[:, None, None, :]``),
+            combined with the causal and window masks.
+        kv_cache : KVCache, optional
+            Keys (rotated, with RoPE) and values of earlier positions,
+            ``(batch, num_kv_heads, cache_len, d_k)``; this call's are appended in place.
+        need_weights : bool
+            Return the weights (forces the written-out path).
+        fast : bool
+            Use ``scaled_dot_product_attention`` when the weights are not needed.
+
+        Returns
+        -------
+        output : (batch, seq_len, d_model)
+        weights : (batch, num_heads, seq_len, cache_len + seq_len) or None
+            Rows sum to 1 (0 where masked; a fully masked row is all zeros).
+
+        Raises
+        ------
+        ValueError
+            If ``x`` is not ``(batch, seq_len, d_model)`` or the cache's batch differs.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
+        batch, seq_len, _ = x.shape
+        offset = 0 if kv_cache is None else len(kv_cache)
+        if kv_cache is not None and kv_cache.k.shape[0] != batch:
+            raise ValueError(f"x {tuple(x.shape)} and the cached keys {tuple(kv_cache.k.shape)} differ in batch")
+        q = split_heads(self.w_q(x), self.num_heads)  # (batch, h, seq_len, d_k)
+        k = split_heads(self.w_k(x), self.num_kv_heads)  # (batch, g, seq_len, d_k)
+        v = split_heads(self.w_v(x), self.num_kv_heads)
+        if self.positional == "rope":
+            positions = torch.arange(offset, offset + seq_len, device=x.device)
+            q, k = apply_rope(q, positions, self.rope_base), apply_rope(k, positions, self.rope_base)
+        if kv_cache is not None:
+            kv_cache.append(k, v)
+            k, v = kv_cache.k, kv_cache.v
+        src_len = k.shape[2]
+        allowed = allowed_keys(seq_len, src_len, self.causal, self.window, device=x.device)
+        if mask is not None:
+            allowed = mask if allowed is None else mask & allowed
+        bias = None
+        if self.positional == "alibi":
+            bias = alibi_bias(self.num_heads, seq_len, src_len).to(device=x.device, dtype=q.dtype)
+        if need_weights or not fast:
+            k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # equation (1)
+            if bias is not None:
+                scores = scores + bias
+            weights = masked_softmax(scores, allowed)
+            heads = weights @ v
+        else:
+            heads = self._fast(q, k, v, allowed, bias, is_causal=self.causal and self.window is None
+                               and mask is None and offset == 0)
+            weights = None
+        return self.w_o(merge_heads(heads)), weights
+
+    @staticmethod
+    def _fast(q, k, v, allowed, bias, is_causal: bool) -> torch.Tensor:
+        # Without a bias SDPA shares the kv heads itself (enable_gqa), reading each one once;
+        # with ALiBi's float bias the heads are expanded first.
+        if bias is not None:
+            k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
+        gqa = k.shape[1] != q.shape[1]
+        if bias is None and (allowed is None or is_causal):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal and allowed is not None,
+                                                  enable_gqa=gqa)
+        if allowed is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        # A row with no allowed key (e.g. a left-padding query) attends everywhere, then is zeroed.
+        fully_masked = ~allowed.any(dim=-1, keepdim=True)
+        allowed = allowed | fully_masked
+        attn_mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=gqa)
+        return out.masked_fill(fully_masked, 0.0)

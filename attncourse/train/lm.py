@@ -1,0 +1,279 @@
+"""Train and evaluate the character-level decoder-only language model of chapter 7.
+
+:class:`LMConfig` fixes everything a run depends on (the corpus, by its digest;
+the model; the optimiser; the budget in steps). :func:`train_lm` trains a
+:class:`~attncourse.nn.gpt.GPT` on random windows of the training text through
+:func:`~attncourse.train.loop.train_epochs`, in "epochs" of ``steps_per_epoch``
+steps, so a finished run loads from ``runs_dir`` instead of training again, an
+interrupted one resumes, and every checkpoint loads with ``weights_only=True``.
+
+Losses are in nats per character (cross-entropy with the natural log);
+:func:`bits_per_char` converts. :func:`heldout_loss` scores non-overlapping
+windows of the held-out text, each position predicted from the earlier positions
+of its window (so it averages over contexts of 0 .. context - 1 characters);
+:func:`loss_without_peeking` predicts each held-out character from the
+``context`` characters before it *only*, the way generation sees the text, which
+is the honest score of a model trained without the causal mask.
+
+References
+----------
+Radford et al. (2018), section 3.1 (the language-modelling objective).
+Loshchilov, Hutter (2019), "Decoupled Weight Decay Regularization" (AdamW).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from attncourse.data.text import CharCorpus, random_windows, text_digest
+from attncourse.data.vocab import Vocabulary
+from attncourse.nn.gpt import GPT
+from attncourse.train.loop import EpochRun, train_epochs
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """One language-model run: model, data, optimiser and budget.
+
+    Attributes
+    ----------
+    positional : {"sinusoidal", "learned", "rope", "alibi"}
+    num_kv_heads : int or None
+        None: as many as ``num_heads`` (multi-head); ``num_heads`` itself is stored as None.
+    causal : bool
+    window : int or None
+        Sliding-window attention.
+    d_model, num_heads, num_layers, d_ff, max_len : int
+        The :class:`~attncourse.nn.gpt.GPT`'s sizes.
+    context : int
+        Training window, in characters.
+    batch_size : int
+        Windows per step.
+    steps : int
+        Optimiser steps in all; a multiple of ``steps_per_epoch``.
+    steps_per_epoch : int
+        Steps between checkpoints and validation.
+    lr : float
+        AdamW's learning rate, constant after ``warmup`` linear steps.
+    warmup : int
+    weight_decay : float
+    clip_norm : float
+    dropout : float
+    seed : int
+        Initial weights and the windows drawn.
+    corpus : str
+        Digest of the text (:func:`~attncourse.data.text.text_digest`), set by :func:`train_lm`.
+    """
+
+    positional: str = "rope"
+    num_kv_heads: int | None = None
+    causal: bool = True
+    window: int | None = None
+    d_model: int = 64
+    num_heads: int = 8
+    num_layers: int = 2
+    d_ff: int = 256
+    max_len: int = 256
+    context: int = 64
+    batch_size: int = 32
+    steps: int = 300
+    steps_per_epoch: int = 100
+    lr: float = 3e-3
+    warmup: int = 30
+    weight_decay: float = 0.01
+    clip_norm: float = 1.0
+    dropout: float = 0.0
+    seed: int = 0
+    corpus: str = ""
+
+    def __post_init__(self) -> None:
+        if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
+            object.__setattr__(self, "num_kv_heads", None)
+        if self.steps < 1 or self.steps_per_epoch < 1 or self.steps % self.steps_per_epoch:
+            raise ValueError(f"steps={self.steps} must be a positive multiple of "
+                             f"steps_per_epoch={self.steps_per_epoch}")
+        if self.context < 1 or self.batch_size < 1:
+            raise ValueError(f"context and batch_size must be positive, got {self.context}, {self.batch_size}")
+        if self.positional in ("sinusoidal", "learned") and self.context > self.max_len:
+            raise ValueError(f"context={self.context} does not fit max_len={self.max_len} positions")
+
+    @property
+    def run_name(self) -> str:
+        """Readable prefix of the run's folder under ``runs_dir``."""
+        kv = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        mask = "causal" if self.causal else "nomask"
+        window = "" if self.window is None else f"-w{self.window}"
+        return f"lm/{self.positional}-kv{kv}-{mask}{window}-seed{self.seed}"
+
+
+def build_lm(config: LMConfig, vocab_size: int) -> GPT:
+    """The untrained :class:`~attncourse.nn.gpt.GPT` of ``config``."""
+    return GPT(vocab_size, d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
+               d_ff=config.d_ff, max_len=config.max_len, positional=config.positional,
+               num_kv_heads=config.num_kv_heads, causal=config.causal, window=config.window,
+               dropout=config.dropout)
+
+
+def bits_per_char(loss_nats: float) -> float:
+    """A cross-entropy in nats per character, in bits: ``loss / ln 2``."""
+    return loss_nats / math.log(2)
+
+
+def _model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def heldout_loss(model: GPT, ids: torch.Tensor, context: int, max_windows: int | None = None,
+                 batch_size: int = 64, per_position: bool = False) -> float | torch.Tensor:
+    """Mean cross-entropy (nats/char) over non-overlapping windows of ``context`` predictions.
+
+    Parameters
+    ----------
+    model : GPT
+    ids : (n,) int64
+        E.g. the held-out text.
+    context : int
+        Window length; each window's t-th target is predicted from its first t + 1 inputs.
+    max_windows : int, optional
+        Use the first windows only (all by default).
+    batch_size : int
+        Windows per forward pass.
+    per_position : bool
+        Return the mean loss at each position of the window instead of the overall mean.
+
+    Returns
+    -------
+    float, or (context,) float64 tensor with ``per_position``
+
+    Raises
+    ------
+    ValueError
+        If ``ids`` holds no window of ``context + 1`` tokens.
+    """
+    n_windows = (ids.numel() - 1) // context
+    if n_windows < 1:
+        raise ValueError(f"{ids.numel()} tokens hold no window of context + 1 = {context + 1}")
+    n_windows = n_windows if max_windows is None else min(n_windows, max_windows)
+    starts = torch.arange(n_windows) * context
+    was_training = model.training
+    model.eval()
+    total, count = torch.zeros(context, dtype=torch.float64), 0
+    for first in range(0, n_windows, batch_size):
+        windows = ids[starts[first:first + batch_size, None] + torch.arange(context + 1)].to(_model_device(model))
+        logits, _ = model(windows[:, :-1])
+        losses = F.cross_entropy(logits.transpose(1, 2), windows[:, 1:], reduction="none")  # (batch, context)
+        total += losses.double().sum(0).cpu()
+        count += windows.shape[0]
+    model.train(was_training)
+    return total / count if per_position else float(total.sum() / (count * context))
+
+
+@torch.no_grad()
+def loss_without_peeking(model: GPT, ids: torch.Tensor, context: int, n_targets: int = 512) -> float:
+    """Mean cross-entropy (nats/char) of ``n_targets`` characters, each predicted from the ``context`` before it only.
+
+    Each target gets its own input window, ``ids[t - context : t]``, and only the
+    last position's prediction counts: the model never receives the character it
+    predicts, nor any later one, whatever its mask. For a causal model this is its
+    loss at context length ``context``; a model trained without the mask is scored
+    on what it can do when generating.
+
+    Raises
+    ------
+    ValueError
+        If ``ids`` has fewer than ``context + 1`` tokens.
+    """
+    if ids.numel() < context + 1:
+        raise ValueError(f"{ids.numel()} tokens hold no window of context + 1 = {context + 1}")
+    targets = torch.linspace(context, ids.numel() - 1, min(n_targets, ids.numel() - context)).long()
+    was_training = model.training
+    model.eval()
+    windows = ids[targets[:, None] - context + torch.arange(context)].to(_model_device(model))
+    logits, _ = model(windows)
+    loss = float(F.cross_entropy(logits[:, -1], ids[targets].to(logits.device)))
+    model.train(was_training)
+    return loss
+
+
+def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, progress: bool = True,
+             device: str | torch.device | None = None, out_dir: str | Path | None = None) -> EpochRun:
+    """Train (or load) the language model of ``config`` on ``corpus``.
+
+    Parameters
+    ----------
+    config : LMConfig
+        Its ``corpus`` field is set to the digest of ``text`` when it is empty.
+    corpus : CharCorpus
+    text : str, optional
+        The corpus's text, to name it in the config (required when ``config.corpus`` is empty).
+    progress : bool
+        A tqdm bar over the epochs.
+    device : str or torch.device, optional
+    out_dir : path, optional
+        Default ``runs_dir(f"{config.run_name}-{hash}")``.
+
+    Returns
+    -------
+    EpochRun
+        ``history`` rows: ``epoch``, ``seconds``, ``step``, ``train_loss`` (nats, mean
+        over the epoch's steps), ``valid_loss`` (nats, :func:`heldout_loss` at
+        ``config.context`` on the first 64 held-out windows), ``valid_bits_per_char``.
+        ``model.vocab`` is set to the corpus's vocabulary.
+
+    Raises
+    ------
+    ValueError
+        If neither ``config.corpus`` nor ``text`` names the corpus.
+    """
+    if not config.corpus:
+        if text is None:
+            raise ValueError("train_lm needs the text (or config.corpus set to its digest) to name the run")
+        config = dataclasses.replace(config, corpus=text_digest(text))
+    vocab_size = len(corpus.vocab)
+
+    def build(dev: torch.device):
+        model = build_lm(config, vocab_size).to(dev)
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
+        return model, optimizer
+
+    def train_epoch(model: GPT, optimizer: torch.optim.Optimizer, epoch: int, state: dict):
+        dev = _model_device(model)
+        total = 0.0
+        for i in range(config.steps_per_epoch):
+            step = (epoch - 1) * config.steps_per_epoch + i + 1
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr * min(1.0, step / max(1, config.warmup))
+            inputs, targets = random_windows(corpus.train, config.context, config.batch_size)
+            logits, _ = model(inputs.to(dev))
+            loss = F.cross_entropy(logits.flatten(0, 1), targets.to(dev).flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
+            optimizer.step()
+            total += float(loss.detach())
+        return {"step": epoch * config.steps_per_epoch, "train_loss": total / config.steps_per_epoch}
+
+    def evaluate(model: GPT):
+        loss = heldout_loss(model, corpus.valid, config.context, max_windows=64)
+        return {"valid_loss": loss, "valid_bits_per_char": bits_per_char(loss)}
+
+    run = train_epochs(config.run_name, dataclasses.asdict(config), build, train_epoch, evaluate,
+                       config.steps // config.steps_per_epoch, seed=config.seed, progress=progress,
+                       device=device, out_dir=out_dir)
+    run.model.vocab = corpus.vocab
+    return run
+
+
+def vocab_of(run: EpochRun) -> Vocabulary:
+    """The vocabulary :func:`train_lm` attached to its model."""
+    return run.model.vocab

@@ -1,0 +1,88 @@
+"""The command line's train-lm and sample: runs, resume after an interruption, one-line errors."""
+
+import json
+
+import pytest
+
+import attncourse.train.lm as lm
+from attncourse.train.cli import main
+
+TEXT = "hello world. the attention is all you need. " * 40
+SMALL = ["--steps", "40", "--steps-per-epoch", "20", "--context", "16", "--d-model", "16", "--num-heads", "2",
+         "--num-layers", "1", "--d-ff", "32", "--no-progress"]
+
+
+@pytest.fixture()
+def text_file(tmp_path):
+    path = tmp_path / "text.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+def test_train_then_sample(tmp_path, text_file, capsys):
+    out = tmp_path / "run"
+    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *SMALL]) == 0
+    assert {p.name for p in out.iterdir()} == {"checkpoint.pt", "vocab.json", "config.json", "history.json"}
+    assert len(json.loads((out / "history.json").read_text())) == 2
+    capsys.readouterr()
+    assert main(["sample", str(out), "--prompt", "hello", "--length", "30", "--seed", "1"]) == 0
+    first = capsys.readouterr().out
+    assert first.startswith("hello") and len(first) == len("hello") + 30 + 1  # no special id is generated
+    assert main(["sample", str(out), "--prompt", "hello", "--length", "30", "--seed", "1", "--no-cache"]) == 0
+    assert capsys.readouterr().out == first  # same tokens with and without the cache
+
+
+def test_resume_after_interruption_equals_an_uninterrupted_run(tmp_path, text_file, monkeypatch):
+    whole = tmp_path / "whole"
+    assert main(["train-lm", "--text", str(text_file), "--out", str(whole), *SMALL]) == 0
+    calls = {"n": 0}
+    real = lm.heldout_loss
+
+    def interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    part = tmp_path / "part"
+    monkeypatch.setattr(lm, "heldout_loss", interrupted)
+    assert main(["train-lm", "--text", str(text_file), "--out", str(part), *SMALL]) == 130
+    monkeypatch.setattr(lm, "heldout_loss", real)
+    assert main(["train-lm", "--text", str(text_file), "--out", str(part), *SMALL, "--resume"]) == 0
+    a = json.loads((whole / "history.json").read_text())
+    b = json.loads((part / "history.json").read_text())
+    assert [r["valid_loss"] for r in a] == pytest.approx([r["valid_loss"] for r in b], rel=1e-6)
+    # --overwrite starts again; a plain second run refuses to touch the directory
+    assert main(["train-lm", "--text", str(text_file), "--out", str(part), *SMALL]) == 2
+    assert main(["train-lm", "--text", str(text_file), "--out", str(part), *SMALL, "--overwrite"]) == 0
+
+
+def test_errors_are_one_line(tmp_path, text_file, capsys):
+    out = tmp_path / "run"
+    cases = [
+        ["train-lm", "--text", str(tmp_path / "missing.txt"), "--out", str(out)],
+        ["train-lm", "--text", str(text_file), "--out", str(out), "--resume", "--overwrite"],
+        ["train-lm", "--text", str(text_file), "--out", str(out), "--num-heads", "3"],
+        ["train-lm", "--text", str(text_file), "--out", str(out), "--resume"],
+        ["train-lm", "--text", str(text_file), "--out", str(out), "--steps", "30", "--steps-per-epoch", "20"],
+        ["sample", str(tmp_path)],
+    ]
+    for argv in cases:
+        capsys.readouterr()
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("attncourse: error: ") and err.count("\n") == 1, err
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"\xff\xfe" * 100)
+    assert main(["train-lm", "--text", str(binary), "--out", str(tmp_path / "b"), *SMALL]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+
+
+def test_resume_with_another_text_is_refused(tmp_path, text_file, capsys):
+    out = tmp_path / "run"
+    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *SMALL]) == 0
+    other = tmp_path / "other.txt"
+    other.write_text(TEXT.upper(), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["train-lm", "--text", str(other), "--out", str(out), *SMALL, "--resume"]) == 2
+    assert "differ" in capsys.readouterr().err
