@@ -120,6 +120,8 @@ class TiledAttention:
         One entry per tile computed, in order (empty unless a trace was asked for).
     block_q, block_k : int
         The block sizes used.
+    src_len : int
+        The number of keys.
     """
 
     output: np.ndarray
@@ -127,6 +129,7 @@ class TiledAttention:
     steps: list[TileStep]
     block_q: int
     block_k: int
+    src_len: int
 
 
 def _check_blocks(block_q: int, block_k: int) -> None:
@@ -240,7 +243,7 @@ def tiled_attention(
         partial, _ = _finish(m_now, l_now, acc_now)
         steps.append(TileStep(i, j, rows, cols, s, m_now, l_now, partial))
     output, lse = _finish(m, l, acc)
-    return TiledAttention(output, lse, steps, int(block_q), int(block_k))
+    return TiledAttention(output, lse, steps, int(block_q), int(block_k), k.shape[0])
 
 
 def weights_from_lse(q: np.ndarray, k: np.ndarray, lse: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:

@@ -8,6 +8,7 @@ They share their layout, display and redrawing through
 
 from attncourse.widgets.bahdanau import BahdanauStepper
 from attncourse.widgets.explorer import AttentionExplorer
+from attncourse.widgets.flash import FlashAttentionExplorer
 from attncourse.widgets.local_window import LocalWindow
 from attncourse.widgets.positional import PositionalEncodingExplorer
 from attncourse.widgets.stepper import SelfAttentionStepper
@@ -16,6 +17,7 @@ from attncourse.widgets.temperature import TemperatureExplorer
 __all__ = [
     "AttentionExplorer",
     "BahdanauStepper",
+    "FlashAttentionExplorer",
     "LocalWindow",
     "PositionalEncodingExplorer",
     "SelfAttentionStepper",
