@@ -30,6 +30,13 @@ from attncourse.functional.numpy_attention import (
     softmax,
 )
 from attncourse.functional.positional import positional_frequencies, relative_shift_matrix, sinusoidal_encoding
+from attncourse.functional.cost import (
+    H100_BF16_FLOPS,
+    H100_HBM_BANDWIDTH,
+    attention_bytes,
+    attention_flops,
+    peak_traced_bytes,
+)
 from attncourse.functional.flash_attention import FlashAttentionFunction, flash_attention
 from attncourse.functional.linear_attention import elu_feature_map, linear_attention, linear_attention_weights
 from attncourse.functional.sparse_masks import global_tokens_mask, mask_density, sliding_window_mask, strided_mask
@@ -70,6 +77,11 @@ __all__ = [
     "causal_mask",
     "sliding_window_mask",
     "FlashAttentionFunction",
+    "H100_BF16_FLOPS",
+    "H100_HBM_BANDWIDTH",
+    "attention_bytes",
+    "attention_flops",
+    "peak_traced_bytes",
     "OnlineSoftmaxTrace",
     "TiledAttention",
     "TileStep",
