@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from attncourse.functional.tiled_attention import check_block_sizes, key_blocks
 from attncourse.functional.torch_attention import _as_mask
 from attncourse.functional.validation import check_attention_shapes
 
@@ -35,14 +36,6 @@ def _tile_allowed(mask, causal, r0, r1, c0, c1, device) -> torch.Tensor | None:
     return allowed
 
 
-def _key_blocks(n_k: int, block_k: int, r1: int, causal: bool):
-    """``(c0, c1)`` of each key block a query block ending at row ``r1`` must visit."""
-    for c0 in range(0, n_k, block_k):
-        if causal and c0 > r1 - 1:
-            return  # the rest lies wholly in the future
-        yield c0, min(c0 + block_k, n_k)
-
-
 def _forward(q, k, v, mask, causal, block_q, block_k, scale):
     """Tiled forward pass: returns the output ``(..., tgt_len, d_v)`` and ``L (..., tgt_len)``."""
     n_q, n_k = q.shape[-2], k.shape[-2]
@@ -54,7 +47,7 @@ def _forward(q, k, v, mask, causal, block_q, block_k, scale):
         m = torch.full(q_i.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)
         l = torch.zeros_like(m)
         acc = torch.zeros(*q_i.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
-        for c0, c1 in _key_blocks(n_k, block_k, r1, causal):
+        for c0, c1 in key_blocks(n_k, block_k, r1 - 1, causal):
             s = (q_i @ k[..., c0:c1, :].transpose(-2, -1)) * scale
             allowed = _tile_allowed(mask, causal, r0, r1, c0, c1, q.device)
             if allowed is not None:
@@ -83,7 +76,7 @@ def _backward(q, k, v, out, lse, grad_out, mask, causal, block_q, block_k, scale
     for r0 in range(0, n_q, block_q):
         r1 = min(r0 + block_q, n_q)
         q_i, do_i = q[..., r0:r1, :], grad_out[..., r0:r1, :]
-        for c0, c1 in _key_blocks(n_k, block_k, r1, causal):
+        for c0, c1 in key_blocks(n_k, block_k, r1 - 1, causal):
             s = (q_i @ k[..., c0:c1, :].transpose(-2, -1)) * scale
             allowed = finite[..., r0:r1, None]
             tile = _tile_allowed(mask, causal, r0, r1, c0, c1, q.device)
@@ -177,9 +170,7 @@ def flash_attention(
     ----------
     Dao (2023), "FlashAttention-2", algorithms 1 and 2; Dao et al. (2022), algorithm 1.
     """
-    for name, size in (("block_q", block_q), ("block_k", block_k)):
-        if int(size) != size or size < 1:
-            raise ValueError(f"{name} must be a positive integer, got {size!r}")
+    check_block_sizes(block_q, block_k)
     mask = _as_mask(mask, query.device)
     scores = check_attention_shapes(query.shape, key.shape, value.shape, None if mask is None else tuple(mask.shape))
     if query.ndim < 2 or query.shape[:-2] != key.shape[:-2]:

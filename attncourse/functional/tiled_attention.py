@@ -132,10 +132,23 @@ class TiledAttention:
     src_len: int
 
 
-def _check_blocks(block_q: int, block_k: int) -> None:
+def check_block_sizes(block_q: int, block_k: int) -> None:
+    """Raise ``ValueError`` naming ``block_q`` or ``block_k`` if it is not a positive integer."""
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if int(size) != size or size < 1:
             raise ValueError(f"{name} must be a positive integer, got {size!r}")
+
+
+def key_blocks(src_len: int, block_k: int, last_row: int, causal: bool) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of each key block that a query block ending at row ``last_row`` visits.
+
+    With ``causal``, the walk stops at the first block wholly after ``last_row``: every key
+    from there on lies in the future of every query of the block (top-left alignment).
+    """
+    for start in range(0, src_len, block_k):
+        if causal and start > last_row:
+            return
+        yield start, min(start + block_k, src_len)
 
 
 def _tiles(q, k, v, mask, causal, block_q, block_k, keep) -> Iterator[tuple]:
@@ -150,10 +163,8 @@ def _tiles(q, k, v, mask, causal, block_q, block_k, keep) -> Iterator[tuple]:
     for i, r0 in enumerate(range(0, n_q, block_q)):
         r1 = min(r0 + block_q, n_q)
         q_i = q[r0:r1]  # load a block of queries (line 4 of Dao 2023, algorithm 1)
-        for j, c0 in enumerate(range(0, n_k, block_k)):
-            c1 = min(c0 + block_k, n_k)
-            if causal and c0 > r1 - 1:
-                break  # every key of this block and the next ones lies in the future: skip
+        # With a causal mask, key blocks wholly in the future are skipped, not computed.
+        for j, (c0, c1) in enumerate(key_blocks(n_k, block_k, r1 - 1, causal)):
             s = (q_i @ k[c0:c1].T) * scale  # line 8: one tile of scores
             allowed = np.ones(s.shape, dtype=bool) if mask is None else mask[r0:r1, c0:c1]
             if causal:
@@ -231,7 +242,7 @@ def tiled_attention(
             f"For batches use attncourse.functional.flash_attention (torch)"
         )
     check_attention_shapes(q.shape, k.shape, v.shape, None if mask is None else np.shape(mask))
-    _check_blocks(block_q, block_k)
+    check_block_sizes(block_q, block_k)
     if mask is not None:
         mask = np.broadcast_to(np.asarray(mask, dtype=bool), (q.shape[0], k.shape[0]))
     steps = []
