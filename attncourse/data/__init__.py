@@ -5,7 +5,8 @@
   normalisation (:mod:`.dates`) and your own TSV pairs (:mod:`.pairs`);
 - vocabularies (:mod:`.vocab`) and padded, length-bucketed batches (:mod:`.batching`);
 - toy copy/reverse/sort tasks (:mod:`.toy_tasks`) and digit canvases built from
-  scikit-learn's bundled 8x8 digits (:mod:`.canvases`).
+  scikit-learn's bundled 8x8 digits (:mod:`.canvases`);
+- associative recall, N (key, value) pairs and a query (:mod:`.recall`).
 
 ``tokenize`` here is the toy sentences' word splitter; the pairs' level-aware
 splitter is :func:`attncourse.data.pairs.tokenize`.
@@ -24,11 +25,14 @@ from attncourse.data.canvases import (
 from attncourse.data.dates import date_task
 from attncourse.data.numbers import number_pairs, number_task, number_words
 from attncourse.data.pairs import PairDataset, Splits, TSVError, detokenize, load_tsv, read_tsv, save_tsv
+from attncourse.data.recall import RecallBatch, associative_recall
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
 from attncourse.data.toy_tasks import TOY_KINDS, toy_target, toy_task
 from attncourse.data.vocab import Vocabulary
 
 __all__ = [
+    "RecallBatch",
+    "associative_recall",
     "CanvasDataset",
     "CanvasSplits",
     "RELATIONS",

@@ -38,7 +38,7 @@ from attncourse.functional.cost import (
     peak_traced_bytes,
 )
 from attncourse.functional.flash_attention import FlashAttentionFunction, flash_attention
-from attncourse.functional.linear_attention import elu_feature_map, linear_attention, linear_attention_weights
+from attncourse.functional.linear_attention import batched_linear_attention, elu_feature_map, linear_attention, linear_attention_weights
 from attncourse.functional.sparse_masks import global_tokens_mask, mask_density, sliding_window_mask, strided_mask
 from attncourse.functional.tiled_attention import (
     OnlineSoftmaxTrace,
@@ -85,6 +85,7 @@ __all__ = [
     "OnlineSoftmaxTrace",
     "TiledAttention",
     "TileStep",
+    "batched_linear_attention",
     "elu_feature_map",
     "flash_attention",
     "global_tokens_mask",

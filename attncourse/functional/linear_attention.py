@@ -23,6 +23,8 @@ Transformers with Linear Attention", ICML, eqs. (4)-(7) and (10)-(12).
 from __future__ import annotations
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from attncourse.functional.validation import check_attention_shapes
 
@@ -100,4 +102,32 @@ def linear_attention_weights(q: np.ndarray, k: np.ndarray, causal: bool = False)
     return sim / sim.sum(axis=-1, keepdims=True)
 
 
-__all__ = ["elu_feature_map", "linear_attention", "linear_attention_weights"]
+def batched_linear_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """Non-causal linear attention on tensors, batched and differentiable.
+
+    The same maths as :func:`linear_attention`, ``phi(Q) (phi(K)^T V) / (phi(Q) sum_j phi(k_j))``
+    with ``phi = elu + 1`` (Katharopoulos et al. 2020, eqs. 5-7), for models.
+
+    Parameters
+    ----------
+    query : (..., tgt_len, d_k)
+    key : (..., src_len, d_k)
+    value : (..., src_len, d_v)
+
+    Returns
+    -------
+    (..., tgt_len, d_v)
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit; the message names both.
+    """
+    check_attention_shapes(query.shape, key.shape, value.shape)
+    phi_q, phi_k = F.elu(query) + 1, F.elu(key) + 1
+    state = phi_k.transpose(-2, -1) @ value  # (..., d_k, d_v), once for all queries
+    normaliser = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)  # (..., tgt_len, 1)
+    return (phi_q @ state) / normaliser
+
+
+__all__ = ["batched_linear_attention", "elu_feature_map", "linear_attention", "linear_attention_weights"]

@@ -18,6 +18,7 @@ from attncourse.nn.image_attention import (
 )
 from attncourse.nn.attention import KVCache, MultiHeadAttention, merge_heads, split_heads
 from attncourse.nn.luong import LuongAttention, LuongDecoderState, LuongSeq2Seq, LuongSeq2SeqOutput
+from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
 from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from attncourse.nn.rnn import (
     ATTENTION_KINDS,
@@ -40,6 +41,8 @@ from attncourse.nn.transformer import (
 )
 
 __all__ = [
+    "RECALL_ATTENTIONS",
+    "RecallModel",
     "AttentionCNN",
     "ConvEncoder",
     "HardAttentionLoss",
