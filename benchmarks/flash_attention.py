@@ -33,24 +33,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention import run_on_devices, time_median  # noqa: E402
 
-from attncourse.functional import attention, flash_attention  # noqa: E402
+from attncourse.functional import attention, flash_attention, saved_tensor_bytes  # noqa: E402
 from attncourse.train import describe_device  # noqa: E402
 
 PATHS = ("textbook", "tiled", "sdpa")
-
-
-def saved_bytes(fn, *inputs) -> int:
-    """Bytes of the tensors autograd saves for the backward pass of ``fn(*inputs)``."""
-    total = 0
-
-    def pack(tensor):
-        nonlocal total
-        total += tensor.numel() * tensor.element_size()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        fn(*inputs)
-    return total
 
 
 def peak_bytes(fn, device: torch.device) -> int | None:
@@ -88,7 +74,7 @@ def run(device: torch.device, lengths, batch: int, heads: int, d_k: int, block: 
             tol = 2e-3 if dtype == torch.float16 else 1e-4
             for name in ("textbook", "tiled"):
                 torch.testing.assert_close(fns[name](q, k, v), ref, rtol=tol, atol=tol)
-        saved = {name: saved_bytes(fn, q, k, v) for name, fn in fns.items()}
+        saved = {name: saved_tensor_bytes(fn, q, k, v) for name, fn in fns.items()}
         for label, backward in (("forward", False), ("fwd+bwd", True)):
             def step(fn):
                 def go():

@@ -29,3 +29,17 @@ def test_naive_holds_n_squared_and_tiled_does_not():
     _, tiled = peak_traced_bytes(tiled_attention, q, k, v, block_q=32, block_k=32)
     assert naive > 2 * 512 * 512 * 4  # scores and weights at least
     assert tiled < 512 * 512 * 4 / 4
+
+
+def test_saved_tensor_bytes_counts_what_autograd_keeps():
+    import torch
+
+    from attncourse.functional import flash_attention, saved_tensor_bytes
+
+    x = torch.randn(10, 3, requires_grad=True)
+    y = torch.randn(10, 3, requires_grad=True)
+    assert saved_tensor_bytes(torch.mul, x, y) == 2 * 30 * 4  # x * y keeps both factors
+    assert saved_tensor_bytes(torch.add, x, y) == 0
+    q, k, v = (torch.randn(1, 2, 16, 4, requires_grad=True) for _ in range(3))
+    # q, k, v, the output and the log-sum-exp of each row.
+    assert saved_tensor_bytes(flash_attention, q, k, v) == 2 * (4 * 16 * 4 + 16) * 4

@@ -36,6 +36,7 @@ from attncourse.functional.cost import (
     attention_bytes,
     attention_flops,
     peak_traced_bytes,
+    saved_tensor_bytes,
 )
 from attncourse.functional.flash_attention import FlashAttentionFunction, flash_attention
 from attncourse.functional.linear_attention import batched_linear_attention, elu_feature_map, linear_attention, linear_attention_weights
@@ -82,6 +83,7 @@ __all__ = [
     "attention_bytes",
     "attention_flops",
     "peak_traced_bytes",
+    "saved_tensor_bytes",
     "OnlineSoftmaxTrace",
     "TiledAttention",
     "TileStep",

@@ -105,4 +105,27 @@ def peak_traced_bytes(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tupl
     return result, peak
 
 
-__all__ = ["H100_BF16_FLOPS", "H100_HBM_BANDWIDTH", "attention_bytes", "attention_flops", "peak_traced_bytes"]
+def saved_tensor_bytes(fn: Callable[..., Any], *inputs: Any) -> int:
+    """Bytes of the tensors autograd saves for the backward pass while ``fn(*inputs)`` runs.
+
+    Counted tensor by tensor with ``torch.autograd.graph.saved_tensors_hooks``, which sees
+    everything the forward pass keeps for the backward one (a custom
+    ``torch.autograd.Function``'s ``save_for_backward`` included): exact, and the same on
+    every run and device. A tensor saved twice counts twice.
+    """
+    import torch  # here, so that the NumPy counts above need no torch
+
+    total = 0
+
+    def pack(tensor):
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn(*inputs)
+    return total
+
+
+__all__ = ["H100_BF16_FLOPS", "H100_HBM_BANDWIDTH", "attention_bytes", "attention_flops", "peak_traced_bytes",
+           "saved_tensor_bytes"]
