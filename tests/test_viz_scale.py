@@ -58,3 +58,9 @@ def test_tile_states_and_tiles_figure():
     exact = scaled_dot_product_attention(q, k, v, mask=np.tril(np.ones((6, 6), dtype=bool)))[0]
     fig = plot_tiles(result, exact, 3, causal=True)
     assert len(fig.axes) == 3 and "Q block 2, K block 0" in fig.axes[0].get_title()
+
+
+def test_loglog_ticks_the_measured_lengths_of_every_call():
+    ax = plot_loglog([2048, 4096], {"a": [1.0, 2.0]}, "s")
+    plot_loglog([256, 512], {"b": [1.0, 4.0]}, "s", ax=ax)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["256", "512", "2,048", "4,096"]

@@ -16,6 +16,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import FixedLocator
 
 from attncourse.functional.tiled_attention import OnlineSoftmaxTrace, TiledAttention
 
@@ -186,11 +187,18 @@ def plot_loglog(lengths: Sequence[int], series: Mapping[str, Sequence[float]], y
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 3.6), layout="constrained")
+    # Lengths ticked by an earlier call on the same axes (loglog resets the locator).
+    locator = ax.xaxis.get_major_locator()
+    earlier = set(locator.locs) if isinstance(locator, FixedLocator) else set()
     x = np.asarray(lengths, dtype=float)
     for name, values in series.items():
         y = np.asarray(values, dtype=float)
         slope = np.polyfit(np.log(x), np.log(y), 1)[0]
         ax.loglog(x, y, "o-", label=f"{name} (slope {slope:.2f})")
+    # Tick the measured lengths themselves, written out (256, not 2.56 x 10^2).
+    ticks = sorted(earlier | set(x.tolist()))
+    ax.set_xticks(ticks, [f"{t:,.0f}" for t in ticks])
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set_xlabel("sequence length n")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
