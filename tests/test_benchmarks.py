@@ -77,3 +77,21 @@ def test_local_attention_benchmark_checks_equality_and_reports_ratios(tmp_path, 
         assert r["masked_ratio"] == pytest.approx(r["masked_ms"] / r["windowed_ms"]) and r["masked_ratio"] > 0
     assert "time / windowed time" in capsys.readouterr().out
     assert json.loads(out.read_text())["benchmark"] == "local_attention"
+
+
+def test_flash_attention_benchmark_checks_equality_and_reports_ratios_and_memory(tmp_path, capsys):
+    out = tmp_path / "flash.json"
+    rows = load("flash_attention").main([
+        "--device", "cpu", "--lengths", "16", "40", "--batch", "1", "--heads", "2", "--d-k", "8",
+        "--block", "16", "--min-run-time", "0.005", "--json", str(out),
+    ])
+    assert [(r["n"], r["pass"]) for r in rows] == [(16, "forward"), (16, "fwd+bwd"), (40, "forward"),
+                                                  (40, "fwd+bwd")]
+    for r in rows:
+        assert r["tiled_ratio"] == pytest.approx(r["tiled_ms"] / r["sdpa_ms"]) and r["sdpa_ratio"] == 1.0
+        assert r["textbook_peak_mib"] is None  # CPU: no CUDA allocator to ask
+    # The tiled path keeps q, k, v, the output and one log-sum-exp per row: 4 n d + n numbers per head.
+    assert rows[2]["tiled_saved_mib"] * 2**20 == 2 * (4 * 40 * 8 + 40) * 4
+    assert rows[2]["textbook_saved_mib"] > rows[2]["tiled_saved_mib"]
+    assert "time / SDPA time" in capsys.readouterr().out
+    assert json.loads(out.read_text())["benchmark"] == "flash_attention"

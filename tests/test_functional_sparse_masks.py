@@ -47,3 +47,55 @@ def test_each_query_sees_at_most_window_keys():
 def test_bad_sizes_are_named(args, name):
     with pytest.raises(ValueError, match=name):
         sliding_window_mask(*args)
+
+
+# ----------------------------------------------------------------------------- strided, global tokens
+
+from attncourse.functional import global_tokens_mask, mask_density, strided_mask  # noqa: E402
+
+
+def test_strided_mask_by_hand():
+    # stride 2: the band j in {i - 1, i} plus every key an even distance back.
+    expected = np.array(
+        [
+            [1, 0, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0, 0],
+            [1, 1, 1, 0, 0, 0],
+            [0, 1, 1, 1, 0, 0],
+            [1, 0, 1, 1, 1, 0],
+            [0, 1, 0, 1, 1, 1],
+        ],
+        dtype=bool,
+    )
+    np.testing.assert_array_equal(strided_mask(6, 2), expected)
+
+
+def test_strided_both_ways_is_symmetric_and_contains_the_band():
+    mask = strided_mask(10, 3, causal=False)
+    np.testing.assert_array_equal(mask, mask.T)
+    assert (mask >= sliding_window_mask(10, 5, causal=False)).all()
+    assert mask[9, 0] and not mask[9, 1]
+
+
+def test_global_tokens_mask_by_hand():
+    mask = global_tokens_mask(5, 3, [0])
+    expected = np.array(
+        [
+            [1, 1, 1, 1, 1],
+            [1, 1, 1, 0, 0],
+            [1, 1, 1, 1, 0],
+            [1, 0, 1, 1, 1],
+            [1, 0, 0, 1, 1],
+        ],
+        dtype=bool,
+    )
+    np.testing.assert_array_equal(mask, expected)
+    with pytest.raises(ValueError, match="global_tokens"):
+        global_tokens_mask(5, 3, [5])
+
+
+def test_mask_density_counts_kept_scores():
+    assert mask_density(causal_mask(4)) == 10 / 16
+    assert mask_density(sliding_window_mask(100, 10)) == pytest.approx((100 * 10 - 45) / 100 ** 2)
+    with pytest.raises(ValueError, match="stride"):
+        strided_mask(4, 0)

@@ -28,6 +28,7 @@ import attncourse.widgets.base as base  # noqa: E402
 from attncourse.widgets import (  # noqa: E402
     AttentionExplorer,
     BahdanauStepper,
+    FlashAttentionExplorer,
     LocalWindow,
     PositionalEncodingExplorer,
     SelfAttentionStepper,
@@ -56,6 +57,7 @@ MAKERS = {
     "stepper": lambda: SelfAttentionStepper(sentences=["time flies", "bank of the river"]),
     "bahdanau": lambda: BahdanauStepper(tiny_model(), SRC_VOCAB, TGT_VOCAB, EXAMPLES, max_len=6),
     "local": lambda: LocalWindow(["a", "b", "c", "d", "e"], D=1, p_t=1.3),
+    "flash": lambda: FlashAttentionExplorer(seq_len=6, block=4, causal=True),
     "temperature": lambda: TemperatureExplorer(tau=0.7),
     "positional": lambda: PositionalEncodingExplorer(max_len=16, d_model=8, position=5, dimension=3),
     "transformer": lambda: AttentionExplorer(*tiny_transformer(), ["1 2 3", "9 8 7 6"], max_len=12),

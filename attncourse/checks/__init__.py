@@ -14,6 +14,11 @@ a list of :class:`Case` objects and :func:`run_cases`.
 """
 
 from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
+from attncourse.checks.attention_at_scale import (
+    check_causal_linear_attention,
+    check_online_softmax_update,
+    check_rescale_output,
+)
 from attncourse.checks.self_attention import check_causal_mask, check_scaled_dot_product, check_softmax
 from attncourse.checks.transformer import check_merge_heads, check_split_heads
 from attncourse.checks.training import check_label_smoothing, check_noam_schedule
@@ -36,6 +41,9 @@ __all__ = [
     "Case",
     "CheckResult",
     "check_additive_score",
+    "check_causal_linear_attention",
+    "check_online_softmax_update",
+    "check_rescale_output",
     "check_doubly_stochastic_penalty",
     "check_general_score",
     "check_local_p_weights",

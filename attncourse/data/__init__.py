@@ -8,6 +8,7 @@
   scikit-learn's bundled 8x8 digits (:mod:`.canvases`);
 - character-level text for language models, by default the course's own chapters 1-6
   (:mod:`.text`).
+- associative recall, N (key, value) pairs and a query (:mod:`.recall`).
 
 ``tokenize`` here is the toy sentences' word splitter; the pairs' level-aware
 splitter is :func:`attncourse.data.pairs.tokenize`.
@@ -26,6 +27,7 @@ from attncourse.data.canvases import (
 from attncourse.data.dates import date_task
 from attncourse.data.numbers import number_pairs, number_task, number_words
 from attncourse.data.pairs import PairDataset, Splits, TSVError, detokenize, load_tsv, read_tsv, save_tsv
+from attncourse.data.recall import RecallBatch, associative_recall
 from attncourse.data.text import CharCorpus, bigram_bits_per_char, char_corpus, course_text, random_windows
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
 from attncourse.data.toy_tasks import TOY_KINDS, toy_target, toy_task
@@ -37,6 +39,8 @@ __all__ = [
     "char_corpus",
     "course_text",
     "random_windows",
+    "RecallBatch",
+    "associative_recall",
     "CanvasDataset",
     "CanvasSplits",
     "RELATIONS",

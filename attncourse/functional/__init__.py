@@ -30,7 +30,26 @@ from attncourse.functional.numpy_attention import (
     softmax,
 )
 from attncourse.functional.positional import positional_frequencies, relative_shift_matrix, sinusoidal_encoding
-from attncourse.functional.sparse_masks import sliding_window_mask
+from attncourse.functional.cost import (
+    H100_BF16_FLOPS,
+    H100_HBM_BANDWIDTH,
+    attention_bytes,
+    attention_flops,
+    peak_traced_bytes,
+    saved_tensor_bytes,
+)
+from attncourse.functional.flash_attention import FlashAttentionFunction, flash_attention
+from attncourse.functional.linear_attention import batched_linear_attention, elu_feature_map, linear_attention, linear_attention_weights
+from attncourse.functional.sparse_masks import global_tokens_mask, mask_density, sliding_window_mask, strided_mask
+from attncourse.functional.tiled_attention import (
+    OnlineSoftmaxTrace,
+    TiledAttention,
+    TileStep,
+    online_softmax_step,
+    online_softmax_trace,
+    tiled_attention,
+    weights_from_lse,
+)
 from attncourse.functional.temperature import hardmax, softmax_with_temperature
 from attncourse.functional.torch_attention import attention, masked_softmax, self_attention
 
@@ -58,6 +77,28 @@ __all__ = [
     "attention",
     "causal_mask",
     "sliding_window_mask",
+    "FlashAttentionFunction",
+    "H100_BF16_FLOPS",
+    "H100_HBM_BANDWIDTH",
+    "attention_bytes",
+    "attention_flops",
+    "peak_traced_bytes",
+    "saved_tensor_bytes",
+    "OnlineSoftmaxTrace",
+    "TiledAttention",
+    "TileStep",
+    "batched_linear_attention",
+    "elu_feature_map",
+    "flash_attention",
+    "global_tokens_mask",
+    "linear_attention",
+    "linear_attention_weights",
+    "mask_density",
+    "online_softmax_step",
+    "online_softmax_trace",
+    "strided_mask",
+    "tiled_attention",
+    "weights_from_lse",
     "masked_softmax",
     "padding_mask",
     "positional_frequencies",

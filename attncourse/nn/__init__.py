@@ -22,6 +22,7 @@ from attncourse.nn.gpt import GPT, GPT_POSITIONAL, DecoderOnlyBlock
 from attncourse.nn.gqa import CausalSelfAttention, allowed_keys, repeat_kv
 from attncourse.nn.rope import apply_rope, rope_frequencies
 from attncourse.nn.luong import LuongAttention, LuongDecoderState, LuongSeq2Seq, LuongSeq2SeqOutput
+from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
 from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
 from attncourse.nn.rnn import (
     ATTENTION_KINDS,
@@ -54,6 +55,8 @@ __all__ = [
     "apply_rope",
     "repeat_kv",
     "rope_frequencies",
+    "RECALL_ATTENTIONS",
+    "RecallModel",
     "AttentionCNN",
     "ConvEncoder",
     "HardAttentionLoss",

@@ -28,6 +28,7 @@ from attncourse.train.metrics import (
     length_buckets,
     token_accuracy,
 )
+from attncourse.train.recall import RecallConfig, recall_accuracy, train_recall
 from attncourse.train.relation import (
     RELATION_MODELS,
     RelationConfig,
@@ -39,6 +40,9 @@ from attncourse.train.schedule import noam_lambda, warmup_inverse_sqrt
 from attncourse.train.runtime import describe_device, pick_device, runs_dir, seed_everything
 
 __all__ = [
+    "RecallConfig",
+    "recall_accuracy",
+    "train_recall",
     "TASKS",
     "Experiment",
     "TrainedModel",

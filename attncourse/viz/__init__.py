@@ -13,6 +13,8 @@
   attention, and the temperature between soft and hard attention.
 - :func:`plot_attention_overlay`, :func:`plot_seed_curves`: soft and hard attention over
   digit canvases, and learning curves over seeds.
+- :func:`plot_online_softmax`, :func:`plot_tiles`, :func:`plot_loglog`,
+  :func:`plot_roofline`: FlashAttention's online softmax and tiles, costs against n.
 - :func:`plot_pixel_attention`, :func:`plot_pixel_attention_row`: where one position of a
   CNN feature map looks, with self-attention inside the CNN.
 
@@ -21,6 +23,7 @@ when no axes are given; close figures you no longer need with ``plt.close(fig)``
 """
 
 from attncourse.viz.heatmap import heatmap
+from attncourse.viz.scale import plot_loglog, plot_online_softmax, plot_roofline, plot_tiles, tile_states
 from attncourse.viz.curves import plot_curves
 from attncourse.viz.seq2seq import (
     plot_alignment,

@@ -9,6 +9,7 @@ They share their layout, display and redrawing through
 from attncourse.widgets.bahdanau import BahdanauStepper
 from attncourse.widgets.decoder_only import DecoderOnlyExplorer
 from attncourse.widgets.explorer import AttentionExplorer
+from attncourse.widgets.flash import FlashAttentionExplorer
 from attncourse.widgets.local_window import LocalWindow
 from attncourse.widgets.positional import PositionalEncodingExplorer
 from attncourse.widgets.stepper import SelfAttentionStepper
@@ -18,6 +19,7 @@ __all__ = [
     "AttentionExplorer",
     "BahdanauStepper",
     "DecoderOnlyExplorer",
+    "FlashAttentionExplorer",
     "LocalWindow",
     "PositionalEncodingExplorer",
     "SelfAttentionStepper",

@@ -22,7 +22,7 @@ from selenium.webdriver.support.ui import Select
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPLORERS = re.compile(r"\b(SelfAttentionStepper|BahdanauStepper|LocalWindow|TemperatureExplorer|AttentionExplorer"
-                       r"|PositionalEncodingExplorer)\(")
+                       r"|PositionalEncodingExplorer|FlashAttentionExplorer)\(")
 #: Schemes a page may use without leaving the machine.
 LOCAL = ("file:", "data:", "blob:", "about:", "chrome:", "devtools:")
 #: TeX left in the visible text: $...$, $$, \( or \[ (code, scripts and typeset maths removed first).
