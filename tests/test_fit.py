@@ -557,7 +557,7 @@ def test_load_model_names_unknown_model_classes(data, tmp_path):
     raw = torch.load(path, weights_only=True)
     raw["model_class"] = "Perceiver"
     torch.save(raw, path)
-    with pytest.raises(ValueError, match="'Perceiver'.*rebuilds LuongSeq2Seq, Seq2Seq, Transformer models only"):
+    with pytest.raises(ValueError, match="'Perceiver'.*rebuilds GPT, LuongSeq2Seq, Seq2Seq, Transformer models only"):
         load_model(path)
 
 
