@@ -1,5 +1,7 @@
 """The cached, resumable epoch loop of attncourse.train.loop."""
 
+import threading
+
 import pytest
 import torch
 
@@ -94,3 +96,35 @@ def test_bad_input_gives_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="'valid_loss' must be a number"):
         train_epochs("toy", {}, build, train_epoch, lambda m: {"valid_loss": "low"}, 1, progress=False,
                      out_dir=tmp_path / "c", device="cpu")
+
+
+def test_a_cached_run_asked_for_twice_at_once_trains_once(tmp_path, monkeypatch):
+    # Two notebooks (here: two threads; flock locks conflict between separate opens)
+    # ask for the same run in the shared cache: the second waits, then loads it.
+    monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path))
+    build, train_epoch, evaluate, calls = _problem()
+    started, release = threading.Event(), threading.Event()
+    runs = {}
+
+    def slow_epoch(model, opt, epoch, state):
+        started.set()
+        release.wait(10)
+        return train_epoch(model, opt, epoch, state)
+
+    def ask(key, epoch_fn):
+        runs[key] = train_epochs("toy", {"lr": 0.05}, build, epoch_fn, evaluate, 2, progress=False,
+                                 device="cpu")
+
+    first = threading.Thread(target=ask, args=("first", slow_epoch))
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=ask, args=("second", train_epoch))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive(), "the second request did not wait for the run being trained"
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert calls == [1, 2]
+    assert runs["second"].history == runs["first"].history
+    assert (runs["first"].out_dir / ".lock").is_file()

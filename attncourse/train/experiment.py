@@ -16,6 +16,7 @@ Vaswani et al. (2017) with their training recipe, for one GPU or more.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import json
@@ -33,7 +34,7 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.train.fit import CHECKPOINT_NAME, FitConfig, FitResult, fit
-from attncourse.train.runtime import runs_dir
+from attncourse.train.runtime import run_lock, runs_dir
 
 #: Generated tasks, by the names the command line uses.
 TASKS: tuple[str, ...] = ("numbers-en-fr", "numbers-en-de", "dates")
@@ -379,17 +380,20 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
     model = build_model(e, src_vocab, tgt_vocab)
     out = Path(out_dir) if out_dir is not None else runs_dir(e.name)
     config = e.fit_config(device=device)
-    result = fit(
-        model,
-        make_batches(train, src_vocab, tgt_vocab, e.batch_size, shuffle=True, seed=e.data_seed),
-        make_batches(splits.valid, src_vocab, tgt_vocab, 256, shuffle=False),
-        config,
-        out_dir=out,
-        resume=(out / CHECKPOINT_NAME).is_file(),
-        progress=progress,
-        extra={"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "level": train.level,
-               "task": e.task},
-    )
+    # Two chapters may ask for the same cached run at once: the second waits for the
+    # first, then resumes (loads) the finished run (see run_lock).
+    with run_lock(out) if out_dir is None else contextlib.nullcontext():
+        result = fit(
+            model,
+            make_batches(train, src_vocab, tgt_vocab, e.batch_size, shuffle=True, seed=e.data_seed),
+            make_batches(splits.valid, src_vocab, tgt_vocab, 256, shuffle=False),
+            config,
+            out_dir=out,
+            resume=(out / CHECKPOINT_NAME).is_file(),
+            progress=progress,
+            extra={"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "level": train.level,
+                   "task": e.task},
+        )
     return TrainedModel(e, model, src_vocab, tgt_vocab, splits, train, result, out)
 
 

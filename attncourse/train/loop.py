@@ -19,6 +19,7 @@ rest, the same way ``fit`` does it:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import numbers
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from attncourse.train.checkpoint import load_checkpoint, save_checkpoint
-from attncourse.train.runtime import pick_device, progress_bar, runs_dir
+from attncourse.train.runtime import pick_device, progress_bar, run_lock, runs_dir
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -142,39 +143,42 @@ def train_epochs(
     config = dict(config)
     out = Path(out_dir) if out_dir is not None else runs_dir(f"{name}-{config_digest(config)}")
     out.mkdir(parents=True, exist_ok=True)
-    device = pick_device(None if device is None else str(device))
-    torch.manual_seed(seed)
-    model, optimizer = build(device)
-    history: list[dict] = []
-    state: dict = {}
-    path = out / CHECKPOINT
-    if path.is_file():
-        saved = load_checkpoint(path, map_location=device)
-        if saved["extra"].get("config") != json.loads(json.dumps(config)):
-            raise ValueError(f"{path} holds a run of another config; delete the folder to train this one afresh")
-        model.load_state_dict(saved["model_state"])
-        optimizer.load_state_dict(saved["optimizer_state"])
-        history, state = list(saved["history"]), dict(saved["trainer"].get("state", {}))
-    seconds = sum(row["seconds"] for row in history)
-    bar = progress_bar(range(len(history) + 1, int(epochs) + 1), desc=name, progress=progress, leave=False)
-    for epoch in bar:
-        torch.manual_seed(_epoch_seed(seed, epoch))
-        model.train()
-        start = time.perf_counter()
-        train_metrics = dict(train_epoch(model, optimizer, epoch, state))
-        epoch_seconds = time.perf_counter() - start
-        seconds += epoch_seconds
+    # A run in the shared cache may be asked for by two notebooks at once: the second
+    # waits for the first, then loads its checkpoint (see run_lock).
+    with run_lock(out) if out_dir is None else contextlib.nullcontext():
+        device = pick_device(None if device is None else str(device))
+        torch.manual_seed(seed)
+        model, optimizer = build(device)
+        history: list[dict] = []
+        state: dict = {}
+        path = out / CHECKPOINT
+        if path.is_file():
+            saved = load_checkpoint(path, map_location=device)
+            if saved["extra"].get("config") != json.loads(json.dumps(config)):
+                raise ValueError(f"{path} holds a run of another config; delete the folder to train this one afresh")
+            model.load_state_dict(saved["model_state"])
+            optimizer.load_state_dict(saved["optimizer_state"])
+            history, state = list(saved["history"]), dict(saved["trainer"].get("state", {}))
+        seconds = sum(row["seconds"] for row in history)
+        bar = progress_bar(range(len(history) + 1, int(epochs) + 1), desc=name, progress=progress, leave=False)
+        for epoch in bar:
+            torch.manual_seed(_epoch_seed(seed, epoch))
+            model.train()
+            start = time.perf_counter()
+            train_metrics = dict(train_epoch(model, optimizer, epoch, state))
+            epoch_seconds = time.perf_counter() - start
+            seconds += epoch_seconds
+            model.eval()
+            with torch.no_grad():
+                valid_metrics = dict(evaluate(model))
+            row = {"epoch": epoch, "seconds": epoch_seconds, **train_metrics, **valid_metrics}
+            for key, value in row.items():
+                if not isinstance(value, numbers.Real):
+                    raise ValueError(f"metric {key!r} must be a number, got {type(value).__name__}: {value!r}")
+                row[key] = float(value) if key != "epoch" else int(value)
+            history.append(row)
+            save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch, history=history,
+                            extra={"config": config, "name": name}, trainer={"state": state})
+            bar.set_postfix({k: f"{v:.3g}" for k, v in row.items() if k not in ("epoch", "seconds")})
         model.eval()
-        with torch.no_grad():
-            valid_metrics = dict(evaluate(model))
-        row = {"epoch": epoch, "seconds": epoch_seconds, **train_metrics, **valid_metrics}
-        for key, value in row.items():
-            if not isinstance(value, numbers.Real):
-                raise ValueError(f"metric {key!r} must be a number, got {type(value).__name__}: {value!r}")
-            row[key] = float(value) if key != "epoch" else int(value)
-        history.append(row)
-        save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch, history=history,
-                        extra={"config": config, "name": name}, trainer={"state": state})
-        bar.set_postfix({k: f"{v:.3g}" for k, v in row.items() if k not in ("epoch", "seconds")})
-    model.eval()
-    return EpochRun(model=model, history=history, state=state, out_dir=out, seconds=seconds)
+        return EpochRun(model=model, history=history, state=state, out_dir=out, seconds=seconds)

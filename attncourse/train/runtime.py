@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +107,37 @@ def runs_dir(name: str | None = None) -> Path:
     path = base / name if name else base
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def run_lock(out_dir: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on a cached run's folder while it trains.
+
+    Two notebooks may ask for the same run at once: two chapters open side by side
+    in JupyterLab, or the book's chapters executed in parallel. Without a lock both
+    would train it and write the same checkpoint; with it the second waits, then
+    finds the finished run and loads it. The lock is ``out_dir/.lock``
+    (``fcntl.flock``, released when the process ends, even if it is killed).
+    Where ``fcntl`` does not exist (Windows), no lock is taken.
+
+    Parameters
+    ----------
+    out_dir : path
+        The run's folder, created if missing.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory file locks in the standard library
+        yield
+        return
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
