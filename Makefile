@@ -10,6 +10,10 @@ TEST_BOOK := _build/test-book
 export ATTNCOURSE_RUNS := $(CURDIR)/_build/runs
 
 BROWSER_SHOTS := _build/browser
+# The chapters execute one per core before the book build, which then only renders them
+# (book/_ext/execute_chapters.py); a chapter that fails there runs again in the build,
+# which reports its error (hence the `-`).
+EXECUTE_CHAPTERS := $(BIN)/python book/_ext/execute_chapters.py
 
 .PHONY: all book test unit fresh-runs nbval book-check browser lab clean
 
@@ -24,6 +28,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 ## book: execute the notebooks (cached between runs) and build the HTML book.
 book: $(STAMP)
+	-$(EXECUTE_CHAPTERS) . notebooks/*.md
 	$(BIN)/jupyter-book build . -n --keep-going
 	@echo "The book is at: $(CURDIR)/_build/html/index.html"
 
@@ -57,6 +62,7 @@ nbval: $(STAMP)
 # notebook cannot pass from a stale cache; every warning is an error.
 book-check: $(STAMP)
 	rm -rf $(TEST_BOOK)
+	-TQDM_DISABLE=1 $(EXECUTE_CHAPTERS) $(TEST_BOOK) notebooks/*.md
 	TQDM_DISABLE=1 $(BIN)/jupyter-book build . --path-output $(TEST_BOOK) -n -W --keep-going --all
 
 # Every page of the fresh book in headless Chromium, network blocked (tests/browser), and
