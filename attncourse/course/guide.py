@@ -123,10 +123,10 @@ def overview_table(found: list[Chapter]) -> str:
 
 def exercise_table(ch: Chapter) -> str:
     """The exercises of one chapter: label, kind, check, points, minutes, what it practises."""
-    rows = ["| exercise | kind | auto-checked | points | minutes (est.) | practises |",
+    rows = ["| exercise | kind | graded by | points | min. | practises |",
             "| --- | --- | --- | --- | --- | --- |"]
     for ex in ch.exercises:
-        check = f"yes: `{ex.check}`" if ex.check else "no (manual)"
+        check = f"`{ex.check}`" if ex.check else "you"
         rows.append(f"| `{ex.label}` | {ex.kind} | {check} | {points(ex)} | {minutes(ex)} | {ex.title} |")
     return "\n".join(rows)
 
@@ -143,3 +143,34 @@ def chapter_sections(found: list[Chapter]) -> str:
             out += ["**Learning goals**:", "", ch.goals, ""]
         out += [exercise_table(ch), ""]
     return "\n".join(out)
+
+
+#: Suggested splits of the course: sessions as lists of chapter-number prefixes. A
+#: chapter that no session names is added as a session of its own at the end.
+PLANS = {
+    "A 2-week module (6 sessions of about 2 hours)": [
+        ["01", "02"], ["03", "03b"], ["04", "04b"], ["05"], ["06"], ["07", "08"]],
+    "A 1-day workshop (4 blocks)": [["02"], ["04"], ["05"], ["06"]],
+}
+
+
+def _number(name: str) -> str:
+    return name.split("_", 1)[0]
+
+
+def plan_table(found: list[Chapter], sessions: list[list[str]], complete: bool = True) -> str:
+    """Sessions of a plan with their chapters, exercises' minutes and execution time (MyST).
+
+    With ``complete``, chapters that no session names get sessions of their own.
+    """
+    by_number = {_number(ch.name): ch for ch in found}
+    groups = [[by_number[n] for n in session if n in by_number] for session in sessions]
+    if complete:
+        named = {n for session in sessions for n in session}
+        groups += [[ch] for ch in found if _number(ch.name) not in named]
+    rows = ["| session | chapters | exercises (est.) | notebooks execute in |", "| --- | --- | --- | --- |"]
+    for i, group in enumerate(g for g in groups if g):
+        t = totals(group)
+        rows.append(f"| {i + 1} | {', '.join(_link(ch) for ch in group)} | {t['minutes']} min "
+                    f"| {_time(t['seconds'])} |")
+    return "\n".join(rows)
