@@ -76,9 +76,9 @@ def test_timings_command_merges_a_caches_chapter_times(tmp_path):
     from jupyter_cache.base import CacheBundleIn
 
     cache = get_cache(str(tmp_path / "cache"))
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell("1 + 1")]
     for uri, seconds in [("/c/notebooks/07_new.md", 42.4), ("/c/book/instructors.md", 3.0)]:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(f"{seconds} + 1")]
         cache.cache_notebook_bundle(CacheBundleIn(nb, uri, data={"execution_seconds": seconds}),
                                     check_validity=False)
     out = tmp_path / "timings.json"
