@@ -161,3 +161,14 @@ def test_out_that_is_a_file_is_refused(tmp_path, capsys):
     target.write_text("x")
     assert main([str(target), "--chapter", "04_self_attention"]) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_python_m_attncourse_dispatches_student_edition(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "attncourse", "student-edition", str(tmp_path / "o"),
+                           "--chapter", "04_self_attention", "--no-nbgrader"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "o" / "student" / "04_self_attention.ipynb").exists()

@@ -182,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attncourse",
         description="Train and evaluate the course's encoder-decoders: RNNs (with or without Bahdanau "
                     "attention) and the Transformer.",
+        epilog="Instructors: 'attncourse student-edition OUT' writes the chapters' student editions "
+               "(see 'attncourse student-edition --help').",
     )
     parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",
                         help="print the version and exit")
