@@ -172,3 +172,18 @@ def test_python_m_attncourse_dispatches_student_edition(tmp_path):
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "o" / "student" / "04_self_attention.ipynb").exists()
+
+
+def test_answer_cell_keeps_the_stubs_other_lines_and_the_solutions_helpers():
+    from attncourse.course.exercises import Exercise
+
+    ex = Exercise("c", "ex-a", "t", kind="coding", check="check_x", function="my_x", solution_code=[
+        "import math\n\ndef helper(a):\n    return a\n\ndef my_x(a):\n    return helper(a) + 1\n\n"
+        "result = check_x(my_x)\nassert result.passed"])
+    stub = "SIZE = 3\n\ndef my_x(a):\n    ...   # your code here\n\nprint(SIZE)\ncheck_x(my_x)"
+    assert answer_source(ex, stub).split("\n") == [
+        "SIZE = 3", BEGIN, "import math", "def helper(a):", "    return a", "", "def my_x(a):",
+        "    return helper(a) + 1", END, "print(SIZE)"]
+    ex.solution_code = ["def my_x(a):\n    return a + 1\n\nresult = check_x(my_x)"]
+    assert answer_source(ex, "def my_x(a):\n    ...   # your code here\n\ncheck_x(my_x)").split("\n") == [
+        "def my_x(a):", f"    {BEGIN}", "    return a + 1", f"    {END}"]

@@ -57,6 +57,7 @@ def _function(source: str, name: str) -> tuple[list[str], ast.FunctionDef]:
 def answer_source(ex: Exercise, stub: str) -> str:
     """The answer cell of a coding exercise: the stub's ``def``, the reference body delimited.
 
+    The stub's other statements stay, but for its check call (the test cell makes it).
     Helpers that the solution cell defines or imports before the function go into the
     region too.
 
@@ -67,6 +68,13 @@ def answer_source(ex: Exercise, stub: str) -> str:
     """
     stub_lines, stub_fn = _function(stub, ex.function)
     header = stub_lines[stub_fn.lineno - 1:stub_fn.body[0].lineno - 1]
+    # The stub's other statements stay, except the check call, which the test cell makes.
+    before, after = [], []
+    for node in ast.parse(stub).body:
+        if getattr(node, "name", None) == ex.function or ex.check in ast.get_source_segment(stub, node):
+            continue
+        (before if node.lineno < stub_fn.lineno else after).extend(
+            stub_lines[node.lineno - 1:node.end_lineno])
     source = ex.solution_code[0]
     sol_lines, sol_fn = _function(source, ex.function)
     body = sol_lines[sol_fn.body[0].lineno - 1:sol_fn.end_lineno]
@@ -77,8 +85,8 @@ def answer_source(ex: Exercise, stub: str) -> str:
     if helpers:
         extra = [line for node in helpers for line in sol_lines[node.lineno - 1:node.end_lineno]]
         whole = sol_lines[sol_fn.lineno - 1:sol_fn.end_lineno]
-        return "\n".join([BEGIN, *extra, "", *whole, END])
-    return "\n".join([*header, indent + BEGIN, *body, indent + END])
+        return "\n".join([*before, BEGIN, *extra, "", *whole, END, *after])
+    return "\n".join([*before, *header, indent + BEGIN, *body, indent + END, *after])
 
 
 def check_source(ex: Exercise) -> str:
