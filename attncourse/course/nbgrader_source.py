@@ -32,9 +32,10 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CONFIG = '''"""nbgrader configuration of the attncourse assignments (written by attncourse)."""
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = "attncourse"
-# Chapters train models: no per-cell time limit (nbgrader's default is 30 s).
-c.Execute.timeout = None
-c.ExecutePreprocessor.timeout = None
+# Chapters train models: a cell may run for minutes (nbgrader's default limit is 30 s). A
+# limit still ends a run whose kernel stopped answering.
+c.Execute.timeout = 1800
+c.ExecutePreprocessor.timeout = 1800
 '''
 
 
