@@ -15,7 +15,7 @@ BROWSER_SHOTS := _build/browser
 # which reports its error (hence the `-`).
 EXECUTE_CHAPTERS := $(BIN)/python book/_ext/execute_chapters.py
 
-.PHONY: all book test unit fresh-runs nbval book-check browser lab clean
+.PHONY: all book test unit fresh-runs nbval book-check browser lab student timings clean
 
 all: book
 
@@ -47,16 +47,16 @@ fresh-runs:
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q --ignore=tests/browser
 
-# nbval collects only .ipynb: convert the MyST sources into a scratch folder first,
-# so that stale copies elsewhere in the tree are never collected. TQDM_DISABLE=1: no
-# progress widgets, whose updates nbval would only read after each cell.
+# nbval runs the student editions (the chapters without their solutions, as .ipynb in a
+# scratch folder): each must run top to bottom, its stubs' checks saying "not passed yet"
+# without an error. The full chapters, solutions and their asserts included, already ran
+# in book-check. TQDM_DISABLE=1: no progress widgets, whose updates nbval would only read
+# after each cell.
 nbval: $(STAMP)
-	rm -rf $(NBVAL_DIR) && mkdir -p $(NBVAL_DIR)
-	for nb in notebooks/*.md; do \
-	  $(BIN)/jupytext --quiet --to ipynb --output $(NBVAL_DIR)/$$(basename $${nb%.md}).ipynb $$nb || exit 1; \
-	done
-	cd $(NBVAL_DIR) && TQDM_DISABLE=1 ../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env \
-	  --nbval-cell-timeout=900 --rootdir=. -q .
+	rm -rf $(NBVAL_DIR)
+	$(BIN)/python -m attncourse student-edition $(NBVAL_DIR) --notebooks notebooks --no-nbgrader
+	cd $(NBVAL_DIR)/student && TQDM_DISABLE=1 ../../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax \
+	  --nbval-current-env --nbval-cell-timeout=900 --rootdir=. -q .
 
 # A fresh build (empty execution cache, all pages re-read) so that a failing
 # notebook cannot pass from a stale cache; every warning is an error.
@@ -79,6 +79,15 @@ browser: $(STAMP)
 	else \
 	  echo "Browser tests skipped: no chromium/chromedriver here (Debian: sudo apt-get install chromium chromium-driver)"; \
 	fi
+
+## student: the student and instructor editions and an nbgrader course folder, in _build/student/.
+student: $(STAMP)
+	$(BIN)/python -m attncourse student-edition _build/student --notebooks notebooks --markdown --overwrite
+
+## timings: the chapters' execution times on this machine (2 CPU cores), from the records of
+## `make test`'s fresh book build, into book/chapter_timings.json (the instructor's guide).
+timings: $(STAMP)
+	$(BIN)/python -m attncourse.course.timings $(TEST_BOOK)/_build/.jupyter_cache
 
 ## lab: JupyterLab with the MyST notebooks opening as notebooks (jupytext) and their MyST
 ## markup rendered (jupyterlab-myst). lab/overrides.json holds the settings; the browser

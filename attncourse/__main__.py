@@ -1,8 +1,16 @@
-"""``python -m attncourse``: the command line (see :mod:`attncourse.train.cli`)."""
+"""``python -m attncourse``: the command line.
+
+``student-edition`` is the instructors' command (:mod:`attncourse.course.cli`); every
+other command is the training command line (:mod:`attncourse.train.cli`).
+"""
 
 import sys
 
-from attncourse.train.cli import main
-
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["student-edition"]:
+        from attncourse.course.cli import main as course_main
+
+        sys.exit(course_main(sys.argv[2:]))
+    from attncourse.train.cli import main
+
     sys.exit(main())

@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attncourse",
         description="Train and evaluate the course's models: RNNs (with or without Bahdanau "
                     "attention), the Transformer, and the decoder-only language model (train-lm, sample).",
+        epilog="Instructors: 'attncourse student-edition OUT' writes the chapters' student editions "
+               "(see 'attncourse student-edition --help').",
     )
     parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",
                         help="print the version and exit")

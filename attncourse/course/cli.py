@@ -1,0 +1,130 @@
+"""``python -m attncourse student-edition OUT/``: the editions of every chapter for a class.
+
+Writes into ``OUT/``::
+
+    README.md                      what is where, and how to grade
+    student/<chapter>.ipynb        no solutions, no outputs (+ .md with --markdown)
+    instructor/<chapter>.ipynb     the whole chapter, no outputs
+    nbgrader/nbgrader_config.py    an nbgrader course directory ...
+    nbgrader/source/<chapter>/<chapter>.ipynb   ... with one assignment per chapter
+
+``OUT`` must be new or empty unless ``--overwrite`` is given (files of the same names
+are then replaced; nothing else is removed). Errors end with one line
+``attncourse: error: ...`` on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from attncourse.course.editions import chapter_editions, write_notebook
+from attncourse.course.exercises import chapter_exercises
+from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
+from attncourse.train.cli_options import EXIT_USAGE, _Parser
+
+COMMAND = "student-edition"
+#: The chapters' MyST sources in a checkout of the course.
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+README = """# attncourse: editions for a class
+
+Written by `python -m attncourse student-edition` from {source}.
+
+- `student/`: one notebook per chapter without any solution (code or text) and without
+  outputs. Statements, stubs (`...   # your code here`) and check calls stay: the notebook
+  runs top to bottom, and each check shows "not passed yet" with a hint until the stub is
+  filled in.{markdown}
+- `instructor/`: the whole chapters, solutions included, without outputs.
+- `nbgrader/`: an nbgrader course directory (`nbgrader_config.py`, `source/<chapter>/`), one
+  assignment per chapter. Coding exercises: an answer cell and a read-only test cell worth
+  {check} point(s); written exercises: a manually graded answer cell worth {written} point(s).
+
+Grading with nbgrader (https://nbgrader.readthedocs.io), from `nbgrader/`:
+
+    nbgrader generate_assignment 04_self_attention     # writes release/04_self_attention/
+    # hand out release/..., collect submissions into submitted/<student>/04_self_attention/
+    nbgrader autograde 04_self_attention --create       # runs them, scores the checks
+    nbgrader formgrader / nbgrader export               # grade written answers, export scores
+
+The kernel that grades needs the course's package (`pip install -e` of the course, or
+PYTHONPATH). Chapters: {chapters} ({n_ex} exercises: {n_coding} coding, {n_written} written).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``student-edition`` command's parser."""
+    parser = _Parser(prog=f"attncourse {COMMAND}",
+                     description="Write student and instructor editions of every chapter and an "
+                                 "nbgrader course directory into OUT.")
+    parser.add_argument("out", metavar="OUT", type=Path, help="folder to write into (new or empty)")
+    parser.add_argument("--notebooks", metavar="DIR", type=Path, default=NOTEBOOKS,
+                        help="folder of the chapters' MyST sources (default: the course's notebooks/)")
+    parser.add_argument("--chapter", action="append", metavar="NAME",
+                        help="only this chapter, e.g. 04_self_attention (repeat for more)")
+    parser.add_argument("--markdown", action="store_true",
+                        help="also write each student notebook as MyST markdown (.md)")
+    parser.add_argument("--no-nbgrader", action="store_true", help="leave out the nbgrader folder")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into OUT even if it holds files (same names are replaced)")
+    return parser
+
+
+def _chapters(args: argparse.Namespace) -> list[Path]:
+    if not args.notebooks.is_dir():
+        raise ValueError(f"--notebooks {str(args.notebooks)!r} is not a folder")
+    found = sorted(args.notebooks.glob("*.md"))
+    if not found:
+        raise ValueError(f"--notebooks {str(args.notebooks)!r} holds no chapter (*.md)")
+    if not args.chapter:
+        return found
+    names = {p.stem: p for p in found}
+    missing = [name for name in args.chapter if name not in names]
+    if missing:
+        raise ValueError(f"--chapter {missing[0]!r} is not in {str(args.notebooks)!r} "
+                         f"(chapters: {', '.join(names)})")
+    return [names[name] for name in args.chapter]
+
+
+def write_editions(args: argparse.Namespace) -> list[Path]:
+    """Write everything the command writes; return the files written."""
+    chapters = _chapters(args)
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"OUT {str(out)!r} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not args.overwrite:
+        raise ValueError(f"OUT {str(out)!r} is not empty; pass --overwrite to replace the editions "
+                         "in it, or choose another folder")
+    written: list[Path] = []
+    exercises = []
+    for path in chapters:
+        student, instructor = chapter_editions(path)
+        written += write_notebook(student, out / "student" / f"{path.stem}.ipynb", args.markdown)
+        written += write_notebook(instructor, out / "instructor" / f"{path.stem}.ipynb")
+        exercises += chapter_exercises(path)
+    if not args.no_nbgrader:
+        written += write_course(chapters, out / "nbgrader")
+    coding = sum(ex.kind == "coding" for ex in exercises)
+    readme = README.format(
+        source=args.notebooks, chapters=", ".join(p.stem for p in chapters), n_ex=len(exercises),
+        n_coding=coding, n_written=len(exercises) - coding, check=CHECK_POINTS, written=WRITTEN_POINTS,
+        markdown=" With `--markdown`, the same as MyST `.md` files." if args.markdown else "")
+    (out / "README.md").write_text(readme, encoding="utf-8")
+    return written + [out / "README.md"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``student-edition``; return the exit status (0, or 2 with a one-line error)."""
+    try:
+        args = build_parser().parse_args(None if argv is None else list(argv))
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_USAGE)
+    try:
+        written = write_editions(args)
+    except (ValueError, OSError) as err:
+        print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"wrote {len(written)} files into {args.out} (see {args.out / 'README.md'})")
+    return 0

@@ -1,0 +1,82 @@
+"""Student and instructor editions of a chapter, as nbformat notebooks.
+
+The student edition is the chapter without its solutions: every ``solution``-tagged
+cell and every ``{solution}`` block or ``{solution-start}`` ... ``{solution-end}``
+region is gone (text included); statements, stubs and check calls stay, so the
+notebook runs top to bottom and each check shows "not passed yet" with its hint. The
+instructor edition is the whole chapter. Both come without outputs.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbformat import NotebookNode
+
+from attncourse.course.exercises import Part, read_chapter, split_notebook
+
+
+def _bare(nb: NotebookNode, cells: list[NotebookNode]) -> NotebookNode:
+    """A new notebook with ``cells``, ``nb``'s kernelspec, and no jupytext pairing."""
+    out = nbformat.v4.new_notebook()
+    out.metadata = {k: copy.deepcopy(v) for k, v in nb.metadata.items() if k != "jupytext"}
+    out.cells = cells
+    for cell in out.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    return out
+
+
+def cell_from_part(nb: NotebookNode, part: Part, whole: bool) -> NotebookNode:
+    """The cell of ``part``: a copy of the original when ``whole``, else a new one."""
+    if whole:
+        return copy.deepcopy(nb.cells[part.cell])
+    if part.cell_type == "markdown":
+        return nbformat.v4.new_markdown_cell(part.source)
+    return nbformat.v4.new_code_cell(part.source)
+
+
+def _whole_cells(nb: NotebookNode, parts: list[Part]) -> set[int]:
+    """Cells that a part holds unchanged (copied as they are, metadata included)."""
+    return {p.cell for p in parts if p.cell_type != "markdown"
+            or p.source.strip() == nb.cells[p.cell].source.strip()}
+
+
+def student_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
+    """``nb`` without any solution (code or text), outputs cleared.
+
+    Raises
+    ------
+    ValueError
+        As :func:`attncourse.course.exercises.split_notebook`.
+    """
+    parts, _ = split_notebook(nb, chapter)
+    whole = _whole_cells(nb, parts)
+    return _bare(nb, [cell_from_part(nb, p, p.cell in whole) for p in parts if not p.solution])
+
+
+def instructor_notebook(nb: NotebookNode) -> NotebookNode:
+    """The whole chapter, outputs cleared, as a plain ``.ipynb`` (no jupytext pairing)."""
+    return _bare(nb, copy.deepcopy(nb.cells))
+
+
+def write_notebook(nb: NotebookNode, path: Path, markdown: bool = False) -> list[Path]:
+    """Write ``nb`` to ``path`` (``.ipynb``) and, with ``markdown``, a MyST ``.md`` beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    written = [path]
+    if markdown:
+        md = path.with_suffix(".md")
+        jupytext.write(nb, md, fmt="md:myst")
+        written.append(md)
+    return written
+
+
+def chapter_editions(source: Path) -> tuple[NotebookNode, NotebookNode]:
+    """The (student, instructor) editions of the chapter at ``source``."""
+    nb = read_chapter(source)
+    return student_notebook(nb, source.stem), instructor_notebook(nb)

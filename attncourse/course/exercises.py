@@ -1,0 +1,233 @@
+"""The exercises of a chapter, and which parts of its notebook are their solutions.
+
+A chapter (a MyST notebook read with :func:`jupytext.read`) states each exercise in a
+sphinx-exercise ``{exercise}`` directive with a ``:label:``. Its solution is either a
+``{solution}`` directive (a *written* exercise), or a ``{solution-start}`` ...
+``{solution-end}`` region whose code cells are tagged ``solution`` (a *coding*
+exercise): the learner's stub (``...   # your code here``) and its ``check_*`` call sit
+in the code cell between the statement and the solution.
+
+:func:`split_notebook` walks the notebook once and returns every cell cut into
+:class:`Part` objects, each kept or marked as a solution, and the :class:`Exercise`
+records. Only directive fences are looked at, line by line inside markdown cells; the
+notebook itself is read and written by jupytext/nbformat.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jupytext
+from nbformat import NotebookNode
+
+#: Opening line of a sphinx-exercise directive, with ``` or ::: fences of any length.
+_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>exercise|solution|solution-start|solution-end)\}"
+                   r"\s*(?P<arg>.*)$")
+_LABEL = re.compile(r"^:label:\s*(\S+)\s*$")
+#: The stub a coding exercise leaves for the learner.
+STUB_MARK = "# your code here"
+
+
+@dataclass
+class Exercise:
+    """One exercise of a chapter.
+
+    Attributes
+    ----------
+    chapter : str
+        The notebook's stem, e.g. ``"04_self_attention"``.
+    label : str
+        The exercise's ``:label:``, e.g. ``"ex-sa-softmax"``.
+    title : str
+        The title on the directive's line.
+    statement : str
+        The directive's body (what to hand in), options left out.
+    kind : str
+        ``"coding"`` (a ``{solution-start}`` region with ``solution``-tagged code) or
+        ``"written"`` (a ``{solution}`` block).
+    check : str or None
+        Name of the ``check_*`` function the stub cell calls (coding exercises).
+    function : str or None
+        Name of the function the stub asks for, e.g. ``"my_softmax"``.
+    stub_cell : int or None
+        Index of the stub cell in the notebook.
+    solution_code : list of str
+        Source of the exercise's ``solution`` code cells.
+    solution_text : list of str
+        Markdown of its solution (the ``{solution}`` body, or the text of the region).
+    """
+
+    chapter: str
+    label: str
+    title: str
+    statement: str = ""
+    kind: str = "written"
+    check: str | None = None
+    function: str | None = None
+    stub_cell: int | None = None
+    solution_code: list[str] = field(default_factory=list)
+    solution_text: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Part:
+    """A piece of one cell: markdown or code, a solution (of ``label``) or not."""
+
+    cell: int
+    cell_type: str
+    source: str
+    solution: bool = False
+    label: str | None = None
+    #: For solution markdown: ``"block"`` ({solution} body) or ``"region"`` (solution-start text).
+    role: str = ""
+
+
+def read_chapter(path: str | Path) -> NotebookNode:
+    """Read a chapter's MyST source (``notebooks/*.md``) as an nbformat notebook."""
+    return jupytext.read(Path(path))
+
+
+def _fence_end(lines: list[str], start: int, fence: str) -> int:
+    """Index of the line closing the directive opened at ``start`` (or the last line)."""
+    for j in range(start + 1, len(lines)):
+        if lines[j].strip() == fence:
+            return j
+    return len(lines) - 1
+
+
+def _directive_body(lines: list[str]) -> tuple[str, str | None]:
+    """A directive's body without its ``:option:`` lines, and its label."""
+    label = None
+    body = []
+    in_options = True
+    for line in lines:
+        match = _LABEL.match(line.strip())
+        if in_options and match:
+            label = match.group(1)
+            continue
+        if in_options and line.strip().startswith(":"):
+            continue
+        in_options = False
+        body.append(line)
+    return "\n".join(body).strip(), label
+
+
+def _stub_names(source: str) -> tuple[str | None, str | None]:
+    """The function a stub cell defines and the ``check_*`` it calls."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None, None
+    function = next((n.name for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    check = next((n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call)
+                  and isinstance(n.func, ast.Name) and n.func.id.startswith("check_")), None)
+    return function, check
+
+
+def split_notebook(nb: NotebookNode, chapter: str = "") -> tuple[list[Part], list[Exercise]]:
+    """Cut a chapter's cells into kept and solution parts, and find its exercises.
+
+    Parameters
+    ----------
+    nb : NotebookNode
+        The chapter, as :func:`read_chapter` returns it.
+    chapter : str
+        Its name, stored in each :class:`Exercise`.
+
+    Returns
+    -------
+    parts : list of Part
+        Every cell's content in order; a markdown cell with a solution inside comes
+        back as several parts.
+    exercises : list of Exercise
+        In the order of the notebook.
+
+    Raises
+    ------
+    ValueError
+        If an exercise has no label, a solution names an unknown exercise, or a
+        ``{solution-start}`` region is never closed.
+    """
+    parts: list[Part] = []
+    exercises: dict[str, Exercise] = {}
+    region: str | None = None     # label of the open {solution-start} region
+    last: str | None = None       # label of the last exercise stated
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            tags = cell.get("metadata", {}).get("tags", [])
+            is_solution = region is not None or "solution" in tags
+            owner = region or last
+            parts.append(Part(index, cell.cell_type, cell.source, is_solution, owner if is_solution else None))
+            if is_solution and owner in exercises and cell.cell_type == "code":
+                exercises[owner].solution_code.append(cell.source)
+            elif (cell.cell_type == "code" and STUB_MARK in cell.source and last in exercises
+                  and exercises[last].stub_cell is None):
+                ex = exercises[last]
+                ex.stub_cell = index
+                ex.function, ex.check = _stub_names(cell.source)
+            continue
+        lines = cell.source.split("\n")
+        kept: list[str] = []
+        solution: list[str] = []
+
+        def flush_kept() -> None:
+            if "\n".join(kept).strip():
+                parts.append(Part(index, "markdown", "\n".join(kept).strip("\n")))
+            kept.clear()
+
+        def flush_solution(label: str | None, role: str) -> None:
+            text = "\n".join(solution).strip("\n")
+            if text.strip():
+                parts.append(Part(index, "markdown", text, True, label, role))
+                if label in exercises:
+                    exercises[label].solution_text.append(text.strip())
+            solution.clear()
+
+        i = 0
+        while i < len(lines):
+            match = _OPEN.match(lines[i].strip())
+            if match is None:
+                (solution if region else kept).append(lines[i])
+                i += 1
+                continue
+            name, fence, arg = match.group("name"), match.group("fence"), match.group("arg").strip()
+            end = _fence_end(lines, i, fence)
+            body = lines[i + 1:end]
+            if name == "exercise":
+                statement, label = _directive_body(body)
+                if label is None:
+                    raise ValueError(f"{chapter}: the exercise {arg!r} has no :label:")
+                exercises[label] = Exercise(chapter, label, arg, statement)
+                last = label
+                kept.extend(lines[i:end + 1])
+            elif name == "solution":
+                flush_kept()
+                solution[:] = [_directive_body(body)[0]]
+                flush_solution(arg or last, "block")
+                if arg in exercises:
+                    exercises[arg].kind = "written"
+            elif name == "solution-start":
+                flush_kept()
+                region = arg or last
+                if region not in exercises:
+                    raise ValueError(f"{chapter}: {{solution-start}} names no known exercise: {arg!r}")
+                exercises[region].kind = "coding"
+            else:  # solution-end
+                flush_solution(region, "region")
+                region = None
+            i = end + 1
+        if region:
+            flush_solution(region, "region")
+        flush_kept()
+    if region is not None:
+        raise ValueError(f"{chapter}: the {{solution-start}} region of {region!r} is never closed")
+    return parts, list(exercises.values())
+
+
+def chapter_exercises(path: str | Path) -> list[Exercise]:
+    """The exercises of the chapter at ``path`` (a ``notebooks/*.md`` file)."""
+    path = Path(path)
+    return split_notebook(read_chapter(path), path.stem)[1]

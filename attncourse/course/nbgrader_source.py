@@ -1,0 +1,160 @@
+"""nbgrader *source* notebooks of the chapters, and a course directory to grade them in.
+
+In a chapter's source notebook each coding exercise becomes two cells: an answer cell
+(nbgrader ``solution``), the stub's ``def`` with the reference body between
+``### BEGIN SOLUTION`` and ``### END SOLUTION``, and a read-only, graded test cell
+that runs the exercise's check and asserts it passed (:data:`CHECK_POINTS` points).
+A written exercise's ``{solution}`` becomes a manually graded markdown answer cell
+(:data:`WRITTEN_POINTS` points) holding the reference answer, which
+``nbgrader generate_assignment`` replaces with "YOUR ANSWER HERE". Everything else is
+the student edition.
+
+nbgrader's released answer cell keeps the ``def`` line, with ``raise
+NotImplementedError()`` as its body: the check catches it and reports "not passed
+yet", and the test cell's ``assert`` fails, so the exercise scores 0 until answered.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import nbformat
+from nbformat import NotebookNode
+
+from attncourse.course.editions import _bare, _whole_cells, cell_from_part
+from attncourse.course.exercises import Exercise, read_chapter, split_notebook
+
+CHECK_POINTS = 1
+WRITTEN_POINTS = 1
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+#: nbgrader_config.py of the course directory the command writes.
+CONFIG = '''"""nbgrader configuration of the attncourse assignments (written by attncourse)."""
+c = get_config()  # noqa: F821
+c.CourseDirectory.course_id = "attncourse"
+# Chapters train models: a cell may run for minutes (nbgrader's default limit is 30 s). A
+# limit still ends a run whose kernel stopped answering.
+c.Execute.timeout = 1800
+c.ExecutePreprocessor.timeout = 1800
+'''
+
+
+def _meta(grade_id: str, *, solution: bool, grade: bool, points: int = 0) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": not solution, "schema_version": 3,
+            "solution": solution, "task": False}
+    if grade:
+        meta["points"] = points
+    return meta
+
+
+def _function(source: str, name: str) -> tuple[list[str], ast.FunctionDef]:
+    lines = source.split("\n")
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return lines, node
+    raise ValueError(f"no function {name!r} in the cell:\n{source}")
+
+
+def answer_source(ex: Exercise, stub: str) -> str:
+    """The answer cell of a coding exercise: the stub's ``def``, the reference body delimited.
+
+    The stub's other statements stay, but for its check call (the test cell makes it).
+    Helpers that the solution cell defines or imports before the function go into the
+    region too.
+
+    Raises
+    ------
+    ValueError
+        If the stub or the solution cell does not define ``ex.function``.
+    """
+    stub_lines, stub_fn = _function(stub, ex.function)
+    header = stub_lines[stub_fn.lineno - 1:stub_fn.body[0].lineno - 1]
+    # The stub's other statements stay, except the check call, which the test cell makes.
+    before, after = [], []
+    for node in ast.parse(stub).body:
+        if getattr(node, "name", None) == ex.function or ex.check in ast.get_source_segment(stub, node):
+            continue
+        (before if node.lineno < stub_fn.lineno else after).extend(
+            stub_lines[node.lineno - 1:node.end_lineno])
+    source = ex.solution_code[0]
+    sol_lines, sol_fn = _function(source, ex.function)
+    body = sol_lines[sol_fn.body[0].lineno - 1:sol_fn.end_lineno]
+    indent = body[0][:len(body[0]) - len(body[0].lstrip())]
+    helpers = [node for node in ast.parse(source).body
+               if node.lineno < sol_fn.lineno and isinstance(
+                   node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))]
+    if helpers:
+        extra = [line for node in helpers for line in sol_lines[node.lineno - 1:node.end_lineno]]
+        whole = sol_lines[sol_fn.lineno - 1:sol_fn.end_lineno]
+        return "\n".join([*before, BEGIN, *extra, "", *whole, END, *after])
+    return "\n".join([*before, *header, indent + BEGIN, *body, indent + END, *after])
+
+
+def check_source(ex: Exercise) -> str:
+    """The graded test cell of a coding exercise."""
+    return (f"result = {ex.check}({ex.function})\n"
+            f"assert result.passed, str(result)\n"
+            f"result")
+
+
+def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
+    """The nbgrader source notebook of a chapter (see the module's docstring).
+
+    Raises
+    ------
+    ValueError
+        As :func:`attncourse.course.exercises.split_notebook`, or if a coding
+        exercise's stub has no function or check call.
+    """
+    parts, exercises = split_notebook(nb, chapter)
+    by_stub = {ex.stub_cell: ex for ex in exercises if ex.kind == "coding"}
+    for ex in by_stub.values():
+        if not (ex.function and ex.check and ex.solution_code):
+            raise ValueError(f"{chapter}: the coding exercise {ex.label} needs a stub defining a "
+                             "function, a check_* call and a solution cell")
+    whole = _whole_cells(nb, parts)
+    cells = []
+    for part in parts:
+        ex = by_stub.get(part.cell) if part.cell_type == "code" and not part.solution else None
+        if ex is not None:
+            answer = nbformat.v4.new_code_cell(answer_source(ex, part.source))
+            answer.metadata["nbgrader"] = _meta(f"{ex.label}-answer", solution=True, grade=False)
+            test = nbformat.v4.new_code_cell(check_source(ex))
+            test.metadata["nbgrader"] = _meta(f"{ex.label}-check", solution=False, grade=True,
+                                              points=CHECK_POINTS)
+            cells += [answer, test]
+        elif part.solution and part.role == "block":
+            answer = nbformat.v4.new_markdown_cell(part.source)
+            answer.metadata["nbgrader"] = _meta(f"{part.label}-answer", solution=True, grade=True,
+                                                points=WRITTEN_POINTS)
+            cells.append(answer)
+        elif not part.solution:
+            cells.append(cell_from_part(nb, part, part.cell in whole))
+    return _bare(nb, cells)
+
+
+def paste_solutions(released: NotebookNode, source: NotebookNode) -> NotebookNode:
+    """A submission: the released notebook with the source's answer cells put back."""
+    answers = {cell.metadata["nbgrader"]["grade_id"]: cell.source for cell in source.cells
+               if cell.metadata.get("nbgrader", {}).get("solution")}
+    out = nbformat.from_dict(released)
+    for cell in out.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers and cell.metadata["nbgrader"].get("solution"):
+            cell.source = "\n".join(line for line in answers[grade_id].split("\n")
+                                    if line.strip() not in (BEGIN, END))
+    return out
+
+
+def write_course(chapters: list[Path], root: Path) -> list[Path]:
+    """An nbgrader course directory: ``nbgrader_config.py`` and ``source/<chapter>/<chapter>.ipynb``."""
+    root.mkdir(parents=True, exist_ok=True)
+    config = root / "nbgrader_config.py"
+    config.write_text(CONFIG, encoding="utf-8")
+    written = [config]
+    for path in chapters:
+        target = root / "source" / path.stem / f"{path.stem}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(source_notebook(read_chapter(path), path.stem), target)
+        written.append(target)
+    return written

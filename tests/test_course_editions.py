@@ -1,0 +1,189 @@
+"""Student editions: no solution left, stubs and checks kept, solutions put back pass every check.
+
+Runs on every chapter in notebooks/ (new chapters included). That the student notebooks
+run top to bottom is checked by `make nbval`, which runs them (see the Makefile).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import attncourse.checks
+from attncourse.course.cli import main
+from attncourse.course.editions import instructor_notebook, student_notebook
+from attncourse.course.exercises import read_chapter, split_notebook
+from attncourse.course.nbgrader_source import BEGIN, END, answer_source, source_notebook
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+CHAPTERS = sorted(NOTEBOOKS.glob("*.md"))
+IDS = [p.stem for p in CHAPTERS]
+
+
+def _text(nb) -> str:
+    return "\n".join(cell.source for cell in nb.cells)
+
+
+def _lines(text: str) -> set[str]:
+    return {line.strip() for line in text.split("\n") if line.strip()}
+
+
+@pytest.fixture(scope="module", params=CHAPTERS, ids=IDS)
+def chapter(request):
+    nb = read_chapter(request.param)
+    parts, exercises = split_notebook(nb, request.param.stem)
+    return request.param, nb, parts, exercises
+
+
+def test_every_exercise_is_labelled_stated_and_coding_ones_are_checked(chapter):
+    path, _, _, exercises = chapter
+    assert exercises, f"{path.stem} has no exercise"
+    for ex in exercises:
+        assert re.fullmatch(r"ex-[a-z0-9-]+", ex.label), ex.label
+        assert len(ex.statement) > 60, f"{ex.label}: the statement says too little"
+        assert ex.solution_text or ex.solution_code, f"{ex.label} has no solution"
+        if ex.kind == "coding":
+            assert ex.check and hasattr(attncourse.checks, ex.check), f"{ex.label}: no check"
+            assert ex.check in ex.statement, f"{ex.label}: the statement does not name its check"
+            assert ex.function and ex.solution_code, ex.label
+
+
+def test_no_line_of_a_solution_is_in_the_student_notebook(chapter):
+    path, nb, parts, exercises = chapter
+    solutions = _lines("\n".join(p.source for p in parts if p.solution))
+    assert solutions
+    # Lines that the chapter also has outside its solutions (a stub's `def`, `result`) may stay.
+    elsewhere = _lines("\n".join(p.source for p in parts if not p.solution))
+    student = _lines(_text(student_notebook(nb, path.stem)))
+    leaked = (solutions - elsewhere) & student
+    assert not leaked, f"{path.stem}: solution lines in the student edition: {sorted(leaked)[:3]}"
+    for ex in exercises:  # the solution text and code of each exercise, collected from the source
+        for line in _lines("\n".join(ex.solution_code + ex.solution_text)) - elsewhere:
+            assert line not in student, (ex.label, line)
+
+
+def test_student_notebook_keeps_statements_stubs_and_checks(chapter):
+    path, nb, _, exercises = chapter
+    student = student_notebook(nb, path.stem)
+    text = _text(student)
+    assert not any("solution" in c.get("metadata", {}).get("tags", []) for c in student.cells)
+    assert not re.search(r"\{solution(-start|-end)?\}", text)
+    for ex in exercises:
+        assert f":label: {ex.label}" in text and ex.statement in text
+        if ex.kind == "coding":
+            stub = nb.cells[ex.stub_cell].source
+            assert stub in text and f"{ex.check}({ex.function})" in stub
+    assert all(c.get("outputs", []) == [] for c in student.cells)
+    assert "jupytext" not in student.metadata and student.metadata.kernelspec.name == "python3"
+    nbformat.validate(student)
+    full = instructor_notebook(nb)
+    assert [c.source for c in full.cells] == [c.source for c in nb.cells]
+
+
+def _chapter_imports(nb) -> str:
+    """The import statements of the chapter's code cells (what a solution may use)."""
+    imports = []
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not cell.source.startswith("%"):
+            lines = cell.source.split("\n")
+            for node in ast.parse(cell.source).body:
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    imports += lines[node.lineno - 1:node.end_lineno]
+    return "\n".join(imports)
+
+
+def test_solutions_put_back_into_the_stubs_pass_every_check(chapter):
+    path, nb, _, exercises = chapter
+    namespace: dict = {}
+    exec(_chapter_imports(nb), namespace)  # noqa: S102 - the course's own sources
+    for ex in (e for e in exercises if e.kind == "coding"):
+        answer = answer_source(ex, nb.cells[ex.stub_cell].source)
+        assert BEGIN in answer and END in answer
+        exec(answer, namespace)  # noqa: S102
+        result = namespace[ex.check](namespace[ex.function])
+        assert result.passed, f"{ex.label}: {result}"
+        exec(nb.cells[ex.stub_cell].source, namespace)  # noqa: S102 - the stub itself fails
+        assert not namespace[ex.check](namespace[ex.function]).passed, ex.label
+
+
+def test_nbgrader_source_marks_every_exercise(chapter):
+    path, nb, _, exercises = chapter
+    source = source_notebook(nb, path.stem)
+    meta = {c.metadata["nbgrader"]["grade_id"]: (c.cell_type, c.metadata["nbgrader"])
+            for c in source.cells if "nbgrader" in c.metadata}
+    for ex in exercises:
+        kind, answer = meta[f"{ex.label}-answer"]
+        assert answer["solution"] and not answer["locked"]
+        if ex.kind == "coding":
+            kind_check, check = meta[f"{ex.label}-check"]
+            assert (kind, kind_check) == ("code", "code")
+            assert check["grade"] and check["locked"] and check["points"] == 1
+        else:
+            assert kind == "markdown" and answer["grade"] and answer["points"] == 1
+    assert len(meta) == sum(2 if ex.kind == "coding" else 1 for ex in exercises)
+    nbformat.validate(source)
+
+
+def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
+    out = tmp_path / "class"
+    assert main([str(out), "--chapter", "04_self_attention", "--markdown"]) == 0
+    assert (out / "README.md").read_text().startswith("# attncourse")
+    student = nbformat.read(out / "student" / "04_self_attention.ipynb", as_version=4)
+    assert "your code here" in _text(student)
+    assert (out / "student" / "04_self_attention.md").exists()
+    assert (out / "instructor" / "04_self_attention.ipynb").exists()
+    assert (out / "nbgrader" / "source" / "04_self_attention" / "04_self_attention.ipynb").exists()
+    capsys.readouterr()
+    (out / "README.md").write_text("mine")
+    assert main([str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--overwrite" in err
+    assert (out / "README.md").read_text() == "mine"
+    assert main([str(out), "--chapter", "04_self_attention", "--overwrite", "--no-nbgrader"]) == 0
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--chapter", "99_nope"], "--chapter '99_nope'"),
+    (["--notebooks", "/nonexistent"], "--notebooks"),
+])
+def test_command_errors_are_one_line(tmp_path, capsys, argv, words):
+    assert main([str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attncourse: error:") and words in err and err.count("\n") == 1
+
+
+def test_out_that_is_a_file_is_refused(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    assert main([str(target), "--chapter", "04_self_attention"]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_python_m_attncourse_dispatches_student_edition(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "attncourse", "student-edition", str(tmp_path / "o"),
+                           "--chapter", "04_self_attention", "--no-nbgrader"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "o" / "student" / "04_self_attention.ipynb").exists()
+
+
+def test_answer_cell_keeps_the_stubs_other_lines_and_the_solutions_helpers():
+    from attncourse.course.exercises import Exercise
+
+    ex = Exercise("c", "ex-a", "t", kind="coding", check="check_x", function="my_x", solution_code=[
+        "import math\n\ndef helper(a):\n    return a\n\ndef my_x(a):\n    return helper(a) + 1\n\n"
+        "result = check_x(my_x)\nassert result.passed"])
+    stub = "SIZE = 3\n\ndef my_x(a):\n    ...   # your code here\n\nprint(SIZE)\ncheck_x(my_x)"
+    assert answer_source(ex, stub).split("\n") == [
+        "SIZE = 3", BEGIN, "import math", "def helper(a):", "    return a", "", "def my_x(a):",
+        "    return helper(a) + 1", END, "print(SIZE)"]
+    ex.solution_code = ["def my_x(a):\n    return a + 1\n\nresult = check_x(my_x)"]
+    assert answer_source(ex, "def my_x(a):\n    ...   # your code here\n\ncheck_x(my_x)").split("\n") == [
+        "def my_x(a):", f"    {BEGIN}", "    return a + 1", f"    {END}"]

@@ -1,0 +1,87 @@
+"""The instructor's guide: its tables cover every chapter, and every chapter has a measured time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attncourse.course import guide
+from attncourse.course.exercises import chapter_exercises
+from attncourse.course.timings import main as timings_main
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
+
+
+def test_every_chapter_has_a_time_measured_on_two_cores():
+    data = json.loads(guide.TIMINGS.read_text(encoding="utf-8"))
+    assert data["cpus"] == 2
+    missing = [p.stem for p in CHAPTERS if p.stem not in data["seconds"]]
+    assert not missing, f"no measured time for {missing}: run `make test`, then `make timings`"
+    assert all(10 < s < 1800 for s in data["seconds"].values()), data["seconds"]
+
+
+def test_tables_cover_every_chapter_and_add_up():
+    found = guide.chapters()
+    assert [ch.name for ch in found] == [p.stem for p in CHAPTERS]
+    every = [ex for p in CHAPTERS for ex in chapter_exercises(p)]
+    t = guide.totals(found)
+    assert t["exercises"] == len(every) == t["coding"] + t["written"]
+    assert t["auto_checked"] == t["coding"] == t["auto_points"]
+    assert t["manual_points"] == t["written"]
+    assert t["seconds"] == round(sum(guide.read_timings()[p.stem] for p in CHAPTERS))
+    overview = guide.overview_table(found)
+    assert overview.count("\n") == len(found) + 2
+    assert f"| {t['exercises']} ({t['coding']} / {t['written']}) |" in overview
+    sections = guide.chapter_sections(found)
+    for ch in found:
+        assert ch.goals and ch.prerequisites, f"{ch.name}: no learning goals or prerequisites found"
+        assert f"<../notebooks/{ch.name}>" in overview and f"### {ch.title}" in sections
+    for ex in every:
+        assert f"| `{ex.label}` | {ex.kind} |" in sections
+
+
+def test_plans_hold_every_chapter_once():
+    found = guide.chapters()
+    for name, sessions in guide.PLANS.items():
+        table = guide.plan_table(found, sessions)
+        for ch in found:
+            assert table.count(f"<../notebooks/{ch.name}>") == 1, (name, ch.name)
+    table = guide.plan_table(found, [["04"]], complete=False)
+    assert table.count("\n") == 2 and "04_self_attention" in table
+
+
+def test_an_unmeasured_chapter_reads_not_measured(tmp_path):
+    (tmp_path / "09_new.md").write_text("# New\n\n```{exercise} A\n:label: ex-new-a\n\nSay why, in "
+                                        "two sentences, with one example of your own making.\n```\n")
+    found = guide.chapters(tmp_path, timings={})
+    assert "not measured" in guide.overview_table(found)
+
+
+def test_the_page_prints_the_generated_tables():
+    page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+    for call in ("guide.overview_table(found)", "guide.chapter_sections(found)", "guide.plan_table("):
+        assert call in page
+    assert "book/instructors" in (ROOT / "_toc.yml").read_text(encoding="utf-8")
+
+
+def test_timings_command_refuses_a_folder_without_a_cache(tmp_path, capsys):
+    assert timings_main([str(tmp_path), "--out", str(tmp_path / "t.json")]) == 2
+    assert "jupyter-cache" in capsys.readouterr().err and not (tmp_path / "t.json").exists()
+
+
+def test_timings_command_merges_a_caches_chapter_times(tmp_path):
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    cache = get_cache(str(tmp_path / "cache"))
+    for uri, seconds in [("/c/notebooks/07_new.md", 42.4), ("/c/book/instructors.md", 3.0)]:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(f"{seconds} + 1")]
+        cache.cache_notebook_bundle(CacheBundleIn(nb, uri, data={"execution_seconds": seconds}),
+                                    check_validity=False)
+    out = tmp_path / "timings.json"
+    out.write_text(json.dumps({"seconds": {"01_old": 90}}))
+    assert timings_main([str(tmp_path / "cache"), "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["seconds"] == {"01_old": 90, "07_new": 42}
