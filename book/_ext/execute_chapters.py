@@ -1,0 +1,68 @@
+"""Execute the book's notebooks in parallel into the build's execution cache.
+
+Usage: ``python book/_ext/execute_chapters.py BOOK_OUTPUT NOTEBOOK.md ...``
+
+Jupyter Book 1 executes the notebooks one after another while it reads them, and the
+chapters run torch on one thread each: on CI's 2 cores half the machine sat idle for most
+of the build. This runs them first, one per core, with jupyter-cache's own parallel
+executor, into the cache the build then reads (``execute_notebooks: cache`` in
+``_config.yml``), so the build finds every notebook executed and only renders it:
+
+- notebooks are read with myst-nb's reader, as the build reads them, so the cache keys
+  match;
+- each runs in its own folder, with the timeout and ``allow_errors`` of ``_config.yml``,
+  and with the book's variable for static explorers set, as in the build;
+- two chapters that need the same trained model do not train it twice: the second
+  waits for the first (:func:`attncourse.train.runtime.run_lock`).
+
+A notebook that fails is not cached: the build executes it again and reports the error
+where it belongs, on its page (or as a failure with ``-W``). The exit status is 1 then.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import yaml
+from jupyter_cache import get_cache
+from jupyter_cache.executors import load_executor
+
+sys.path.insert(0, str(Path(__file__).parent))
+from attncourse_book import BOOK_ENV  # noqa: E402  (the extension's own copy of the name)
+
+ROOT = Path(__file__).resolve().parents[2]
+#: myst-nb's plugin for jupyter-cache: the same reader as the book build's.
+MYST_READER = {"type": "plugin", "name": "myst_nb_md"}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2:
+        print("usage: execute_chapters.py BOOK_OUTPUT NOTEBOOK.md ...", file=sys.stderr)
+        return 2
+    output, notebooks = Path(argv[0]), [Path(nb).resolve() for nb in argv[1:]]
+    execute = yaml.safe_load((ROOT / "_config.yml").read_text())["execute"]
+    # Where myst-nb looks: next to the HTML output folder (output/_build/html).
+    cache = get_cache(str((output / "_build" / ".jupyter_cache").resolve()))
+    for notebook in notebooks:
+        cache.add_nb_to_project(str(notebook), read_data=MYST_READER)
+    os.environ[BOOK_ENV] = "1"
+    executor = load_executor("local-parallel", cache)
+    result = executor.run_and_cache(
+        filter_uris=[str(nb) for nb in notebooks],
+        timeout=execute["timeout"],
+        allow_errors=execute["allow_errors"],
+    )
+    for record in cache.list_cache_records():
+        seconds = record.data.get("execution_seconds")
+        if seconds is not None and record.uri in result.succeeded:
+            print(f"executed {Path(record.uri).name} in {seconds:.0f} s")
+    failed = result.excepted + result.errored
+    for uri in failed:
+        print(f"failed: {Path(uri).name} (the book build runs it again and shows the error)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
