@@ -41,6 +41,17 @@ def test_tables_cover_every_chapter_and_add_up():
         assert f"| `{ex.label}` | {ex.kind} |" in sections
 
 
+def test_links_copied_from_the_chapters_resolve_from_the_guide_page():
+    # The guide (book/instructors.md) quotes goals and prerequisites, whose links are
+    # relative to notebooks/; a link that does not resolve from book/ warns in the build.
+    import re
+
+    text = guide.chapter_sections(guide.chapters())
+    targets = re.findall(r"\]\(([^)]+\.md)\)", text)
+    assert targets, "no chapter links found: the test would check nothing"
+    assert [t for t in targets if not (ROOT / "book" / t).is_file()] == []
+
+
 def test_plans_hold_every_chapter_once():
     found = guide.chapters()
     for name, sessions in guide.PLANS.items():

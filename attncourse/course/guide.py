@@ -56,8 +56,13 @@ def read_timings(path: Path = TIMINGS) -> dict[str, float]:
 
 
 def _doc_links(text: str) -> str:
-    """Make a chapter's ``{doc}`` links (relative to notebooks/) work from book/."""
-    return re.sub(r"(\{doc\}`[^`<]*<)([^`/>]+)>`", r"\1../notebooks/\2>`", text)
+    """Make a chapter's links to other chapters (relative to notebooks/) work from book/.
+
+    Chapters link to each other with Markdown links ``[text](04_self_attention.md)``,
+    which JupyterLab follows too; older ``{doc}`` roles are rewritten the same way.
+    """
+    text = re.sub(r"(\{doc\}`[^`<]*<)([^`/>]+)>`", r"\1../notebooks/\2>`", text)
+    return re.sub(r"\]\(([^)/:]+\.md)\)", r"](../notebooks/\1)", text)
 
 
 def _goals(source: str) -> str:

@@ -17,7 +17,8 @@ from pathlib import Path
 from attncourse.course.guide import TIMINGS
 
 ABOUT = ("Seconds each chapter takes to execute in the book build of `make test` on a fresh "
-         "clone (first run: models trained), on 2 CPU cores. Written by `make timings` from "
+         "clone (first run: models trained), on 2 CPU cores, two chapters at a time (one per "
+         "core). Written by `make timings` from "
          "jupyter-cache's records; read by the instructor's guide.")
 
 
