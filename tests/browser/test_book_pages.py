@@ -20,9 +20,14 @@ import yaml
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+import attncourse.widgets as widgets
+from attncourse.widgets.base import Explorer
+
 ROOT = Path(__file__).resolve().parents[2]
-EXPLORERS = re.compile(r"\b(SelfAttentionStepper|BahdanauStepper|LocalWindow|TemperatureExplorer|AttentionExplorer"
-                       r"|PositionalEncodingExplorer|FlashAttentionExplorer)\(")
+#: Every explorer class the package offers: a chapter that displays one gets it on its page.
+EXPLORER_NAMES = sorted(name for name, obj in vars(widgets).items()
+                        if isinstance(obj, type) and issubclass(obj, Explorer) and obj is not Explorer)
+EXPLORERS = re.compile(r"\b(" + "|".join(EXPLORER_NAMES) + r")\(")
 #: Schemes a page may use without leaving the machine.
 LOCAL = ("file:", "data:", "blob:", "about:", "chrome:", "devtools:")
 #: TeX left in the visible text: $...$, $$, \( or \[ (code, scripts and typeset maths removed first).
