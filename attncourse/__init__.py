@@ -1,9 +1,21 @@
 """attncourse: the helper package of an interactive course on attention mechanisms.
 
-Subpackages, lowest layer first: ``functional`` (the maths), ``nn`` (modules),
-``data`` (tasks and examples), ``train`` (running experiments), ``viz`` (static
-figures), ``widgets`` (interactive explorers built on ``viz``) and ``checks``
-(instant feedback on exercises).
+The package is layered by role. A part imports only parts on the levels above
+its own, never a part of its own level or below (``tests/test_layers.py`` holds
+the code to this map)::
+
+    1  functional  the attention maths: tensors in, tensors out
+       data        the tasks, their vocabularies and batches
+       runtime     device choice, seeding, progress bars, the trained-model folder
+    2  nn          the models, as torch.nn.Modules
+       viz         static figures
+    3  decode      inference: greedy and beam search, sampling from the GPT
+    4  train       the training engine: fit, the epoch loop, checkpoints, metrics
+    5  widgets     the interactive explorers (on viz and decode)
+       recipes     what each chapter trains (Experiment, captioning, the LM, ...)
+       checks      instant feedback on the exercises
+    6  cli         the command line, ``python -m attncourse``
+    7  course      student editions, nbgrader, the instructor's guide
 """
 
 __version__ = "0.1.0"

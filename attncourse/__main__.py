@@ -1,7 +1,7 @@
 """``python -m attncourse``: the command line.
 
 ``student-edition`` is the instructors' command (:mod:`attncourse.course.cli`); every
-other command is the training command line (:mod:`attncourse.train.cli`).
+other command is the training command line (:mod:`attncourse.cli.commands`).
 """
 
 import sys
@@ -11,6 +11,6 @@ if __name__ == "__main__":
         from attncourse.course.cli import main as course_main
 
         sys.exit(course_main(sys.argv[2:]))
-    from attncourse.train.cli import main
+    from attncourse.cli import main
 
     sys.exit(main())

@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils import benchmark
 
 from attncourse.nn import MultiHeadAttention
-from attncourse.train import describe_device, pick_device
+from attncourse.runtime import describe_device, pick_device
 
 
 def cpu_model() -> str:

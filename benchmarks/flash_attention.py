@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention import run_on_devices, time_median  # noqa: E402
 
 from attncourse.functional import attention, flash_attention, saved_tensor_bytes  # noqa: E402
-from attncourse.train import describe_device  # noqa: E402
+from attncourse.runtime import describe_device  # noqa: E402
 
 PATHS = ("textbook", "tiled", "sdpa")
 

@@ -36,7 +36,7 @@ from attention import run_on_devices, time_median  # noqa: E402
 
 from attncourse.nn import KVCache  # noqa: E402
 from attncourse.nn.gqa import CausalSelfAttention  # noqa: E402
-from attncourse.train import describe_device  # noqa: E402
+from attncourse.runtime import describe_device  # noqa: E402
 
 
 def run(device: torch.device, lengths, kv_heads, batch: int, d_model: int, num_heads: int,

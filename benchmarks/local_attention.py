@@ -30,7 +30,7 @@ from attention import run_on_devices, time_median  # noqa: E402
 
 from attncourse.functional import windowed_attention  # noqa: E402
 from attncourse.nn import LuongAttention  # noqa: E402
-from attncourse.train import describe_device  # noqa: E402
+from attncourse.runtime import describe_device  # noqa: E402
 
 
 def run(device: torch.device, lengths, batch: int, hidden: int, window: int, min_run_time: float,

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch.utils import benchmark
 
 from attncourse.functional import attention, scaled_dot_product_attention
-from attncourse.train import describe_device, pick_device
+from attncourse.runtime import describe_device, pick_device
 
 
 def _time(fn, min_run_time: float) -> float:

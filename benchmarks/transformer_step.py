@@ -50,7 +50,7 @@ from attention import machine_info, print_machine, time_median, write_json  # no
 from attncourse.nn import Transformer  # noqa: E402
 from attncourse.nn.positional import SinusoidalPositionalEncoding  # noqa: E402
 from attncourse.nn.rnn import PAD_ID  # noqa: E402
-from attncourse.train import describe_device, pick_device  # noqa: E402
+from attncourse.runtime import describe_device, pick_device  # noqa: E402
 
 #: Architecture and batch presets; every entry can be overridden on the command line.
 CONFIGS: dict[str, dict[str, int]] = {

@@ -1,4 +1,4 @@
-"""Tests for the command line: python -m attncourse train / evaluate (attncourse.train.cli)."""
+"""Tests for the command line: python -m attncourse train / evaluate (attncourse.cli.commands)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import attncourse.train.cli as cli
-from attncourse.train.cli import build_parser, main
+import attncourse.cli.commands as cli
+from attncourse.cli.commands import build_parser, main
 
 SMALL = ["--emb-dim", "8", "--hidden-dim", "16", "--batch-size", "16", "--lr", "0.01", "--no-progress"]
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-import attncourse.train.lm as lm
-from attncourse.train.cli import main
+import attncourse.recipes.lm as lm
+from attncourse.cli.commands import main
 
 TEXT = "hello world. the attention is all you need. " * 40
 SMALL = ["--steps", "40", "--steps-per-epoch", "20", "--context", "16", "--d-model", "16", "--num-heads", "2",

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import attncourse.train.cli as cli
+import attncourse.cli.commands as cli
 from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import PairDataset
-from attncourse.train.cli import main
+from attncourse.cli.commands import main
 from attncourse.train.fit import FitConfig, evaluate, fit
 from test_cli import SMALL, one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attncourse.nn.rnn import Seq2Seq
-from attncourse.train.decoding import (
+from attncourse.decode.search import (
     beam_search,
     greedy_decode,
     sequence_log_probs,
@@ -204,7 +204,7 @@ def test_length_penalty_and_argument_checks():
 def test_translate_equals_greedy_decode_on_one_sentence():
     from attncourse.data.vocab import Vocabulary
     from attncourse.nn.rnn import Seq2Seq
-    from attncourse.train.decoding import greedy_decode, translate
+    from attncourse.decode.search import greedy_decode, translate
 
     torch.manual_seed(0)
     src_vocab, tgt_vocab = Vocabulary(["a", "b", "c"]), Vocabulary(["x", "y", "z"])

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attncourse.nn.rnn import Seq2Seq
-from attncourse.train.experiment import (
+from attncourse.recipes.experiment import (
     Experiment,
     build_model,
     load_task,

@@ -362,7 +362,7 @@ def test_progress_bars_show_epochs_and_batches(data, capsys):
 @pytest.mark.parametrize("env", [{}, {"TQDM_DISABLE": "1"}])
 def test_tqdm_disable_in_the_environment_turns_the_bars_off(env):
     # tqdm reads TQDM_* when it is imported, so each case needs a process of its own (make test sets it for nbval)
-    code = ("from attncourse.train.runtime import progress_bar\n"
+    code = ("from attncourse.runtime import progress_bar\n"
             "assert progress_bar(range(2), progress=False).disable\n"
             "print(progress_bar(range(2), progress=True).disable)")
     out = subprocess.run([sys.executable, "-c", code], env={**{k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}, **env},

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attncourse.nn.gpt import GPT
-from attncourse.train.generation import generate, next_token_probs, seconds_per_token, trace_generation
+from attncourse.decode.generation import generate, next_token_probs, seconds_per_token, trace_generation
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope", "alibi"])

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from attncourse.data import Vocabulary  # noqa: E402
 from attncourse.data.pairs import tokenize  # noqa: E402
 from attncourse.nn.rnn import Seq2Seq  # noqa: E402
-from attncourse.train.decoding import greedy_decode  # noqa: E402
+from attncourse.decode.search import greedy_decode  # noqa: E402
 from attncourse.widgets.bahdanau import BahdanauStepper  # noqa: E402
 
 EXAMPLES = ("soixante et onze", "deux mille vingt quatre", "cent")
@@ -50,7 +50,7 @@ def stepper(model):
 
 
 def reference(model, text):
-    """Tokens and weights of attncourse.train.decoding.greedy_decode for one sentence."""
+    """Tokens and weights of attncourse.decode.search.greedy_decode for one sentence."""
     ids = torch.tensor([SRC_VOCAB.encode(tokenize(text, "word"))])
     tokens, attention = greedy_decode(model, ids, torch.ones_like(ids, dtype=torch.bool), max_len=MAX_LEN)
     # token_of, not decode: an untrained model may output <pad> or <bos>, which decode would drop.

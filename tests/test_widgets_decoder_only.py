@@ -6,7 +6,7 @@ import torch
 
 from attncourse.data.text import char_corpus
 from attncourse.nn.gpt import GPT
-from attncourse.train.generation import trace_generation
+from attncourse.decode.generation import trace_generation
 from attncourse.widgets.decoder_only import ALL_HEADS, DecoderOnlyExplorer
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
-from attncourse.train.cli_options import EXIT_USAGE, _Parser
+from attncourse.cli.options import EXIT_USAGE, Parser
 
 COMMAND = "student-edition"
 #: The chapters' MyST sources in a checkout of the course.
@@ -56,7 +56,7 @@ PYTHONPATH). Chapters: {chapters} ({n_ex} exercises: {n_coding} coding, {n_writt
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``student-edition`` command's parser."""
-    parser = _Parser(prog=f"attncourse {COMMAND}",
+    parser = Parser(prog=f"attncourse {COMMAND}",
                      description="Write student and instructor editions of every chapter and an "
                                  "nbgrader course directory into OUT.")
     parser.add_argument("out", metavar="OUT", type=Path, help="folder to write into (new or empty)")

@@ -438,7 +438,7 @@ class LuongSeq2Seq(nn.Module):
     instead of a stack of four LSTMs; a bias b_s in the output layer; our
     encoder may be bidirectional (the paper's reads the source left to right).
 
-    Decoding protocol (as :mod:`attncourse.train.decoding` expects):
+    Decoding protocol (as :mod:`attncourse.decode.search` expects):
     :meth:`encode`, :meth:`init_state`, :meth:`decode_step`, :meth:`reorder`;
     the decoder state is a :class:`LuongDecoderState`.
 

@@ -35,7 +35,7 @@ matrix itself (section 3.4, after Press and Wolf 2017).
 
 Decoding. :meth:`Transformer.encode`, :meth:`~Transformer.init_state`,
 :meth:`~Transformer.decode_step` and :meth:`~Transformer.reorder` implement the
-decoding protocol of :mod:`attncourse.train.decoding`, so ``greedy_decode`` and
+decoding protocol of :mod:`attncourse.decode.search`, so ``greedy_decode`` and
 ``beam_search`` run on this model as on the RNNs. Each step embeds one token,
 appends its keys and values to a per-layer :class:`~attncourse.nn.attention.KVCache`
 and attends over the cache; a single new query may see every cached position,
@@ -640,7 +640,7 @@ class Transformer(nn.Module):
             self.train(was_training)
         return {"encoder_self": enc_self, "decoder_self": dec_self, "cross": cross}
 
-    # ----- incremental decoding (the protocol of attncourse.train.decoding) -----
+    # ----- incremental decoding (the protocol of attncourse.decode.search) -----
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> TransformerEncoderState:
         """Run the encoder once and project its output for every decoder layer's cross-attention.

@@ -76,9 +76,9 @@ from attncourse.data.pairs import PairDataset, detokenize
 from attncourse.data.vocab import Vocabulary
 from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import check_compatible, differences, load_checkpoint, save_checkpoint
-from attncourse.train.decoding import beam_search, greedy_decode
+from attncourse.decode.search import beam_search, greedy_decode
 from attncourse.train.metrics import evaluate_by_bucket
-from attncourse.train.runtime import pick_device, progress_bar
+from attncourse.runtime import pick_device, progress_bar
 from attncourse.train.schedule import SCHEDULES, noam_lambda
 
 PAD_ID = Vocabulary.pad_id
@@ -152,7 +152,7 @@ class FitConfig:
         after ``torch.manual_seed`` for a fully repeatable run.
     device : str or None
         ``"cpu"``, ``"cuda"``, ``"mps"`` ...; ``None`` picks CUDA, then MPS,
-        then the CPU (:func:`~attncourse.train.runtime.pick_device`).
+        then the CPU (:func:`~attncourse.runtime.pick_device`).
     num_threads : int or None
         CPU threads for torch during the run (restored afterwards); ``None``
         leaves the setting as it is. The course's models are small: their
@@ -547,7 +547,7 @@ def validate(model: Any, batches: Sequence[Batch], device: torch.device | str | 
     ----------
     model
         A sequence-to-sequence model: ``model(src, src_mask, tgt_in).logits``
-        and the decoding interface of :mod:`attncourse.train.decoding`.
+        and the decoding interface of :mod:`attncourse.decode.search`.
     batches : sequence of Batch
     device : torch.device or str, optional
         Where the model is; default: where its first parameter is.
@@ -1043,8 +1043,8 @@ def evaluate(
     src_vocab, tgt_vocab : Vocabulary
         The vocabularies the model was trained with.
     beam_size : int
-        1: greedy decoding (:func:`~attncourse.train.decoding.greedy_decode`);
-        more: :func:`~attncourse.train.decoding.beam_search` with this many hypotheses.
+        1: greedy decoding (:func:`~attncourse.decode.search.greedy_decode`);
+        more: :func:`~attncourse.decode.search.beam_search` with this many hypotheses.
     batch_size : int
         Sentences decoded at once.
     edges : sequence of int, optional

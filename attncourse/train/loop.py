@@ -6,7 +6,7 @@ CNN with self-attention) have their own losses and metrics, so they bring their
 own ``train_epoch`` and ``evaluate`` functions and :func:`train_epochs` does the
 rest, the same way ``fit`` does it:
 
-* a run lives in its own folder under :func:`~attncourse.train.runtime.runs_dir`,
+* a run lives in its own folder under :func:`~attncourse.runtime.runs_dir`,
   named by the caller plus a hash of its ``config``; called again with the same
   config, a finished run loads instead of training;
 * after every epoch, model, optimizer, loop ``state`` and history are written
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from attncourse.train.checkpoint import load_checkpoint, save_checkpoint
-from attncourse.train.runtime import pick_device, progress_bar, run_lock, runs_dir
+from attncourse.runtime import pick_device, progress_bar, run_lock, runs_dir
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -122,7 +122,7 @@ def train_epochs(
     progress : bool
         A tqdm bar over the epochs.
     device : str or torch.device, optional
-        Default: :func:`~attncourse.train.runtime.pick_device`.
+        Default: :func:`~attncourse.runtime.pick_device`.
     out_dir : path, optional
         Default: ``runs_dir(f"{name}-{config_digest(config)}")``.
 

@@ -144,7 +144,7 @@ def plot_encoder_decoder(
         Output tokens y_1..y_T.
     weights : array-like, (tgt_len, src_len), optional
         Attention weights alpha_tj, e.g. one sentence's array from
-        :func:`attncourse.train.decoding.greedy_decode`. Torch tensors are accepted.
+        :func:`attncourse.decode.search.greedy_decode`. Torch tensors are accepted.
     step : int, optional
         The step t to draw, 1-based (1..tgt_len); required with ``weights``.
     ax : matplotlib Axes, optional
@@ -280,7 +280,7 @@ def plot_alignment(
     ----------
     weights : array-like, (tgt_len, src_len)
         alpha_tj for every output step t and source position j, e.g. one
-        sentence's array from :func:`attncourse.train.decoding.greedy_decode`.
+        sentence's array from :func:`attncourse.decode.search.greedy_decode`.
         Torch tensors are accepted.
     src_tokens : sequence of str, length src_len
         Column labels (x axis, "input (source) token").

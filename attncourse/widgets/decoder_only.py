@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from attncourse.data.vocab import Vocabulary
-from attncourse.train.generation import GenerationStep, trace_generation
+from attncourse.decode.generation import GenerationStep, trace_generation
 from attncourse.widgets.base import Explorer
 from attncourse.widgets.static import BookAxis
 
@@ -67,7 +67,7 @@ class DecoderOnlyExplorer(Explorer):
     step : ipywidgets.IntSlider
         0 .. steps - 1: the text so far is the prompt and the first ``step`` generated characters.
     traces : dict
-        Prompt -> list of :class:`~attncourse.train.generation.GenerationStep`.
+        Prompt -> list of :class:`~attncourse.decode.generation.GenerationStep`.
     weights : dict
         Prompt -> list over layers of (num_heads, n, n) NumPy arrays, n = prompt length + steps.
     shown : dict

@@ -28,7 +28,7 @@ import torch
 
 from attncourse.data.pairs import detokenize, tokenize
 from attncourse.data.vocab import Vocabulary
-from attncourse.train.decoding import greedy_decode
+from attncourse.decode.search import greedy_decode
 from attncourse.viz.transformer import ATTENTION_KINDS, plot_attention_maps
 from attncourse.widgets.base import Explorer
 from attncourse.widgets.static import BookAxis

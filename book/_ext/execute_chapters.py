@@ -13,7 +13,7 @@ executor, into the cache the build then reads (``execute_notebooks: cache`` in
 - each runs in its own folder, with the timeout and ``allow_errors`` of ``_config.yml``,
   and with the book's variable for static explorers set, as in the build;
 - two chapters that need the same trained model do not train it twice: the second
-  waits for the first (:func:`attncourse.train.runtime.run_lock`).
+  waits for the first (:func:`attncourse.runtime.run_lock`).
 
 A notebook that fails is not cached: the build executes it again and reports the error
 where it belongs, on its page (or as a failure with ``-W``). The exit status is 1 then.

@@ -30,9 +30,9 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
 from attncourse.train.checkpoint import atomic_write_text, load_model
 from attncourse.train.fit import CHECKPOINT_NAME
-from attncourse.train.generation import generate
-from attncourse.train.lm import LMConfig, bits_per_char, train_lm
-from attncourse.train.runtime import pick_device
+from attncourse.decode.generation import generate
+from attncourse.recipes.lm import LMConfig, bits_per_char, train_lm
+from attncourse.runtime import pick_device
 
 #: The sub-commands this module adds.
 LM_COMMANDS = ("train-lm", "sample")

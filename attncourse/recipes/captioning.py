@@ -275,7 +275,7 @@ def train_captioner(config: CaptionConfig, progress: bool = True,
     progress : bool
         A tqdm bar over the epochs.
     device : str or torch.device, optional
-        Default: :func:`~attncourse.train.runtime.pick_device`.
+        Default: :func:`~attncourse.runtime.pick_device`.
 
     Returns
     -------

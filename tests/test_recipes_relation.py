@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-import attncourse.train.relation as relation
+import attncourse.recipes.relation as relation
 from attncourse.nn.conv_attention import AttentionCNN, PlainCNN
-from attncourse.train.relation import (
+from attncourse.recipes.relation import (
     RelationConfig,
     load_relation_canvases,
     relation_accuracy,

@@ -350,7 +350,7 @@ def train_relation_classifier(config: RelationConfig, progress: bool = True,
     progress : bool
         tqdm bars over the epochs.
     device : str or torch.device, optional
-        Default: :func:`~attncourse.train.runtime.pick_device`.
+        Default: :func:`~attncourse.runtime.pick_device`.
 
     Returns
     -------

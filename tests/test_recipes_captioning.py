@@ -1,12 +1,12 @@
-"""Tests of attncourse.train.captioning: configs, metrics, and cached, seeded training runs."""
+"""Tests of attncourse.recipes.captioning: configs, metrics, and cached, seeded training runs."""
 
 import dataclasses
 
 import pytest
 import torch
 
-import attncourse.train.captioning as captioning
-from attncourse.train.captioning import (
+import attncourse.recipes.captioning as captioning
+from attncourse.recipes.captioning import (
     CaptionConfig,
     build_captioner,
     caption_metrics,

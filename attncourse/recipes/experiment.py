@@ -2,7 +2,7 @@
 
 An :class:`Experiment` is a frozen description of one run (task, data size,
 model, optimisation). :func:`run_experiment` trains it into its own folder under
-:func:`~attncourse.train.runtime.runs_dir`, checkpointing every epoch; called
+:func:`~attncourse.runtime.runs_dir`, checkpointing every epoch; called
 again with the same description it resumes that run, so a finished run loads in
 a second and an interrupted one continues where it stopped. Two chapters that
 need the same model therefore train it once.
@@ -34,7 +34,7 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.train.fit import CHECKPOINT_NAME, FitConfig, FitResult, fit
-from attncourse.train.runtime import run_lock, runs_dir
+from attncourse.runtime import run_lock, runs_dir
 
 #: Generated tasks, by the names the command line uses.
 TASKS: tuple[str, ...] = ("numbers-en-fr", "numbers-en-de", "dates")

@@ -101,7 +101,7 @@ def runs_dir(name: str | None = None) -> Path:
     if root:
         base = Path(root)
     else:
-        checkout = Path(__file__).resolve().parents[2]
+        checkout = Path(__file__).resolve().parents[1]
         is_checkout = (checkout / "pyproject.toml").exists() and (checkout / "notebooks").is_dir()
         base = checkout / "_build" / "runs" if is_checkout else Path.home() / ".cache" / "attncourse" / "runs"
     path = base / name if name else base

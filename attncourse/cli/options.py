@@ -4,7 +4,7 @@
 :func:`check_evaluate_args` then check what argparse cannot see alone (options
 that do not go together, files to read, places to write) and fill in the
 defaults that depend on the model. Every problem is a :class:`UsageError`,
-printed by :func:`attncourse.train.cli.main` as one line naming the option,
+printed by :func:`attncourse.cli.commands.main` as one line naming the option,
 exit status 2.
 """
 
@@ -19,11 +19,11 @@ from typing import Any, NoReturn
 import attncourse
 from attncourse.data.pairs import LEVELS
 from attncourse.train.checkpoint import temporaries
-from attncourse.train.cli_lm import add_lm_commands
+from attncourse.cli.lm import add_lm_commands
 from attncourse.train.distributed import env_world_size
-from attncourse.train.experiment import PRESETS, TASKS, transformer_preset
+from attncourse.recipes.experiment import PRESETS, TASKS, transformer_preset
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
-from attncourse.train.runtime import pick_device
+from attncourse.runtime import pick_device
 
 #: --model choices: (Experiment.model, Experiment.attention)
 MODELS = {"rnn": ("rnn", None), "bahdanau": ("rnn", "bahdanau"), "transformer": ("transformer", None)}
@@ -48,7 +48,7 @@ PRESET_OPTIONS = TRANSFORMER_OPTIONS + (
 )
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """argparse, but errors are one line (no usage block), in the same form as our own errors."""
 
     def error(self, message: str) -> NoReturn:
@@ -179,7 +179,7 @@ examples:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``attncourse`` argument parser, with ``train``, ``evaluate``, ``train-lm`` and ``sample`` sub-commands."""
-    parser = _Parser(
+    parser = Parser(
         prog="attncourse",
         description="Train and evaluate the course's models: RNNs (with or without Bahdanau "
                     "attention), the Transformer, and the decoder-only language model (train-lm, sample).",

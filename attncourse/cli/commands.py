@@ -9,7 +9,7 @@ weights on a test file::
     python -m attncourse evaluate runs/fr --test runs/fr/test.tsv --beam-size 4
 
 The decoder-only language model of chapter 7 has its own two sub-commands,
-``train-lm`` (on any UTF-8 text file) and ``sample`` (:mod:`attncourse.train.cli_lm`)::
+``train-lm`` (on any UTF-8 text file) and ``sample`` (:mod:`attncourse.cli.lm`)::
 
     python -m attncourse train-lm --text corpus.txt --out runs/lm --steps 2000
     python -m attncourse sample runs/lm --prompt "The attention" --length 200 --top-k 10
@@ -61,8 +61,8 @@ from attncourse.data.pairs import PairDataset, Splits, read_tsv, save_tsv
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.rnn import count_parameters
 from attncourse.train.checkpoint import atomic_write_text, load_model, remove_temporaries
-from attncourse.train.cli_lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
-from attncourse.train.cli_options import (
+from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
+from attncourse.cli.options import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     PRESET_OPTIONS,
@@ -76,7 +76,7 @@ from attncourse.train.cli_options import (
     out_dir_problem,
 )
 from attncourse.train.distributed import broadcast_object, init_distributed, teardown_distributed
-from attncourse.train.experiment import Experiment, build_model, load_task, max_tokens_per_side
+from attncourse.recipes.experiment import Experiment, build_model, load_task, max_tokens_per_side
 from attncourse.train.fit import (
     BEST_NAME,
     FitConfig,
@@ -87,16 +87,16 @@ from attncourse.train.fit import (
     max_positions,
 )
 from attncourse.train.metrics import format_table
-from attncourse.train.runtime import describe_device, pick_device
+from attncourse.runtime import describe_device, pick_device
 
 #: Kept under its old name for callers of the command line's internals.
 _check_train_args = check_train_args
 
 
 def experiment_from_args(args: argparse.Namespace) -> Experiment:
-    """The :class:`~attncourse.train.experiment.Experiment` fields a resolved ``train`` command sets.
+    """The :class:`~attncourse.recipes.experiment.Experiment` fields a resolved ``train`` command sets.
 
-    Used to build the model with :func:`~attncourse.train.experiment.build_model`; the data options
+    Used to build the model with :func:`~attncourse.recipes.experiment.build_model`; the data options
     (TSV files, level, max value) stay with the command.
     """
     values = {f: getattr(args, f) for f in PRESET_OPTIONS + RNN_OPTIONS if getattr(args, f, None) is not None}
