@@ -6,11 +6,21 @@ other command is the training command line (:mod:`attncourse.cli.commands`).
 
 import sys
 
-if __name__ == "__main__":
+
+
+def _run() -> int:
     if sys.argv[1:2] == ["student-edition"]:
         from attncourse.course.cli import main as course_main
 
-        sys.exit(course_main(sys.argv[2:]))
+        return course_main(sys.argv[2:])
     from attncourse.cli import main
 
-    sys.exit(main())
+    return main()
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(_run())
+    except KeyboardInterrupt:  # Ctrl-C while torch is imported, before main() catches it itself
+        print("attncourse: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -2,6 +2,9 @@
 
 One test (or parametrized group) per item of the issue "Command line: no data loss, no
 traceback, bounded memory on any input"; every error is one line naming the option, exit 2.
+Round 2 (issue 28: no user file replaced even with --overwrite, no traceback from any option
+value, memory bounded for train-lm and sample) is in tests/test_cli_round2.py, and its
+property test over every numeric option in tests/test_cli_extremes.py.
 """
 
 from __future__ import annotations
@@ -46,8 +49,12 @@ def test_non_empty_out_that_is_no_run_is_refused(tmp_path, capsys):
     assert "test.tsv" in line and "--overwrite" in line and "not empty" in line
     assert (out / "test.tsv").read_text(encoding="utf-8") == "mine\tx\n"
     assert sorted(os.listdir(out)) == ["test.tsv"]
-    assert main(["train", *TASK, "--out", str(out), "--overwrite"]) == 0  # said so: written
-    assert (out / "test.tsv").read_text(encoding="utf-8") != "mine\tx\n"
+    # --overwrite never replaces a file no run wrote (issue 28, item 1): it stops and names it
+    assert main(["train", *TASK, "--out", str(out), "--overwrite"]) == 2
+    line = one_error_line(capsys)
+    assert "test.tsv" in line and "no run wrote" in line
+    assert (out / "test.tsv").read_text(encoding="utf-8") == "mine\tx\n"
+    assert sorted(os.listdir(out)) == ["test.tsv"]
 
 
 def test_run_without_checkpoint_is_refused(run, tsv, capsys):

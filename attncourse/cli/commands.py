@@ -60,7 +60,9 @@ from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import PairDataset, Splits, read_tsv, save_tsv
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.rnn import count_parameters
-from attncourse.train.checkpoint import atomic_write_text, load_model, remove_temporaries
+from attncourse.train.checkpoint import atomic_write_text, load_model, remove_temporaries, temporaries
+from attncourse.cli.limits import check_model_config
+from attncourse.cli.rundir import json_safe, record_file, remove_recorded, unstarted_run, write_json
 from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
 from attncourse.cli.options import (
     EXIT_INTERRUPTED,
@@ -68,6 +70,7 @@ from attncourse.cli.options import (
     PRESET_OPTIONS,
     RNN_OPTIONS,
     RUN_FILES,
+    TRAIN_WRITES,
     UsageError,
     build_parser,
     check_evaluate_args,
@@ -79,6 +82,7 @@ from attncourse.train.distributed import broadcast_object, init_distributed, tea
 from attncourse.recipes.experiment import Experiment, build_model, load_task, max_tokens_per_side
 from attncourse.train.fit import (
     BEST_NAME,
+    CHECKPOINT_NAME,
     FitConfig,
     best_epoch,
     check_resume,
@@ -134,21 +138,8 @@ def _load_data(args: argparse.Namespace, model_limit: int | None,
     return splits, splits.train, splits.valid, splits.train.level
 
 
-def _json_safe(obj: Any) -> Any:
-    """NaN and infinities become null, so the file is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(json.dumps(_json_safe(obj), indent=2) + "\n", path)
+_json_safe = json_safe
+_write_json = write_json
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -217,6 +208,9 @@ def _train(args: argparse.Namespace, world: Any) -> int:
     problem = broadcast_object(out_dir_problem(out, args.resume, args.overwrite) if main_rank else None)
     if problem:
         raise ValueError(problem)
+    # a run killed before its first checkpoint starts again from the beginning (--resume or not)
+    fresh_start = main_rank and unstarted_run(out, temporaries(out, TRAIN_WRITES))
+    args.resume = args.resume and (out / CHECKPOINT_NAME).is_file()
     experiment = experiment_from_args(args)
     splits, train_data, valid_data, level = _load_data(args, max_tokens_per_side(experiment), quiet=not main_rank)
     src_vocab, tgt_vocab = build_vocabs(train_data)
@@ -253,19 +247,21 @@ def _train(args: argparse.Namespace, world: Any) -> int:
     segments = _earlier_segments(earlier)
     if main_rank:
         out.mkdir(parents=True, exist_ok=True)
-        removed = remove_temporaries(out, RUN_FILES)
+        removed = remove_temporaries(out, TRAIN_WRITES)
         if removed:
             print(f"attncourse: note: removed {len(removed)} temporary file(s) that an interrupted write left in "
                   f"{out} ({', '.join(p.name for p in removed[:3])}{', ...' if len(removed) > 3 else ''})",
                   flush=True)
-        if args.overwrite:
-            for name in RUN_FILES:
-                (out / name).unlink(missing_ok=True)
-        if splits is not None and len(splits.test) > 0:
-            save_tsv(splits.test, out / "test.tsv")
+        if args.overwrite or fresh_start:  # only what the earlier run wrote (its config.json lists it)
+            remove_recorded(out)
+        writes_test = splits is not None and len(splits.test) > 0
+        # a resumed run keeps the test.tsv its first segment wrote (edited or not)
+        keep_test = args.resume and (out / "test.tsv").exists()
         settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "command"}
         _write_json(out / "config.json", {
             "attncourse_version": attncourse.__version__,
+            "command": "train",
+            "files": [n for n in TRAIN_WRITES if n != "test.tsv" or writes_test or keep_test],
             "arguments": settings,
             "model_type": args.kind,
             "model_class": type(model).__name__,
@@ -280,6 +276,8 @@ def _train(args: argparse.Namespace, world: Any) -> int:
             "device": where,
             "world_size": world.world_size,
         })
+        if writes_test and not keep_test:
+            save_tsv(splits.test, out / "test.tsv")
         preset = f" (preset {args.preset})" if args.preset else ""
         print(f"attncourse: {args.model} model{preset}, {n_parameters:,} parameters, "
               f"{len(train_data)} training pairs, on {where}", flush=True)
@@ -354,7 +352,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
-    model, checkpoint = load_model(args.dir / BEST_NAME, map_location=device)
+    path = args.dir / BEST_NAME
+    model, checkpoint = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
     extra = checkpoint["extra"]
     if not isinstance(extra.get("src_vocab"), dict) or not isinstance(extra.get("tgt_vocab"), dict):
         raise ValueError(f"{args.dir / BEST_NAME} holds no vocabularies; was it written by 'attncourse train'?")
@@ -389,6 +388,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         "sentences_per_second": len(test) / seconds if seconds > 0 else None,
     }
     _write_json(args.json, report)
+    if args.json == args.dir / "metrics.json":
+        record_file(args.dir, "metrics.json")
     print(f"metrics written to {args.json}")
     results_path = args.dir / "results.json"
     results = _read_json(results_path)
@@ -447,10 +448,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in LM_COMMANDS:
             return run_train_lm(args) if args.command == "train-lm" else run_sample(args)
         return run_train(args) if args.command == "train" else run_evaluate(args)
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, FloatingPointError) as err:
         print(f"attncourse: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
+    except MemoryError as err:
+        reason = _one_line(err) if str(err) else "the machine ran out of memory"
+        print(f"attncourse: error: {reason}; give smaller sizes", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        hint = f"; continue with --resume (checkpoint in {args.out})" if args.command in ("train", "train-lm") else ""
-        print(f"attncourse: interrupted{hint}", file=sys.stderr)
+        print(f"attncourse: interrupted{_resume_hint(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _resume_hint(args: argparse.Namespace) -> str:
+    """What an interrupted command can do next: continue with --resume, or start again (nothing was trained)."""
+    if args.command not in ("train", "train-lm"):
+        return ""
+    if (args.out / CHECKPOINT_NAME).is_file():
+        return f"; continue with --resume (checkpoint in {args.out})"
+    return f"; no epoch finished, nothing to continue: run the same command again to start {args.out} afresh"

@@ -25,20 +25,37 @@ from typing import Any
 
 import torch
 
-from attncourse.data.text import char_corpus, course_text
+from attncourse.cli.limits import (
+    MAX_PROMPT_CHARS,
+    check_limits,
+    check_memory,
+    check_model_config,
+    estimate_parameters,
+)
+from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
+from attncourse.data.text import char_corpus, course_text, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
-from attncourse.train.checkpoint import atomic_write_text, load_model
+from attncourse.train.checkpoint import (
+    atomic_write_text,
+    differences,
+    load_checkpoint,
+    load_model,
+    remove_temporaries,
+    temporaries,
+)
 from attncourse.train.fit import CHECKPOINT_NAME
-from attncourse.decode.generation import generate
+from attncourse.decode.generation import SUPPRESSED_IDS, generate
 from attncourse.recipes.lm import LMConfig, bits_per_char, train_lm
 from attncourse.runtime import pick_device
 
 #: The sub-commands this module adds.
 LM_COMMANDS = ("train-lm", "sample")
 VOCAB_NAME = "vocab.json"
-#: What ``train-lm`` writes into ``--out``; ``--overwrite`` removes them first.
-LM_RUN_FILES = (CHECKPOINT_NAME, VOCAB_NAME, "config.json", "history.json")
+#: What ``train-lm`` writes into ``--out`` (listed in its config.json); ``--overwrite`` removes them first.
+LM_RUN_FILES = ("config.json", VOCAB_NAME, CHECKPOINT_NAME, "history.json")
+#: Default ``--max-chars``: 100 times the course's own text, about 1 GB of memory at most.
+MAX_CHARS = 20_000_000
 
 
 def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_float: Any,
@@ -50,6 +67,9 @@ def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_f
                     help="UTF-8 text to learn (default: chapters 1-6 of the course, in a source checkout)")
     lm.add_argument("--out", type=path_type, required=True, metavar="DIR",
                     help="run directory; must be new or empty, unless --resume or --overwrite")
+    lm.add_argument("--max-chars", type=positive_int, default=MAX_CHARS, metavar="N",
+                    help=f"refuse a --text of more than N characters (default {MAX_CHARS:,}; memory: about 40 "
+                         "bytes per character)")
     lm.add_argument("--valid-fraction", type=float, default=0.1, metavar="F",
                     help="share of the text, at its end, held out (default 0.1)")
     defaults = LMConfig()
@@ -68,14 +88,18 @@ def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_f
     lm.add_argument("--device", type=device_type, metavar="DEV", help="'cpu', 'cuda', 'mps'; default: best available")
     lm.add_argument("--threads", type=positive_int, default=1, metavar="N", help="CPU threads for torch (default 1)")
     lm.add_argument("--resume", action="store_true", help="continue the run in --out, with the same settings")
-    lm.add_argument("--overwrite", action="store_true", help="replace the run in --out")
+    lm.add_argument("--overwrite", action="store_true",
+                    help="replace the run in --out: the files it wrote (listed in its config.json) are deleted, "
+                         "no other file is deleted or replaced")
     lm.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     sample = commands.add_parser("sample", help="generate text from a model trained with train-lm",
                                  description="Sample characters from DIR/checkpoint.pt written by "
                                              "'attncourse train-lm'.")
     sample.add_argument("dir", type=path_type, metavar="DIR", help="a directory written by 'attncourse train-lm'")
-    sample.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    sample.add_argument("--prompt", default="\n",
+                        help=f"text to continue (default: a newline); at most {MAX_PROMPT_CHARS:,} characters "
+                             "with --length, of characters seen in training")
     sample.add_argument("--length", type=positive_int, default=200, metavar="N", help="characters to generate")
     sample.add_argument("--temperature", type=positive_float, default=1.0, metavar="T", help="(default 1.0)")
     sample.add_argument("--top-k", type=positive_int, metavar="K", help="sample among the K most probable only")
@@ -85,16 +109,28 @@ def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_f
 
 
 def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_dir_problem: Any) -> None:
-    """Raise ``usage_error`` for a ``train-lm``/``sample`` command that would fail later."""
+    """Raise ``usage_error`` for a ``train-lm``/``sample`` command that would fail later; nothing is written."""
+    problem = check_limits(args)
+    if problem:
+        raise usage_error(problem)
     if args.command == "sample":
         if not (args.dir / CHECKPOINT_NAME).is_file() or not (args.dir / VOCAB_NAME).is_file():
             raise usage_error(f"DIR {str(args.dir)!r} holds no {CHECKPOINT_NAME} and {VOCAB_NAME} "
                               "(a run written by 'attncourse train-lm')")
+        if len(args.prompt) + args.length > MAX_PROMPT_CHARS:
+            raise usage_error(f"--prompt ({len(args.prompt):,} characters) and --length {args.length:,} "
+                              f"make more than {MAX_PROMPT_CHARS:,} characters, the most a sample holds "
+                              "(attention memory grows with the square of the length)")
         return
     if args.resume and args.overwrite:
         raise usage_error("give --resume (continue the run in --out) or --overwrite (start it again), not both")
+    if args.text is not None and args.text.is_dir():
+        raise usage_error(f"--text {str(args.text)!r} is a directory, not a text file")
     if args.text is not None and not args.text.is_file():
         raise usage_error(f"--text {str(args.text)!r}: no such file")
+    if args.text is not None and args.text.stat().st_size > 4 * args.max_chars:
+        raise usage_error(f"--text {str(args.text)!r} has {args.text.stat().st_size:,} bytes, more than "
+                          f"--max-chars {args.max_chars:,} characters can take; raise --max-chars")
     if not 0.0 < args.valid_fraction < 1.0:
         raise usage_error(f"--valid-fraction must lie in (0, 1), got {args.valid_fraction}")
     if args.steps % args.steps_per_epoch:
@@ -105,47 +141,104 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         raise usage_error(f"--num-heads {args.num_heads} must be a multiple of --num-kv-heads {args.num_kv_heads}")
     if args.positional in ("sinusoidal", "learned") and args.context > args.max_len:
         raise usage_error(f"--context {args.context} does not fit --max-len {args.max_len} positions")
-    problem = out_dir_problem(args.out, args.resume, args.overwrite)
+    problem = out_dir_problem(args.out, args.resume, args.overwrite, LM_RUN_FILES, "train-lm")
     if problem:
         raise usage_error(problem)
 
 
-def _read_text(path: Path | None) -> str:
+def _read_text(path: Path | None, max_chars: int) -> str:
+    """The text of ``--text`` (default: the course's chapters), line ends as ``\\n``; one line for any problem."""
     if path is None:
         return course_text()
     try:
-        return path.read_text(encoding="utf-8")
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read(max_chars + 1)
     except UnicodeDecodeError as err:
         raise ValueError(f"--text {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    if len(text) > max_chars:
+        raise ValueError(f"--text {str(path)!r} has more than --max-chars {max_chars:,} characters; raise "
+                         "--max-chars (memory: about 40 bytes per character)")
+    crlf = text.count("\r\n")
+    if "\r" in text:
+        lone = text.count("\r") - crlf
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        print(f"attncourse: note: {str(path)!r}: line ends read as '\\n' ({crlf:,} CRLF, {lone:,} CR)",
+              file=sys.stderr, flush=True)
+    return text
+
+
+def _read_vocab(path: Path) -> Vocabulary:
+    """The vocabulary a run's ``vocab.json`` holds; ValueError naming the file if it holds none."""
+    try:
+        return Vocabulary.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as err:
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        raise ValueError(f"{path} is not a vocabulary written by train-lm ({reason})") from None
+
+
+def _check_resume(out: Path, config: LMConfig, vocab: Vocabulary) -> None:
+    """Raise ValueError unless ``out``'s checkpoint continues with ``config`` and ``vocab``; before any write.
+
+    A run continues with more ``--steps`` (as ``train --epochs N``); any other
+    difference is named.
+    """
+    vocab_path = out / VOCAB_NAME
+    if vocab_path.is_file() and _read_vocab(vocab_path) != vocab:
+        raise ValueError(f"--resume: the characters of this text differ from the run's {VOCAB_NAME}; "
+                         "give the same --text and --valid-fraction")
+    if not (out / CHECKPOINT_NAME).is_file():
+        return  # killed before its first checkpoint: starts from the beginning
+    saved = load_checkpoint(out / CHECKPOINT_NAME)
+    saved_config = saved["extra"].get("config")
+    if not isinstance(saved_config, dict):
+        raise ValueError(f"--resume: {out / CHECKPOINT_NAME} is not a checkpoint of train-lm")
+    current = json.loads(json.dumps(dataclasses.asdict(config)))
+    problems = differences({k: v for k, v in saved_config.items() if k != "steps"},
+                           {k: v for k, v in current.items() if k != "steps"}, "")
+    if problems:
+        listed = "; ".join(p.strip().replace(" in this run", " in this command") for p in problems)
+        raise ValueError(f"--resume: {out} was trained with other settings ({listed}); give the same "
+                         "settings, or --overwrite to start again")
+    done = len(saved["history"]) * config.steps_per_epoch
+    if done >= config.steps:
+        raise ValueError(f"--resume: {out} holds {done} steps already; raise --steps to train longer")
 
 
 def run_train_lm(args: argparse.Namespace) -> int:
-    """The ``train-lm`` sub-command; returns the exit status."""
+    """The ``train-lm`` sub-command; returns the exit status.
+
+    Everything is checked (text, settings, the run to resume) before the first
+    file is written; ``config.json`` is written first and lists the run's files.
+    """
     torch.set_num_threads(args.threads)
-    text = _read_text(args.text)
+    text = _read_text(args.text, args.max_chars)
+    check_memory(48 * len(text), f"--text ({len(text):,} characters)")
     corpus = char_corpus(text, args.valid_fraction)
     if corpus.train.numel() <= args.context or corpus.valid.numel() <= args.context:
         raise ValueError(f"the text has {len(text)} characters: too few for windows of --context {args.context} "
                          f"in both its training and held-out parts")
     fields = {f.name for f in dataclasses.fields(LMConfig)}
     config = LMConfig(**{k: v for k, v in vars(args).items() if k in fields and k != "corpus"})
+    config = dataclasses.replace(config, corpus=text_digest(text))
+    model_config = {"vocab_size": len(corpus.vocab), "d_model": config.d_model, "d_ff": config.d_ff,
+                    "num_layers": config.num_layers, "max_len": config.max_len}
+    check_memory(16 * estimate_parameters(model_config), "training this model (weights, gradients, AdamW)")
     out: Path = args.out
+    fresh_start = unstarted_run(out, temporaries(out, LM_RUN_FILES))
+    if args.resume:
+        _check_resume(out, config, corpus.vocab)
+    # checked: now write
     out.mkdir(parents=True, exist_ok=True)
-    if args.overwrite:
-        for name in LM_RUN_FILES:
-            (out / name).unlink(missing_ok=True)
-    vocab_path = out / VOCAB_NAME
-    if args.resume and vocab_path.is_file():
-        saved = Vocabulary.from_dict(json.loads(vocab_path.read_text(encoding="utf-8")))
-        if saved != corpus.vocab:
-            raise ValueError(f"--resume: the characters of this text differ from the run's {VOCAB_NAME}; "
-                             "give the same --text and --valid-fraction")
-    atomic_write_text(json.dumps(corpus.vocab.to_dict(), ensure_ascii=False), vocab_path)
+    remove_temporaries(out, LM_RUN_FILES)
+    if args.overwrite or (fresh_start and not args.resume):
+        remove_recorded(out)
+    write_json(out / "config.json", dataclasses.asdict(config) | {
+        "command": "train-lm", "files": list(LM_RUN_FILES),
+        "text": None if args.text is None else str(args.text)})
+    atomic_write_text(json.dumps(corpus.vocab.to_dict(), ensure_ascii=False), out / VOCAB_NAME)
     run = train_lm(config, corpus, text, progress=not args.no_progress, device=pick_device(args.device),
                    out_dir=out)
-    atomic_write_text(json.dumps(dataclasses.asdict(config) | {"text": None if args.text is None else str(args.text)},
-                                 indent=2), out / "config.json")
-    atomic_write_text(json.dumps(run.history, indent=2), out / "history.json")
+    write_json(out / "history.json", run.history)
     last = run.history[-1]
     print(f"step {last['step']:.0f}: train {bits_per_char(last['train_loss']):.3f}, held-out "
           f"{last['valid_bits_per_char']:.3f} bits/char; {run.seconds:.0f} s of training; run in {out}")
@@ -153,16 +246,30 @@ def run_train_lm(args: argparse.Namespace) -> int:
 
 
 def run_sample(args: argparse.Namespace) -> int:
-    """The ``sample`` sub-command; prints the prompt and its continuation."""
+    """The ``sample`` sub-command; prints the prompt and its continuation.
+
+    The checkpoint's model sizes are checked before the model is built
+    (:func:`~attncourse.cli.limits.check_model_config`); characters the model
+    never saw are refused, and it never generates ``<unk>``.
+    """
     device = pick_device(args.device or "cpu")
-    model, _ = load_model(args.dir / CHECKPOINT_NAME, map_location=device)
+    path = args.dir / CHECKPOINT_NAME
+    model, _ = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
     if not isinstance(model, GPT):
-        raise ValueError(f"{args.dir / CHECKPOINT_NAME} holds a {type(model).__name__}, not a model of train-lm")
-    vocab = Vocabulary.from_dict(json.loads((args.dir / VOCAB_NAME).read_text(encoding="utf-8")))
-    prompt = torch.tensor(vocab.encode(list(args.prompt)), dtype=torch.long)
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a model of train-lm")
+    vocab = _read_vocab(args.dir / VOCAB_NAME)
+    if len(vocab) != model.config.get("vocab_size"):
+        raise ValueError(f"{args.dir / VOCAB_NAME} holds {len(vocab)} tokens, the model of {path} "
+                         f"{model.config.get('vocab_size')}: they are not of the same run")
+    prompt_chars = args.prompt.replace("\r\n", "\n").replace("\r", "\n")
+    unseen = sorted({c for c in prompt_chars if vocab.id_of(c) == vocab.unk_id})
+    if unseen:
+        shown = ", ".join(repr(c) for c in unseen[:8]) + (", ..." if len(unseen) > 8 else "")
+        raise ValueError(f"--prompt holds {len(unseen)} character(s) the model never saw in training: {shown}")
+    prompt = torch.tensor(vocab.encode(list(prompt_chars)), dtype=torch.long)
     if prompt.numel() == 0:
         raise ValueError("--prompt is empty: give at least one character")
     new = generate(model, prompt, args.length, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                   use_cache=not args.no_cache)
-    sys.stdout.write(args.prompt + "".join(vocab.decode(new.tolist())) + "\n")
+                   use_cache=not args.no_cache, suppress_ids=SUPPRESSED_IDS + (vocab.unk_id,))
+    sys.stdout.write(prompt_chars + "".join(vocab.decode(new.tolist())) + "\n")
     return 0

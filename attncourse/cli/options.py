@@ -19,7 +19,9 @@ from typing import Any, NoReturn
 import attncourse
 from attncourse.data.pairs import LEVELS
 from attncourse.train.checkpoint import temporaries
+from attncourse.cli.limits import check_limits, document_limits
 from attncourse.cli.lm import add_lm_commands
+from attncourse.cli.rundir import foreign_files, read_config, run_command, unstarted_run
 from attncourse.train.distributed import env_world_size
 from attncourse.recipes.experiment import PRESETS, TASKS, transformer_preset
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
@@ -124,6 +126,8 @@ TRAIN_MAX_TOKENS = 256
 EVALUATE_MAX_TOKENS = 512
 #: What a training run writes into --out, besides test.tsv; --overwrite removes them before it starts.
 RUN_FILES = (CHECKPOINT_NAME, BEST_NAME, "config.json", "history.json", "results.json", "metrics.json")
+#: What a training run may write into --out: its files and a generated task's test.tsv.
+TRAIN_WRITES = RUN_FILES + ("test.tsv",)
 
 
 def _seed(text: str) -> int:
@@ -256,8 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="directory for checkpoint.pt, best.pt, config.json, history.json, results.json "
                           "(and test.tsv); it must be new or empty, unless --resume or --overwrite")
     run.add_argument("--overwrite", action="store_true",
-                     help="train into --out even though it holds other files or an earlier run: the earlier "
-                          "run's files (checkpoint.pt, best.pt, *.json) are deleted, other files are kept")
+                     help="train into --out even though it holds other files or an earlier run: the files the "
+                          "earlier run wrote (listed in its config.json) are deleted, other files are kept and "
+                          "never replaced (a test.tsv of yours stops the run instead)")
     run.add_argument("--epochs", type=_positive_int, metavar="N",
                      help="total epochs; with --resume, training continues up to N "
                           "(default 10; presets: cpu 15, gpu 40, 60 for dates)")
@@ -343,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--threads", type=_positive_int, default=1, metavar="N",
                     help="CPU threads for torch (default 1)")
     add_lm_commands(commands, _path, _positive_int, _positive_float, _seed, _device)
+    document_limits(parser)
     return parser
 
 
@@ -440,6 +446,9 @@ def _resolve(args: argparse.Namespace) -> None:
         raise UsageError(f"--d-model {args.d_model} is not divisible by --heads {args.num_heads}")
     if env_world_size() > 1 and args.teacher_forcing < 1.0:
         raise UsageError("--teacher-forcing below 1 cannot run on several processes (torchrun)")
+    problem = check_limits(args)
+    if problem:
+        raise UsageError(problem)
 
 
 
@@ -490,6 +499,9 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         raise UsageError(f"DIR {str(args.dir)!r}: no such directory (a run written by 'attncourse train', "
                          f"holding {BEST_NAME})")
     check_readable(args.test, "--test")
+    problem = check_limits(args)
+    if problem:
+        raise UsageError(problem)
     default_json = args.json is None
     args.json = args.dir / "metrics.json" if default_json else args.json
     check_writable(args.json, "DIR" if default_json else "--json")
@@ -502,22 +514,40 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         check_writable(results, "DIR")
 
 
-def out_dir_problem(out: Path, resume: bool, overwrite: bool) -> str | None:
-    """Why ``train`` must not write into ``out``, or None: a run directory is never overwritten unasked.
+def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str, ...] = TRAIN_WRITES,
+                    command: str = "train") -> str | None:
+    """Why ``command`` must not write into ``out``, or None: no file is replaced that a run did not write.
 
     Without ``--resume`` or ``--overwrite``, ``out`` must be new or empty (the
-    temporary files a killed write left there do not count). With
-    ``--resume`` it must hold ``checkpoint.pt``.
+    temporary files a killed write left there do not count, nor the files of a
+    run killed before its first checkpoint). With ``--resume`` it must hold a
+    ``command`` run's ``checkpoint.pt``, or a run killed before it wrote one
+    (which then starts from the beginning). With ``--overwrite``, none of the
+    files the run writes (``writes``) may be there unless a run wrote it
+    (:mod:`attncourse.cli.rundir`).
     """
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} exists and is not a directory"
+    leftovers = set(temporaries(out, tuple(writes) + RUN_FILES))
     if resume:
-        if not (out / CHECKPOINT_NAME).is_file():
+        other = run_command(read_config(out))
+        if other is not None and other != command:
+            return (f"--resume: {str(out)!r} holds a '{other}' run, not a '{command}' run; "
+                    "choose another --out")
+        if not (out / CHECKPOINT_NAME).is_file() and not unstarted_run(out, leftovers):
             return f"--resume: no {CHECKPOINT_NAME} in {str(out)!r} to continue from"
         return None
-    if overwrite or not out.is_dir():
+    if not out.is_dir():
         return None
-    leftovers = set(temporaries(out, RUN_FILES))
+    foreign = foreign_files(out, writes)
+    if overwrite:
+        if foreign:
+            return (f"--overwrite replaces only the files an earlier run wrote (listed in its config.json), and "
+                    f"{str(out)!r} holds {', '.join(foreign)} that no run wrote; move it away or choose "
+                    "another --out")
+        return None
+    if unstarted_run(out, leftovers):
+        return None
     names = sorted(p.name for p in out.iterdir() if p not in leftovers)
     if not names:
         return None

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from attncourse.data.vocab import Vocabulary
@@ -109,10 +110,29 @@ def char_corpus(text: str, valid_fraction: float = 0.1, vocab: Vocabulary | None
     cut = int(round(len(text) * (1.0 - valid_fraction)))
     if cut < 2 or len(text) - cut < 2:
         raise ValueError(f"the text has {len(text)} characters: too few to split into training and held-out text")
-    vocab = Vocabulary.build([list(text[:cut])]) if vocab is None else vocab
-    corpus = CharCorpus(vocab=vocab, train=torch.empty(0, dtype=torch.long), valid=torch.empty(0, dtype=torch.long))
-    corpus.train, corpus.valid = corpus.encode(text[:cut]), corpus.encode(text[cut:])
-    return corpus
+    codes = _code_points(text)  # 4 bytes a character, instead of a Python list's ~60
+    if vocab is None:
+        # Vocabulary.build's order: most frequent first, ties by the character (= code point order)
+        chars, counts = np.unique(codes[:cut], return_counts=True)
+        vocab = Vocabulary([chr(c) for c in chars[np.lexsort((chars, -counts))]])
+    table_chars = np.array([ord(t) for t in vocab.tokens if len(t) == 1], dtype=np.uint32)
+    table_ids = np.array([vocab.id_of(chr(c)) for c in table_chars], dtype=np.int64)
+    order = np.argsort(table_chars)
+    table_chars, table_ids = table_chars[order], table_ids[order]
+
+    def encode(part: np.ndarray) -> torch.Tensor:
+        if table_chars.size == 0:
+            return torch.full((part.size,), Vocabulary.unk_id, dtype=torch.long)
+        where = np.minimum(np.searchsorted(table_chars, part), table_chars.size - 1)
+        ids = np.where(table_chars[where] == part, table_ids[where], Vocabulary.unk_id)
+        return torch.from_numpy(ids.astype(np.int64, copy=False))
+
+    return CharCorpus(vocab=vocab, train=encode(codes[:cut]), valid=encode(codes[cut:]))
+
+
+def _code_points(text: str) -> np.ndarray:
+    """``(len(text),)`` uint32: the code point of each character (lone surrogates included)."""
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
 def random_windows(ids: torch.Tensor, context: int, batch_size: int,

@@ -231,6 +231,9 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
     ------
     ValueError
         If neither ``config.corpus`` nor ``text`` names the corpus.
+    FloatingPointError
+        If the training loss becomes NaN or infinite (the learning rate is too
+        high); the last checkpoint is the one before it.
     """
     if not config.corpus:
         if text is None:
@@ -261,6 +264,9 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
             optimizer.step()
             total += float(loss.detach())
+            if not math.isfinite(total):
+                raise FloatingPointError(f"training diverged at step {step} (loss {total / (i + 1):g}); "
+                                         f"lower the learning rate (lr={config.lr:g})")
         return {"step": epoch * config.steps_per_epoch, "train_loss": total / config.steps_per_epoch}
 
     def evaluate(model: GPT):
@@ -269,7 +275,7 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
 
     run = train_epochs(config.run_name, dataclasses.asdict(config), build, train_epoch, evaluate,
                        config.steps // config.steps_per_epoch, seed=config.seed, progress=progress,
-                       device=device, out_dir=out_dir)
+                       device=device, out_dir=out_dir, extendable=("steps",))
     run.model.vocab = corpus.vocab
     return run
 

@@ -40,7 +40,8 @@ import os
 import pickle
 import re
 import tempfile
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 from typing import Any
@@ -117,11 +118,9 @@ def _write_error(path: Path, err: OSError) -> OSError:
 
 def _atomic_write(path: Path, write: Any) -> Path:
     """Call ``write(binary file)`` on a temporary file beside ``path``, fsync, then rename it over ``path``."""
-    try:
+    tmp_name = None
+    try:  # mkstemp inside the try: a Ctrl-C right after it still removes the file
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
-    except OSError as err:
-        raise _write_error(path, err) from None
-    try:
         if hasattr(os, "fchmod"):  # mkstemp makes the file private (0600); give it the usual mode
             os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as f:
@@ -130,15 +129,29 @@ def _atomic_write(path: Path, write: Any) -> Path:
             os.fsync(f.fileno())
         os.replace(tmp_name, path)
     except BaseException as err:  # Ctrl-C included: never leave a temporary file behind
-        try:
-            os.unlink(tmp_name)
-        except FileNotFoundError:
-            pass
+        if tmp_name is not None:
+            try:
+                os.unlink(tmp_name)
+            except FileNotFoundError:
+                pass
         if isinstance(err, OSError):
             raise _write_error(path, err) from None
+        if _interrupted(err):  # torch.save's zip writer wraps a Ctrl-C in a RuntimeError
+            raise KeyboardInterrupt from None
         raise
     _fsync_directory(path.parent)
     return path
+
+
+def _interrupted(err: BaseException) -> bool:
+    """True if ``err`` is, or was caused by, a KeyboardInterrupt."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt) or "KeyboardInterrupt" in str(err):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
@@ -296,8 +309,10 @@ def _reason(err: BaseException) -> str:
                 "values are loaded, as unpickling other objects could run code")
     if "WeightsUnpickler" in text or isinstance(err, pickle.UnpicklingError):
         return "its bytes are not a file written by torch.save (a corrupt file, or another kind of file)"
-    if isinstance(err, EOFError) or "central directory" in text:
+    if isinstance(err, EOFError) or "central directory" in text or "Invalid argument" in text:
         return "the file is empty or cut short (truncated or corrupt)"
+    if isinstance(err, (KeyError, IndexError, TypeError, AttributeError)) or re.fullmatch(r"-?\d+", text):
+        return "its bytes are not a file written by torch.save (a corrupt file, or another kind of file)"
     return text if len(text) <= 300 else text[:297] + "..."
 
 
@@ -328,7 +343,9 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
     if not path.is_file():
         raise FileNotFoundError(f"no such checkpoint file: {str(path)!r}")
     try:
-        data = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch warns about some files before refusing them: the error says it
+            warnings.simplefilter("ignore")
+            data = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises RuntimeError, UnpicklingError, EOFError, ... by cause
         raise ValueError(f"{path} is not a readable attncourse checkpoint: {_reason(err)}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -461,7 +478,8 @@ def model_class(name: str) -> type[torch.nn.Module]:
 
 
 def load_model(
-    path: str | PathLike, map_location: str | torch.device | None = "cpu"
+    path: str | PathLike, map_location: str | torch.device | None = "cpu",
+    check_config: Callable[[Any], None] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Rebuild the model a checkpoint was written from and load its weights.
 
@@ -475,6 +493,10 @@ def load_model(
     path : str or path-like
         E.g. ``out_dir / "best.pt"``.
     map_location : str or torch.device, optional
+    check_config : callable(model_config), optional
+        Called on the checkpoint's ``model_config`` before the model is built:
+        it raises (ValueError, MemoryError) to refuse sizes a file should not
+        choose, e.g. :func:`attncourse.cli.limits.check_model_config`.
 
     Returns
     -------
@@ -498,6 +520,8 @@ def load_model(
         cls = model_class(str(checkpoint.get("model_class")))
     except ValueError as err:
         raise ValueError(f"{path} holds {err}") from None
+    if check_config is not None:
+        check_config(checkpoint["model_config"])
     try:
         model = cls.from_config(checkpoint["model_config"])
         model.load_state_dict(checkpoint["model_state"])

@@ -24,14 +24,14 @@ import hashlib
 import json
 import numbers
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from attncourse.train.checkpoint import load_checkpoint, save_checkpoint
+from attncourse.train.checkpoint import differences, load_checkpoint, save_checkpoint
 from attncourse.runtime import pick_device, progress_bar, run_lock, runs_dir
 
 CHECKPOINT = "checkpoint.pt"
@@ -80,7 +80,8 @@ def config_digest(config: Mapping[str, Any]) -> str:
 
 
 def _epoch_seed(seed: int, epoch: int) -> int:
-    return int(seed) * 100_003 + int(epoch)
+    # modulo 2**63: torch seeds are 64-bit; seeds below ~9.2e13 (all of the course's) are unchanged
+    return (int(seed) * 100_003 + int(epoch)) % 2**63
 
 
 def train_epochs(
@@ -95,6 +96,7 @@ def train_epochs(
     progress: bool = True,
     device: str | torch.device | None = None,
     out_dir: str | Path | None = None,
+    extendable: Collection[str] = (),
 ) -> EpochRun:
     """Train for ``epochs`` epochs, or resume / load the run if its folder holds it.
 
@@ -125,6 +127,9 @@ def train_epochs(
         Default: :func:`~attncourse.runtime.pick_device`.
     out_dir : path, optional
         Default: ``runs_dir(f"{name}-{config_digest(config)}")``.
+    extendable : collection of str
+        Keys of ``config`` that may differ from the checkpoint's (a budget such
+        as ``"steps"``: the run continues up to ``epochs``).
 
     Returns
     -------
@@ -154,8 +159,14 @@ def train_epochs(
         path = out / CHECKPOINT
         if path.is_file():
             saved = load_checkpoint(path, map_location=device)
-            if saved["extra"].get("config") != json.loads(json.dumps(config)):
-                raise ValueError(f"{path} holds a run of another config; delete the folder to train this one afresh")
+            saved_config = saved["extra"].get("config")
+            saved_config = saved_config if isinstance(saved_config, dict) else {}
+            current = json.loads(json.dumps(config))
+            problems = differences({k: v for k, v in saved_config.items() if k not in extendable},
+                                   {k: v for k, v in current.items() if k not in extendable}, "config")
+            if problems:
+                raise ValueError(f"{path} holds a run of another config ({'; '.join(problems)}); "
+                                 "delete the folder to train this one afresh")
             model.load_state_dict(saved["model_state"])
             optimizer.load_state_dict(saved["optimizer_state"])
             history, state = list(saved["history"]), dict(saved["trainer"].get("state", {}))

@@ -1,0 +1,218 @@
+"""The ceilings of the command line's numeric options, and the check of a checkpoint's sizes.
+
+Every number a user (or a checkpoint found somewhere) gives the command line
+ends up as a tensor size, a float32 scalar, a seed or a loop count. Past some
+value each of them either allocates more memory than any machine has, overflows
+float32 (3.4e38) or int64, or runs for years; before this module such values
+ended in a traceback or an out-of-memory kill. :data:`LIMITS` states one range
+per option, with the reason; :func:`check_limits` checks a parsed command
+against it (one line naming the option), :func:`document_limits` writes the
+ranges into ``--help``, and :func:`check_model_config` holds a checkpoint's
+model sizes to the same ceilings *before* the model is built, so that an
+untrusted file cannot choose how much memory is allocated.
+
+The ceilings are generous: each is at least eight times what the course's
+largest preset (the base Transformer, the ``gpu`` preset) uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The range an option's value must lie in: ``low <= value <= high`` (``low`` excluded if ``open_low``)."""
+
+    low: float
+    high: float
+    why: str
+    open_low: bool = False
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is out of range, or None."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be a finite number"
+        below = value <= self.low if self.open_low else value < self.low
+        if below or value > self.high:
+            lo = "above" if self.open_low else "at least"
+            return f"must be {lo} {_fmt(self.low)} and at most {_fmt(self.high)} ({self.why})"
+        return None
+
+
+def _fmt(value: float) -> str:
+    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+_SIZE = "memory grows with it"
+_FLOAT32 = "float32 overflows or the optimiser diverges at once beyond it"
+_TIME = "a run that long would not end"
+#: Option (argparse dest) -> its range. The same dest has the same range in every sub-command.
+LIMITS: dict[str, Limit] = {
+    # model sizes (train, train-lm; and the sizes in a checkpoint's config)
+    "d_model": Limit(1, 4096, _SIZE), "d_ff": Limit(1, 16384, _SIZE),
+    "num_heads": Limit(1, 64, _SIZE), "num_kv_heads": Limit(1, 64, _SIZE),
+    "num_layers": Limit(1, 48, _SIZE), "emb_dim": Limit(1, 4096, _SIZE), "hidden_dim": Limit(1, 4096, _SIZE),
+    "max_len": Limit(1, 8192, "positions; attention memory grows with its square"),
+    "context": Limit(1, 8192, "attention memory grows with its square"),
+    "window": Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"),
+    # data and batches
+    "batch_size": Limit(1, 4096, _SIZE),
+    "max_tokens": Limit(1, 2048, "attention memory grows with the square of the length"),
+    "n_train": Limit(0, 1_000_000, "generated pairs are held in memory"),
+    "n_valid": Limit(0, 1_000_000, "generated pairs are held in memory"),
+    "n_test": Limit(0, 1_000_000, "generated pairs are held in memory"),
+    "max_value": Limit(1, 10**9, "number words are generated up to nine digits"),
+    "max_chars": Limit(1, 10**9, "the text is held in memory"),
+    "valid_fraction": Limit(0.0, 1.0, "a share of the text", open_low=True),
+    # budget
+    "epochs": Limit(1, 100_000, _TIME), "patience": Limit(1, 100_000, _TIME),
+    "steps": Limit(1, 100_000_000, _TIME), "steps_per_epoch": Limit(1, 100_000_000, _TIME),
+    "warmup": Limit(1, 100_000_000, _TIME),
+    # optimiser: float32 scalars
+    "lr": Limit(0.0, 10.0, _FLOAT32, open_low=True), "lr_scale": Limit(0.0, 1000.0, _FLOAT32, open_low=True),
+    "weight_decay": Limit(0.0, 10.0, _FLOAT32), "eps": Limit(0.0, 1.0, _FLOAT32, open_low=True),
+    "clip_norm": Limit(0.0, 1e6, _FLOAT32, open_low=True),
+    # decoding
+    "beam_size": Limit(1, 64, "memory grows with it"), "length_penalty": Limit(0.0, 10.0, _FLOAT32),
+    "length": Limit(1, 8192, "characters to generate, with the prompt"), "top_k": Limit(1, 1_000_000, "a vocabulary's size"),
+    "temperature": Limit(0.01, 100.0, "logits divided by it overflow or flatten float32 beyond it"),
+    # machine
+    "threads": Limit(1, 256, "torch's thread pool"),
+}
+#: Characters of a ``sample --prompt``: the prompt is one forward pass with a (length x length) mask.
+MAX_PROMPT_CHARS = 8192
+
+
+def _flag(dest: str) -> str:
+    return {"num_heads": "--heads", "num_layers": "--layers", "eps": "--adam-eps"}.get(dest, "--" + dest.replace("_", "-"))
+
+
+def check_limits(args: argparse.Namespace) -> str | None:
+    """The first option of a parsed command out of its range in :data:`LIMITS`, as one line; or None.
+
+    ``train`` spells ``num_heads``/``num_layers`` as ``--heads``/``--layers``;
+    ``train-lm`` as ``--num-heads``/``--num-layers``: the message uses the
+    command's own spelling.
+    """
+    lm = getattr(args, "command", None) in ("train-lm", "sample")
+    for dest, limit in LIMITS.items():
+        value = getattr(args, dest, None)
+        if value is None or isinstance(value, (bool, str)):
+            continue
+        problem = limit.problem(value)
+        if problem:
+            flag = "--" + dest.replace("_", "-") if lm else _flag(dest)
+            return f"{flag} {problem}, got {value:g}" if isinstance(value, float) else f"{flag} {problem}, got {value}"
+    for beta in getattr(args, "betas", None) or ():
+        if isinstance(beta, float) and not (0.0 <= beta < 1.0):
+            return f"--betas must lie in [0, 1), got {beta:g}"
+    edges = getattr(args, "edges", None) or ()
+    if any(edge > LIMITS["max_tokens"].high for edge in edges):
+        return f"--edges must be at most {LIMITS['max_tokens'].high} (the longest source --max-tokens allows)"
+    prompt = getattr(args, "prompt", None)
+    if isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS:
+        return (f"--prompt has {len(prompt):,} characters, at most {MAX_PROMPT_CHARS:,} are taken "
+                "(the prompt is read in one pass whose attention memory grows with its square)")
+    return None
+
+
+def document_limits(parser: argparse.ArgumentParser) -> None:
+    """Append each option's range to its ``--help`` line, in every sub-command of ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                document_limits(sub)
+        elif action.dest in LIMITS and action.help not in (None, argparse.SUPPRESS):
+            limit = LIMITS[action.dest]
+            action.help = f"{action.help} [at most {_fmt(limit.high)}]"
+
+
+#: Keys of a checkpoint's model config that size a tensor, and the option each corresponds to.
+_CONFIG_SIZES = {
+    "d_model": "d_model", "d_ff": "d_ff", "num_heads": "num_heads", "num_kv_heads": "num_kv_heads",
+    "num_layers": "num_layers", "num_encoder_layers": "num_layers", "num_decoder_layers": "num_layers",
+    "emb_dim": "emb_dim", "hidden_dim": "hidden_dim", "max_len": "max_len", "window": "window",
+    "max_src_len": "max_len",
+}
+#: Most tokens a vocabulary of a checkpoint may hold (an embedding table of vocab_size x d_model).
+MAX_VOCAB = 1_000_000
+
+
+def check_model_config(config: Any, where: str) -> None:
+    """Raise ValueError unless a checkpoint's model config sizes stay within :data:`LIMITS`.
+
+    Parameters
+    ----------
+    config : dict
+        A checkpoint's ``model_config``, before the model is built from it.
+    where : str
+        The checkpoint's path, named in the message.
+
+    Raises
+    ------
+    ValueError
+        ``"<where> asks for a model with max_len 1000000000, above the ceiling 8,192 ..."``
+        for a size that is not a whole number or lies outside its range, or a
+        model whose parameters would not fit in the machine's memory.
+    """
+    if not isinstance(config, Mapping):
+        return  # load_model says what is wrong with it
+    for key, value in config.items():
+        option = _CONFIG_SIZES.get(key)
+        if option is None and key not in ("vocab_size", "src_vocab_size", "tgt_vocab_size"):
+            continue
+        if value is None and key in ("num_kv_heads", "window", "max_src_len"):
+            continue
+        limit = LIMITS[option] if option else Limit(1, MAX_VOCAB, "an embedding table")
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{where} is not a readable attncourse checkpoint: its model config has "
+                             f"{key} = {value!r}, not a whole number")
+        problem = limit.problem(value)
+        if problem:
+            raise ValueError(f"{where} asks for a model with {key} {value:,}, which {problem}; "
+                             "refused before allocating it")
+    check_memory(4 * estimate_parameters(config), f"the model of {where}")
+
+
+def estimate_parameters(config: Mapping[str, Any]) -> int:
+    """A rough upper estimate of a model config's parameter count (embeddings, layers, positions)."""
+    def size(key: str, default: int = 0) -> int:
+        value = config.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    d = max(size("d_model"), size("emb_dim"), size("hidden_dim"), 1)
+    layers = size("num_layers") + size("num_encoder_layers") + size("num_decoder_layers") + 1
+    vocab = size("vocab_size") + size("src_vocab_size") + size("tgt_vocab_size")
+    per_layer = 8 * d * d + 2 * d * max(size("d_ff"), 4 * d)
+    return vocab * d * 2 + layers * per_layer + size("max_len") * d + size("max_src_len") * d
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the machine can still give (``MemAvailable`` of /proc/meminfo), or None if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(needed: int, what: str) -> None:
+    """Raise MemoryError with one line if ``needed`` bytes exceed what the machine has available."""
+    free = available_memory()
+    if free is not None and needed > free:
+        raise MemoryError(f"{what} needs about {needed / 2**30:.1f} GiB of memory, and this machine has "
+                          f"{free / 2**30:.1f} GiB available")
