@@ -23,8 +23,11 @@ A training run writes into ``--out``: ``checkpoint.pt`` (resume with ``--resume`
 ``best.pt`` (the best epoch's weights and vocabularies), ``config.json``,
 ``history.json`` (updated every epoch), ``results.json`` (what ran where, how
 fast, and the learning curves of every segment of training, resumed or not) and,
-for a generated task, ``test.tsv``. ``--out`` must be new or empty: a directory
-holding anything else is never written into unless ``--overwrite`` says so.
+for a generated task, ``test.tsv``; ``config.json`` is written first and lists
+them. ``--out`` must be new or empty: a directory holding anything else is never
+written into unless ``--overwrite`` says so, and even then only the files an
+earlier run listed are deleted or replaced (:mod:`attncourse.cli.rundir`); every
+numeric option has a ceiling (:mod:`attncourse.cli.limits`).
 ``evaluate`` prints a table of metrics overall and by source length, writes
 them to ``metrics.json`` and adds them to ``results.json``.
 
@@ -43,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import time
@@ -69,7 +71,6 @@ from attncourse.cli.options import (
     EXIT_USAGE,
     PRESET_OPTIONS,
     RNN_OPTIONS,
-    RUN_FILES,
     TRAIN_WRITES,
     UsageError,
     build_parser,
