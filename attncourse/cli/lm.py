@@ -237,7 +237,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
         "text": None if args.text is None else str(args.text)})
     atomic_write_text(json.dumps(corpus.vocab.to_dict(), ensure_ascii=False), out / VOCAB_NAME)
     run = train_lm(config, corpus, text, progress=not args.no_progress, device=pick_device(args.device),
-                   out_dir=out)
+                   out_dir=out, extend=args.resume)
     write_json(out / "history.json", run.history)
     last = run.history[-1]
     print(f"step {last['step']:.0f}: train {bits_per_char(last['train_loss']):.3f}, held-out "

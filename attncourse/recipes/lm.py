@@ -203,7 +203,8 @@ def loss_without_peeking(model: GPT, ids: torch.Tensor, context: int, n_targets:
 
 
 def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, progress: bool = True,
-             device: str | torch.device | None = None, out_dir: str | Path | None = None) -> EpochRun:
+             device: str | torch.device | None = None, out_dir: str | Path | None = None,
+             extend: bool = False) -> EpochRun:
     """Train (or load) the language model of ``config`` on ``corpus``.
 
     Parameters
@@ -218,6 +219,10 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
     device : str or torch.device, optional
     out_dir : path, optional
         Default ``runs_dir(f"{config.run_name}-{hash}")``.
+    extend : bool
+        A run in ``out_dir`` with fewer ``steps`` (and otherwise the same config)
+        continues up to ``config.steps`` (``train-lm --resume --steps N``); by
+        default a folder of another config is refused.
 
     Returns
     -------
@@ -275,7 +280,8 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
 
     run = train_epochs(config.run_name, dataclasses.asdict(config), build, train_epoch, evaluate,
                        config.steps // config.steps_per_epoch, seed=config.seed, progress=progress,
-                       device=device, out_dir=out_dir, extendable=("steps",))
+                       device=device, out_dir=out_dir,
+                       extendable=("steps",) if extend else ())
     run.model.vocab = corpus.vocab
     return run
 
