@@ -39,10 +39,17 @@ ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
 import torch  # noqa: E402
+from test_cli import write_tsv  # noqa: E402
+from test_cli_extremes import (  # noqa: E402
+    COMMANDS,
+    EXTREMES,
+    TINY_LM,
+    TINY_RNN,
+    build_argv,
+    snapshot,
+)
 
 from attncourse.cli.commands import main  # noqa: E402
-from test_cli_extremes import COMMANDS, EXTREMES, TINY_LM, TINY_RNN, build_argv, snapshot  # noqa: E402
-from test_cli import write_tsv  # noqa: E402
 
 
 def run_main(argv: list[str]) -> tuple[int | str, str]:
@@ -59,7 +66,13 @@ def run_main(argv: list[str]) -> tuple[int | str, str]:
 
 
 def grid(root: Path, paths: dict[str, str], quick: bool) -> dict[str, object]:
-    counts = {"inputs": 0, "accepted": 0, "clean_errors": 0, "tracebacks": 0, "outside_writes": 0}
+    counts = {
+        "inputs": 0,
+        "accepted": 0,
+        "clean_errors": 0,
+        "tracebacks": 0,
+        "outside_writes": 0,
+    }
     bad = []
     n = 0
     for command, (_, options) in COMMANDS.items():
@@ -73,7 +86,9 @@ def grid(root: Path, paths: dict[str, str], quick: bool) -> dict[str, object]:
                 os.chdir(root)
                 code, err = run_main(argv)
                 counts["inputs"] += 1
-                lines = [x for x in err.splitlines() if x.startswith("attncourse: error: ")]
+                lines = [
+                    x for x in err.splitlines() if x.startswith("attncourse: error: ")
+                ]
                 if code == 0:
                     counts["accepted"] += 1
                 elif code == 2 and len(lines) == 1 and "Traceback" not in err:
@@ -95,32 +110,63 @@ def data_loss(root: Path, paths: dict[str, str]) -> dict[str, object]:
     d.mkdir()
     (d / "test.tsv").write_text("mine\tx\n", encoding="utf-8")
     run_main(["train", *TINY_RNN, "--out", str(d), "--overwrite"])
-    cases["train --overwrite onto a user's test.tsv"] = (d / "test.tsv").read_text() != "mine\tx\n"
+    cases["train --overwrite onto a user's test.tsv"] = (
+        d / "test.tsv"
+    ).read_text() != "mine\tx\n"
     d = root / "loss2"
     run_main(["train", *TINY_RNN, "--out", str(d)])
     (d / "test.tsv").write_text("edited\tx\n", encoding="utf-8")
     run_main(["train", *TINY_RNN, "--out", str(d), "--epochs", "2", "--resume"])
-    cases["train --resume rewrites an edited test.tsv"] = (d / "test.tsv").read_text() != "edited\tx\n"
+    cases["train --resume rewrites an edited test.tsv"] = (
+        d / "test.tsv"
+    ).read_text() != "edited\tx\n"
     d = root / "loss3"
     run_main(["train", *TINY_RNN, "--out", str(d)])
     before = sorted(os.listdir(d))
-    run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", str(d), "--resume"])
-    cases["train-lm --resume onto a train run writes into it"] = sorted(os.listdir(d)) != before
-    run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", str(d), "--overwrite"])
+    run_main(
+        ["train-lm", "--text", paths["text"], *TINY_LM, "--out", str(d), "--resume"]
+    )
+    cases["train-lm --resume onto a train run writes into it"] = (
+        sorted(os.listdir(d)) != before
+    )
+    run_main(
+        ["train-lm", "--text", paths["text"], *TINY_LM, "--out", str(d), "--overwrite"]
+    )
     cases["train-lm --overwrite leaves the train run's files mixed in"] = bool(
-        {"best.pt", "results.json", "test.tsv"} & set(os.listdir(d)))
+        {"best.pt", "results.json", "test.tsv"} & set(os.listdir(d))
+    )
     return {"scenarios": len(cases), "data_loss": sum(cases.values()), "cases": cases}
 
 
 def ctrl_c(root: Path, paths: dict[str, str], tries: int) -> dict[str, object]:
     rng = random.Random(0)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    results = {"tries": tries, "clean": 0, "finished": 0, "other": 0, "leftover_tmp": 0, "examples": []}
+    results = {
+        "tries": tries,
+        "clean": 0,
+        "finished": 0,
+        "other": 0,
+        "leftover_tmp": 0,
+        "examples": [],
+    }
     for i in range(tries):
         out = root / f"int{i}"
-        argv = [sys.executable, "-m", "attncourse", "train-lm", "--text", paths["text"], *TINY_LM[:1], "200",
-                *TINY_LM[2:], "--out", str(out)]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        argv = [
+            sys.executable,
+            "-m",
+            "attncourse",
+            "train-lm",
+            "--text",
+            paths["text"],
+            *TINY_LM[:1],
+            "200",
+            *TINY_LM[2:],
+            "--out",
+            str(out),
+        ]
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+        )
         time.sleep(rng.uniform(0.0, 8.0))
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=120)
@@ -139,11 +185,21 @@ def ctrl_c(root: Path, paths: dict[str, str], tries: int) -> dict[str, object]:
 def peak(argv: list[str]) -> tuple[int, float, str]:
     """(exit status, peak RSS in MB of the child, last stderr line)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = (f"import resource, runpy, sys; sys.argv = {['attncourse', *argv]!r}\n"
-            "try:\n    runpy.run_module('attncourse', run_name='__main__')\n"
-            "finally:\n    print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    kb = int(next(x for x in proc.stderr.splitlines() if x.startswith("PEAK")).split()[1])
+    code = (
+        f"import resource, runpy, sys; sys.argv = {['attncourse', *argv]!r}\n"
+        "try:\n    runpy.run_module('attncourse', run_name='__main__')\n"
+        "finally:\n    print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    kb = int(
+        next(x for x in proc.stderr.splitlines() if x.startswith("PEAK")).split()[1]
+    )
     last = [x for x in proc.stderr.splitlines() if not x.startswith("PEAK")]
     return proc.returncode, kb / 1024, (last[-1] if last else "")[:200]
 
@@ -151,7 +207,10 @@ def peak(argv: list[str]) -> tuple[int, float, str]:
 def memory(root: Path, paths: dict[str, str]) -> dict[str, object]:
     cjk = root / "cjk.txt"
     rng = random.Random(0)
-    cjk.write_text("".join(chr(0x4E00 + rng.randrange(3000)) for _ in range(17_000_000)), encoding="utf-8")
+    cjk.write_text(
+        "".join(chr(0x4E00 + rng.randrange(3000)) for _ in range(17_000_000)),
+        encoding="utf-8",
+    )
     bad = root / "badlm"
     run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", str(bad)])
     data = torch.load(bad / "checkpoint.pt", weights_only=True)
@@ -161,32 +220,75 @@ def memory(root: Path, paths: dict[str, str]) -> dict[str, object]:
     words = " ".join(["w"] * 500_000)
     pair.write_text(f"{words}\t{words}\n", encoding="utf-8")
     cases = {
-        "3: train-lm --text 51 MB one-line CJK": ["train-lm", "--text", str(cjk), *TINY_LM[:1], "1",
-                                                  *TINY_LM[2:], "--out", str(root / "cjkrun")],
+        "3: train-lm --text 51 MB one-line CJK": [
+            "train-lm",
+            "--text",
+            str(cjk),
+            *TINY_LM[:1],
+            "1",
+            *TINY_LM[2:],
+            "--out",
+            str(root / "cjkrun"),
+        ],
         "4: sample, checkpoint max_len 1e9": ["sample", str(bad)],
         "5: train --max-tokens 1,000,000, 500k-token pair": [
-            "train", "--train", str(pair), "--valid", str(pair), "--model", "rnn", "--epochs", "1",
-            "--max-tokens", "1000000", "--no-progress", "--out", str(root / "longrun")],
-        "5: sample --prompt of 56k characters": ["sample", paths["lm"], "--prompt", "the " * 14_000],
+            "train",
+            "--train",
+            str(pair),
+            "--valid",
+            str(pair),
+            "--model",
+            "rnn",
+            "--epochs",
+            "1",
+            "--max-tokens",
+            "1000000",
+            "--no-progress",
+            "--out",
+            str(root / "longrun"),
+        ],
+        "5: sample --prompt of 56k characters": [
+            "sample",
+            paths["lm"],
+            "--prompt",
+            "the " * 14_000,
+        ],
     }
-    return {name: dict(zip(("exit", "peak_MB", "stderr"), peak(argv))) for name, argv in cases.items()}
+    return {
+        name: dict(zip(("exit", "peak_MB", "stderr"), peak(argv)))
+        for name, argv in cases.items()
+    }
 
 
 def main_probe() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ctrl-c", type=int, default=12, help="SIGINT tries (default 12)")
-    parser.add_argument("--quick", action="store_true", help="every third extreme value only")
+    parser.add_argument(
+        "--ctrl-c", type=int, default=12, help="SIGINT tries (default 12)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="every third extreme value only"
+    )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="attncourse-probe-"))
     data = root / "data"
     data.mkdir()
-    paths = {"train": write_tsv(data / "train.tsv", 16), "valid": write_tsv(data / "valid.tsv", 4, offset=1),
-             "test": write_tsv(data / "test.tsv", 4, offset=2), "text": data / "text.txt",
-             "run": root / "run", "lm": root / "lm"}
+    paths = {
+        "train": write_tsv(data / "train.tsv", 16),
+        "valid": write_tsv(data / "valid.tsv", 4, offset=1),
+        "test": write_tsv(data / "test.tsv", 4, offset=2),
+        "text": data / "text.txt",
+        "run": root / "run",
+        "lm": root / "lm",
+    }
     paths["text"].write_text("the attention is all you need. " * 20, encoding="utf-8")
     paths = {k: str(v) for k, v in paths.items()}
     assert run_main(["train", *TINY_RNN, "--out", paths["run"]])[0] == 0
-    assert run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", paths["lm"]])[0] == 0
+    assert (
+        run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", paths["lm"]])[
+            0
+        ]
+        == 0
+    )
     report = {}
     start = time.perf_counter()
     report["numeric_options"] = grid(root, paths, args.quick)

@@ -22,37 +22,198 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from attncourse.cli.commands import main
 from test_cli import write_tsv
 
-EXTREMES = ["0", "-1", "1", "2", "1e-320", "5e-324", "1e-40", "0.5", "3.5e38", "1e308", "2147483648",
-            str(2**63), str(2**64), "1" + "0" * 30, "inf", "-inf", "nan", "-0.0", "1e-7"]
-TINY_RNN = ["--task", "numbers-en-fr", "--n-train", "8", "--n-valid", "4", "--n-test", "2", "--max-value", "100",
-            "--model", "rnn", "--epochs", "1", "--emb-dim", "4", "--hidden-dim", "8", "--batch-size", "8",
-            "--no-progress"]
-TINY_TRANSFORMER = ["--task", "numbers-en-fr", "--n-train", "8", "--n-valid", "4", "--n-test", "2",
-                    "--max-value", "100", "--model", "transformer", "--epochs", "1", "--d-model", "8", "--heads",
-                    "2", "--layers", "1", "--d-ff", "16", "--batch-size", "8", "--no-progress"]
-TINY_LM = ["--steps", "2", "--steps-per-epoch", "1", "--context", "8", "--d-model", "8", "--num-heads", "2",
-           "--num-layers", "1", "--d-ff", "16", "--batch-size", "4", "--max-len", "16", "--no-progress"]
+from attncourse.cli.commands import main
+
+EXTREMES = [
+    "0",
+    "-1",
+    "1",
+    "2",
+    "1e-320",
+    "5e-324",
+    "1e-40",
+    "0.5",
+    "3.5e38",
+    "1e308",
+    "2147483648",
+    str(2**63),
+    str(2**64),
+    "1" + "0" * 30,
+    "inf",
+    "-inf",
+    "nan",
+    "-0.0",
+    "1e-7",
+]
+TINY_RNN = [
+    "--task",
+    "numbers-en-fr",
+    "--n-train",
+    "8",
+    "--n-valid",
+    "4",
+    "--n-test",
+    "2",
+    "--max-value",
+    "100",
+    "--model",
+    "rnn",
+    "--epochs",
+    "1",
+    "--emb-dim",
+    "4",
+    "--hidden-dim",
+    "8",
+    "--batch-size",
+    "8",
+    "--no-progress",
+]
+TINY_TRANSFORMER = [
+    "--task",
+    "numbers-en-fr",
+    "--n-train",
+    "8",
+    "--n-valid",
+    "4",
+    "--n-test",
+    "2",
+    "--max-value",
+    "100",
+    "--model",
+    "transformer",
+    "--epochs",
+    "1",
+    "--d-model",
+    "8",
+    "--heads",
+    "2",
+    "--layers",
+    "1",
+    "--d-ff",
+    "16",
+    "--batch-size",
+    "8",
+    "--no-progress",
+]
+TINY_LM = [
+    "--steps",
+    "2",
+    "--steps-per-epoch",
+    "1",
+    "--context",
+    "8",
+    "--d-model",
+    "8",
+    "--num-heads",
+    "2",
+    "--num-layers",
+    "1",
+    "--d-ff",
+    "16",
+    "--batch-size",
+    "4",
+    "--max-len",
+    "16",
+    "--no-progress",
+]
 #: (base arguments, numeric options): each drawn option replaces its value in the base, or is added.
 COMMANDS = {
-    "train-rnn": (["train", *TINY_RNN], [
-        "--n-train", "--n-valid", "--n-test", "--max-value", "--data-seed", "--emb-dim", "--hidden-dim",
-        "--dropout", "--epochs", "--batch-size", "--lr", "--clip-norm", "--label-smoothing", "--adam-eps",
-        "--weight-decay", "--teacher-forcing", "--patience", "--seed", "--threads", "--betas"]),
-    "train-transformer": (["train", *TINY_TRANSFORMER], [
-        "--d-model", "--heads", "--layers", "--d-ff", "--dropout", "--warmup", "--lr-scale", "--batch-size"]),
-    "train-tsv": (["train", "--train", "{train}", "--valid", "{valid}", "--model", "rnn", "--epochs", "1",
-                   "--emb-dim", "4", "--hidden-dim", "8", "--no-progress"], ["--max-tokens"]),
-    "evaluate": (["evaluate", "{run}", "--test", "{test}", "--batch-size", "4"], [
-        "--max-tokens", "--beam-size", "--length-penalty", "--batch-size", "--threads", "--edges"]),
-    "train-lm": (["train-lm", "--text", "{text}", *TINY_LM], [
-        "--valid-fraction", "--max-chars", "--num-kv-heads", "--window", "--d-model", "--num-heads",
-        "--num-layers", "--d-ff", "--max-len", "--context", "--batch-size", "--steps", "--steps-per-epoch",
-        "--warmup", "--lr", "--seed", "--threads"]),
-    "sample": (["sample", "{lm}", "--length", "4"], ["--length", "--temperature", "--top-k", "--seed"]),
+    "train-rnn": (
+        ["train", *TINY_RNN],
+        [
+            "--n-train",
+            "--n-valid",
+            "--n-test",
+            "--max-value",
+            "--data-seed",
+            "--emb-dim",
+            "--hidden-dim",
+            "--dropout",
+            "--epochs",
+            "--batch-size",
+            "--lr",
+            "--clip-norm",
+            "--label-smoothing",
+            "--adam-eps",
+            "--weight-decay",
+            "--teacher-forcing",
+            "--patience",
+            "--seed",
+            "--threads",
+            "--betas",
+        ],
+    ),
+    "train-transformer": (
+        ["train", *TINY_TRANSFORMER],
+        [
+            "--d-model",
+            "--heads",
+            "--layers",
+            "--d-ff",
+            "--dropout",
+            "--warmup",
+            "--lr-scale",
+            "--batch-size",
+        ],
+    ),
+    "train-tsv": (
+        [
+            "train",
+            "--train",
+            "{train}",
+            "--valid",
+            "{valid}",
+            "--model",
+            "rnn",
+            "--epochs",
+            "1",
+            "--emb-dim",
+            "4",
+            "--hidden-dim",
+            "8",
+            "--no-progress",
+        ],
+        ["--max-tokens"],
+    ),
+    "evaluate": (
+        ["evaluate", "{run}", "--test", "{test}", "--batch-size", "4"],
+        [
+            "--max-tokens",
+            "--beam-size",
+            "--length-penalty",
+            "--batch-size",
+            "--threads",
+            "--edges",
+        ],
+    ),
+    "train-lm": (
+        ["train-lm", "--text", "{text}", *TINY_LM],
+        [
+            "--valid-fraction",
+            "--max-chars",
+            "--num-kv-heads",
+            "--window",
+            "--d-model",
+            "--num-heads",
+            "--num-layers",
+            "--d-ff",
+            "--max-len",
+            "--context",
+            "--batch-size",
+            "--steps",
+            "--steps-per-epoch",
+            "--warmup",
+            "--lr",
+            "--seed",
+            "--threads",
+        ],
+    ),
+    "sample": (
+        ["sample", "{lm}", "--length", "4"],
+        ["--length", "--temperature", "--top-k", "--seed"],
+    ),
 }
 TWO_VALUES = {"--betas"}
 _counter = itertools.count()
@@ -64,14 +225,20 @@ def workspace(tmp_path_factory):
     root = tmp_path_factory.mktemp("extremes")
     data = root / "data"
     data.mkdir()
-    paths = {"train": write_tsv(data / "train.tsv", 16), "valid": write_tsv(data / "valid.tsv", 4, offset=1),
-             "test": write_tsv(data / "test.tsv", 4, offset=2)}
+    paths = {
+        "train": write_tsv(data / "train.tsv", 16),
+        "valid": write_tsv(data / "valid.tsv", 4, offset=1),
+        "test": write_tsv(data / "test.tsv", 4, offset=2),
+    }
     text = data / "text.txt"
     text.write_text("the attention is all you need. " * 20, encoding="utf-8")
     paths["text"] = text
     paths["run"], paths["lm"] = root / "run", root / "lm"
     assert main(["train", *TINY_RNN, "--out", str(paths["run"])]) == 0
-    assert main(["train-lm", "--text", str(text), *TINY_LM, "--out", str(paths["lm"])]) == 0
+    assert (
+        main(["train-lm", "--text", str(text), *TINY_LM, "--out", str(paths["lm"])])
+        == 0
+    )
     return root, {k: str(v) for k, v in paths.items()}
 
 
@@ -80,11 +247,15 @@ def snapshot(root: Path, skip: Path | None) -> dict[str, str]:
     out = {}
     for path in root.rglob("*"):
         if path.is_file() and (skip is None or skip not in path.parents):
-            out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[str(path.relative_to(root))] = hashlib.sha256(
+                path.read_bytes()
+            ).hexdigest()
     return out
 
 
-def build_argv(command: str, choices: list[tuple[str, str]], paths: dict[str, str], out: Path) -> list[str]:
+def build_argv(
+    command: str, choices: list[tuple[str, str]], paths: dict[str, str], out: Path
+) -> list[str]:
     base, _ = COMMANDS[command]
     argv = [a.format(**paths) for a in base]
     for option, value in choices:
@@ -121,17 +292,28 @@ def check(command: str, choices, workspace, capsys, monkeypatch) -> None:
     assert code in (0, 2), (argv, code, err)
     assert "Traceback" not in err, (argv, err)
     if code == 2:
-        lines = [line for line in err.splitlines() if line.startswith("attncourse: error: ")]
+        lines = [
+            line for line in err.splitlines() if line.startswith("attncourse: error: ")
+        ]
         assert len(lines) == 1, (argv, err)
-    assert snapshot(root, own) == before, argv  # nothing written outside the run's own folder
+    assert snapshot(root, own) == before, (
+        argv
+    )  # nothing written outside the run's own folder
 
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=40,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_extreme_option_values_exit_0_or_2_without_traceback(command, workspace, capsys, monkeypatch):
+def test_extreme_option_values_exit_0_or_2_without_traceback(
+    command, workspace, capsys, monkeypatch
+):
     @SETTINGS
     @given(choices=drawn(command))
     def run(choices):

@@ -5,6 +5,7 @@ Round 1's tests are in tests/test_cli_safety.py; the property test over every nu
 tests/test_cli_extremes.py.
 """
 
+# ruff: noqa: F811 (the fixtures tsv and text_file are imported, then named as parameters)
 from __future__ import annotations
 
 import json
@@ -17,6 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_cli import SMALL, one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
+from test_cli_lm import SMALL as LM_SMALL
+from test_cli_lm import TEXT, text_file  # noqa: F401 (the fixture)
 
 import attncourse.cli.commands as cli
 import attncourse.recipes.lm as lm
@@ -26,12 +30,24 @@ from attncourse.cli.rundir import write_json
 from attncourse.data.text import char_corpus
 from attncourse.data.vocab import Vocabulary
 from attncourse.train.loop import _epoch_seed
-from test_cli import SMALL, one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
-from test_cli_lm import SMALL as LM_SMALL
-from test_cli_lm import TEXT, text_file  # noqa: F401 (the fixture)
 
-TASK = ["--task", "numbers-en-fr", "--n-train", "40", "--n-valid", "8", "--n-test", "8", "--max-value", "100",
-        "--model", "rnn", "--epochs", "1", *SMALL]
+TASK = [
+    "--task",
+    "numbers-en-fr",
+    "--n-train",
+    "40",
+    "--n-valid",
+    "8",
+    "--n-test",
+    "8",
+    "--max-value",
+    "100",
+    "--model",
+    "rnn",
+    "--epochs",
+    "1",
+    *SMALL,
+]
 
 
 def files(directory: Path) -> dict[str, bytes]:
@@ -41,7 +57,9 @@ def files(directory: Path) -> dict[str, bytes]:
 @pytest.fixture
 def lm_run(tmp_path, text_file):  # noqa: F811
     out = tmp_path / "lm"
-    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL]) == 0
+    assert (
+        main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL]) == 0
+    )
     return out
 
 
@@ -52,11 +70,20 @@ def test_overwrite_deletes_only_what_the_earlier_run_recorded(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["train", *TASK, "--out", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
-    assert set(config["files"]) >= {"checkpoint.pt", "best.pt", "config.json", "test.tsv"}
+    assert set(config["files"]) >= {
+        "checkpoint.pt",
+        "best.pt",
+        "config.json",
+        "test.tsv",
+    }
     (out / "notes.txt").write_text("mine", encoding="utf-8")
-    assert main(["train", *TASK, "--out", str(out), "--overwrite", "--n-test", "0"]) == 0
+    assert (
+        main(["train", *TASK, "--out", str(out), "--overwrite", "--n-test", "0"]) == 0
+    )
     assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
-    assert not (out / "test.tsv").exists()  # the earlier run's, deleted: this run writes none
+    assert not (
+        out / "test.tsv"
+    ).exists()  # the earlier run's, deleted: this run writes none
     assert "test.tsv" not in json.loads((out / "config.json").read_text())["files"]
 
 
@@ -83,13 +110,44 @@ def test_train_lm_onto_a_train_run(tmp_path, text_file, capsys):  # noqa: F811
     assert main(["train", *TASK, "--out", str(out)]) == 0
     before = files(out)
     capsys.readouterr()
-    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL, "--resume"]) == 2
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(out),
+                *LM_SMALL,
+                "--resume",
+            ]
+        )
+        == 2
+    )
     line = one_error_line(capsys)
     assert "'train' run" in line
     assert files(out) == before  # no vocab.json written
-    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL, "--overwrite"]) == 0
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(out),
+                *LM_SMALL,
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
     names = set(os.listdir(out))
-    assert names == {"checkpoint.pt", "vocab.json", "config.json", "history.json"}  # no best.pt, results.json
+    assert names == {
+        "checkpoint.pt",
+        "vocab.json",
+        "config.json",
+        "history.json",
+    }  # no best.pt, results.json
 
 
 # --- 3. train-lm's corpus: compact encoding, a stated cap --------------------------------------
@@ -114,8 +172,21 @@ def test_compact_encoding_equals_the_vocabulary_and_is_small():
 def test_text_above_max_chars_is_refused(tmp_path, capsys):
     path = tmp_path / "t.txt"
     path.write_text(TEXT, encoding="utf-8")
-    assert main(["train-lm", "--text", str(path), "--out", str(tmp_path / "o"), *LM_SMALL,
-                 "--max-chars", "100"]) == 2
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(path),
+                "--out",
+                str(tmp_path / "o"),
+                *LM_SMALL,
+                "--max-chars",
+                "100",
+            ]
+        )
+        == 2
+    )
     assert "--max-chars" in one_error_line(capsys)
     assert not (tmp_path / "o").exists()
 
@@ -152,20 +223,26 @@ def test_memory_error_is_one_line(lm_run, capsys, monkeypatch):
 TRANSFORMER = ["train", "--task", "dates", "--model", "transformer"]
 
 
-@pytest.mark.parametrize("argv, option", [
-    (["train", *TASK, "--batch-size", "1000000"], "--batch-size"),
-    (["train", *TASK, "--threads", "100000"], "--threads"),
-    ([*TRANSFORMER, "--d-model", "65536", "--heads", "1"], "--d-model"),
-    ([*TRANSFORMER, "--d-ff", "10000000"], "--d-ff"),
-    ([*TRANSFORMER, "--heads", "1024", "--d-model", "1024"], "--heads"),
-    ([*TRANSFORMER, "--layers", "1000"], "--layers"),
-    (["train", "--train", "X", "--valid", "X", "--max-tokens", "1000000"], "--max-tokens"),
-    (["train-lm", "--max-len", "1000000000"], "--max-len"),
-    (["train-lm", "--d-model", "100000", "--num-heads", "1"], "--d-model"),
-    (["train-lm", "--batch-size", "100000000"], "--batch-size"),
-    (["train-lm", "--num-layers", "100000"], "--num-layers"),
-    (["train-lm", "--threads", "100000"], "--threads"),
-])
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (["train", *TASK, "--batch-size", "1000000"], "--batch-size"),
+        (["train", *TASK, "--threads", "100000"], "--threads"),
+        ([*TRANSFORMER, "--d-model", "65536", "--heads", "1"], "--d-model"),
+        ([*TRANSFORMER, "--d-ff", "10000000"], "--d-ff"),
+        ([*TRANSFORMER, "--heads", "1024", "--d-model", "1024"], "--heads"),
+        ([*TRANSFORMER, "--layers", "1000"], "--layers"),
+        (
+            ["train", "--train", "X", "--valid", "X", "--max-tokens", "1000000"],
+            "--max-tokens",
+        ),
+        (["train-lm", "--max-len", "1000000000"], "--max-len"),
+        (["train-lm", "--d-model", "100000", "--num-heads", "1"], "--d-model"),
+        (["train-lm", "--batch-size", "100000000"], "--batch-size"),
+        (["train-lm", "--num-layers", "100000"], "--num-layers"),
+        (["train-lm", "--threads", "100000"], "--threads"),
+    ],
+)
 def test_sizes_above_their_ceiling_are_refused(argv, option, tmp_path, capsys):
     x = tmp_path / "x.tsv"
     x.write_text("a\tb\n", encoding="utf-8")
@@ -177,11 +254,25 @@ def test_sizes_above_their_ceiling_are_refused(argv, option, tmp_path, capsys):
 
 
 def test_beam_size_and_prompt_have_ceilings(lm_run, tsv, tmp_path, capsys):  # noqa: F811
-    assert main(["evaluate", str(tmp_path), "--test", str(tsv["test"]), "--beam-size", "100000"]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                str(tmp_path),
+                "--test",
+                str(tsv["test"]),
+                "--beam-size",
+                "100000",
+            ]
+        )
+        == 2
+    )
     assert "--beam-size" in one_error_line(capsys)
     assert main(["sample", str(lm_run), "--prompt", "a" * 56_000]) == 2
     assert "--prompt" in one_error_line(capsys)
-    assert main(["sample", str(lm_run), "--prompt", "hello", "--length", "1000000"]) == 2
+    assert (
+        main(["sample", str(lm_run), "--prompt", "hello", "--length", "1000000"]) == 2
+    )
     assert "--length" in one_error_line(capsys)
 
 
@@ -201,31 +292,77 @@ def test_extreme_temperature_is_refused(value, lm_run, capsys):
     assert "--temperature" in one_error_line(capsys)
 
 
-@pytest.mark.parametrize("args, option", [
-    (["--lr", "3e38"], "--lr"),
-    (["--weight-decay", "1e308"], "--weight-decay"),
-    (["--adam-eps", "1e308"], "--adam-eps"),
-    (["--clip-norm", "1e300"], "--clip-norm"),
-])
+@pytest.mark.parametrize(
+    "args, option",
+    [
+        (["--lr", "3e38"], "--lr"),
+        (["--weight-decay", "1e308"], "--weight-decay"),
+        (["--adam-eps", "1e308"], "--adam-eps"),
+        (["--clip-norm", "1e300"], "--clip-norm"),
+    ],
+)
 def test_float32_overflow_is_refused(args, option, tmp_path, capsys):
     assert main(["train", *TASK, "--out", str(tmp_path / "o"), *args]) == 2
     assert option in one_error_line(capsys)
-    assert main(["train", "--task", "dates", "--model", "transformer", "--schedule", "noam",
-                 "--lr-scale", "1e308", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "dates",
+                "--model",
+                "transformer",
+                "--schedule",
+                "noam",
+                "--lr-scale",
+                "1e308",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "--lr-scale" in one_error_line(capsys)
 
 
 def test_length_penalty_and_train_lm_lr_overflow(tsv, tmp_path, text_file, capsys):  # noqa: F811
-    assert main(["evaluate", str(tmp_path), "--test", str(tsv["test"]), "--length-penalty", "1e308"]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                str(tmp_path),
+                "--test",
+                str(tsv["test"]),
+                "--length-penalty",
+                "1e308",
+            ]
+        )
+        == 2
+    )
     assert "--length-penalty" in one_error_line(capsys)
-    assert main(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "o"), "--lr", "1e39"]) == 2
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(tmp_path / "o"),
+                "--lr",
+                "1e39",
+            ]
+        )
+        == 2
+    )
     assert "--lr" in one_error_line(capsys)
 
 
 # --- 8. a diverged run stops with a message; JSON is strict ------------------------------------
 
 
-def test_diverged_run_stops_and_json_is_strict(tmp_path, text_file, capsys, monkeypatch):  # noqa: F811
+def test_diverged_run_stops_and_json_is_strict(
+    tmp_path, text_file, capsys, monkeypatch
+):  # noqa: F811
     real = lm.F.cross_entropy
 
     class NaNLoss:
@@ -237,7 +374,19 @@ def test_diverged_run_stops_and_json_is_strict(tmp_path, text_file, capsys, monk
             return real(*args, **kwargs) * float("nan")
 
     monkeypatch.setattr(lm, "F", NaNLoss())
-    assert main(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "o"), *LM_SMALL]) == 2
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(tmp_path / "o"),
+                *LM_SMALL,
+            ]
+        )
+        == 2
+    )
     line = one_error_line(capsys)
     assert "diverged" in line and "learning rate" in line
     path = tmp_path / "strict.json"
@@ -246,7 +395,9 @@ def test_diverged_run_stops_and_json_is_strict(tmp_path, text_file, capsys, monk
     def refuse(name):
         raise ValueError(name)
 
-    assert json.loads(path.read_text(), parse_constant=refuse) == [{"loss": None, "x": None}]
+    assert json.loads(path.read_text(), parse_constant=refuse) == [
+        {"loss": None, "x": None}
+    ]
 
 
 # --- 9. seeds up to 2**63 - 1 work -------------------------------------------------------------
@@ -257,41 +408,69 @@ def test_huge_seed_trains(tmp_path, text_file, capsys):  # noqa: F811
         assert 0 <= _epoch_seed(seed, 7) < 2**63
     assert _epoch_seed(3, 2) == 3 * 100_003 + 2  # the course's seeds: unchanged
     out = tmp_path / "o"
-    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL,
-                 "--seed", "200000000000000"]) == 0
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(out),
+                *LM_SMALL,
+                "--seed",
+                "200000000000000",
+            ]
+        )
+        == 0
+    )
 
 
 # --- 10. Ctrl-C during a checkpoint write, and during the imports -------------------------------
 
 
-def test_ctrl_c_inside_torch_save_is_an_interruption(tmp_path, text_file, capsys, monkeypatch):  # noqa: F811
+def test_ctrl_c_inside_torch_save_is_an_interruption(
+    tmp_path, text_file, capsys, monkeypatch
+):  # noqa: F811
     import attncourse.train.checkpoint as checkpoint
 
     def interrupted_save(obj, f):
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt as err:  # what torch's zip writer does with it
-            raise RuntimeError("[enforce fail at inline_container.cc] . unexpected pos") from err
+            raise RuntimeError(
+                "[enforce fail at inline_container.cc] . unexpected pos"
+            ) from err
 
     monkeypatch.setattr(checkpoint.torch, "save", interrupted_save)
     out = tmp_path / "o"
-    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL]) == 130
+    assert (
+        main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL])
+        == 130
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
     assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
 
 
 def test_ctrl_c_during_imports_is_one_line(tmp_path):
-    code = ("import sys, runpy\n"
-            "class Stop:\n"
-            "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'attncourse.cli':\n"
-            "            raise KeyboardInterrupt\n"
-            "sys.meta_path.insert(0, Stop())\n"
-            "sys.argv = ['attncourse', 'train', '--help']\n"
-            "runpy.run_module('attncourse', run_name='__main__')\n")
+    code = (
+        "import sys, runpy\n"
+        "class Stop:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'attncourse.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Stop())\n"
+        "sys.argv = ['attncourse', 'train', '--help']\n"
+        "runpy.run_module('attncourse', run_name='__main__')\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(cli.__file__).parents[2])}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert proc.returncode == 130 and proc.stderr == "attncourse: interrupted\n"
 
 
@@ -315,17 +494,35 @@ def test_interrupted_before_first_checkpoint_train(tmp_path, capsys, monkeypatch
     assert main(["train", *TASK, "--out", str(tmp_path / "p")]) == 0
 
 
-def test_interrupted_before_first_checkpoint_train_lm(tmp_path, text_file, capsys, monkeypatch):  # noqa: F811
+def test_interrupted_before_first_checkpoint_train_lm(
+    tmp_path, text_file, capsys, monkeypatch
+):  # noqa: F811
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     for again in (["--resume"], []):
         out = tmp_path / f"o{len(again)}"
         monkeypatch.setattr(lm, "heldout_loss", interrupted)
-        assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL]) == 130
+        assert (
+            main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL])
+            == 130
+        )
         assert "run the same command again" in capsys.readouterr().err
         monkeypatch.undo()
-        assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL, *again]) == 0, again
+        assert (
+            main(
+                [
+                    "train-lm",
+                    "--text",
+                    str(text_file),
+                    "--out",
+                    str(out),
+                    *LM_SMALL,
+                    *again,
+                ]
+            )
+            == 0
+        ), again
 
 
 # --- 12. train-lm removes leftover temporaries; a Ctrl-C right after mkstemp leaves none ---------
@@ -334,8 +531,22 @@ def test_interrupted_before_first_checkpoint_train_lm(tmp_path, text_file, capsy
 def test_train_lm_removes_leftover_temporaries(lm_run, text_file, monkeypatch):  # noqa: F811
     leftover = lm_run / ".checkpoint.pt.k1ll3d_x.tmp"
     leftover.write_bytes(b"partial")
-    assert main(["train-lm", "--text", str(text_file), "--out", str(lm_run), *LM_SMALL[:1], "60",
-                 *LM_SMALL[2:], "--resume"]) == 0
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(lm_run),
+                *LM_SMALL[:1],
+                "60",
+                *LM_SMALL[2:],
+                "--resume",
+            ]
+        )
+        == 0
+    )
     assert not leftover.exists()
     from attncourse.train.checkpoint import atomic_write_text
 
@@ -353,14 +564,56 @@ def test_train_lm_removes_leftover_temporaries(lm_run, text_file, monkeypatch): 
 
 def test_resume_with_more_steps_extends(lm_run, text_file, capsys):  # noqa: F811
     more = [*LM_SMALL[:1], "60", *LM_SMALL[2:]]
-    assert main(["train-lm", "--text", str(text_file), "--out", str(lm_run), *more, "--resume"]) == 0
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(lm_run),
+                *more,
+                "--resume",
+            ]
+        )
+        == 0
+    )
     assert len(json.loads((lm_run / "history.json").read_text())) == 3
-    assert main(["train-lm", "--text", str(text_file), "--out", str(lm_run), *more, "--resume"]) == 2
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(lm_run),
+                *more,
+                "--resume",
+            ]
+        )
+        == 2
+    )
     assert "raise --steps" in one_error_line(capsys)
     other = [a if a != "32" else "64" for a in more]  # --d-ff 64
-    assert main(["train-lm", "--text", str(text_file), "--out", str(lm_run), *other, "--resume"]) == 2
+    assert (
+        main(
+            [
+                "train-lm",
+                "--text",
+                str(text_file),
+                "--out",
+                str(lm_run),
+                *other,
+                "--resume",
+            ]
+        )
+        == 2
+    )
     line = one_error_line(capsys)
-    assert "d_ff: 32 in the checkpoint, 64 in this command" in line and "delete the folder" not in line
+    assert (
+        "d_ff: 32 in the checkpoint, 64 in this command" in line
+        and "delete the folder" not in line
+    )
 
 
 # --- 14. messages -----------------------------------------------------------------------------
@@ -382,7 +635,9 @@ def test_checkpoint_and_vocab_messages(lm_run, tmp_path, capsys):
 
 
 def test_text_dir_unseen_prompt_and_crlf(lm_run, tmp_path, capsys):
-    assert main(["train-lm", "--text", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["train-lm", "--text", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    )
     line = one_error_line(capsys)
     assert "is a directory" in line and "no such file" not in line
     assert main(["sample", str(lm_run), "--prompt", "hello ÿ"]) == 2
@@ -391,7 +646,12 @@ def test_text_dir_unseen_prompt_and_crlf(lm_run, tmp_path, capsys):
     assert "<unk>" not in capsys.readouterr().out
     crlf = tmp_path / "crlf.txt"
     crlf.write_bytes(TEXT.replace(". ", ".\r\n").encode())
-    assert main(["train-lm", "--text", str(crlf), "--out", str(tmp_path / "c"), *LM_SMALL]) == 0
+    assert (
+        main(["train-lm", "--text", str(crlf), "--out", str(tmp_path / "c"), *LM_SMALL])
+        == 0
+    )
     assert "CRLF" in capsys.readouterr().err
     assert "\r" not in json.loads((tmp_path / "c" / "vocab.json").read_text())["tokens"]
-    assert not math.isnan(json.loads((tmp_path / "c" / "history.json").read_text())[-1]["valid_loss"])
+    assert not math.isnan(
+        json.loads((tmp_path / "c" / "history.json").read_text())[-1]["valid_loss"]
+    )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,15 +57,21 @@ _TIME = "a run that long would not end"
 #: Option (argparse dest) -> its range. The same dest has the same range in every sub-command.
 LIMITS: dict[str, Limit] = {
     # model sizes (train, train-lm; and the sizes in a checkpoint's config)
-    "d_model": Limit(1, 4096, _SIZE), "d_ff": Limit(1, 16384, _SIZE),
-    "num_heads": Limit(1, 64, _SIZE), "num_kv_heads": Limit(1, 64, _SIZE),
-    "num_layers": Limit(1, 48, _SIZE), "emb_dim": Limit(1, 4096, _SIZE), "hidden_dim": Limit(1, 4096, _SIZE),
+    "d_model": Limit(1, 4096, _SIZE),
+    "d_ff": Limit(1, 16384, _SIZE),
+    "num_heads": Limit(1, 64, _SIZE),
+    "num_kv_heads": Limit(1, 64, _SIZE),
+    "num_layers": Limit(1, 48, _SIZE),
+    "emb_dim": Limit(1, 4096, _SIZE),
+    "hidden_dim": Limit(1, 4096, _SIZE),
     "max_len": Limit(1, 8192, "positions; attention memory grows with its square"),
     "context": Limit(1, 8192, "attention memory grows with its square"),
     "window": Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"),
     # data and batches
     "batch_size": Limit(1, 4096, _SIZE),
-    "max_tokens": Limit(1, 2048, "attention memory grows with the square of the length"),
+    "max_tokens": Limit(
+        1, 2048, "attention memory grows with the square of the length"
+    ),
     "n_train": Limit(0, 1_000_000, "generated pairs are held in memory"),
     "n_valid": Limit(0, 1_000_000, "generated pairs are held in memory"),
     "n_test": Limit(0, 1_000_000, "generated pairs are held in memory"),
@@ -73,17 +79,25 @@ LIMITS: dict[str, Limit] = {
     "max_chars": Limit(1, 10**9, "the text is held in memory"),
     "valid_fraction": Limit(0.0, 1.0, "a share of the text", open_low=True),
     # budget
-    "epochs": Limit(1, 100_000, _TIME), "patience": Limit(1, 100_000, _TIME),
-    "steps": Limit(1, 100_000_000, _TIME), "steps_per_epoch": Limit(1, 100_000_000, _TIME),
+    "epochs": Limit(1, 100_000, _TIME),
+    "patience": Limit(1, 100_000, _TIME),
+    "steps": Limit(1, 100_000_000, _TIME),
+    "steps_per_epoch": Limit(1, 100_000_000, _TIME),
     "warmup": Limit(1, 100_000_000, _TIME),
     # optimiser: float32 scalars
-    "lr": Limit(0.0, 10.0, _FLOAT32, open_low=True), "lr_scale": Limit(0.0, 1000.0, _FLOAT32, open_low=True),
-    "weight_decay": Limit(0.0, 10.0, _FLOAT32), "eps": Limit(0.0, 1.0, _FLOAT32, open_low=True),
+    "lr": Limit(0.0, 10.0, _FLOAT32, open_low=True),
+    "lr_scale": Limit(0.0, 1000.0, _FLOAT32, open_low=True),
+    "weight_decay": Limit(0.0, 10.0, _FLOAT32),
+    "eps": Limit(0.0, 1.0, _FLOAT32, open_low=True),
     "clip_norm": Limit(0.0, 1e6, _FLOAT32, open_low=True),
     # decoding
-    "beam_size": Limit(1, 64, "memory grows with it"), "length_penalty": Limit(0.0, 10.0, _FLOAT32),
-    "length": Limit(1, 8192, "characters to generate, with the prompt"), "top_k": Limit(1, 1_000_000, "a vocabulary's size"),
-    "temperature": Limit(0.01, 100.0, "logits divided by it overflow or flatten float32 beyond it"),
+    "beam_size": Limit(1, 64, "memory grows with it"),
+    "length_penalty": Limit(0.0, 10.0, _FLOAT32),
+    "length": Limit(1, 8192, "characters to generate, with the prompt"),
+    "top_k": Limit(1, 1_000_000, "a vocabulary's size"),
+    "temperature": Limit(
+        0.01, 100.0, "logits divided by it overflow or flatten float32 beyond it"
+    ),
     # machine
     "threads": Limit(1, 256, "torch's thread pool"),
 }
@@ -91,26 +105,23 @@ LIMITS: dict[str, Limit] = {
 MAX_PROMPT_CHARS = 8192
 
 
-def _flag(dest: str) -> str:
-    return {"num_heads": "--heads", "num_layers": "--layers", "eps": "--adam-eps"}.get(dest, "--" + dest.replace("_", "-"))
-
-
-def check_limits(args: argparse.Namespace) -> str | None:
+def check_limits(
+    args: argparse.Namespace, flag: Callable[[str], str] | None = None
+) -> str | None:
     """The first option of a parsed command out of its range in :data:`LIMITS`, as one line; or None.
 
-    ``train`` spells ``num_heads``/``num_layers`` as ``--heads``/``--layers``;
-    ``train-lm`` as ``--num-heads``/``--num-layers``: the message uses the
-    command's own spelling.
+    ``flag`` spells an argparse dest as the command's option (``train`` writes
+    ``num_heads`` as ``--heads``); default ``--`` and the dest with dashes.
     """
-    lm = getattr(args, "command", None) in ("train-lm", "sample")
+    flag = flag or (lambda dest: "--" + dest.replace("_", "-"))
     for dest, limit in LIMITS.items():
         value = getattr(args, dest, None)
         if value is None or isinstance(value, (bool, str)):
             continue
         problem = limit.problem(value)
         if problem:
-            flag = "--" + dest.replace("_", "-") if lm else _flag(dest)
-            return f"{flag} {problem}, got {value:g}" if isinstance(value, float) else f"{flag} {problem}, got {value}"
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            return f"{flag(dest)} {problem}, got {shown}"
     for beta in getattr(args, "betas", None) or ():
         if isinstance(beta, float) and not (0.0 <= beta < 1.0):
             return f"--betas must lie in [0, 1), got {beta:g}"
@@ -119,8 +130,10 @@ def check_limits(args: argparse.Namespace) -> str | None:
         return f"--edges must be at most {LIMITS['max_tokens'].high} (the longest source --max-tokens allows)"
     prompt = getattr(args, "prompt", None)
     if isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS:
-        return (f"--prompt has {len(prompt):,} characters, at most {MAX_PROMPT_CHARS:,} are taken "
-                "(the prompt is read in one pass whose attention memory grows with its square)")
+        return (
+            f"--prompt has {len(prompt):,} characters, at most {MAX_PROMPT_CHARS:,} are taken "
+            "(the prompt is read in one pass whose attention memory grows with its square)"
+        )
     return None
 
 
@@ -137,9 +150,17 @@ def document_limits(parser: argparse.ArgumentParser) -> None:
 
 #: Keys of a checkpoint's model config that size a tensor, and the option each corresponds to.
 _CONFIG_SIZES = {
-    "d_model": "d_model", "d_ff": "d_ff", "num_heads": "num_heads", "num_kv_heads": "num_kv_heads",
-    "num_layers": "num_layers", "num_encoder_layers": "num_layers", "num_decoder_layers": "num_layers",
-    "emb_dim": "emb_dim", "hidden_dim": "hidden_dim", "max_len": "max_len", "window": "window",
+    "d_model": "d_model",
+    "d_ff": "d_ff",
+    "num_heads": "num_heads",
+    "num_kv_heads": "num_kv_heads",
+    "num_layers": "num_layers",
+    "num_encoder_layers": "num_layers",
+    "num_decoder_layers": "num_layers",
+    "emb_dim": "emb_dim",
+    "hidden_dim": "hidden_dim",
+    "max_len": "max_len",
+    "window": "window",
     "max_src_len": "max_len",
 }
 #: Most tokens a vocabulary of a checkpoint may hold (an embedding table of vocab_size x d_model).
@@ -167,32 +188,50 @@ def check_model_config(config: Any, where: str) -> None:
         return  # load_model says what is wrong with it
     for key, value in config.items():
         option = _CONFIG_SIZES.get(key)
-        if option is None and key not in ("vocab_size", "src_vocab_size", "tgt_vocab_size"):
+        if option is None and key not in (
+            "vocab_size",
+            "src_vocab_size",
+            "tgt_vocab_size",
+        ):
             continue
         if value is None and key in ("num_kv_heads", "window", "max_src_len"):
             continue
         limit = LIMITS[option] if option else Limit(1, MAX_VOCAB, "an embedding table")
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{where} is not a readable attncourse checkpoint: its model config has "
-                             f"{key} = {value!r}, not a whole number")
+            raise ValueError(
+                f"{where} is not a readable attncourse checkpoint: its model config has "
+                f"{key} = {value!r}, not a whole number"
+            )
         problem = limit.problem(value)
         if problem:
-            raise ValueError(f"{where} asks for a model with {key} {value:,}, which {problem}; "
-                             "refused before allocating it")
+            raise ValueError(
+                f"{where} asks for a model with {key} {value:,}, which {problem}; "
+                "refused before allocating it"
+            )
     check_memory(4 * estimate_parameters(config), f"the model of {where}")
 
 
 def estimate_parameters(config: Mapping[str, Any]) -> int:
     """A rough upper estimate of a model config's parameter count (embeddings, layers, positions)."""
+
     def size(key: str, default: int = 0) -> int:
         value = config.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else default
+        return (
+            value if isinstance(value, int) and not isinstance(value, bool) else default
+        )
 
     d = max(size("d_model"), size("emb_dim"), size("hidden_dim"), 1)
-    layers = size("num_layers") + size("num_encoder_layers") + size("num_decoder_layers") + 1
+    layers = (
+        size("num_layers") + size("num_encoder_layers") + size("num_decoder_layers") + 1
+    )
     vocab = size("vocab_size") + size("src_vocab_size") + size("tgt_vocab_size")
     per_layer = 8 * d * d + 2 * d * max(size("d_ff"), 4 * d)
-    return vocab * d * 2 + layers * per_layer + size("max_len") * d + size("max_src_len") * d
+    return (
+        vocab * d * 2
+        + layers * per_layer
+        + size("max_len") * d
+        + size("max_src_len") * d
+    )
 
 
 def available_memory() -> int | None:
@@ -214,5 +253,7 @@ def check_memory(needed: int, what: str) -> None:
     """Raise MemoryError with one line if ``needed`` bytes exceed what the machine has available."""
     free = available_memory()
     if free is not None and needed > free:
-        raise MemoryError(f"{what} needs about {needed / 2**30:.1f} GiB of memory, and this machine has "
-                          f"{free / 2**30:.1f} GiB available")
+        raise MemoryError(
+            f"{what} needs about {needed / 2**30:.1f} GiB of memory, and this machine has "
+            f"{free / 2**30:.1f} GiB available"
+        )

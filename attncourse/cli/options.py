@@ -446,7 +446,7 @@ def _resolve(args: argparse.Namespace) -> None:
         raise UsageError(f"--d-model {args.d_model} is not divisible by --heads {args.num_heads}")
     if env_world_size() > 1 and args.teacher_forcing < 1.0:
         raise UsageError("--teacher-forcing below 1 cannot run on several processes (torchrun)")
-    problem = check_limits(args)
+    problem = check_limits(args, _flag)
     if problem:
         raise UsageError(problem)
 
@@ -499,7 +499,7 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         raise UsageError(f"DIR {str(args.dir)!r}: no such directory (a run written by 'attncourse train', "
                          f"holding {BEST_NAME})")
     check_readable(args.test, "--test")
-    problem = check_limits(args)
+    problem = check_limits(args, _flag)
     if problem:
         raise UsageError(problem)
     default_json = args.json is None

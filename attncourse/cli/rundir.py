@@ -25,10 +25,23 @@ from attncourse.train.checkpoint import atomic_write_text
 
 CONFIG_NAME = "config.json"
 #: Files whose presence means that training has started (an epoch finished or a result was written).
-PROGRESS_FILES = ("checkpoint.pt", "best.pt", "history.json", "results.json", "metrics.json")
+PROGRESS_FILES = (
+    "checkpoint.pt",
+    "best.pt",
+    "history.json",
+    "results.json",
+    "metrics.json",
+)
 #: What runs written before config.json listed their files wrote, by command.
 LEGACY_FILES = {
-    "train": ("checkpoint.pt", "best.pt", "config.json", "history.json", "results.json", "metrics.json"),
+    "train": (
+        "checkpoint.pt",
+        "best.pt",
+        "config.json",
+        "history.json",
+        "results.json",
+        "metrics.json",
+    ),
     "train-lm": ("checkpoint.pt", "vocab.json", "config.json", "history.json"),
 }
 
@@ -82,7 +95,11 @@ def recorded_files(out: Path) -> set[str]:
         return set()
     listed = config.get("files") if config is not None else None
     if isinstance(listed, list):
-        names = {n for n in listed if isinstance(n, str) and n and Path(n).name == n and n not in (".", "..")}
+        names = {
+            n
+            for n in listed
+            if isinstance(n, str) and n and Path(n).name == n and n not in (".", "..")
+        }
     else:
         names = set(LEGACY_FILES[command])
     return names | {CONFIG_NAME}
@@ -111,7 +128,11 @@ def remove_recorded(out: Path) -> list[str]:
 def record_file(out: Path, name: str) -> None:
     """Add ``name`` to the files ``out``'s config.json lists (a file the run's later commands wrote there)."""
     config = read_config(out)
-    if run_command(config) is None or not isinstance(config.get("files"), list) or name in config["files"]:
+    if (
+        run_command(config) is None
+        or not isinstance(config.get("files"), list)
+        or name in config["files"]
+    ):
         return
     config["files"] = [*config["files"], name]
     write_json(out / CONFIG_NAME, config)
