@@ -22,7 +22,8 @@ from attncourse.train.checkpoint import (
     load_model,
     save_checkpoint,
 )
-from attncourse.train.fit import FitConfig, evaluate, fit, sequence_loss, validate
+from attncourse.train.fit import FitConfig, fit
+from attncourse.train.seq2seq import evaluate, sequence_loss, validate
 from attncourse.train.metrics import exact_match
 
 # importlib, not "import attncourse.train.fit as ...": the package re-exports the function fit,

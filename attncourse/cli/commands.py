@@ -77,15 +77,9 @@ from attncourse.cli.options import (
 )
 from attncourse.train.distributed import broadcast_object, init_distributed, teardown_distributed
 from attncourse.recipes.experiment import Experiment, build_model, load_task, max_tokens_per_side
-from attncourse.train.fit import (
-    BEST_NAME,
-    FitConfig,
-    best_epoch,
-    check_resume,
-    evaluate,
-    fit,
-    max_positions,
-)
+from attncourse.train.config import FitConfig
+from attncourse.train.fit import BEST_NAME, best_epoch, check_resume, fit
+from attncourse.train.seq2seq import evaluate, max_positions
 from attncourse.train.metrics import format_table
 from attncourse.runtime import describe_device, pick_device
 

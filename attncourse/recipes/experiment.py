@@ -33,7 +33,8 @@ from attncourse.data.pairs import PairDataset, Splits
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
-from attncourse.train.fit import CHECKPOINT_NAME, FitConfig, FitResult, fit
+from attncourse.train.config import FitConfig
+from attncourse.train.fit import CHECKPOINT_NAME, FitResult, fit
 from attncourse.runtime import run_lock, runs_dir
 
 #: Generated tasks, by the names the command line uses.
