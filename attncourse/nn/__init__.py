@@ -24,6 +24,7 @@ from attncourse.nn.rope import apply_rope, rope_frequencies
 from attncourse.nn.luong import LuongAttention, LuongDecoderState, LuongSeq2Seq, LuongSeq2SeqOutput
 from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
 from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from attncourse.nn.protocol import EncoderDecoder
 from attncourse.nn.rnn import (
     ATTENTION_KINDS,
     Encoder,
@@ -47,6 +48,7 @@ from attncourse.nn.transformer import (
 __all__ = [
     "CausalSelfAttention",
     "DecoderOnlyBlock",
+    "EncoderDecoder",
     "GPT",
     "GPT_POSITIONAL",
     "alibi_bias",
