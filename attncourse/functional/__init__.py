@@ -50,7 +50,7 @@ from attncourse.functional.tiled_attention import (
     tiled_attention,
     weights_from_lse,
 )
-from attncourse.functional.temperature import hardmax, softmax_with_temperature
+from attncourse.functional.temperature import entropy, hardmax, softmax_with_temperature
 from attncourse.functional.torch_attention import attention, masked_softmax, self_attention
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "score_general",
     "score_location",
     "softmax_with_temperature",
+    "entropy",
     "BAHDANAU_MOVES",
     "AdditiveStepTrace",
     "additive_attention_step",

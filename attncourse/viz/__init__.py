@@ -36,7 +36,6 @@ from attncourse.viz.images import plot_attention_overlay, plot_seed_curves
 from attncourse.viz.conv_attention import plot_pixel_attention, plot_pixel_attention_row
 from attncourse.viz.luong import (
     LocalWeights,
-    entropy,
     local_weights,
     plot_alignment_windows,
     plot_cost,
@@ -70,7 +69,6 @@ __all__ = [
     "plot_pixel_attention",
     "plot_pixel_attention_row",
     "LocalWeights",
-    "entropy",
     "local_weights",
     "plot_alignment_windows",
     "plot_cost",
