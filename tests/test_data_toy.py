@@ -8,7 +8,6 @@ import pytest
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
 from attncourse.functional import self_attention_trace
 
-
 # ----------------------------------------------------------------------------- tokenize
 
 

@@ -23,8 +23,8 @@ from attncourse.train.checkpoint import (
     save_checkpoint,
 )
 from attncourse.train.fit import FitConfig, fit
-from attncourse.train.seq2seq import evaluate, sequence_loss, validate
 from attncourse.train.metrics import exact_match
+from attncourse.train.seq2seq import evaluate, sequence_loss, validate
 
 # importlib, not "import attncourse.train.fit as ...": the package re-exports the function fit,
 # which shadows the module of the same name as an attribute of attncourse.train.

@@ -46,7 +46,14 @@ from typing import Any, NoReturn
 import numpy as np
 import torch
 
-from attncourse.checks.core import Case, CheckResult, describe_value, run_cases, same_values, variant_hint
+from attncourse.checks.core import (
+    Case,
+    CheckResult,
+    describe_value,
+    run_cases,
+    same_values,
+    variant_hint,
+)
 from attncourse.functional.numpy_attention import softmax
 from attncourse.nn.image_attention import doubly_stochastic_penalty
 

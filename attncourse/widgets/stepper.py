@@ -22,7 +22,10 @@ import numpy as np
 from attncourse.data import SENTENCES, embed, projections, tokenize
 from attncourse.functional import STEPS, SelfAttentionTrace, self_attention_trace
 from attncourse.viz import plot_step
-from attncourse.widgets.base import Explorer, _in_kernel  # noqa: F401  (_in_kernel: kept importable from here)
+from attncourse.widgets.base import (  # noqa: F401  (_in_kernel: kept importable from here)
+    Explorer,
+    _in_kernel,
+)
 from attncourse.widgets.static import BookAxis
 
 #: The trace field each step's figure is mainly about; it becomes ``shown["matrix"]``.
