@@ -366,7 +366,8 @@ def test_tqdm_disable_in_the_environment_turns_the_bars_off(env):
     code = ("from attncourse.runtime import progress_bar\n"
             "assert progress_bar(range(2), progress=False).disable\n"
             "print(progress_bar(range(2), progress=True).disable)")
-    out = subprocess.run([sys.executable, "-c", code], env={**{k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}, **env},
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(bool(env))
 

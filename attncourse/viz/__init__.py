@@ -70,6 +70,11 @@ from attncourse.viz.transformer import (
 )
 
 __all__ = [
+    "plot_loglog",
+    "plot_online_softmax",
+    "plot_roofline",
+    "plot_tiles",
+    "tile_states",
     "plot_attention_overlay",
     "plot_seed_curves",
     "plot_pixel_attention",

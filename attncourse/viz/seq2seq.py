@@ -234,7 +234,7 @@ def plot_encoder_decoder(
     else:
         x_c = x_dec[step - 1]
         top = max(float(row.max()), 1e-12)
-        for j, (x, a) in enumerate(zip(x_enc, row)):
+        for x, a in zip(x_enc, row):
             start = np.array([x, _Y_ENC + _BOX_H / 2])
             end = np.array([x_c, _Y_CTX - _BOX_H / 2])
             ax.plot(*zip(start, end), color=_ATTN_COLOUR, linewidth=0.4 + 5.0 * a,

@@ -233,7 +233,8 @@ class SelfAttentionStepper(Explorer):
         if name == "project":
             body = (f"Each embedding x<sub>i</sub> (d<sub>model</sub> = {self.d_model} numbers) is multiplied "
                     f"by the matrices W<sup>Q</sup>, W<sup>K</sup> and W<sup>V</sup>, giving a query, a key and "
-                    f"a value of d<sub>k</sub> = {self.d_k} numbers each. The query of '{token}' is q = {_vector(row(t.q))}.")
+                    f"a value of d<sub>k</sub> = {self.d_k} numbers each. "
+                    f"The query of '{token}' is q = {_vector(row(t.q))}.")
         elif name == "score":
             scores = row(t.scores)
             best = int(np.argmax(scores))
