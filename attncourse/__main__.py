@@ -7,7 +7,6 @@ other command is the training command line (:mod:`attncourse.cli.commands`).
 import sys
 
 
-
 def _run() -> int:
     if sys.argv[1:2] == ["student-edition"]:
         from attncourse.course.cli import main as course_main

@@ -265,12 +265,6 @@ def test_help_documents_presets_and_torchrun(capsys):
         assert text in out, text
 
 
-def test_missing_transformer_module_is_one_error_line(tsv, tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "attncourse.nn.transformer", None)  # import fails as if absent
-    assert main([*train_args(tsv, tmp_path / "r")[:-len(SMALL)], "--model", "transformer", "--no-progress"]) == 2
-    assert "attncourse.nn.transformer" in one_error_line(capsys)
-
-
 TINY_TRANSFORMER = ["--model", "transformer", "--d-model", "16", "--heads", "2", "--layers", "1", "--d-ff", "32",
                     "--warmup", "10", "--batch-size", "16", "--no-progress"]
 

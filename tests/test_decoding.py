@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.nn.rnn import Seq2Seq
 from attncourse.decode.search import (
     beam_search,
     greedy_decode,
     sequence_log_probs,
     wu_length_penalty,
 )
+from attncourse.nn.rnn import Seq2Seq
 
 SRC_VOCAB, TGT_VOCAB, EOS = 30, 12, 2
 
@@ -203,8 +203,8 @@ def test_length_penalty_and_argument_checks():
 
 def test_translate_equals_greedy_decode_on_one_sentence():
     from attncourse.data.vocab import Vocabulary
-    from attncourse.nn.rnn import Seq2Seq
     from attncourse.decode.search import greedy_decode, translate
+    from attncourse.nn.rnn import Seq2Seq
 
     torch.manual_seed(0)
     src_vocab, tgt_vocab = Vocabulary(["a", "b", "c"]), Vocabulary(["x", "y", "z"])
@@ -214,3 +214,15 @@ def test_translate_equals_greedy_decode_on_one_sentence():
     tokens, weights = greedy_decode(model, src, torch.ones_like(src, dtype=torch.bool), max_len=6)
     assert words == tgt_vocab.decode(tokens[0])
     assert np.allclose(attention, weights[0]) and attention.shape[1] == 4
+
+
+def test_the_encoder_decoders_implement_the_decoder_protocol():
+    from attncourse.nn import EncoderDecoder, LuongSeq2Seq, Seq2Seq, Transformer
+
+    models = [Seq2Seq(7, 9, emb_dim=4, hidden_dim=4), LuongSeq2Seq(7, 9, emb_dim=4, hidden_dim=4),
+              Transformer(7, 9, d_model=8, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=16)]
+    for model in models:
+        assert isinstance(model, EncoderDecoder) and EncoderDecoder in type(model).__mro__
+        assert type(model).from_config(model.config).config == model.config
+    # a model without the decoder's methods is not one (the check can fail)
+    assert not isinstance(torch.nn.Linear(2, 2), EncoderDecoder)

@@ -29,7 +29,8 @@ from attncourse.train.distributed import (
     rank_batch_order,
     spawn_cpu_processes,
 )
-from attncourse.train.fit import FitConfig, fit, sequence_loss
+from attncourse.train.fit import FitConfig, fit
+from attncourse.train.seq2seq import sequence_loss
 
 # importlib: the package's function fit shadows the module attncourse.train.fit
 fit_module = importlib.import_module("attncourse.train.fit")

@@ -134,3 +134,21 @@ def test_luong_experiment_trains_then_loads(tmp_path):
     again = run_experiment(tiny, progress=False, out_dir=tmp_path)
     assert type(first.model).__name__ == "LuongSeq2Seq" and again.result.history == first.result.history
     assert all(torch.equal(a, b) for a, b in zip(first.model.parameters(), again.model.parameters()))
+
+
+def test_fit_config_takes_every_setting_the_experiment_shares_with_it():
+    # One mapping (fit_config_from): a FitConfig field that an Experiment also has reaches fit.
+    import dataclasses
+
+    from attncourse.train import FitConfig
+
+    experiment = Experiment(epochs=3, lr=0.02, batch_size=16, patience=2, seed=5, clip_norm=None,
+                            label_smoothing=0.1, schedule="noam", warmup=10, lr_scale=2.0, optimizer="adamw",
+                            betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1, amp="bf16", fused=True, compile=True)
+    config = experiment.fit_config(device="cpu", num_threads=1)
+    shared = {f.name for f in dataclasses.fields(FitConfig)} & {f.name for f in dataclasses.fields(Experiment)}
+    assert len(shared) == 17
+    for name in shared:
+        assert getattr(config, name) == getattr(experiment, name), name
+    assert config.device == "cpu" and config.num_threads == 1
+    assert config.teacher_forcing == FitConfig().teacher_forcing  # not an Experiment field: the default

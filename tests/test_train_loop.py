@@ -18,7 +18,8 @@ def _problem():
         model = torch.nn.Linear(3, 1).to(device)
         return model, torch.optim.SGD(model.parameters(), lr=0.05)
 
-    def train_epoch(model, opt, epoch, state):
+    def train_epoch(run):
+        model, opt, epoch, state = run.model, run.optimizer, run.number, run.state
         calls.append(epoch)
         perm = torch.randperm(64)  # drawn from the loop's per-epoch seed
         total = 0.0
@@ -106,10 +107,10 @@ def test_a_cached_run_asked_for_twice_at_once_trains_once(tmp_path, monkeypatch)
     started, release = threading.Event(), threading.Event()
     runs = {}
 
-    def slow_epoch(model, opt, epoch, state):
+    def slow_epoch(run):
         started.set()
         release.wait(10)
-        return train_epoch(model, opt, epoch, state)
+        return train_epoch(run)
 
     def ask(key, epoch_fn):
         runs[key] = train_epochs("toy", {"lr": 0.05}, build, epoch_fn, evaluate, 2, progress=False,

@@ -58,13 +58,7 @@ import torch
 from tqdm.auto import tqdm
 
 import attncourse
-from attncourse.data.batching import build_vocabs, make_batches
-from attncourse.data.pairs import PairDataset, Splits, read_tsv, save_tsv
-from attncourse.data.vocab import Vocabulary
-from attncourse.nn.rnn import count_parameters
-from attncourse.train.checkpoint import atomic_write_text, load_model, remove_temporaries, temporaries
 from attncourse.cli.limits import check_model_config
-from attncourse.cli.rundir import json_safe, record_file, remove_recorded, unstarted_run, write_json
 from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
 from attncourse.cli.options import (
     EXIT_INTERRUPTED,
@@ -79,20 +73,45 @@ from attncourse.cli.options import (
     length_hint,
     out_dir_problem,
 )
-from attncourse.train.distributed import broadcast_object, init_distributed, teardown_distributed
-from attncourse.recipes.experiment import Experiment, build_model, load_task, max_tokens_per_side
+from attncourse.cli.rundir import (
+    json_safe,
+    record_file,
+    remove_recorded,
+    unstarted_run,
+    write_json,
+)
+from attncourse.data.batching import build_vocabs, make_batches
+from attncourse.data.pairs import PairDataset, Splits, read_tsv, save_tsv
+from attncourse.data.vocab import Vocabulary
+from attncourse.nn.rnn import count_parameters
+from attncourse.recipes.experiment import (
+    Experiment,
+    build_model,
+    load_task,
+    max_tokens_per_side,
+)
+from attncourse.runtime import describe_device, pick_device
+from attncourse.train.checkpoint import (
+    atomic_write_text,
+    load_model,
+    remove_temporaries,
+    temporaries,
+)
+from attncourse.train.config import fit_config_from
+from attncourse.train.distributed import (
+    broadcast_object,
+    init_distributed,
+    teardown_distributed,
+)
 from attncourse.train.fit import (
     BEST_NAME,
     CHECKPOINT_NAME,
-    FitConfig,
     best_epoch,
     check_resume,
-    evaluate,
     fit,
-    max_positions,
 )
 from attncourse.train.metrics import format_table
-from attncourse.runtime import describe_device, pick_device
+from attncourse.train.seq2seq import evaluate, max_positions
 
 #: Kept under its old name for callers of the command line's internals.
 _check_train_args = check_train_args
@@ -216,17 +235,10 @@ def _train(args: argparse.Namespace, world: Any) -> int:
     splits, train_data, valid_data, level = _load_data(args, max_tokens_per_side(experiment), quiet=not main_rank)
     src_vocab, tgt_vocab = build_vocabs(train_data)
     torch.manual_seed(args.seed)
-    try:
-        model = build_model(experiment, src_vocab, tgt_vocab)
-    except ImportError as err:
-        raise ValueError(f"--model {args.model}: {err}") from None
-    config = FitConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, clip_norm=args.clip_norm,
-                       teacher_forcing=args.teacher_forcing, patience=args.patience, seed=args.seed,
-                       device=args.device, num_threads=args.threads, label_smoothing=args.label_smoothing,
-                       optimizer=args.optimizer, betas=args.betas, eps=args.eps, weight_decay=args.weight_decay,
-                       schedule=args.schedule, warmup=args.warmup, lr_scale=args.lr_scale,
-                       d_model_for_schedule=args.hidden_dim if args.kind == "rnn" else None,
-                       fused=args.fused, amp=args.amp, compile=args.compile)
+    model = build_model(experiment, src_vocab, tgt_vocab)
+    # every FitConfig setting the options name (--lr, --seed, ...) comes from them
+    config = fit_config_from(args, num_threads=args.threads,
+                             d_model_for_schedule=args.hidden_dim if args.kind == "rnn" else None)
     device = pick_device(args.device)
     if world.distributed and device.type == "cuda":
         device = torch.device("cuda", world.local_rank % torch.cuda.device_count())

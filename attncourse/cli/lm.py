@@ -35,7 +35,10 @@ from attncourse.cli.limits import (
 from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
 from attncourse.data.text import char_corpus, course_text, text_digest
 from attncourse.data.vocab import Vocabulary
+from attncourse.decode.generation import SUPPRESSED_IDS, generate
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
+from attncourse.recipes.lm import LMConfig, bits_per_char, train_lm
+from attncourse.runtime import pick_device
 from attncourse.train.checkpoint import (
     atomic_write_text,
     differences,
@@ -45,9 +48,6 @@ from attncourse.train.checkpoint import (
     temporaries,
 )
 from attncourse.train.fit import CHECKPOINT_NAME
-from attncourse.decode.generation import SUPPRESSED_IDS, generate
-from attncourse.recipes.lm import LMConfig, bits_per_char, train_lm
-from attncourse.runtime import pick_device
 
 #: The sub-commands this module adds.
 LM_COMMANDS = ("train-lm", "sample")

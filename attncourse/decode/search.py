@@ -1,12 +1,9 @@
 """Turning a trained model's step-by-step distributions into output sentences.
 
-Two search strategies over y = argmax_y log p(y | x), both written against a
-small model interface so that the RNN models and a Transformer plug in alike:
-
-* ``model.encode(src, src_mask) -> enc``
-* ``model.init_state(enc) -> state``
-* ``model.decode_step(prev_tokens (batch,), state, enc) -> (logits (batch, vocab), state, weights or None)``
-* ``model.reorder(obj, indices) -> obj``, selecting batch rows of a state or an ``enc``.
+Two search strategies over y = argmax_y log p(y | x), both written against the
+decoder protocol :class:`~attncourse.nn.protocol.EncoderDecoder` (``encode``,
+``init_state``, ``decode_step``, ``reorder``), so that the RNN models and the
+Transformer, which implement it, plug in alike.
 
 **Greedy decoding** takes the most probable token at every step.
 **Beam search** keeps the ``beam_size`` best partial translations
@@ -38,6 +35,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from attncourse.nn.protocol import EncoderDecoder
 
 Tokens = list[list[int]]
 Attention = list[np.ndarray | None]
@@ -78,7 +77,7 @@ def wu_length_penalty(length: int, alpha: float) -> float:
 
 
 def greedy_decode(
-    model: Any,
+    model: EncoderDecoder,
     src: torch.Tensor,
     src_mask: torch.Tensor,
     max_len: int = 50,
@@ -145,7 +144,7 @@ def greedy_decode(
 
 
 def beam_search(
-    model: Any,
+    model: EncoderDecoder,
     src: torch.Tensor,
     src_mask: torch.Tensor,
     beam_size: int = 4,
@@ -265,7 +264,7 @@ def _beam_one(model, enc, beam_size, max_len, alpha, bos_id, eos_id):
 
 
 def sequence_log_probs(
-    model: Any,
+    model: EncoderDecoder,
     src: torch.Tensor,
     src_mask: torch.Tensor,
     hyps: Tokens,
@@ -320,7 +319,7 @@ def sequence_log_probs(
     return total.tolist()
 
 
-def translate(model: Any, src_vocab: Any, tgt_vocab: Any, text: str, level: str = "word",
+def translate(model: EncoderDecoder, src_vocab: Any, tgt_vocab: Any, text: str, level: str = "word",
               max_len: int = 50) -> tuple[list[str], np.ndarray | None]:
     """Greedy translation of one sentence, with the attention weights of every output step.
 

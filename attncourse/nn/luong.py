@@ -49,9 +49,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from attncourse.functional.luong import LUONG_MODES, LUONG_SCORES, check_score_and_mode, check_window
+from attncourse.functional.luong import (
+    LUONG_MODES,
+    LUONG_SCORES,
+    check_score_and_mode,
+    check_window,
+)
 from attncourse.functional.torch_attention import masked_softmax
-from attncourse.nn.rnn import PAD_ID, Encoder, EncoderState, Seq2SeqOutput, reorder_batch
+from attncourse.nn.protocol import EncoderDecoder
+from attncourse.nn.rnn import (
+    PAD_ID,
+    Encoder,
+    EncoderState,
+    Seq2SeqOutput,
+    reorder_batch,
+)
 
 #: Uniform initialisation range of Luong et al. (2015), section 4.1.
 INIT_RANGE = 0.1
@@ -415,7 +427,7 @@ class LuongSeq2SeqOutput(Seq2SeqOutput):
     positions: torch.Tensor | None = None
 
 
-class LuongSeq2Seq(nn.Module):
+class LuongSeq2Seq(nn.Module, EncoderDecoder):
     """RNN encoder-decoder with Luong attention; same decoding protocol as :class:`~attncourse.nn.rnn.Seq2Seq`.
 
     Encoder: :class:`~attncourse.nn.rnn.Encoder`, a GRU; bidirectional by
@@ -438,9 +450,9 @@ class LuongSeq2Seq(nn.Module):
     instead of a stack of four LSTMs; a bias b_s in the output layer; our
     encoder may be bidirectional (the paper's reads the source left to right).
 
-    Decoding protocol (as :mod:`attncourse.decode.search` expects):
-    :meth:`encode`, :meth:`init_state`, :meth:`decode_step`, :meth:`reorder`;
-    the decoder state is a :class:`LuongDecoderState`.
+    It implements the decoder protocol,
+    :class:`~attncourse.nn.protocol.EncoderDecoder`; the decoder state is a
+    :class:`LuongDecoderState`.
 
     Parameters
     ----------
@@ -532,17 +544,10 @@ class LuongSeq2Seq(nn.Module):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> LuongSeq2Seq:
-        """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict."""
         return cls(**config)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> EncoderState:
-        """Run the encoder once per batch.
-
-        Parameters
-        ----------
-        src : (batch, src_len) long
-        src_mask : (batch, src_len) bool
-            ``True`` at real tokens.
+        """Run the encoder once per batch, as :class:`EncoderDecoder` describes.
 
         Returns
         -------
@@ -553,9 +558,8 @@ class LuongSeq2Seq(nn.Module):
 
         Raises
         ------
-        ValueError, TypeError
-            From :meth:`Encoder.forward` for a malformed batch; ``ValueError``
-            if the source is longer than ``max_src_len`` for the location score.
+        ValueError
+            Also if the source is longer than ``max_src_len`` for the location score.
         """
         states, final = self.encoder(src, src_mask)
         if self.attention.score == "location" and src.shape[1] > self.attention.max_src_len:
@@ -575,30 +579,14 @@ class LuongSeq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, LuongDecoderState, torch.Tensor]:
         """One decoder step: from y_{t-1} and (h_{t-1}, h~_{t-1}) to the scores of y_t.
 
-        Parameters
-        ----------
-        prev_tokens : (batch,) long
-            Previous target tokens y_{t-1} (bos at the first step).
-        state : LuongDecoderState
-            From :meth:`init_state` or the previous step.
-        enc : EncoderState
-            From :meth:`encode` (batch rows aligned with ``prev_tokens``).
-
-        Returns
-        -------
-        logits : (batch, tgt_vocab)
-            Unnormalised scores of y_t, W_s h~_t + b_s.
-        new_state : LuongDecoderState
-            h_t, h~_t, step t + 1 and p_t.
-        weights : (batch, src_len)
-            a_t(s) (exactly 0 at padding and outside the window).
+        As :meth:`EncoderDecoder.decode_step`:
+        the logits are W_s h~_t + b_s, the new state holds h_t, h~_t, step t + 1 and
+        p_t, and the weights a_t(s) are exactly 0 outside the window too.
 
         Raises
         ------
         TypeError
             If ``state`` is not a :class:`LuongDecoderState`.
-        ValueError
-            If ``prev_tokens`` or the state do not fit the encoder state's batch.
         """
         if not isinstance(state, LuongDecoderState):
             raise TypeError(f"state must be a LuongDecoderState (from init_state), got {type(state).__name__}")
@@ -626,17 +614,7 @@ class LuongSeq2Seq(nn.Module):
         return logits, new_state, weights
 
     def reorder(self, obj: Any, indices: torch.Tensor) -> Any:
-        """Reorder the batch rows of a :class:`LuongDecoderState` or an :class:`EncoderState` (for beam search).
-
-        Parameters
-        ----------
-        obj : LuongDecoderState or EncoderState
-        indices : (new_batch,) long
-
-        Returns
-        -------
-        The same kind of object with rows ``indices``; ``step`` is shared by all rows and kept.
-        """
+        """Rows ``indices`` of a :class:`LuongDecoderState` or an :class:`EncoderState`; ``step`` is shared and kept."""
         return reorder_batch(obj, indices)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> LuongSeq2SeqOutput:

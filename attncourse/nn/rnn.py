@@ -39,6 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attncourse.nn.additive import AdditiveAttention
+from attncourse.nn.protocol import EncoderDecoder
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
@@ -210,7 +211,7 @@ class Seq2SeqOutput:
     attention: torch.Tensor | None
 
 
-class Seq2Seq(nn.Module):
+class Seq2Seq(nn.Module, EncoderDecoder):
     """RNN encoder-decoder, with Bahdanau attention (``attention="bahdanau"``) or without (``None``).
 
     Encoder: :class:`Encoder`. Decoder: a GRU cell whose step i reads the
@@ -313,27 +314,15 @@ class Seq2Seq(nn.Module):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Seq2Seq:
-        """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict."""
         return cls(**config)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> EncoderState:
-        """Run the encoder once per batch.
-
-        Parameters
-        ----------
-        src : (batch, src_len) long
-        src_mask : (batch, src_len) bool
-            ``True`` at real tokens.
+        """Run the encoder once per batch, as :class:`EncoderDecoder` describes.
 
         Returns
         -------
         EncoderState
             Annotations, final state, mask and (with attention) U_a h_j.
-
-        Raises
-        ------
-        ValueError, TypeError
-            From :meth:`Encoder.forward` for a malformed batch.
         """
         states, final = self.encoder(src, src_mask)
         projected = None if self.attention is None else self.attention.project_keys(states)
@@ -356,29 +345,9 @@ class Seq2Seq(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """One decoder step: from y_{i-1} and s_{i-1} to the scores of y_i and s_i.
 
-        Parameters
-        ----------
-        prev_tokens : (batch,) long
-            Previous target tokens y_{i-1} (bos at the first step).
-        state : (batch, hidden_dim)
-            Previous decoder state s_{i-1}.
-        enc : EncoderState
-            From :meth:`encode` (batch rows aligned with ``prev_tokens``).
-
-        Returns
-        -------
-        logits : (batch, tgt_vocab)
-            Unnormalised scores of y_i.
-        new_state : (batch, hidden_dim)
-            s_i.
-        weights : (batch, src_len) or None
-            Attention weights alpha_ij (exactly 0 at padded positions), or
-            ``None`` without attention.
-
-        Raises
-        ------
-        ValueError
-            If ``prev_tokens`` or ``state`` do not fit the encoder state's batch.
+        As :meth:`EncoderDecoder.decode_step`, with
+        the state s_{i-1} of shape (batch, hidden_dim) and weights alpha_ij, or ``None``
+        without attention.
         """
         batch = enc.states.shape[0]
         if prev_tokens.shape != (batch,):
@@ -401,16 +370,9 @@ class Seq2Seq(nn.Module):
         return logits, new_state, weights
 
     def reorder(self, obj: Any, indices: torch.Tensor) -> Any:
-        """Reorder the batch rows of a decoder state or an :class:`EncoderState` (for beam search).
+        """Rows ``indices`` of a decoder state (batch, hidden_dim) or an :class:`EncoderState`.
 
-        Parameters
-        ----------
-        obj : Tensor (batch, hidden_dim) or EncoderState
-        indices : (new_batch,) long
-
-        Returns
-        -------
-        The same kind of object with rows ``indices`` (see :func:`reorder_batch`).
+        See :func:`reorder_batch`.
         """
         return reorder_batch(obj, indices)
 

@@ -64,7 +64,11 @@ import torch
 from torch import nn
 
 from attncourse.nn.attention import KVCache, MultiHeadAttention
-from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from attncourse.nn.positional import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+)
+from attncourse.nn.protocol import EncoderDecoder
 from attncourse.nn.rnn import PAD_ID, Seq2SeqOutput, reorder_batch
 
 #: The values of ``Transformer(positional=...)``.
@@ -344,7 +348,7 @@ def causal_mask(tgt_len: int, device=None) -> torch.Tensor:
     return torch.ones(tgt_len, tgt_len, dtype=torch.bool, device=device).tril()
 
 
-class Transformer(nn.Module):
+class Transformer(nn.Module, EncoderDecoder):
     """The encoder-decoder Transformer of Vaswani et al. (2017), figure 1.
 
     Parameters
@@ -460,7 +464,6 @@ class Transformer(nn.Module):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Transformer:
-        """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict."""
         return cls(**config)
 
     # ----- embeddings (sections 3.4, 3.5) -----
@@ -640,25 +643,13 @@ class Transformer(nn.Module):
             self.train(was_training)
         return {"encoder_self": enc_self, "decoder_self": dec_self, "cross": cross}
 
-    # ----- incremental decoding (the protocol of attncourse.decode.search) -----
+    # ----- incremental decoding (the protocol of attncourse.nn.protocol.EncoderDecoder) -----
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> TransformerEncoderState:
         """Run the encoder once and project its output for every decoder layer's cross-attention.
 
-        Parameters
-        ----------
-        src : (batch, src_len) long
-        src_mask : (batch, src_len) bool
-            ``True`` at real tokens.
-
-        Returns
-        -------
-        TransformerEncoderState
-
-        Raises
-        ------
-        ValueError, TypeError
-            For a malformed batch.
+        As :meth:`EncoderDecoder.encode`; returns a
+        :class:`TransformerEncoderState`.
         """
         self._check_batch(src, src_mask)
         memory, _ = self.encode_embedded(self.embed_source(src), src_mask)
@@ -678,31 +669,16 @@ class Transformer(nn.Module):
     ) -> tuple[torch.Tensor, TransformerDecoderState, torch.Tensor]:
         """One decoder step with the KV cache: from y_{t-1} to the logits of y_t.
 
-        Equal to :meth:`forward`'s logits at position t for the same prefix
-        (with dropout off), at the cost of one position per step.
-
-        Parameters
-        ----------
-        prev_tokens : (batch,) long
-            The previous tokens (bos at step 0).
-        state : TransformerDecoderState
-            From :meth:`init_state` or the previous step; it is not modified.
-        enc : TransformerEncoderState
-            From :meth:`encode`, batch rows aligned with ``prev_tokens``.
-
-        Returns
-        -------
-        logits : (batch, tgt_vocab)
-        new_state : TransformerDecoderState
-            Caches one step longer, ``step + 1``.
-        weights : (batch, src_len)
-            The last decoder layer's cross-attention weights averaged over
-            heads (exactly 0 at padded source positions).
+        As :meth:`EncoderDecoder.decode_step`.
+        Equal to :meth:`forward`'s logits at position t for the same prefix (with
+        dropout off), at the cost of one position per step. The new state's caches
+        are one step longer (``step + 1``); the weights are the last decoder layer's
+        cross-attention weights averaged over heads.
 
         Raises
         ------
         ValueError
-            If ``prev_tokens`` does not fit the batch, or the step reaches ``max_len``.
+            Also if the step reaches ``max_len``.
         """
         batch = enc.memory.shape[0]
         if prev_tokens.shape != (batch,):

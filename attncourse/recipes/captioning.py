@@ -55,7 +55,7 @@ from attncourse.nn.image_attention import (
     hard_attention_loss,
     soft_attention_loss,
 )
-from attncourse.train.loop import EpochRun, train_epochs
+from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: Digit classes of the canvases.
 NUM_CLASSES = 10
@@ -297,8 +297,8 @@ def train_captioner(config: CaptionConfig, progress: bool = True,
         model = build_captioner(config).to(dev)
         return model, torch.optim.Adam(model.parameters(), lr=config.lr)
 
-    def train_epoch(model: ImageCaptioner, optimizer: torch.optim.Optimizer, epoch: int, state: dict):
-        dev = next(model.parameters()).device
+    def train_epoch(epoch: Epoch):
+        dev, state = epoch.device, epoch.state
         images, labels = train_images.to(dev), train_labels.to(dev)
         # The baseline is a plain float kept in the loop's state, so a resumed run continues with it.
         baseline = MovingAverageBaseline(config.baseline_decay, state.get("baseline"))
@@ -307,7 +307,8 @@ def train_captioner(config: CaptionConfig, progress: bool = True,
         batches = 0
         for start in range(0, len(images), config.batch_size):
             index = order[start:start + config.batch_size]
-            out = model(images[index], labels[index])
+            with epoch.autocast():
+                out = epoch.forward(images[index], labels[index])
             if hard:
                 parts = hard_attention_loss(
                     out, labels[index], baseline, entropy_weight=config.entropy_weight,
@@ -319,9 +320,7 @@ def train_captioner(config: CaptionConfig, progress: bool = True,
             else:
                 loss = soft_attention_loss(out, labels[index], doubly_stochastic=config.doubly_stochastic)
                 nll = loss if config.doubly_stochastic == 0 else soft_attention_loss(out, labels[index])
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            epoch.step(loss)
             sums["train_loss"] += float(loss.detach())
             sums["train_nll"] += float(nll.detach())
             batches += 1

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -33,8 +32,10 @@ from attncourse.data.pairs import PairDataset, Splits
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
-from attncourse.train.fit import CHECKPOINT_NAME, FitConfig, FitResult, fit
+from attncourse.nn.transformer import Transformer
 from attncourse.runtime import run_lock, runs_dir
+from attncourse.train.config import FitConfig, fit_config_from
+from attncourse.train.fit import CHECKPOINT_NAME, FitResult, fit
 
 #: Generated tasks, by the names the command line uses.
 TASKS: tuple[str, ...] = ("numbers-en-fr", "numbers-en-de", "dates")
@@ -207,14 +208,13 @@ class Experiment:
         return f"{self.task}/{kind}-{span}-h{self.hidden_dim}-{digest}"
 
     def fit_config(self, device: str | None = None, num_threads: int | None = None) -> FitConfig:
-        """The :class:`~attncourse.train.fit.FitConfig` this experiment trains with."""
-        return FitConfig(
-            epochs=self.epochs, lr=self.lr, batch_size=self.batch_size, patience=self.patience, seed=self.seed,
-            device=device, num_threads=num_threads, clip_norm=self.clip_norm,
-            label_smoothing=self.label_smoothing, optimizer=self.optimizer, betas=self.betas, eps=self.eps,
-            weight_decay=self.weight_decay, schedule=self.schedule, warmup=self.warmup, lr_scale=self.lr_scale,
-            fused=self.fused, amp=self.amp, compile=self.compile,
-        )
+        """The :class:`~attncourse.train.config.FitConfig` this experiment trains with.
+
+        Every FitConfig field that is also a field of the experiment takes its
+        value (:func:`~attncourse.train.config.fit_config_from`); the rest keep
+        FitConfig's defaults.
+        """
+        return fit_config_from(self, device=device, num_threads=num_threads)
 
 
 def _size(vocab: Vocabulary | int) -> int:
@@ -245,7 +245,7 @@ def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: 
     -------
     torch.nn.Module
         :class:`~attncourse.nn.rnn.Seq2Seq` for ``model="rnn"``,
-        :class:`~attncourse.nn.transformer.Transformer` (imported only then)
+        :class:`~attncourse.nn.transformer.Transformer`
         for ``model="transformer"``, :class:`~attncourse.nn.luong.LuongSeq2Seq`
         for ``model="luong"``. Seed torch before calling it for
         repeatable initial weights.
@@ -261,8 +261,7 @@ def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: 
         return Seq2Seq(n_src, n_tgt, emb_dim=e.emb_dim, hidden_dim=e.hidden_dim, attention=e.attention,
                        dropout=e.dropout)
     if e.model == "transformer":
-        transformer = importlib.import_module("attncourse.nn.transformer").Transformer
-        return transformer(n_src, n_tgt, d_model=e.d_model, num_heads=e.num_heads, num_encoder_layers=e.num_layers,
+        return Transformer(n_src, n_tgt, d_model=e.d_model, num_heads=e.num_heads, num_encoder_layers=e.num_layers,
                            num_decoder_layers=e.num_layers, d_ff=e.d_ff, dropout=e.dropout, norm_first=e.norm_first,
                            positional=e.positional, tie_embeddings=e.tie_embeddings, max_len=TRANSFORMER_MAX_LEN)
     if e.model == "luong":
@@ -366,11 +365,6 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
     -------
     TrainedModel
         The model holds the best epoch's weights (by validation exact match).
-
-    Raises
-    ------
-    ImportError
-        For ``model="transformer"`` if :mod:`attncourse.nn.transformer` is missing.
     """
     e = experiment
     splits = load_task(e.task, n_train=e.n_train, n_valid=e.n_valid, n_test=e.n_test, seed=e.data_seed)

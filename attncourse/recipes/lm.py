@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from attncourse.data.text import CharCorpus, random_windows, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gpt import GPT
-from attncourse.train.loop import EpochRun, train_epochs
+from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
 @dataclass(frozen=True)
@@ -203,8 +203,8 @@ def loss_without_peeking(model: GPT, ids: torch.Tensor, context: int, n_targets:
 
 
 def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, progress: bool = True,
-             device: str | torch.device | None = None, out_dir: str | Path | None = None,
-             extend: bool = False) -> EpochRun:
+             device: str | torch.device | None = None, out_dir: str | Path | None = None, *,
+             amp: str | None = None, compile: bool = False, extend: bool = False) -> EpochRun:
     """Train (or load) the language model of ``config`` on ``corpus``.
 
     Parameters
@@ -223,6 +223,13 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
         A run in ``out_dir`` with fewer ``steps`` (and otherwise the same config)
         continues up to ``config.steps`` (``train-lm --resume --steps N``); by
         default a folder of another config is refused.
+    amp : {None, "bf16"}
+        bfloat16 autocast of the training forward passes (CUDA or CPU); it
+        enters the run's config, and so its folder's name, when set.
+    compile : bool
+        :func:`torch.compile` the training forward pass. Both come from the
+        engine's loop (:class:`~attncourse.train.loop.Loop`), as do data
+        parallelism under ``torchrun`` and resuming.
 
     Returns
     -------
@@ -254,33 +261,33 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
                                        {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
         return model, optimizer
 
-    def train_epoch(model: GPT, optimizer: torch.optim.Optimizer, epoch: int, state: dict):
-        dev = _model_device(model)
+    def train_epoch(epoch: Epoch):
+        dev = epoch.device
         total = 0.0
         for i in range(config.steps_per_epoch):
-            step = (epoch - 1) * config.steps_per_epoch + i + 1
-            for group in optimizer.param_groups:
+            step = (epoch.number - 1) * config.steps_per_epoch + i + 1
+            for group in epoch.optimizer.param_groups:
                 group["lr"] = config.lr * min(1.0, step / max(1, config.warmup))
             inputs, targets = random_windows(corpus.train, config.context, config.batch_size)
-            logits, _ = model(inputs.to(dev))
-            loss = F.cross_entropy(logits.flatten(0, 1), targets.to(dev).flatten())
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_norm)
-            optimizer.step()
+            with epoch.autocast():
+                logits, _ = epoch.forward(inputs.to(dev))
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.to(dev).flatten())
+            epoch.step(loss)  # clipped at config.clip_norm
             total += float(loss.detach())
             if not math.isfinite(total):
                 raise FloatingPointError(f"training diverged at step {step} (loss {total / (i + 1):g}); "
                                          f"lower the learning rate (lr={config.lr:g})")
-        return {"step": epoch * config.steps_per_epoch, "train_loss": total / config.steps_per_epoch}
+        return {"step": epoch.number * config.steps_per_epoch, "train_loss": total / config.steps_per_epoch}
 
     def evaluate(model: GPT):
         loss = heldout_loss(model, corpus.valid, config.context, max_windows=64)
         return {"valid_loss": loss, "valid_bits_per_char": bits_per_char(loss)}
 
-    run = train_epochs(config.run_name, dataclasses.asdict(config), build, train_epoch, evaluate,
+    # amp changes the numbers, so it names the run; unset, runs keep the folders they had before it existed
+    settings = {**dataclasses.asdict(config), **({"amp": amp} if amp is not None else {})}
+    run = train_epochs(config.run_name, settings, build, train_epoch, evaluate,
                        config.steps // config.steps_per_epoch, seed=config.seed, progress=progress,
-                       device=device, out_dir=out_dir,
+                       device=device, out_dir=out_dir, amp=amp, compile=compile, clip_norm=config.clip_norm,
                        extendable=("steps",) if extend else ())
     run.model.vocab = corpus.vocab
     return run

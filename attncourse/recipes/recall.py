@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from attncourse.data.recall import RecallBatch, associative_recall
 from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
-from attncourse.train.loop import EpochRun, train_epochs
+from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
 @dataclass(frozen=True)
@@ -102,18 +102,18 @@ def train_recall(config: RecallConfig, progress: bool = True, device: str | torc
         model = RecallModel(config.n_keys, config.n_values, config.d_model, config.d_k, config.attention).to(dev)
         return model, torch.optim.Adam(model.parameters(), lr=config.lr)
 
-    def train_epoch(model, optimizer, epoch, state):
-        dev = next(model.parameters()).device
-        generator = torch.Generator().manual_seed(config.seed * 1000 + epoch)
+    def train_epoch(epoch: Epoch):
+        dev = epoch.device
+        generator = torch.Generator().manual_seed(config.seed * 1000 + epoch.number)
         total = 0.0
         for step in range(config.steps_per_epoch):
             n_pairs = config.pair_counts[step % len(config.pair_counts)]
             batch = associative_recall(config.batch_size, n_pairs, config.n_keys, config.n_values, generator)
             batch = _to_device(batch, dev)
-            loss = F.cross_entropy(model(batch), batch.target)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            with epoch.autocast():
+                logits = epoch.forward(batch)
+            loss = F.cross_entropy(logits, batch.target)
+            epoch.step(loss)
             total += loss.item()
         return {"train_loss": total / config.steps_per_epoch}
 

@@ -58,9 +58,14 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from attncourse.data.canvases import RELATIONS, CanvasSplits, digit_canvas_task, digit_relation_task
+from attncourse.data.canvases import (
+    RELATIONS,
+    CanvasSplits,
+    digit_canvas_task,
+    digit_relation_task,
+)
 from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, _stem
-from attncourse.train.loop import EpochRun, train_epochs
+from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: The two models :func:`train_relation_classifier` knows.
 RELATION_MODELS: tuple[str, ...] = ("plain", "attention")
@@ -254,17 +259,16 @@ def relation_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tens
     return right / labels.shape[0]
 
 
-def _run_batches(model, optimizer, inputs, labels, batch_size, forward) -> dict[str, float]:
-    """One epoch of Adam steps on shuffled batches; mean loss and accuracy."""
+def _run_batches(epoch: Epoch, inputs, labels, batch_size, forward) -> dict[str, float]:
+    """One epoch of Adam steps on shuffled batches through ``forward``; mean loss and accuracy."""
     order = torch.randperm(len(inputs), device=inputs.device)
     loss_sum, right = 0.0, 0
     for start in range(0, len(inputs), batch_size):
         index = order[start:start + batch_size]
-        logits = forward(inputs[index])
+        with epoch.autocast():
+            logits = forward(inputs[index])
         loss = nn.functional.cross_entropy(logits, labels[index])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        epoch.step(loss)
         loss_sum += float(loss.detach()) * len(index)
         right += int((logits.argmax(-1) == labels[index]).sum())
     return {"train_loss": loss_sum / len(inputs), "train_accuracy": right / len(inputs)}
@@ -312,10 +316,10 @@ def pretrain_stem(config: RelationConfig, progress: bool = True,
         model = DigitProbe(config.channels).to(dev)
         return model, torch.optim.Adam(model.parameters(), lr=config.pretrain_lr)
 
-    def train_epoch(model, optimizer, epoch, state):
-        dev = next(model.parameters()).device
-        return _run_batches(model, optimizer, train_images.to(dev), train_labels.to(dev),
-                            config.pretrain_batch_size, model)
+    def train_epoch(epoch: Epoch):
+        dev = epoch.device
+        return _run_batches(epoch, train_images.to(dev), train_labels.to(dev), config.pretrain_batch_size,
+                            epoch.forward)
 
     def evaluate(model):
         return {"valid_accuracy": relation_accuracy(model, valid_images, valid_labels)}
@@ -378,11 +382,11 @@ def train_relation_classifier(config: RelationConfig, progress: bool = True,
         trainable = [p for p in model.parameters() if p.requires_grad]
         return model, torch.optim.Adam(trainable, lr=config.lr)
 
-    def train_epoch(model, optimizer, epoch, state):
-        dev = next(model.parameters()).device
+    def train_epoch(epoch: Epoch):
+        model, dev = epoch.model, epoch.device
         labels = train_labels.to(dev)
         if not frozen:
-            return _run_batches(model, optimizer, train_images.to(dev), labels, config.batch_size, model)
+            return _run_batches(epoch, train_images.to(dev), labels, config.batch_size, epoch.forward)
         if "features" not in cache:
             # A frozen stem gives the same features every epoch: compute them once.
             with torch.no_grad():
@@ -392,7 +396,7 @@ def train_relation_classifier(config: RelationConfig, progress: bool = True,
         def top(features):
             return model.classifier(model.head(model.mixer(features)).mean(dim=(2, 3)))
 
-        return _run_batches(model, optimizer, cache["features"], labels, config.batch_size, top)
+        return _run_batches(epoch, cache["features"], labels, config.batch_size, top)
 
     def evaluate(model):
         return {"valid_accuracy": relation_accuracy(model, valid_images, valid_labels)}

@@ -12,7 +12,8 @@ device and seeding in :mod:`attncourse.runtime`.
 """
 
 from attncourse.train.checkpoint import load_checkpoint, load_model, save_checkpoint
-from attncourse.train.fit import FitConfig, FitResult, evaluate, fit
+from attncourse.train.config import FitConfig
+from attncourse.train.fit import FitResult, fit
 from attncourse.train.loop import EpochRun, train_epochs
 from attncourse.train.metrics import (
     bucket_labels,
@@ -25,6 +26,7 @@ from attncourse.train.metrics import (
     token_accuracy,
 )
 from attncourse.train.schedule import noam_lambda, warmup_inverse_sqrt
+from attncourse.train.seq2seq import evaluate
 
 __all__ = [
     "EpochRun",

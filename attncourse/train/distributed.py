@@ -234,6 +234,15 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
     return box[0]
 
 
+def all_reduce_sums(values: list[float], device: torch.device | str) -> list[float]:
+    """The sums over all ranks of ``values`` (in float64); ``values`` itself when not distributed."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    summed = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(summed)
+    return summed.tolist()
+
+
 def gather_objects(obj: Any) -> list[Any]:
     """Every rank's ``obj``, in rank order, on every rank; ``[obj]`` when not distributed."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:

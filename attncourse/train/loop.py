@@ -1,14 +1,33 @@
-"""A small epoch loop for models that are not sequence-to-sequence: cached, resumable runs.
+"""The training engine's one loop: epochs, validation, best epoch, early stopping, checkpoints.
 
-:func:`~attncourse.train.fit.fit` trains the encoder-decoders of the text
-chapters. The image models (soft and hard attention over digit canvases, the
-CNN with self-attention) have their own losses and metrics, so they bring their
-own ``train_epoch`` and ``evaluate`` functions and :func:`train_epochs` does the
-rest, the same way ``fit`` does it:
+Every model of the course trains through :func:`run_epochs`. What differs from
+model to model is one epoch of training, a function ``train_epoch(epoch)`` that
+receives an :class:`Epoch` (the model, the optimizer, the epoch's number and
+the tools of the loop) and returns its training metrics, and a validation
+function. The loop does the rest, the same way for all of them:
 
-* a run lives in its own folder under :func:`~attncourse.runtime.runs_dir`,
-  named by the caller plus a hash of its ``config``; called again with the same
-  config, a finished run loads instead of training;
+* **devices and speed**: the model trains through ``epoch.forward``, which is
+  the model wrapped in :class:`~torch.nn.parallel.DistributedDataParallel` when
+  several processes train together (:mod:`attncourse.train.distributed`) and
+  compiled by :func:`torch.compile` on request; ``epoch.autocast()`` runs a
+  forward pass under bfloat16 autocast (``amp="bf16"``); ``epoch.step(loss)``
+  backpropagates, clips the gradient's norm, steps the optimizer and the
+  learning-rate scheduler;
+* **validation** after every epoch, on rank 0, in evaluation mode under
+  ``torch.no_grad()``, its scores sent to every rank;
+* **the best epoch and early stopping**: with a ``score``, the best epoch's
+  weights are kept (and restored at the end), and with a ``patience`` the run
+  stops after that many epochs without a new best;
+* **checkpoints** through a ``save`` function after every epoch, and a progress
+  bar over the epochs.
+
+Two front ends use it: :func:`~attncourse.train.fit.fit` (encoder-decoders:
+its epoch is :func:`~attncourse.train.seq2seq.seq2seq_epoch`) and
+:func:`train_epochs`, for every other model (the image models, chapter 7's GPT,
+associative recall), which names a run by its config and keeps it in its own
+folder under :func:`~attncourse.runtime.runs_dir`:
+
+* called again with the same config, a finished run loads instead of training;
 * after every epoch, model, optimizer, loop ``state`` and history are written
   atomically (:func:`~attncourse.train.checkpoint.save_checkpoint`), so an
   interrupted run resumes from its last finished epoch, and checkpoints load
@@ -24,21 +43,317 @@ import hashlib
 import json
 import numbers
 import time
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from attncourse.train.checkpoint import differences, load_checkpoint, save_checkpoint
 from attncourse.runtime import pick_device, progress_bar, run_lock, runs_dir
+from attncourse.train import distributed as dist_utils
+from attncourse.train.checkpoint import differences, load_checkpoint, save_checkpoint
 
 CHECKPOINT = "checkpoint.pt"
+AMP_DTYPES = ("bf16",)
+#: Where rank 0's training time travels with the validation scores (not a metric).
+_TRAIN_SECONDS = "train_seconds"
 
-Build = Callable[[torch.device], tuple[torch.nn.Module, torch.optim.Optimizer]]
-TrainEpoch = Callable[[torch.nn.Module, torch.optim.Optimizer, int, dict], Mapping[str, float]]
+
+@dataclass
+class Epoch:
+    """One epoch's tools, handed by the loop to a ``train_epoch`` function.
+
+    Attributes
+    ----------
+    number : int
+        1-based.
+    model : torch.nn.Module
+        The plain model, in training mode.
+    forward : callable
+        The model as called for training: ``model`` itself, or wrapped by
+        DistributedDataParallel and/or :func:`torch.compile`. Call it for the
+        training forward pass; call ``model`` for anything else.
+    optimizer : torch.optim.Optimizer
+    state : dict
+        Plain values (numbers, strings, lists) that training carries from epoch
+        to epoch besides the weights (e.g. a REINFORCE baseline); checkpointed.
+    device : torch.device
+    scheduler : LRScheduler or None
+        Stepped after every optimizer step by :meth:`step`.
+    amp : {None, "bf16"}
+    clip_norm : float or None
+    progress : bool
+        Whether this process shows progress bars.
+    world : DistInfo
+        This process's rank and the number of processes.
+    """
+
+    number: int
+    model: torch.nn.Module
+    forward: Callable[..., Any]
+    optimizer: torch.optim.Optimizer
+    state: dict
+    device: torch.device
+    scheduler: Any = None
+    amp: str | None = None
+    clip_norm: float | None = None
+    progress: bool = False
+    world: dist_utils.DistInfo = field(default_factory=dist_utils.DistInfo)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bfloat16 autocast for ``amp="bf16"`` (the loss is best computed outside it); else a no-op."""
+        return autocast(self.device, self.amp)
+
+    def step(self, loss: torch.Tensor) -> None:
+        """One update: zero the gradients, backpropagate ``loss``, clip, step optimizer and scheduler."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip_norm)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+
+TrainEpoch = Callable[[Epoch], Mapping[str, float]]
 Evaluate = Callable[[torch.nn.Module], Mapping[str, float]]
+Build = Callable[[torch.device], tuple[torch.nn.Module, torch.optim.Optimizer]]
+Score = Callable[[Mapping[str, float]], tuple[float, ...]]
+
+
+@dataclass
+class Loop:
+    """What the loop offers, set per run.
+
+    Attributes
+    ----------
+    epochs : int
+        Epochs in all; a resumed run continues up to this number.
+    score : callable(row) -> tuple, optional
+        Larger is better; with it the loop keeps the best epoch's weights. None:
+        no best epoch (the last weights are the result).
+    patience : int or None
+        Early stopping: stop after this many epochs in a row without a new best
+        score (needs ``score``).
+    restore_best : bool
+        Load the best epoch's weights into the model at the end.
+    amp : {None, "bf16"}
+        bfloat16 autocast for ``Epoch.autocast()``, on CUDA or the CPU.
+    compile : bool
+        Compile the training forward pass (``Epoch.forward``) with :func:`torch.compile`.
+    clip_norm : float or None
+        Gradient norm clipping in ``Epoch.step``.
+    progress : bool
+        A bar over the epochs (rank 0 only).
+    desc : str
+        The bar's label.
+    leave : bool
+        Keep the bar on screen when done.
+    seconds : {"epoch", "training"}
+        What a history row's ``seconds`` counts: the whole epoch, validation
+        included, with the training steps alone in ``train_seconds`` (``fit``'s
+        rows), or the training steps alone (``train_epochs``' rows).
+    postfix : callable(row, best_epoch) -> dict, optional
+        What the bar shows after each epoch; default every metric.
+    callback : callable(history), optional
+        Called on rank 0 after each epoch's checkpoint, with a copy of the history.
+    """
+
+    epochs: int
+    score: Score | None = None
+    patience: int | None = None
+    restore_best: bool = False
+    amp: str | None = None
+    compile: bool = False
+    clip_norm: float | None = None
+    progress: bool = True
+    desc: str = "epochs"
+    leave: bool = True
+    seconds: str = "epoch"
+    postfix: Callable[[dict, int], dict] | None = None
+    callback: Callable[[list[dict]], None] | None = None
+
+    def __post_init__(self) -> None:
+        if int(self.epochs) != self.epochs or self.epochs < 1:
+            raise ValueError(f"epochs must be a positive int, got {self.epochs!r}")
+        if self.patience is not None and self.score is None:
+            raise ValueError("patience needs a score: early stopping stops when the score no longer improves")
+        if self.amp is not None and self.amp not in AMP_DTYPES:
+            raise ValueError(f"amp must be None or one of {AMP_DTYPES} (float16 would need a gradient scaler), "
+                             f"got {self.amp!r}")
+
+
+@dataclass
+class Record:
+    """The run so far: history, best epoch, whether it stopped early."""
+
+    history: list[dict] = field(default_factory=list)
+    best_epoch: int = 0
+    best_state: dict[str, torch.Tensor] | None = None
+    stopped_early: bool = False
+
+    def add(self, row: dict, score: Score | None, model: torch.nn.Module) -> bool:
+        """Append ``row``; True if it is a new best epoch (then its weights are kept, on the CPU)."""
+        self.history.append(row)
+        if score is None:
+            return False
+        if self.best_epoch and not score(row) > score(self.history[self.best_epoch - 1]):
+            return False
+        self.best_epoch, self.best_state = int(row["epoch"]), cpu_state(model)
+        return True
+
+    def out_of_patience(self, epoch: int, patience: int | None) -> bool:
+        return patience is not None and bool(self.best_epoch) and epoch - 1 - self.best_epoch >= patience
+
+
+def autocast(device: torch.device, amp: str | None) -> contextlib.AbstractContextManager:
+    """bfloat16 autocast on CUDA or the CPU for ``amp="bf16"``; a no-op for None."""
+    if amp is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def check_amp(device: torch.device, amp: str | None) -> None:
+    """Raise ValueError if ``device`` cannot run ``amp``."""
+    if amp is None:
+        return
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"amp={amp!r} runs on CUDA or the CPU, not on {device.type!r}; set amp=None")
+    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"amp={amp!r}: this GPU ({torch.cuda.get_device_name(device)}) has no bfloat16 support")
+
+
+def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of the model's weights on the CPU."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def training_forward(model: torch.nn.Module, device: torch.device, compile: bool = False) -> Any:
+    """The model as called for training: DDP-wrapped with several processes, compiled on request."""
+    forward: Any = model
+    if dist_utils.current().distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        forward = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if compile:
+        forward = torch.compile(forward)
+    return forward
+
+
+def _plain_row(row: dict) -> dict:
+    for key, value in row.items():
+        if not isinstance(value, numbers.Real):
+            raise ValueError(f"metric {key!r} must be a number, got {type(value).__name__}: {value!r}")
+        is_count = isinstance(value, int) and not isinstance(value, bool)
+        row[key] = value if is_count else float(value)
+    return row
+
+
+def _epoch_row(epoch: Epoch, train_epoch: TrainEpoch, evaluate: Evaluate, seconds: str) -> dict:
+    """Train one epoch, validate on rank 0, and return the epoch's history row (the same on every rank)."""
+    start = time.perf_counter()
+    epoch.model.train()
+    train_metrics = dict(train_epoch(epoch))
+    scores = None
+    if epoch.world.is_main:
+        train_seconds = time.perf_counter() - start
+        epoch.model.eval()
+        with torch.no_grad():
+            scores = {**evaluate(epoch.model), _TRAIN_SECONDS: train_seconds}
+    scores = dict(dist_utils.broadcast_object(scores))
+    train_seconds = scores.pop(_TRAIN_SECONDS)
+    row = {"epoch": epoch.number, **train_metrics, **scores}
+    if seconds == "training":
+        row["seconds"] = train_seconds
+    else:
+        row.update({_TRAIN_SECONDS: train_seconds, "seconds": time.perf_counter() - start})
+    return _plain_row(row)
+
+
+def _postfix(row: dict, best_epoch: int) -> dict:
+    return {k: f"{v:.3g}" for k, v in row.items() if k not in ("epoch", "seconds", _TRAIN_SECONDS)}
+
+
+def run_epochs(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train_epoch: TrainEpoch,
+    evaluate: Evaluate,
+    loop: Loop,
+    record: Record | None = None,
+    *,
+    device: torch.device,
+    state: dict | None = None,
+    scheduler: Any = None,
+    save: Callable[[int, Record, bool], None] | None = None,
+    begin_epoch: Callable[[int], None] | None = None,
+) -> Record:
+    """Train ``model`` from the epoch after ``record``'s last up to ``loop.epochs``.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        On ``device`` already, ``optimizer`` built over its parameters.
+    train_epoch : callable(Epoch) -> dict
+        One pass over the training data; returns training metrics (numbers).
+    evaluate : callable(model) -> dict
+        Validation metrics (numbers); called on rank 0 in evaluation mode under
+        ``torch.no_grad()``.
+    loop : Loop
+    record : Record, optional
+        The run so far (a resumed run's history and best epoch); default: a new run.
+    device : torch.device
+    state : dict, optional
+        Handed to every epoch as ``Epoch.state`` (and changed in place).
+    scheduler : LRScheduler, optional
+        Stepped by ``Epoch.step``.
+    save : callable(epoch, record, improved), optional
+        Called on every rank after each epoch (it may gather from all ranks),
+        ``improved`` True when the epoch is the best so far: writes checkpoints.
+    begin_epoch : callable(epoch), optional
+        Called before each epoch, e.g. to seed it.
+
+    Returns
+    -------
+    Record
+        The same object, grown; with ``loop.restore_best`` the model holds the
+        best epoch's weights.
+
+    Raises
+    ------
+    ValueError
+        If ``loop.amp`` cannot run on ``device`` or a metric is not a number.
+    """
+    record = Record() if record is None else record
+    state = {} if state is None else state
+    world = dist_utils.current()
+    check_amp(device, loop.amp)
+    forward = training_forward(model, device, loop.compile)
+    shown = loop.progress and world.is_main
+    start = len(record.history)
+    bar = progress_bar(total=loop.epochs, initial=min(start, loop.epochs), desc=loop.desc, unit="epoch",
+                       leave=loop.leave, progress=shown, dynamic_ncols=True)
+    with bar:
+        for number in range(start + 1, loop.epochs + 1):
+            if record.out_of_patience(number, loop.patience):
+                record.stopped_early = True
+                break
+            if begin_epoch is not None:
+                begin_epoch(number)
+            epoch = Epoch(number, model, forward, optimizer, state, device, scheduler, loop.amp,
+                          loop.clip_norm, shown, world)
+            row = _epoch_row(epoch, train_epoch, evaluate, loop.seconds)
+            improved = record.add(row, loop.score, model)
+            if save is not None:
+                save(number, record, improved)
+            bar.update()
+            bar.set_postfix((loop.postfix or _postfix)(row, record.best_epoch))
+            if loop.callback is not None and world.is_main:
+                loop.callback([dict(r) for r in record.history])
+    if loop.restore_best and record.best_state is not None:
+        model.load_state_dict(record.best_state)
+    return record
 
 
 @dataclass
@@ -48,10 +363,11 @@ class EpochRun:
     Attributes
     ----------
     model : torch.nn.Module
-        The weights after the last epoch, in evaluation mode.
+        The weights after the last epoch (the best epoch's with a ``score``),
+        in evaluation mode.
     history : list of dict
         One row per epoch: ``epoch`` (1-based), ``seconds`` (training seconds of
-        that epoch, evaluation excluded, as in the history of
+        that epoch, evaluation excluded, as ``train_seconds`` in the history of
         :func:`~attncourse.train.fit.fit`), then the training and validation metrics.
     state : dict
         The loop state ``train_epoch`` kept (e.g. a REINFORCE baseline).
@@ -59,6 +375,10 @@ class EpochRun:
         The run's folder.
     seconds : float
         Total training seconds.
+    best_epoch : int
+        With a ``score``: the epoch whose weights the model holds; else 0.
+    stopped_early : bool
+        True if the patience ran out before ``epochs``.
     """
 
     model: torch.nn.Module
@@ -66,6 +386,8 @@ class EpochRun:
     state: dict
     out_dir: Path
     seconds: float
+    best_epoch: int = 0
+    stopped_early: bool = False
 
 
 def config_digest(config: Mapping[str, Any]) -> str:
@@ -79,9 +401,39 @@ def config_digest(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(dict(config), sort_keys=True).encode()).hexdigest()[:10]
 
 
-def _epoch_seed(seed: int, epoch: int) -> int:
-    # modulo 2**63: torch seeds are 64-bit; seeds below ~9.2e13 (all of the course's) are unchanged
-    return (int(seed) * 100_003 + int(epoch)) % 2**63
+def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
+    # rank 0 keeps the seeds of a single process; other ranks draw other samples. Modulo
+    # 2**63: torch seeds are 64-bit; seeds below ~9.2e13 (all of the course's) are unchanged
+    return (int(seed) * 100_003 + int(epoch) + 1_000_003 * int(rank)) % 2**63
+
+
+def _resume_cached(path: Path, config: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                   device: torch.device, extendable: Collection[str] = ()) -> tuple[Record, dict]:
+    """The run saved at ``path`` (weights and optimizer loaded into the arguments), or a new one."""
+    if not path.is_file():
+        return Record(), {}
+    saved = load_checkpoint(path, map_location=device)
+    saved_config = saved["extra"].get("config")
+    saved_config = saved_config if isinstance(saved_config, dict) else {}
+    current = json.loads(json.dumps(config))
+    problems = differences({k: v for k, v in saved_config.items() if k not in extendable},
+                           {k: v for k, v in current.items() if k not in extendable}, "config")
+    if problems:
+        raise ValueError(f"{path} holds a run of another config ({'; '.join(problems)}); "
+                         "delete the folder to train this one afresh")
+    model.load_state_dict(saved["model_state"])
+    optimizer.load_state_dict(saved["optimizer_state"])
+    trainer = saved["trainer"]
+    record = Record(list(saved["history"]), int(trainer.get("best_epoch", 0)), trainer.get("best_model_state"))
+    return record, dict(trainer.get("state", {}))
+
+
+@contextlib.contextmanager
+def _cached_run(out: Path, shared: bool) -> Iterator[None]:
+    # A run in the shared cache may be asked for by two notebooks at once: the second
+    # waits for the first, then loads its checkpoint (see run_lock).
+    with run_lock(out) if shared else contextlib.nullcontext():
+        yield
 
 
 def train_epochs(
@@ -96,6 +448,11 @@ def train_epochs(
     progress: bool = True,
     device: str | torch.device | None = None,
     out_dir: str | Path | None = None,
+    amp: str | None = None,
+    compile: bool = False,
+    clip_norm: float | None = None,
+    score: Score | None = None,
+    patience: int | None = None,
     extendable: Collection[str] = (),
 ) -> EpochRun:
     """Train for ``epochs`` epochs, or resume / load the run if its folder holds it.
@@ -110,13 +467,15 @@ def train_epochs(
     build : callable(device) -> (model, optimizer)
         Called once, right after ``torch.manual_seed(seed)``; it puts the model
         on ``device`` before creating the optimizer.
-    train_epoch : callable(model, optimizer, epoch, state) -> dict
+    train_epoch : callable(Epoch) -> dict
         One pass over the training data, model in training mode; returns
-        training metrics (floats). ``epoch`` is 1-based. ``state`` is a dict of
-        plain values (numbers, strings, lists) the loop checkpoints with the
-        weights, for anything besides weights that training carries along.
+        training metrics (numbers). Train through ``epoch.forward`` under
+        ``epoch.autocast()`` and update with ``epoch.step(loss)`` to get what
+        the loop offers (DDP, ``compile``, ``amp``, ``clip_norm``).
+        ``epoch.state`` is a dict of plain values (numbers, strings, lists)
+        the loop checkpoints with the weights.
     evaluate : callable(model) -> dict
-        Validation metrics (floats); called in evaluation mode under ``torch.no_grad()``.
+        Validation metrics (numbers); called in evaluation mode under ``torch.no_grad()``.
     epochs : int
         Epochs in all (a finished run with fewer epochs continues up to this).
     seed : int
@@ -127,6 +486,13 @@ def train_epochs(
         Default: :func:`~attncourse.runtime.pick_device`.
     out_dir : path, optional
         Default: ``runs_dir(f"{name}-{config_digest(config)}")``.
+    amp, compile, clip_norm : optional
+        As in :class:`Loop`; put ``amp`` in ``config`` too when it is set, as it
+        changes the numbers.
+    score : callable(row) -> tuple, optional
+        Larger is better: keep and return the best epoch's weights.
+    patience : int, optional
+        Early stopping (needs ``score``).
     extendable : collection of str
         Keys of ``config`` that may differ from the checkpoint's (a budget such
         as ``"steps"``: the run continues up to ``epochs``).
@@ -143,53 +509,33 @@ def train_epochs(
     TypeError
         If ``config`` or ``state`` holds values that are not plain data.
     """
-    if int(epochs) != epochs or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    loop = Loop(epochs, score=score, patience=patience, restore_best=score is not None, amp=amp,
+                compile=compile, clip_norm=clip_norm, progress=progress, desc=name, leave=False,
+                seconds="training")
     config = dict(config)
     out = Path(out_dir) if out_dir is not None else runs_dir(f"{name}-{config_digest(config)}")
     out.mkdir(parents=True, exist_ok=True)
-    # A run in the shared cache may be asked for by two notebooks at once: the second
-    # waits for the first, then loads its checkpoint (see run_lock).
-    with run_lock(out) if out_dir is None else contextlib.nullcontext():
+    with _cached_run(out, shared=out_dir is None):
         device = pick_device(None if device is None else str(device))
         torch.manual_seed(seed)
         model, optimizer = build(device)
-        history: list[dict] = []
-        state: dict = {}
         path = out / CHECKPOINT
-        if path.is_file():
-            saved = load_checkpoint(path, map_location=device)
-            saved_config = saved["extra"].get("config")
-            saved_config = saved_config if isinstance(saved_config, dict) else {}
-            current = json.loads(json.dumps(config))
-            problems = differences({k: v for k, v in saved_config.items() if k not in extendable},
-                                   {k: v for k, v in current.items() if k not in extendable}, "config")
-            if problems:
-                raise ValueError(f"{path} holds a run of another config ({'; '.join(problems)}); "
-                                 "delete the folder to train this one afresh")
-            model.load_state_dict(saved["model_state"])
-            optimizer.load_state_dict(saved["optimizer_state"])
-            history, state = list(saved["history"]), dict(saved["trainer"].get("state", {}))
-        seconds = sum(row["seconds"] for row in history)
-        bar = progress_bar(range(len(history) + 1, int(epochs) + 1), desc=name, progress=progress, leave=False)
-        for epoch in bar:
-            torch.manual_seed(_epoch_seed(seed, epoch))
-            model.train()
-            start = time.perf_counter()
-            train_metrics = dict(train_epoch(model, optimizer, epoch, state))
-            epoch_seconds = time.perf_counter() - start
-            seconds += epoch_seconds
-            model.eval()
-            with torch.no_grad():
-                valid_metrics = dict(evaluate(model))
-            row = {"epoch": epoch, "seconds": epoch_seconds, **train_metrics, **valid_metrics}
-            for key, value in row.items():
-                if not isinstance(value, numbers.Real):
-                    raise ValueError(f"metric {key!r} must be a number, got {type(value).__name__}: {value!r}")
-                row[key] = float(value) if key != "epoch" else int(value)
-            history.append(row)
-            save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch, history=history,
-                            extra={"config": config, "name": name}, trainer={"state": state})
-            bar.set_postfix({k: f"{v:.3g}" for k, v in row.items() if k not in ("epoch", "seconds")})
+        record, state = _resume_cached(path, config, model, optimizer, device, extendable)
+        is_main = dist_utils.current().is_main
+        rank = dist_utils.current().rank
+
+        def save(epoch: int, record: Record, improved: bool) -> None:
+            if not is_main:
+                return
+            trainer: dict[str, Any] = {"state": state}
+            if score is not None:
+                trainer.update(best_epoch=record.best_epoch, best_model_state=record.best_state)
+            save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch, history=record.history,
+                            extra={"config": config, "name": name}, trainer=trainer)
+
+        run_epochs(model, optimizer, train_epoch, evaluate, loop, record, device=device, state=state,
+                   save=save, begin_epoch=lambda epoch: torch.manual_seed(_epoch_seed(seed, epoch, rank)))
         model.eval()
-        return EpochRun(model=model, history=history, state=state, out_dir=out, seconds=seconds)
+        return EpochRun(model=model, history=record.history, state=state, out_dir=out,
+                        seconds=sum(row["seconds"] for row in record.history), best_epoch=record.best_epoch,
+                        stopped_early=record.stopped_early)

@@ -1,0 +1,389 @@
+"""One epoch of an encoder-decoder, its validation, and scoring a dataset.
+
+One epoch of :func:`~attncourse.train.fit.fit` (:func:`seq2seq_epoch`, run by
+the engine's loop, :func:`~attncourse.train.loop.run_epochs`) does, for every
+training batch (in an order drawn afresh each epoch):
+
+1. **Forward with teacher forcing**: the decoder reads the gold previous token
+   y_{i-1} at every step (``Batch.tgt_in`` = ``<bos>`` y_1..y_T) and scores the
+   next one; logits have shape (batch, tgt_len, tgt_vocab).
+2. **Loss**: the cross-entropy -log p(y_i | y_<i, x) averaged over the real
+   target tokens (``Batch.tgt_out`` = y_1..y_T ``<eos>``); padding is ignored.
+   This is the negative log-likelihood that Bahdanau et al. (2015, section 2)
+   and Sutskever et al. (2014, section 3.1) maximise.
+3. **Update**: backpropagate, clip the gradient's global norm, take an Adam step.
+
+After each epoch :func:`validate` measures the model on the validation
+batches: the same loss and token accuracy under teacher forcing, and the exact
+match of greedy decoding, where the model reads its *own* previous outputs as it
+must on new data. :func:`evaluate` decodes a whole dataset (greedy or beam
+search) and scores it overall and by source length.
+
+References
+----------
+Bengio, Vinyals, Jaitly, Shazeer (2015), "Scheduled Sampling for Sequence
+Prediction with Recurrent Neural Networks".
+Vaswani et al. (2017), "Attention Is All You Need", section 5.4 (label smoothing).
+Szegedy et al. (2016), "Rethinking the Inception Architecture for Computer
+Vision", section 7 (label smoothing).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from attncourse.data.batching import Batch, make_batches
+from attncourse.data.pairs import PairDataset, detokenize
+from attncourse.data.vocab import Vocabulary
+from attncourse.decode.search import beam_search, greedy_decode
+from attncourse.runtime import progress_bar
+from attncourse.train.distributed import all_reduce_sums, rank_batch_order
+from attncourse.train.loop import Epoch
+from attncourse.train.metrics import evaluate_by_bucket
+
+PAD_ID = Vocabulary.pad_id
+
+#: Below this, relative to the row's largest logit, logits are floored in the smoothed loss
+#: (exp(-1e4) is 0 in float32 already, so no probability changes).
+_LOGIT_FLOOR = 1e4
+
+
+def _loss_terms(
+    logits: torch.Tensor, tgt_out: torch.Tensor, pad_id: int = PAD_ID, label_smoothing: float = 0.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(objective, plain cross-entropy (detached), n_correct, n_tokens), the counts as 0-dim tensors.
+
+    Tensors, not Python numbers, so that a GPU training step does not wait for the GPU.
+    """
+    if logits.dim() != 3 or logits.shape[:2] != tgt_out.shape:
+        raise ValueError(
+            f"logits (batch, tgt_len, tgt_vocab) {tuple(logits.shape)} do not fit "
+            f"tgt_out (batch, tgt_len) {tuple(tgt_out.shape)}"
+        )
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing must lie in [0, 1), got {label_smoothing}")
+    # float32 even under bf16 autocast: log-softmax over a large vocabulary needs the precision.
+    flat = logits.float().reshape(-1, logits.shape[-1])
+    gold = tgt_out.reshape(-1)
+    if label_smoothing > 0:
+        # Smoothing gives every token eps / V of the target, so one logit of -inf (or any row whose
+        # range overflows float32) would make the loss infinite. Shift each row to a maximum of 0
+        # (softmax does not change; the max is detached because the loss is shift-invariant) and
+        # floor at -1e4, where exp() is already 0 in float32.
+        flat = (flat - flat.amax(dim=-1, keepdim=True).detach()).clamp(min=-_LOGIT_FLOOR)
+        loss = F.cross_entropy(flat, gold, ignore_index=pad_id, label_smoothing=label_smoothing)
+        with torch.no_grad():
+            plain = F.cross_entropy(flat, gold, ignore_index=pad_id)
+    else:
+        loss = F.cross_entropy(flat, gold, ignore_index=pad_id)
+        plain = loss.detach()
+    real = tgt_out != pad_id
+    n_correct = ((logits.argmax(dim=-1) == tgt_out) & real).sum()
+    return loss, plain, n_correct, real.sum()
+
+
+def sequence_loss(
+    logits: torch.Tensor, tgt_out: torch.Tensor, pad_id: int = PAD_ID, label_smoothing: float = 0.0
+) -> tuple[torch.Tensor, int, int]:
+    """Mean token cross-entropy, ignoring padding, and the counts behind token accuracy.
+
+    Parameters
+    ----------
+    logits : (batch, tgt_len, tgt_vocab)
+        Unnormalised scores of y_i for every step (any float dtype; the loss is
+        computed in float32).
+    tgt_out : (batch, tgt_len) long
+        Gold next tokens y_1..y_T ``<eos>``, ``pad_id`` at padding.
+    pad_id : int
+    label_smoothing : float in [0, 1)
+        epsilon: the target puts ``1 - eps + eps / V`` on the gold token and
+        ``eps / V`` on every other of the V tokens (Vaswani et al. 2017,
+        section 5.4). The loss is then
+        ``(1 - eps) * (-log p(y_i)) + eps * mean_k(-log p(k))``, averaged over
+        the real tokens; it is finite for any logits, -inf included (see
+        :class:`FitConfig`).
+
+    Returns
+    -------
+    loss : scalar tensor
+        -(1/N) sum log p(y_i | ...) over the N real target tokens (nats per
+        token), smoothed if ``label_smoothing > 0``.
+    n_correct : int
+        Real positions where the argmax of ``logits`` is the gold token.
+    n_tokens : int
+        N.
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not fit together or ``label_smoothing`` is out of range.
+
+    References
+    ----------
+    Vaswani et al. (2017), section 5.4; Szegedy et al. (2016), section 7.
+    """
+    loss, _, n_correct, n_tokens = _loss_terms(logits, tgt_out, pad_id, label_smoothing)
+    return loss, int(n_correct), int(n_tokens)
+
+
+def _scheduled_sampling_logits(
+    model: Any, batch: Batch, teacher_forcing: float, generator: torch.Generator
+) -> torch.Tensor:
+    """Decoder logits (batch, tgt_len, vocab) when each input token is gold with probability p."""
+    for name in ("encode", "init_state", "decode_step"):
+        if not hasattr(model, name):
+            raise TypeError(f"teacher_forcing < 1 needs a model with encode, init_state and decode_step; "
+                            f"{type(model).__name__} has no {name}")
+    tgt_in = batch.tgt_in
+    enc = model.encode(batch.src, batch.src_mask)
+    state = model.init_state(enc)
+    prev = tgt_in[:, 0]  # <bos>
+    steps = []
+    for i in range(tgt_in.shape[1]):
+        if i > 0:
+            # Coin flips on the CPU generator, so they replay identically on resume and on any device.
+            gold = torch.rand(tgt_in.shape[0], generator=generator) < teacher_forcing
+            prev = torch.where(gold.to(tgt_in.device), tgt_in[:, i], steps[-1].argmax(dim=-1))
+        logits, state, _ = model.decode_step(prev, state, enc)
+        steps.append(logits)
+    return torch.stack(steps, dim=1)
+
+
+def _training_logits(epoch: Epoch, batch: Batch, teacher_forcing: float,
+                      generator: torch.Generator) -> torch.Tensor:
+    with epoch.autocast():
+        if teacher_forcing >= 1.0:
+            return epoch.forward(batch.src, batch.src_mask, batch.tgt_in).logits
+        return _scheduled_sampling_logits(epoch.model, batch, teacher_forcing, generator)
+
+
+def seq2seq_epoch(batches: Sequence[Batch], generator: torch.Generator, teacher_forcing: float = 1.0,
+                  label_smoothing: float = 0.0, seed: int = 0) -> Any:
+    """The ``train_epoch`` of an encoder-decoder, for :func:`~attncourse.train.loop.run_epochs`.
+
+    Parameters
+    ----------
+    batches : sequence of Batch
+        All training batches; each epoch visits them in an order drawn from
+        ``generator`` (with several processes, each rank its share:
+        :func:`~attncourse.train.distributed.rank_batch_order` with ``seed``).
+    generator : torch.Generator
+        The CPU generator of the batch order and of scheduled sampling's coin
+        flips; its state is checkpointed, so a resumed run replays them.
+    teacher_forcing, label_smoothing : float
+        As in :class:`~attncourse.train.fit.FitConfig`.
+    seed : int
+        Seeds the ranks' batch orders under data parallelism.
+
+    Returns
+    -------
+    callable(Epoch) -> dict
+        One epoch; returns ``train_loss`` (mean plain cross-entropy per target
+        token, nats), ``train_acc`` and ``train_tokens``, summed over all ranks.
+    """
+
+    def train_epoch(epoch: Epoch) -> dict[str, float]:
+        world, device = epoch.world, epoch.device
+        if world.distributed:
+            order = rank_batch_order(len(batches), epoch.number, seed, world.rank, world.world_size)
+        else:
+            order = torch.randperm(len(batches), generator=generator).tolist()
+        # float64 sums of the epoch's losses (MPS has no float64)
+        sum_dtype = torch.float32 if device.type == "mps" else torch.float64
+        loss_sum = torch.zeros((), dtype=sum_dtype, device=device)
+        correct = torch.zeros((), dtype=torch.int64, device=device)
+        tokens = 0
+        with progress_bar(total=len(order), desc=f"epoch {epoch.number}", unit="batch", leave=False,
+                          progress=epoch.progress, dynamic_ncols=True) as bar:
+            for step, index in enumerate(order):
+                n_tokens = batches[index].n_tgt_tokens  # counted on the CPU: no GPU sync
+                batch = batches[index].to(device)
+                logits = _training_logits(epoch, batch, teacher_forcing, generator)
+                loss, plain, n_correct, _ = _loss_terms(logits, batch.tgt_out, label_smoothing=label_smoothing)
+                epoch.step(loss)
+                loss_sum += plain.to(sum_dtype) * n_tokens
+                correct += n_correct
+                tokens += n_tokens
+                bar.update()
+                # reading the sums waits for the GPU: only now and then
+                if epoch.progress and (device.type == "cpu" or step % 25 == 0 or step == len(order) - 1):
+                    bar.set_postfix(loss=f"{float(loss_sum) / tokens:.3f}", acc=f"{int(correct) / tokens:.3f}",
+                                    refresh=False)
+        total_loss, total_correct, total_tokens = all_reduce_sums([float(loss_sum), int(correct), tokens], device)
+        return {"train_loss": total_loss / total_tokens, "train_acc": total_correct / total_tokens,
+                "train_tokens": int(total_tokens)}
+
+    return train_epoch
+
+
+def validate(model: Any, batches: Sequence[Batch], device: torch.device | str | None = None) -> dict[str, float]:
+    """Validation loss and token accuracy under teacher forcing, and greedy exact match.
+
+    Parameters
+    ----------
+    model
+        A sequence-to-sequence model: ``model(src, src_mask, tgt_in).logits``
+        and the decoding interface of :mod:`attncourse.decode.search`.
+    batches : sequence of Batch
+    device : torch.device or str, optional
+        Where the model is; default: where its first parameter is.
+
+    Returns
+    -------
+    dict
+        ``valid_loss`` (nats per target token), ``valid_acc`` and
+        ``valid_exact_match`` (fractions in [0, 1]).
+
+    Raises
+    ------
+    ValueError
+        If ``batches`` is empty.
+    """
+    if len(batches) == 0:
+        raise ValueError("no validation batches: give at least one")
+    if device is None:
+        device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    loss_sum = 0.0
+    correct = tokens = exact = sentences = 0
+    try:
+        with torch.no_grad():
+            for batch in batches:
+                batch = batch.to(device)
+                logits = model(batch.src, batch.src_mask, batch.tgt_in).logits
+                loss, n_correct, n_tokens = sequence_loss(logits, batch.tgt_out)
+                loss_sum += float(loss) * n_tokens
+                correct += n_correct
+                tokens += n_tokens
+                # max_len = T_max + 2 > T + 1 tokens (eos included) of any gold target: an output
+                # cut at max_len is longer than every reference, so it is never counted as exact.
+                # A model with P positions trains on targets of T <= P - 1 tokens, so the cap P
+                # still exceeds every reference.
+                max_len = decoding_limit(model, batch.tgt.shape[1])
+                hyps, _ = greedy_decode(model, batch.src, batch.src_mask, max_len=max_len)
+                lengths = batch.tgt_mask.sum(dim=1).tolist()
+                gold_rows = batch.tgt.tolist()
+                for hyp, row, length in zip(hyps, gold_rows, lengths):
+                    exact += hyp == row[1 : length - 1]  # strip <bos> and <eos>
+                sentences += len(hyps)
+    finally:
+        model.train(was_training)
+    return {
+        "valid_loss": loss_sum / max(tokens, 1),
+        "valid_acc": correct / max(tokens, 1),
+        "valid_exact_match": exact / max(sentences, 1),
+    }
+
+
+def max_positions(model: Any) -> int | None:
+    """Positions a model's sequences may take: ``model.max_len`` (a Transformer's), None for no limit (RNNs).
+
+    A source of S tokens takes S + 1 positions (with ``<eos>``), a target of T
+    tokens T + 1 (with ``<bos>``), so such a model takes at most
+    ``max_positions - 1`` tokens per side.
+    """
+    value = getattr(model, "max_len", None)
+    return None if value is None else int(value)
+
+
+def decoding_limit(model: Any, max_len: int) -> int:
+    """``max_len`` capped at the model's positions: a decoder step beyond them would fail."""
+    positions = max_positions(model)
+    return max_len if positions is None else min(max_len, positions)
+
+
+def _default_edges(lengths: Sequence[int], n_buckets: int = 5) -> list[int]:
+    lo, hi = int(min(lengths)), int(max(lengths))
+    step = max(1, math.ceil((hi - lo + 1) / n_buckets))
+    return list(range(lo, hi + 1, step))
+
+
+def evaluate(
+    model: Any,
+    dataset: PairDataset,
+    src_vocab: Vocabulary,
+    tgt_vocab: Vocabulary,
+    *,
+    beam_size: int = 1,
+    batch_size: int = 256,
+    edges: Sequence[int] | None = None,
+    max_len: int | None = None,
+    length_penalty: float = 0.6,
+) -> dict[str, Any]:
+    """Decode a dataset and score it overall and by source length.
+
+    Parameters
+    ----------
+    model
+        A trained model with the decoding interface (:class:`~attncourse.nn.rnn.Seq2Seq`);
+        it stays where it is (CPU or GPU).
+    dataset : PairDataset
+        Test pairs; their level (word or char) decides how outputs are joined into text.
+    src_vocab, tgt_vocab : Vocabulary
+        The vocabularies the model was trained with.
+    beam_size : int
+        1: greedy decoding (:func:`~attncourse.decode.search.greedy_decode`);
+        more: :func:`~attncourse.decode.search.beam_search` with this many hypotheses.
+    batch_size : int
+        Sentences decoded at once.
+    edges : sequence of int, optional
+        Left edges of the source-length buckets, in tokens (see
+        :func:`~attncourse.train.metrics.bucket_labels`). Default: five buckets of
+        equal width from the shortest to the longest source.
+    max_len : int, optional
+        Most tokens generated per sentence; default twice the longest reference
+        plus 5. Either way capped at the model's positions
+        (:func:`decoding_limit`); an output cut there is scored as it is.
+    length_penalty : float
+        alpha of the beam search's length penalty (ignored when ``beam_size == 1``).
+
+    Returns
+    -------
+    dict
+        ``"metrics"``: :func:`~attncourse.train.metrics.evaluate_by_bucket`'s
+        result, ``{"overall": row, bucket_label: row, ...}`` with exact match,
+        token accuracy, BLEU and chrF (tokens are words or characters by the
+        dataset's level); ``"sources"``, ``"references"`` and ``"hypotheses"``:
+        lists of text in dataset order; ``"edges"``: the bucket edges used.
+
+    Raises
+    ------
+    ValueError
+        If ``beam_size`` or ``batch_size`` is below 1, the dataset is empty or a
+        source is shorter than ``edges[0]``.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+    if len(dataset) == 0:
+        raise ValueError(f"dataset {dataset.name!r} is empty")
+    lengths = dataset.src_lengths().tolist()
+    edges = _default_edges(lengths) if edges is None else [int(e) for e in edges]
+    if max_len is None:
+        max_len = 2 * int(dataset.tgt_lengths().max()) + 5
+    max_len = decoding_limit(model, max_len)
+    outputs: list[list[str] | None] = [None] * len(dataset)
+    for batch in make_batches(dataset, src_vocab, tgt_vocab, batch_size, shuffle=False):
+        if beam_size == 1:
+            ids, _ = greedy_decode(model, batch.src, batch.src_mask, max_len=max_len)
+        else:
+            ids, _ = beam_search(model, batch.src, batch.src_mask, beam_size=beam_size, max_len=max_len,
+                                 length_penalty=length_penalty)
+        for i, hyp in zip(batch.index.tolist(), ids):
+            outputs[i] = tgt_vocab.decode(hyp)
+    refs = [list(tgt) for _, tgt in dataset.pairs]
+    metrics = evaluate_by_bucket(lengths, outputs, refs, edges)
+    level = dataset.level
+    return {
+        "metrics": metrics,
+        "sources": [detokenize(src, level) for src, _ in dataset.pairs],
+        "references": [detokenize(tgt, level) for tgt in refs],
+        "hypotheses": [detokenize(hyp, level) for hyp in outputs],
+        "edges": edges,
+    }
+
