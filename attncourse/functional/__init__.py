@@ -40,7 +40,14 @@ from attncourse.functional.cost import (
 )
 from attncourse.functional.flash_attention import FlashAttentionFunction, flash_attention
 from attncourse.functional.linear_attention import batched_linear_attention, elu_feature_map, linear_attention, linear_attention_weights
-from attncourse.functional.sparse_masks import global_tokens_mask, mask_density, sliding_window_mask, strided_mask
+from attncourse.functional.sparse_masks import (
+    check_window,
+    fixed_mask,
+    global_tokens_mask,
+    mask_density,
+    sliding_window_mask,
+    strided_mask,
+)
 from attncourse.functional.tiled_attention import (
     OnlineSoftmaxTrace,
     TiledAttention,
@@ -97,6 +104,8 @@ __all__ = [
     "online_softmax_step",
     "online_softmax_trace",
     "strided_mask",
+    "fixed_mask",
+    "check_window",
     "tiled_attention",
     "weights_from_lse",
     "masked_softmax",
