@@ -85,3 +85,23 @@ def test_next_token_probs_top_k_and_temperature():
     torch.testing.assert_close(next_token_probs(logits, temperature=2.0), torch.softmax(logits / 2, 0))
     with pytest.raises(ValueError, match="temperature"):
         next_token_probs(logits, temperature=0.0)
+
+
+# ----------------------------------------------------------------------------- issue 23: bad input, one line
+
+
+@pytest.mark.parametrize("tokens", [torch.tensor([[0, 1, 10]]), torch.tensor([[-1, 2]])])
+def test_token_ids_outside_the_vocabulary_are_named(tokens):
+    model = GPT(vocab_size=10, d_model=16, num_heads=2, num_layers=1, d_ff=32)
+    with pytest.raises(ValueError, match="vocab_size - 1 = 0..9"):
+        model(tokens)
+    with pytest.raises(ValueError, match="integer"):
+        model(tokens.float())
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(window=2.5), "window"), (dict(num_kv_heads=0), "num_kv_heads"),
+                                          (dict(num_kv_heads=-2), "num_kv_heads"),
+                                          (dict(window=4, causal=False), "odd")])
+def test_gpt_refuses_bad_windows_and_kv_heads(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        GPT(vocab_size=10, d_model=16, num_heads=2, num_layers=1, d_ff=32, **kwargs)

@@ -147,3 +147,60 @@ def test_fast_and_written_out_paths_have_the_same_gradients(positional):
         grads.append(x.grad.clone())
         x.grad = None
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- issue 23: one window, clear errors
+
+
+@pytest.mark.parametrize("n, w", [(9, 3), (8, 5), (6, 1), (5, 9)])
+def test_non_causal_window_is_the_centred_sliding_window_mask(n, w):
+    from attncourse.functional import sliding_window_mask
+
+    allowed = allowed_keys(n, n, causal=False, window=w)
+    expected = sliding_window_mask(n, w, causal=False)
+    assert (torch.ones(n, n, dtype=torch.bool) if allowed is None else allowed).numpy().tolist() == expected.tolist()
+
+
+def test_non_causal_window_attention_against_a_band_loop():
+    torch.manual_seed(5)
+    gqa = CausalSelfAttention(16, 2, 1, causal=False, window=3).double()
+    x = torch.randn(1, 7, 16, dtype=torch.float64)
+    q = gqa.w_q(x).view(7, 2, 8).transpose(0, 1)
+    k, v = gqa.w_k(x).view(7, 8), gqa.w_v(x).view(7, 8)
+    out = torch.zeros(2, 7, 8, dtype=torch.float64)
+    for head in range(2):
+        for i in range(7):
+            keys = slice(max(0, i - 1), i + 2)   # |i - j| <= 1: three keys
+            weights = torch.softmax(k[keys] @ q[head, i] / math.sqrt(8), 0)
+            out[head, i] = weights @ v[keys]
+    expected = gqa.w_o(out.transpose(0, 1).reshape(1, 7, 16))
+    for fast in (True, False):
+        torch.testing.assert_close(gqa(x, fast=fast)[0], expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(num_kv_heads=0), "num_kv_heads"), (dict(num_kv_heads=-2), "num_kv_heads"),
+    (dict(num_kv_heads=2.5), "num_kv_heads"), (dict(window=2.5), "window"),
+    (dict(window=0), "window"), (dict(window=4, causal=False), "odd"), (dict(num_heads=0), "num_heads"),
+])
+def test_bad_arguments_are_named(kwargs, name):
+    args = dict(d_model=16, num_heads=4) | kwargs
+    with pytest.raises(ValueError, match=name) as info:
+        CausalSelfAttention(**args)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_masks_and_caches_get_one_line_errors():
+    gqa = CausalSelfAttention(16, 4, 2)
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match="bool"):
+        gqa(x, mask=torch.ones(2, 1, 1, 5))
+    with pytest.raises(ValueError, match=r"\(2, 4, 5, 5\)"):
+        gqa(x, mask=torch.ones(2, 1, 1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="d_k=4"):
+        gqa(x, kv_cache=CausalSelfAttention(32, 4, 2).empty_cache(2))
+    with pytest.raises(ValueError, match="num_kv_heads=2"):
+        gqa(x, kv_cache=CausalSelfAttention(16, 4, 4).empty_cache(2))
+    # A right mask still works, on both paths.
+    keep = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    torch.testing.assert_close(gqa(x, mask=keep)[0], gqa(x)[0])

@@ -77,3 +77,36 @@ def test_alibi_bias_hand_computed():
         torch.testing.assert_close(bias[h], expected)
     # the last query over a cache of 5 keys: distances 4, 3, 2, 1, 0
     torch.testing.assert_close(alibi_bias(8, 1, 5)[0, 0], -0.5 * torch.tensor([4.0, 3, 2, 1, 0]))
+
+
+# ----------------------------------------------------------------------------- issue 23: alibi_bias dtype and errors
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_alibi_bias_follows_the_dtype_asked_for(dtype):
+    bias = alibi_bias(6, 3, 7, dtype=dtype)
+    assert bias.dtype == dtype
+    exact = -alibi_slopes(6)[:, None, None] * (torch.arange(3.0)[:, None] + 4 - torch.arange(7.0)).abs()
+    torch.testing.assert_close(bias, exact.to(dtype), rtol=0, atol=0)
+    assert alibi_bias(2, 1, 1).dtype == torch.get_default_dtype()
+
+
+def test_alibi_bias_refuses_more_queries_than_keys():
+    with pytest.raises(ValueError, match="tgt_len=5 > src_len=3"):
+        alibi_bias(4, 5, 3)
+    with pytest.raises(ValueError, match="offset"):
+        alibi_bias(4, 2, 3, offset=2)
+
+
+def test_alibi_model_in_float64_uses_a_float64_bias():
+    from attncourse.nn.gqa import CausalSelfAttention
+
+    torch.manual_seed(1)
+    attn = CausalSelfAttention(24, 6, positional="alibi").double()   # 6 heads: slopes not exact in float32
+    x = torch.randn(1, 9, 24, dtype=torch.float64)
+    _, weights = attn(x, need_weights=True)
+    q = attn.w_q(x).view(9, 6, 4).transpose(0, 1)
+    k = attn.w_k(x).view(9, 6, 4).transpose(0, 1)
+    scores = q @ k.transpose(-2, -1) / 2 + alibi_bias(6, 9, 9, dtype=torch.float64)
+    expected = scores.masked_fill(~torch.ones(9, 9, dtype=torch.bool).tril(), float("-inf")).softmax(-1)
+    torch.testing.assert_close(weights[0], expected, rtol=1e-14, atol=1e-14)

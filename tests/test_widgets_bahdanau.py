@@ -51,7 +51,7 @@ def stepper(model):
 
 def reference(model, text):
     """Tokens and weights of attncourse.decode.search.greedy_decode for one sentence."""
-    ids = torch.tensor([SRC_VOCAB.encode(tokenize(text, "word"))])
+    ids = torch.tensor([SRC_VOCAB.encode(tokenize(text, "word"), add_eos=True)])
     tokens, attention = greedy_decode(model, ids, torch.ones_like(ids, dtype=torch.bool), max_len=MAX_LEN)
     # token_of, not decode: an untrained model may output <pad> or <bos>, which decode would drop.
     return [TGT_VOCAB.token_of(i) for i in tokens[0]], attention[0]
@@ -59,7 +59,7 @@ def reference(model, text):
 
 def test_starts_on_step_one_of_the_first_example(stepper):
     fresh = BahdanauStepper(tiny_model(), SRC_VOCAB, TGT_VOCAB, EXAMPLES, max_len=MAX_LEN)
-    assert fresh.src_tokens == tokenize(EXAMPLES[0], "word")
+    assert fresh.src_tokens == tokenize(EXAMPLES[0], "word") + ["<eos>"]
     assert fresh.t.value == 1 and fresh.t.min == 1 and fresh.t.max == len(fresh.tokens_out)
     assert fresh.shown["t"] == 1 and fresh.shown["output_token"] == fresh.tokens_out[0]
     assert fresh.previous.disabled
@@ -108,7 +108,7 @@ def test_scores_and_context_follow_the_paper(model, stepper):
     w_a, u_a, v_a = (p.detach().double().numpy() for p in (attn.w_a, attn.u_a, attn.v_a))
     stepper.example.value = EXAMPLES[1]
     with torch.no_grad():
-        ids = torch.tensor([SRC_VOCAB.encode(stepper.src_tokens)])
+        ids = torch.tensor([SRC_VOCAB.encode(stepper.src_tokens[:-1], add_eos=True)])
         h = model.encode(ids, torch.ones_like(ids, dtype=torch.bool)).states[0].double().numpy()
     for t in range(1, len(stepper.tokens_out) + 1):
         stepper.t.value = t
@@ -124,7 +124,7 @@ def test_scores_and_context_follow_the_paper(model, stepper):
 def test_first_state_is_the_models_initial_state(model, stepper):
     stepper.example.value = EXAMPLES[0]
     with torch.no_grad():
-        ids = torch.tensor([SRC_VOCAB.encode(stepper.src_tokens)])
+        ids = torch.tensor([SRC_VOCAB.encode(stepper.src_tokens[:-1], add_eos=True)])
         s0 = model.init_state(model.encode(ids, torch.ones_like(ids, dtype=torch.bool)))[0].double().numpy()
     np.testing.assert_allclose(stepper.traces[0].s_prev, s0, atol=1e-7)
 
@@ -147,9 +147,9 @@ def test_another_example_refreshes_tokens_slider_and_figure(stepper):
     stepper.example.value = EXAMPLES[0]
     stepper.t.value = stepper.t.max
     stepper.example.value = EXAMPLES[1]
-    assert stepper.src_tokens == tokenize(EXAMPLES[1], "word")
+    assert stepper.src_tokens == tokenize(EXAMPLES[1], "word") + ["<eos>"]
     assert stepper.t.value == 1 and stepper.t.max == len(stepper.tokens_out)
-    assert stepper.shown["weights"].shape == (4,)
+    assert stepper.shown["weights"].shape == (5,)
     assert [t.get_text() for t in stepper.figure.axes[0].get_xticklabels()] == stepper.src_tokens
     assert [t.get_text() for t in stepper.figure.axes[-1].get_yticklabels()] == stepper.tokens_out
 
@@ -198,8 +198,8 @@ def test_display_hooks(stepper):
 
 def test_char_level_and_unknown_tokens(model):
     s = BahdanauStepper(model, SRC_VOCAB, TGT_VOCAB, ["ab c"], level="char", max_len=3)
-    assert s.src_tokens == ["a", "b", " ", "c"]
-    assert s.shown["weights"].shape == (4,)
+    assert s.src_tokens == ["a", "b", " ", "c", "<eos>"]
+    assert s.shown["weights"].shape == (5,)
 
 
 def test_model_without_attention_is_rejected():
@@ -223,3 +223,16 @@ def test_training_flag_is_restored(model):
     BahdanauStepper(model, SRC_VOCAB, TGT_VOCAB, EXAMPLES[:1], max_len=2)
     assert model.training
     model.eval()
+
+
+def test_source_ends_with_eos_as_in_translate(model, stepper):
+    """The stepper feeds the source as training and decoding.translate do: with its <eos>."""
+    from attncourse.train.decoding import translate
+
+    for text in EXAMPLES:
+        stepper.example.value = text
+        words, weights = translate(model, SRC_VOCAB, TGT_VOCAB, text, max_len=MAX_LEN)
+        # decode drops the <pad> and <bos> an untrained model may output, as translate does.
+        assert TGT_VOCAB.decode(TGT_VOCAB.encode(stepper.tokens_out)) == words
+        steps = len(weights)
+        np.testing.assert_allclose(stepper.attention[:steps], weights, atol=1e-6)

@@ -57,6 +57,8 @@ from attncourse.functional.positional import (
     sinusoidal_encoding,
 )
 from attncourse.functional.sparse_masks import (
+    check_window,
+    fixed_mask,
     global_tokens_mask,
     mask_density,
     sliding_window_mask,
@@ -123,6 +125,8 @@ __all__ = [
     "online_softmax_step",
     "online_softmax_trace",
     "strided_mask",
+    "fixed_mask",
+    "check_window",
     "tiled_attention",
     "weights_from_lse",
     "masked_softmax",

@@ -10,14 +10,14 @@ positive), paper eq. (4):
 The sums over j do not depend on i, so they are computed once: ``(phi(Q) phi(K)^T) V``
 becomes ``phi(Q) (phi(K)^T V)``, O(n d^2) instead of O(n^2 d) (eq. 5). With a causal mask
 the sums run over j <= i and become running sums, ``S_i = S_{i-1} + phi(k_i) v_i^T`` and
-``z_i = z_{i-1} + phi(k_i)`` (eqs. 10-12): the model is a recurrent network whose state is
-the d_k x d_v matrix S, whatever the sequence length. The price is that this fixed-size
+``z_i = z_{i-1} + phi(k_i)`` (eqs. 18-19, section 3.4): the model is a recurrent network
+whose state is the d_k x d_v matrix S, whatever the sequence length. The price is that this fixed-size
 state must hold everything the model can later retrieve.
 
 References
 ----------
 Katharopoulos, Vyas, Pappas, Fleuret (2020), "Transformers are RNNs: Fast Autoregressive
-Transformers with Linear Attention", ICML, eqs. (4)-(7) and (10)-(12).
+Transformers with Linear Attention", ICML, eqs. (4)-(7); causal, eqs. (18)-(19) (section 3.4).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def linear_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool =
         Values.
     causal : bool
         Query i uses keys j <= i only (needs ``tgt_len == src_len``); computed as the
-        running sums ``S_i``, ``z_i`` of eqs. (10)-(12), a cumulative sum over positions.
+        running sums ``S_i``, ``z_i`` of eqs. (18)-(19), a cumulative sum over positions.
 
     Returns
     -------
@@ -67,7 +67,7 @@ def linear_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool =
 
     References
     ----------
-    Katharopoulos et al. (2020), eqs. (5)-(6) (non-causal) and (10)-(12) (causal).
+    Katharopoulos et al. (2020), eqs. (5)-(6) (non-causal) and (18)-(19) (causal, section 3.4).
     """
     q, k, v = (np.asarray(a) for a in (q, k, v))
     if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:

@@ -4,27 +4,70 @@ A pattern keeps only some of the n x n alignment scores. Writing it as a mask ke
 maths of :func:`attncourse.functional.scaled_dot_product_attention` unchanged: masked
 scores get zero weight, and the fraction of ``True`` entries is the fraction of scores a
 sparse kernel would compute.
+
+A *window* of w means one thing throughout the course: the w keys a query sees, itself
+included. Causal, those are the w latest positions, ``0 <= i - j < w``; not causal, a
+centred window, ``|i - j| <= (w - 1) / 2``, which needs an odd w. The same definition is
+used by :func:`attncourse.nn.allowed_keys`, hence by ``CausalSelfAttention(window=w)`` and
+``GPT(window=w)``.
 """
 
 import numpy as np
 
 
-def sliding_window_mask(seq_len: int, window: int, causal: bool = True) -> np.ndarray:
-    """Boolean sliding-window mask: each query sees at most ``window`` keys near it.
+def _check_positive_int(name: str, value) -> int:
+    # bool is an int subclass and 2.0 == 2, but a window of True or 2.5 keys is a mistake.
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
 
-    Causal (decoder-only models, e.g. Mistral 7B, Jiang et al. 2023): query i may attend
-    to keys ``i - window + 1 <= j <= i``, the ``window`` latest tokens including itself.
+
+def check_window(window, causal: bool = True) -> int:
+    """Validate a window of ``window`` keys per query (the course's one definition).
+
+    Parameters
+    ----------
+    window : int
+        w >= 1; odd when ``causal`` is False (a centred window of (w - 1) / 2 keys on each
+        side of the query).
+    causal : bool
+
+    Returns
+    -------
+    int
+        ``window`` as a Python int.
+
+    Raises
+    ------
+    ValueError
+        If ``window`` is not a positive int (``2.5`` and ``True`` included), or is even
+        while ``causal`` is False.
+    """
+    window = _check_positive_int("window", window)
+    if not causal and window % 2 == 0:
+        raise ValueError(f"window must be odd when causal=False (a centred window of w keys "
+                         f"has (w - 1) / 2 on each side), got {window}")
+    return window
+
+
+def sliding_window_mask(seq_len: int, window: int, causal: bool = True) -> np.ndarray:
+    """Boolean sliding-window mask: each query sees the ``window`` keys nearest it.
+
+    Causal: query i may attend to keys ``i - window + 1 <= j <= i``, the ``window`` latest
+    tokens including itself. Mistral 7B (Jiang et al. 2023, section 2) counts its window
+    W as the distance back instead, keys ``i - W .. i``: its W is ``window - 1`` here.
     Not causal (Longformer's local attention, Beltagy et al. 2020, section 3.1): keys
-    ``|i - j| <= window // 2``, a centred window of ``2 * (window // 2) + 1`` tokens; the
-    cousin of Luong et al.'s (2015) local attention, eq. (9), with half-width D.
+    ``|i - j| <= (window - 1) / 2``, a centred window of ``window`` tokens (odd); the
+    cousin of Luong et al.'s (2015) local attention, eq. (9), with half-width
+    D = (window - 1) / 2.
 
     Parameters
     ----------
     seq_len : int
         n, the number of queries and keys (>= 1).
     window : int
-        w, tokens seen by each query (>= 1). ``window >= seq_len`` with ``causal=True``
-        gives the full causal mask.
+        w, keys seen by each query, itself included (>= 1; odd if not causal).
+        ``window >= seq_len`` with ``causal=True`` gives the full causal mask.
     causal : bool
         Look back only (default) or both ways.
 
@@ -36,16 +79,15 @@ def sliding_window_mask(seq_len: int, window: int, causal: bool = True) -> np.nd
     Raises
     ------
     ValueError
-        If ``seq_len`` or ``window`` is below 1.
+        If ``seq_len`` or ``window`` is not a positive int, or ``window`` is even with
+        ``causal=False``.
     """
-    if seq_len < 1:
-        raise ValueError(f"seq_len must be at least 1, got {seq_len}")
-    if window < 1:
-        raise ValueError(f"window must be at least 1, got {window}")
+    seq_len = _check_positive_int("seq_len", seq_len)
+    window = check_window(window, causal)
     offset = np.arange(seq_len)[:, None] - np.arange(seq_len)[None, :]  # i - j
     if causal:
         return (offset >= 0) & (offset < window)
-    return np.abs(offset) <= window // 2
+    return np.abs(offset) <= (window - 1) // 2
 
 
 def strided_mask(seq_len: int, stride: int, causal: bool = True) -> np.ndarray:
@@ -75,10 +117,9 @@ def strided_mask(seq_len: int, stride: int, causal: bool = True) -> np.ndarray:
     ValueError
         If ``seq_len`` or ``stride`` is below 1.
     """
-    if stride < 1:
-        raise ValueError(f"stride must be at least 1, got {stride}")
-    local = sliding_window_mask(seq_len, stride, causal=causal) if causal else \
-        sliding_window_mask(seq_len, 2 * stride - 1, causal=False)
+    stride = _check_positive_int("stride", stride)
+    # |i - j| < stride: the stride latest keys, or 2 * stride - 1 centred ones.
+    local = sliding_window_mask(seq_len, stride if causal else 2 * stride - 1, causal=causal)
     offset = np.arange(seq_len)[:, None] - np.arange(seq_len)[None, :]
     summary = offset % stride == 0
     if causal:
@@ -86,10 +127,58 @@ def strided_mask(seq_len: int, stride: int, causal: bool = True) -> np.ndarray:
     return local | summary
 
 
+def fixed_mask(seq_len: int, stride: int, summary: int = 1, causal: bool = True) -> np.ndarray:
+    """Boolean *fixed* mask of the Sparse Transformer: a block, plus the last keys of every block.
+
+    Positions are cut into blocks of ``stride`` (l). Query i may attend to key j when both
+    lie in the same block, ``j // l == i // l`` (Child et al. 2019, section 4.2, A^(1)), or
+    when j is one of the last ``summary`` (c) positions of its block,
+    ``j mod l >= l - c`` (A^(2)); with ``causal``, only keys ``j <= i``. The summary
+    positions carry what their block holds to every later query, so any key reaches any
+    query in two steps, as in the strided pattern, without the strided pattern's
+    dependence on the distance i - j.
+
+    Parameters
+    ----------
+    seq_len : int
+        n (>= 1).
+    stride : int
+        l, the block length (>= 1).
+    summary : int
+        c, summary positions per block, 1 <= c <= l (the paper uses c in {8, 16, 32} for
+        l in {128, 256}).
+    causal : bool
+        Keys j <= i only (default), or both ways.
+
+    Returns
+    -------
+    (seq_len, seq_len) bool
+        ``True`` where query i may attend to key j.
+
+    Raises
+    ------
+    ValueError
+        If a size is not a positive int, or ``summary > stride``.
+
+    References
+    ----------
+    Child, Gray, Radford, Sutskever (2019), "Generating Long Sequences with Sparse
+    Transformers", section 4.2, "fixed attention pattern".
+    """
+    seq_len = _check_positive_int("seq_len", seq_len)
+    stride = _check_positive_int("stride", stride)
+    summary = _check_positive_int("summary", summary)
+    if summary > stride:
+        raise ValueError(f"summary must be at most stride={stride}, got {summary}")
+    query, key = np.arange(seq_len)[:, None], np.arange(seq_len)[None, :]
+    mask = (query // stride == key // stride) | (key % stride >= stride - summary)
+    return mask & (key <= query) if causal else mask
+
+
 def global_tokens_mask(seq_len: int, window: int, global_tokens) -> np.ndarray:
     """Boolean Longformer mask: a centred sliding window plus a few global tokens.
 
-    Every query sees the keys within ``window // 2`` of it (as
+    Every query sees the keys within ``(window - 1) / 2`` of it (as
     ``sliding_window_mask(seq_len, window, causal=False)``); a global token (for example
     the classification token at position 0) attends to every key, and every query
     attends to it. Beltagy et al. (2020), section 3.1, "Global Attention".
@@ -99,7 +188,7 @@ def global_tokens_mask(seq_len: int, window: int, global_tokens) -> np.ndarray:
     seq_len : int
         n (>= 1).
     window : int
-        w, width of the local window (>= 1).
+        w, keys in the centred local window (odd, >= 1).
     global_tokens : iterable of int
         Positions with global attention, each in 0..seq_len-1.
 
@@ -111,7 +200,14 @@ def global_tokens_mask(seq_len: int, window: int, global_tokens) -> np.ndarray:
     Raises
     ------
     ValueError
-        If a size is below 1 or a global position is out of range.
+        If a size is below 1, ``window`` is even, or a global position is out of range.
+
+    Notes
+    -----
+    One global token adds one row and one column of scores. It connects any two tokens in
+    two layers (A -> global token in one, global token -> B in the next), not in one. It
+    sees every position, the future included, so it belongs in bidirectional encoders, as
+    in Longformer, not in a causal model.
     """
     mask = sliding_window_mask(seq_len, window, causal=False)
     positions = np.asarray(list(global_tokens), dtype=int)

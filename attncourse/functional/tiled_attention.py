@@ -3,12 +3,15 @@
 Exact attention ``softmax(Q K^T / sqrt(d_k)) V`` computed without ever holding the
 ``(tgt_len, src_len)`` matrix of scores: queries are cut into blocks of ``block_q`` rows,
 keys and values into blocks of ``block_k`` rows, and each query block walks over the key
-blocks keeping three running quantities per query row (the online softmax, Milakov &
-Gimelshein 2018, algorithm 3):
+blocks keeping three running quantities per query row:
 
 - ``m``, the largest scaled score seen so far (the running maximum);
 - ``l``, the sum of ``exp(score - m)`` over the keys seen so far (the running normaliser);
 - ``acc``, the sum of ``exp(score - m) * v`` over the same keys (the unnormalised output).
+
+The first two are the online softmax of Milakov & Gimelshein (2018, algorithm 3), which
+computes a softmax's normaliser in one pass; rescaling the partial output ``acc`` along with
+them is Rabe & Staats (2021, section 3) and FlashAttention (Dao et al. 2022).
 
 A new block of scores ``s`` updates them as FlashAttention-2 does (Dao 2023, algorithm 1,
 lines 8-10): ``m' = max(m, rowmax(s))``, ``l' = exp(m - m') l + rowsum(exp(s - m'))``,
@@ -25,6 +28,7 @@ convention, ``True`` = may attend; a query with no allowed key gets a zero outpu
 References
 ----------
 Milakov, Gimelshein (2018), "Online normalizer calculation for softmax", algorithm 3.
+Rabe, Staats (2021), "Self-attention Does Not Need O(n^2) Memory", section 3.
 Dao, Fu, Ermon, Rudra, Ré (2022), "FlashAttention", algorithm 1.
 Dao (2023), "FlashAttention-2", algorithm 1.
 """
@@ -345,7 +349,8 @@ def online_softmax_trace(
     References
     ----------
     Milakov & Gimelshein (2018), algorithm 3 (the running max and normaliser), extended
-    to the weighted sum of values as in Dao (2023), algorithm 1.
+    to the weighted sum of values as in Rabe & Staats (2021), section 3, and Dao (2023),
+    algorithm 1.
     """
     q = np.asarray(q)
     if q.ndim != 1:

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attncourse.functional.sparse_masks import check_window
 from attncourse.nn.attention import KVCache
 from attncourse.nn.gqa import CausalSelfAttention
 from attncourse.nn.positional import (
@@ -109,7 +110,8 @@ class GPT(nn.Module):
     causal : bool
         ``False`` drops the causal mask (the model can then see the token it predicts).
     window : int, optional
-        Sliding-window attention over the last ``window`` positions.
+        Sliding-window attention: each query sees the last ``window`` positions, itself
+        included (a centred window of odd ``window`` when not causal).
     dropout : float
         On embeddings and on every sublayer's output.
 
@@ -127,7 +129,8 @@ class GPT(nn.Module):
     Raises
     ------
     ValueError
-        If ``positional`` is unknown, a size is not positive, or the heads do not divide.
+        If ``positional`` is unknown, a size is not a positive int, the heads do not
+        divide, or ``window`` is not a positive int (odd when not causal).
 
     References
     ----------
@@ -143,16 +146,21 @@ class GPT(nn.Module):
             raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
         for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
                             ("num_layers", num_layers), ("d_ff", d_ff), ("max_len", max_len)):
-            if int(value) != value or value < 1:
+            if isinstance(value, bool) or int(value) != value or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
-        num_kv_heads = num_heads if num_kv_heads is None else int(num_kv_heads)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if isinstance(num_kv_heads, bool) or int(num_kv_heads) != num_kv_heads or num_kv_heads < 1:
+            raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
+        num_kv_heads = int(num_kv_heads)
+        window = None if window is None else check_window(window, causal)
         self.config: dict[str, Any] = {
             "vocab_size": int(vocab_size), "d_model": int(d_model), "num_heads": int(num_heads),
             "num_layers": int(num_layers), "d_ff": int(d_ff), "max_len": int(max_len),
             "positional": positional, "num_kv_heads": num_kv_heads, "causal": bool(causal),
-            "window": None if window is None else int(window), "dropout": float(dropout),
+            "window": window, "dropout": float(dropout),
         }
         self.d_model, self.max_len, self.positional = int(d_model), int(max_len), positional
+        self.vocab_size = int(vocab_size)
         self.embedding = nn.Embedding(vocab_size, d_model)
         nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
         table = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding}
@@ -209,11 +217,16 @@ class GPT(nn.Module):
         Raises
         ------
         ValueError
-            If ``tokens`` is not 2-D, the caches do not match the layers, or a position
+            If ``tokens`` is not a 2-D integer tensor, a token id lies outside
+            ``0 .. vocab_size - 1``, the caches do not match the layers, or a position
             does not fit a sinusoidal/learned table of ``max_len`` rows.
         """
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must be (batch, seq_len), got {tuple(tokens.shape)}")
+        if tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex():
+            raise ValueError(f"tokens must be a (batch, seq_len) integer tensor, got {tuple(tokens.shape)} "
+                             f"{tokens.dtype}")
+        if tokens.numel() and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.vocab_size:
+            raise ValueError(f"token ids must lie in 0..vocab_size - 1 = 0..{self.vocab_size - 1}, "
+                             f"got ids from {int(tokens.min())} to {int(tokens.max())}")
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             raise ValueError(f"kv_caches has {len(kv_caches)} entries for {len(self.blocks)} layers")
         offset = 0 if kv_caches is None else len(kv_caches[0])

@@ -18,7 +18,8 @@ W^O do not change.
 the position schemes that act inside attention: RoPE rotates queries and keys
 (:mod:`attncourse.nn.rope`), ALiBi biases the scores (:mod:`attncourse.nn.alibi`).
 It can also restrict each query to the last ``window`` keys (sliding-window
-attention; :func:`attncourse.functional.sliding_window_mask`). The cache is chapter
+attention; :func:`attncourse.functional.sliding_window_mask`, the same window of w keys).
+The cache is chapter
 6's :class:`~attncourse.nn.attention.KVCache`, holding the ``num_kv_heads`` heads
 (keys already rotated with RoPE), so its memory shrinks with them.
 
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attncourse.functional.sparse_masks import check_window
 from attncourse.functional.torch_attention import masked_softmax
 from attncourse.nn.alibi import alibi_bias
 from attncourse.nn.attention import KVCache, merge_heads, split_heads
@@ -86,7 +88,10 @@ def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | 
     causal : bool
         Query at position i sees keys j <= i (Vaswani et al. 2017, section 3.2.3).
     window : int, optional
-        Also ``i - j < window``: the query and the ``window - 1`` positions before it.
+        The ``window`` keys nearest the query, itself included (the definition of
+        :func:`attncourse.functional.sliding_window_mask`): causal, ``0 <= i - j < window``,
+        the query and the ``window - 1`` positions before it; not causal, the centred
+        ``|i - j| <= (window - 1) / 2`` (``window`` odd).
 
     Returns
     -------
@@ -96,12 +101,13 @@ def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | 
     Raises
     ------
     ValueError
-        If ``window < 1``.
+        If ``window`` is not a positive int, or is even with ``causal=False``.
     """
-    if window is not None and window < 1:
-        raise ValueError(f"window must be >= 1, got {window}")
-    if window is not None and window >= src_len:
-        window = None  # the window holds every key
+    if window is not None:
+        window = check_window(window, causal)
+        reach = window - 1 if causal else (window - 1) // 2  # largest |i - j| allowed
+        if reach >= src_len - 1:
+            window = None  # the window holds every key
     if (not causal or tgt_len <= 1) and window is None:
         return None  # one query at the last position may see every key, as may a query without a mask
     query_pos = torch.arange(tgt_len, device=device)[:, None] + (src_len - tgt_len)
@@ -110,7 +116,7 @@ def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | 
     if causal:
         allowed &= key_pos <= query_pos
     if window is not None:
-        allowed &= (query_pos - key_pos).abs() < window
+        allowed &= (query_pos - key_pos).abs() <= reach
     return allowed
 
 
@@ -131,7 +137,8 @@ class CausalSelfAttention(nn.Module):
         Apply the causal mask (default). ``False`` lets every position see the
         whole sequence, the future included.
     window : int, optional
-        Sliding window: each query sees at most the last ``window`` keys (itself included).
+        Sliding window of ``window`` keys per query, itself included: the last ``window``
+        keys if causal, a centred window (odd ``window``) if not; see :func:`allowed_keys`.
     rope_base : float
         theta's base for RoPE (10000).
     bias : bool
@@ -147,8 +154,9 @@ class CausalSelfAttention(nn.Module):
     Raises
     ------
     ValueError
-        If ``d_model`` is not divisible by ``num_heads``, ``num_heads`` not by
-        ``num_kv_heads``, ``positional`` is unknown or ``window < 1``.
+        If a size is not a positive int, ``d_model`` is not divisible by ``num_heads``,
+        ``num_heads`` not by ``num_kv_heads``, ``positional`` is unknown, or ``window`` is
+        not a positive int (odd when not causal).
 
     References
     ----------
@@ -160,15 +168,18 @@ class CausalSelfAttention(nn.Module):
                  rope_base: float = 10000.0, bias: bool = False) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if min(d_model, num_heads, num_kv_heads) < 1 or d_model % num_heads:
-            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads} (both positive)")
+        for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+            if isinstance(value, bool) or int(value) != value or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
         if num_heads % num_kv_heads:
             raise ValueError(f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads} "
                              f"(each kv head serves a group of query heads)")
         if positional not in ATTENTION_POSITIONAL:
             raise ValueError(f"positional must be one of {ATTENTION_POSITIONAL}, got {positional!r}")
-        if window is not None and window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
+        if window is not None:
+            window = check_window(window, causal)
         self.d_model, self.num_heads, self.num_kv_heads = int(d_model), int(num_heads), int(num_kv_heads)
         self.d_k = self.d_model // self.num_heads
         if positional == "rope" and self.d_k % 2:
@@ -215,14 +226,23 @@ class CausalSelfAttention(nn.Module):
         Raises
         ------
         ValueError
-            If ``x`` is not ``(batch, seq_len, d_model)`` or the cache's batch differs.
+            If ``x`` is not ``(batch, seq_len, d_model)``, the cache is not
+            ``(batch, num_kv_heads, cache_len, d_k)``, or ``mask`` is not a bool tensor
+            broadcastable to ``(batch, num_heads, seq_len, cache_len + seq_len)``.
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
         batch, seq_len, _ = x.shape
         offset = 0 if kv_cache is None else len(kv_cache)
-        if kv_cache is not None and kv_cache.k.shape[0] != batch:
-            raise ValueError(f"x {tuple(x.shape)} and the cached keys {tuple(kv_cache.k.shape)} differ in batch")
+        if kv_cache is not None:
+            cached = tuple(kv_cache.k.shape)
+            if (len(cached) != 4 or cached[0] != batch or cached[1] != self.num_kv_heads
+                    or cached[3] != self.d_k or kv_cache.v.shape != kv_cache.k.shape):
+                raise ValueError(f"kv_cache must hold (batch={batch}, num_kv_heads={self.num_kv_heads}, "
+                                 f"cache_len, d_k={self.d_k}) keys and values, got keys {cached} "
+                                 f"and values {tuple(kv_cache.v.shape)}")
+        if mask is not None:
+            self._check_mask(mask, (batch, self.num_heads, seq_len, offset + seq_len))
         q = split_heads(self.w_q(x), self.num_heads)  # (batch, h, seq_len, d_k)
         k = split_heads(self.w_k(x), self.num_kv_heads)  # (batch, g, seq_len, d_k)
         v = split_heads(self.w_v(x), self.num_kv_heads)
@@ -238,7 +258,7 @@ class CausalSelfAttention(nn.Module):
             allowed = mask if allowed is None else mask & allowed
         bias = None
         if self.positional == "alibi":
-            bias = alibi_bias(self.num_heads, seq_len, src_len).to(device=x.device, dtype=q.dtype)
+            bias = alibi_bias(self.num_heads, seq_len, src_len, dtype=q.dtype).to(x.device)
         if need_weights or not fast:
             k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # equation (1)
@@ -251,6 +271,19 @@ class CausalSelfAttention(nn.Module):
                                and mask is None and offset == 0)
             weights = None
         return self.w_o(merge_heads(heads)), weights
+
+    @staticmethod
+    def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise ValueError(f"mask must be a bool tensor (True = may attend), got {kind}")
+        try:
+            broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+        except RuntimeError:
+            broadcast = None
+        if broadcast != torch.Size(scores_shape):
+            raise ValueError(f"mask {tuple(mask.shape)} does not broadcast to the scores' shape "
+                             f"(batch, num_heads, seq_len, cache_len + seq_len) = {scores_shape}")
 
     @staticmethod
     def _fast(q, k, v, allowed, bias, is_causal: bool) -> torch.Tensor:

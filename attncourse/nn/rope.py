@@ -4,7 +4,7 @@ Sinusoidal and learned encodings *add* a vector to each token embedding
 (chapter 5). RoPE instead *rotates* each query and key, after the projections,
 by an angle proportional to its position. The d_k features are taken in pairs
 (x_{2i}, x_{2i+1}), i = 0 .. d_k/2 - 1, and pair i of the vector at position m
-is turned by the angle m * theta_i (Su et al. 2021, equation (34)):
+is turned by the angle m * theta_i (Su et al. 2021, section 3.4.2, equation (34)):
 
     theta_i = base^(-2i / d_k),  base = 10000                     (equation (15))
 
@@ -13,15 +13,17 @@ is turned by the angle m * theta_i (Su et al. 2021, equation (34)):
 
 Written with complex numbers z_i = x_{2i} + j x_{2i+1}, the rotation is
 z_i * exp(j m theta_i). A dot product of a rotated query at position m and a
-rotated key at position n is Re(sum_i q_i conj(k_i) exp(j (m - n) theta_i)): it
-depends on the positions only through the offset m - n (equation (16)), which
+rotated key at position n is Re(sum_i q_i conj(k_i) exp(j (m - n) theta_i))
+(section 3.4.3, equation (35)): it depends on the positions only through the
+offset m - n (equation (16) writes the same with the rotation matrices), which
 is what makes RoPE a *relative* encoding although it is applied to each vector
 alone, and what lets a KV cache store keys already rotated.
 
 References
 ----------
 Su, Lu, Pan, Murtadha, Wen, Liu (2021), "RoFormer: Enhanced Transformer with
-Rotary Position Embedding", section 3.2, equations (14)-(16) and (34).
+Rotary Position Embedding", section 3.2, equations (14)-(16); section 3.4.2,
+equation (34); section 3.4.3, equation (35).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def rope_frequencies(d_k: int, base: float = 10000.0) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotate each feature pair (x_{2i}, x_{2i+1}) by the angle position * theta_i (equation (34)).
+    """Rotate each feature pair (x_{2i}, x_{2i+1}) by the angle position * theta_i (eq. (34), section 3.4.2).
 
     Parameters
     ----------

@@ -94,7 +94,9 @@ class BahdanauStepper(Explorer):
     widget : ipywidgets.VBox
         The whole explorer.
     src_tokens : list of str, length src_len
-        Tokens of the current example.
+        Tokens of the current example, ending with ``"<eos>"``: the model reads the
+        source's end marker as in training (and as ``decoding.translate`` feeds it);
+        without it a trained model does not know the source is over, and may not stop.
     tokens_out : list of str, length T
         The output token of every decoding step; the last is ``"<eos>"`` if the
         model stopped before ``max_len``.
@@ -190,9 +192,10 @@ class BahdanauStepper(Explorer):
     def _translate(self, text: str) -> None:
         """Greedy decoding of one sentence, keeping s_{t-1} of every step, then one trace per step."""
         model, vocab = self.model, self.tgt_vocab
-        self.src_tokens = tokenize(text, self.level)
+        words = tokenize(text, self.level)
+        self.src_tokens = words + [Vocabulary.EOS]
         device = next(model.parameters()).device
-        src = torch.tensor([self.src_vocab.encode(self.src_tokens)], dtype=torch.long, device=device)
+        src = torch.tensor([self.src_vocab.encode(words, add_eos=True)], dtype=torch.long, device=device)
         src_mask = torch.ones_like(src, dtype=torch.bool)
         was_training = model.training
         model.eval()

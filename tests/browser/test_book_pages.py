@@ -151,3 +151,30 @@ def test_no_serious_accessibility_violation(driver, book_html, page):
     serious = [f"{v['id']} ({v['impact']}, {len(v['nodes'])} nodes): {v['help']}; first: "
                f"{v['nodes'][0]['target']}" for v in results["violations"] if v["impact"] in ("critical", "serious")]
     assert not serious, f"{page}: " + "; ".join(serious)
+
+
+#: The reading window the course's code must fit: a 1280 x 800 laptop screen.
+LAPTOP = {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False}
+#: What scrolls sideways: code cells, outputs and the highlighted blocks in them.
+OVERFLOWING = """
+    const boxes = document.querySelectorAll(
+        "main div.highlight pre, main div.cell_input pre, main div.cell_output pre, "
+        + "main div.cell_output .output, main div.cell_input, main div.cell_output");
+    return Array.from(boxes)
+        .filter((e) => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
+        .map((e) => `${e.tagName.toLowerCase()}.${e.className}: ${e.scrollWidth} > ${e.clientWidth}`
+             + ` px: ${(e.textContent || "").trim().split("\\n")[0].slice(0, 60)}`);
+"""
+
+
+@pytest.mark.parametrize("page", CHAPTERS)
+def test_no_code_cell_or_output_scrolls_sideways_at_1280_by_800(driver, book_html, page):
+    """Code lines are at most 88 characters; at 1280 x 800 the column shows all of them."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", LAPTOP)
+    try:
+        load(driver, book_html / f"{page}.html")
+        assert driver.execute_script("return window.innerWidth") == 1280
+        wide = driver.execute_script(OVERFLOWING)
+        assert not wide, f"{page}: {len(wide)} boxes scroll sideways at 1280 x 800: {wide[:5]}"
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
