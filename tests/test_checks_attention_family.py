@@ -221,13 +221,11 @@ def ts_hardmax(scores, tau):
         (check_general_score, gs_numpy),
         (check_general_score, gs_torch),
         (check_general_score, gs_loop),
-        (check_general_score, score_general),
         (check_local_p_weights, lp_numpy),
         (check_local_p_weights, lp_torch),
         (check_local_p_weights, lp_slices),
         (check_temperature_softmax, ts_numpy),
         (check_temperature_softmax, ts_torch),
-        (check_temperature_softmax, softmax_with_temperature),
     ],
 )
 def test_correct_functions_pass(check, fn):

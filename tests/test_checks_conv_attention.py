@@ -255,7 +255,6 @@ def rf_raises(layers):
         (check_receptive_field, rf_loop),
         (check_receptive_field, rf_closed_form),
         (check_receptive_field, rf_from_the_top),
-        (check_receptive_field, receptive_field),
     ],
 )
 def test_correct_functions_pass(check, fn):

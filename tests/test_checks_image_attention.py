@@ -27,7 +27,7 @@ from attncourse.checks.image_attention import (
     reinforce_loss_cases,
 )
 from attncourse.nn.image_attention import ImageCaptioner, doubly_stochastic_penalty, hard_attention_loss
-from check_helpers import assert_failed
+from check_helpers import assert_failed, own_copy
 
 # ------------------------------------------------------------------ learners' penalties
 
@@ -55,8 +55,11 @@ def ds_expanded(weights, tau):
     return locations * tau**2 - 2 * tau * steps + (weights.sum(axis=0) ** 2).sum()
 
 
+own_penalty = own_copy(doubly_stochastic_penalty)  # the checks refuse the package's own
+
+
 def ds_library(weights, tau):
-    return doubly_stochastic_penalty(torch.from_numpy(weights)[None], tau)[0]
+    return own_penalty(torch.from_numpy(weights)[None], tau)[0]
 
 
 def ds_wrong_axis(weights, tau):
