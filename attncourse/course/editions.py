@@ -4,7 +4,8 @@ The student edition is the chapter without its solutions: every ``solution``-tag
 cell and every ``{solution}`` block or ``{solution-start}`` ... ``{solution-end}``
 region is gone (text included); statements, stubs and check calls stay, so the
 notebook runs top to bottom and each check shows "not passed yet" with its hint. The
-instructor edition is the whole chapter. Both come without outputs.
+instructor edition is the whole chapter. Both come without outputs, and their markdown is
+plain Markdown (:mod:`attncourse.course.plain`): they read right in any Jupyter.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ import nbformat
 from nbformat import NotebookNode
 
 from attncourse.course.exercises import Part, read_chapter, split_notebook
+from attncourse.course.plain import plain_cells
 
 
 def _bare(nb: NotebookNode, cells: list[NotebookNode]) -> NotebookNode:
-    """A new notebook with ``cells``, ``nb``'s kernelspec, and no jupytext pairing."""
+    """A new notebook with ``cells`` in plain Markdown, ``nb``'s kernelspec, no jupytext pairing."""
     out = nbformat.v4.new_notebook()
     out.metadata = {k: copy.deepcopy(v) for k, v in nb.metadata.items() if k != "jupytext"}
-    out.cells = cells
+    out.cells = plain_cells(cells)
     for cell in out.cells:
         if cell.cell_type == "code":
             cell.outputs = []
