@@ -14,6 +14,7 @@ a list of :class:`Case` objects and :func:`run_cases`.
 """
 
 from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
+from attncourse.checks.graded import graded
 from attncourse.checks.attention_at_scale import (
     check_causal_linear_attention,
     check_online_softmax_update,
@@ -64,6 +65,7 @@ __all__ = [
     "check_scaled_dot_product",
     "check_softmax",
     "check_split_heads",
+    "graded",
     "run_cases",
     "to_numpy",
 ]
