@@ -83,6 +83,14 @@ def test_the_guides_grading_cycle_runs_as_written(tmp_path):
     assert "BEGIN SOLUTION" not in text and "np.tril" not in text
     assert text.count("raise NotImplementedError()") == 3 and text.count("YOUR ANSWER HERE") == 2
     assert not LEFTOVERS.search(text), LEFTOVERS.search(text)
+    # A student's Run All goes through the unanswered notebook: every check "not passed yet".
+    from nbclient import NotebookClient
+
+    ran = nbformat.from_dict(released)
+    NotebookClient(ran, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    shown = "\n".join(str(out.get("data", {}).get("text/plain", "")) + out.get("text", "")
+                      for cell in ran.cells if cell.cell_type == "code" for out in cell.outputs)
+    assert shown.count("not passed yet") == 3 and "Error" not in shown, shown
 
     # The student's block up to `nbgrader submit`, the work, then the rest of the block.
     lines = blocks["student: fetch and submit"].strip().split("\n")
