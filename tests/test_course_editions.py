@@ -176,6 +176,15 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert (out / "student" / "04_self_attention.md").exists()
     assert (out / "instructor" / "04_self_attention.ipynb").exists()
     assert (out / "nbgrader" / "source" / "04_self_attention" / "04_self_attention.ipynb").exists()
+    # Instructor edition only: rubrics and slides, offline (no script or style from the web).
+    rubrics = (out / "instructor" / "rubrics.md").read_text()
+    assert "ex-sa-scale" in rubrics and "ex-sa-cost" in rubrics and "Partial credit" in rubrics
+    deck = (out / "instructor" / "slides" / "04_self_attention.slides.html").read_text()
+    assert deck.count("<section") >= 5 and "Exercises" in deck
+    assert not re.findall(r'(?:src|href)="(?:https?:)?//[^"]*"', deck)
+    for asset in re.findall(r'(?:src|href)="([^"#][^"]*)"', deck):
+        assert (out / "instructor" / "slides" / asset).is_file(), asset
+    assert not list((out / "student").glob("*slides*")) and not (out / "student" / "rubrics.md").exists()
     capsys.readouterr()
     (out / "README.md").write_text("mine")
     assert main([str(out)]) == 2
@@ -226,3 +235,18 @@ def test_answer_cell_keeps_the_stubs_other_lines_and_the_solutions_helpers():
     ex.solution_code = ["def my_x(a):\n    return a + 1\n\nresult = check_x(my_x)"]
     assert answer_source(ex, "def my_x(a):\n    ...   # your code here\n\ncheck_x(my_x)").split("\n") == [
         "def my_x(a):", f"    {BEGIN}", "    return a + 1", f"    {END}"]
+
+
+def test_every_written_exercise_has_a_rubric_in_the_instructor_edition_only():
+    from attncourse.course.rubrics import RUBRICS
+
+    written = {ex.label: path for path in CHAPTERS for ex in split_notebook(read_chapter(path), path.stem)[1]
+               if ex.kind == "written"}
+    assert set(RUBRICS) == set(written), set(RUBRICS) ^ set(written)
+    for label, path in written.items():
+        nb = read_chapter(path)
+        instructor = _text(instructor_notebook(nb, path.stem))
+        assert f"**Rubric: {label}**" in instructor
+        assert "Rubric" not in _text(student_notebook(nb, path.stem))
+    for rubric in RUBRICS.values():
+        assert min(len(rubric.full), len(rubric.partial), len(rubric.none)) > 15

@@ -33,7 +33,7 @@ BIBLIOGRAPHY = ROOT / "book" / "references.bib"
 _FENCE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[a-zA-Z0-9_-]+)\}\s*(?P<arg>.*)$")
 _OPTION = re.compile(r"^:[a-zA-Z_-]+:(\s.*)?$")
 _TARGET = re.compile(r"^\([A-Za-z0-9_:-]+\)=\s*$")
-_CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
+_CITE = re.compile(r"(?P<open>\()?\{cite(?::[a-z]+)?\}`(?P<keys>[^`]+)`")
 _LINK = re.compile(r"\[([^\]]+)\]\((?![a-z]+:)([^)\s#]+)\.md(#[^)\s]*)?\)")
 _ROLE = re.compile(r"\{(?:doc|ref|numref|eq|term|download)\}`(?:([^`<]*?)\s*<[^`>]*>|([^`]*))`")
 _MATH_ROLE = re.compile(r"\{math\}`([^`]*)`")
@@ -113,12 +113,15 @@ class Rewriter:
     exercises: int = 0
 
     def cite(self, match: re.Match) -> str:
+        """``(Author, year; ...)``; inside parentheses already open, without a second pair."""
         parts = []
-        for key in (k.strip() for k in match.group(1).split(",")):
+        for key in (k.strip() for k in match.group("keys").split(",")):
             entry = self.bibliography.get(key)
             if key not in self.cited:
                 self.cited.append(key)
             parts.append(entry.citation() if entry else key)
+        if match.group("open"):
+            return "(" + "; ".join(parts)
         return "(" + "; ".join(parts) + ")"
 
     def link(self, match: re.Match) -> str:
