@@ -24,8 +24,7 @@ from attncourse.checks.attention_family import (
     local_p_weights_cases,
     temperature_softmax_cases,
 )
-from attncourse.functional.luong import luong_step, score_general
-from attncourse.functional.temperature import softmax_with_temperature
+from attncourse.functional.luong import luong_step
 from check_helpers import assert_failed
 
 # ------------------------------------------------------------------ learners' general scores

@@ -27,7 +27,7 @@ from attncourse.checks.conv_attention import (
     receptive_field_cases,
 )
 from attncourse.functional import attention
-from attncourse.nn import PlainCNN, SelfAttention2d, receptive_field
+from attncourse.nn import PlainCNN, SelfAttention2d
 from check_helpers import assert_failed
 
 # ------------------------------------------------------------------ learners' pixel attention
