@@ -115,11 +115,14 @@ class Rewriter:
     def cite(self, match: re.Match) -> str:
         """``(Author, year; ...)``; inside parentheses already open, without a second pair."""
         parts = []
+        before = match.string[max(0, match.start() - 30):match.start()]
         for key in (k.strip() for k in match.group("keys").split(",")):
             entry = self.bibliography.get(key)
             if key not in self.cited:
                 self.cited.append(key)
-            parts.append(entry.citation() if entry else key)
+            # "Vaswani et al. {cite}`...`" names the authors already: the year is enough.
+            named = entry is not None and entry.last_names and entry.last_names[0] in before
+            parts.append(entry.year if named else entry.citation() if entry else key)
         if match.group("open"):
             return "(" + "; ".join(parts)
         return "(" + "; ".join(parts) + ")"
