@@ -5,3 +5,19 @@ import torch
 # The models in the tests are tiny: on a small shared CPU one thread is several
 # times faster than two, and results do not depend on the thread count.
 torch.set_num_threads(1)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _checks_start_with_full_hints():
+    """Each test sees the checks' full hints: the nudge of a first attempt is tested on its own
+    (tests/test_checks_references.py)."""
+    from attncourse.checks import core
+
+    core._failed_attempts.clear()
+    saved, core.NUDGE_ATTEMPTS = core.NUDGE_ATTEMPTS, 0
+    yield
+    core.NUDGE_ATTEMPTS = saved
+    core._failed_attempts.clear()

@@ -1,6 +1,7 @@
 """Checks of the attention-at-scale exercises: right answers pass, stubs and typical bugs get hints."""
 
 import numpy as np
+from check_helpers import own_copy
 
 from attncourse.checks import (
     check_causal_linear_attention,
@@ -9,6 +10,8 @@ from attncourse.checks import (
 )
 from attncourse.functional import elu_feature_map as phi
 from attncourse.functional import linear_attention
+
+own_linear_attention = own_copy(linear_attention)  # the checks refuse the package's own
 
 
 def good_update(m, l, scores):
@@ -60,8 +63,8 @@ def test_causal_linear_right_answers_stub_and_bugs():
         return np.array(out)
 
     assert check_causal_linear_attention(loop).passed
-    assert check_causal_linear_attention(lambda q, k, v: linear_attention(q, k, v, causal=True)).passed
+    assert check_causal_linear_attention(lambda q, k, v: own_linear_attention(q, k, v, causal=True)).passed
     stub = check_causal_linear_attention(lambda q, k, v: None)
     assert not stub.passed and "return" in stub.message
-    leaky = check_causal_linear_attention(lambda q, k, v: linear_attention(q, k, v))
+    leaky = check_causal_linear_attention(lambda q, k, v: own_linear_attention(q, k, v))
     assert not leaky.passed and "j <= i" in leaky.hint

@@ -25,8 +25,7 @@ from attncourse.checks.attention_family import (
     local_p_weights_cases,
     temperature_softmax_cases,
 )
-from attncourse.functional.luong import luong_step, score_general
-from attncourse.functional.temperature import softmax_with_temperature
+from attncourse.functional.luong import luong_step
 
 # ------------------------------------------------------------------ learners' general scores
 
@@ -221,13 +220,11 @@ def ts_hardmax(scores, tau):
         (check_general_score, gs_numpy),
         (check_general_score, gs_torch),
         (check_general_score, gs_loop),
-        (check_general_score, score_general),
         (check_local_p_weights, lp_numpy),
         (check_local_p_weights, lp_torch),
         (check_local_p_weights, lp_slices),
         (check_temperature_softmax, ts_numpy),
         (check_temperature_softmax, ts_torch),
-        (check_temperature_softmax, softmax_with_temperature),
     ],
 )
 def test_correct_functions_pass(check, fn):

@@ -27,7 +27,7 @@ from attncourse.checks.conv_attention import (
     receptive_field_cases,
 )
 from attncourse.functional import attention
-from attncourse.nn import PlainCNN, SelfAttention2d, receptive_field
+from attncourse.nn import PlainCNN, SelfAttention2d
 
 # ------------------------------------------------------------------ learners' pixel attention
 
@@ -254,7 +254,6 @@ def rf_raises(layers):
         (check_receptive_field, rf_loop),
         (check_receptive_field, rf_closed_form),
         (check_receptive_field, rf_from_the_top),
-        (check_receptive_field, receptive_field),
     ],
 )
 def test_correct_functions_pass(check, fn):

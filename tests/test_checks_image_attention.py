@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from check_helpers import assert_failed
+from check_helpers import assert_failed, own_copy
 
 from attncourse.checks import run_cases
 from attncourse.checks.image_attention import (
@@ -59,8 +59,11 @@ def ds_expanded(weights, tau):
     return locations * tau**2 - 2 * tau * steps + (weights.sum(axis=0) ** 2).sum()
 
 
+own_penalty = own_copy(doubly_stochastic_penalty)  # the checks refuse the package's own
+
+
 def ds_library(weights, tau):
-    return doubly_stochastic_penalty(torch.from_numpy(weights)[None], tau)[0]
+    return own_penalty(torch.from_numpy(weights)[None], tau)[0]
 
 
 def ds_wrong_axis(weights, tau):

@@ -18,6 +18,7 @@ from attncourse.course.cli import main
 from attncourse.course.editions import instructor_notebook, student_notebook
 from attncourse.course.exercises import read_chapter, split_notebook
 from attncourse.course.nbgrader_source import BEGIN, END, answer_source, source_notebook
+from attncourse.course.plain import LEFTOVERS, Rewriter, read_bibliography
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CHAPTERS = sorted(NOTEBOOKS.glob("*.md"))
@@ -72,8 +73,9 @@ def test_student_notebook_keeps_statements_stubs_and_checks(chapter):
     text = _text(student)
     assert not any("solution" in c.get("metadata", {}).get("tags", []) for c in student.cells)
     assert not re.search(r"\{solution(-start|-end)?\}", text)
+    rewriter = Rewriter(read_bibliography(), {p.stem for p in CHAPTERS})
     for ex in exercises:
-        assert f":label: {ex.label}" in text and ex.statement in text
+        assert f"({ex.label})" in text and rewriter.markdown(ex.statement) in text
         if ex.kind == "coding":
             stub = nb.cells[ex.stub_cell].source
             assert stub in text and f"{ex.check}({ex.function})" in stub
@@ -81,7 +83,45 @@ def test_student_notebook_keeps_statements_stubs_and_checks(chapter):
     assert "jupytext" not in student.metadata and student.metadata.kernelspec.name == "python3"
     nbformat.validate(student)
     full = instructor_notebook(nb)
-    assert [c.source for c in full.cells] == [c.source for c in nb.cells]
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert [c.source for c in full.cells if c.cell_type == "code"] == code
+
+
+def test_editions_are_plain_markdown_in_nbconverts_plain_html(chapter):
+    # What classic Jupyter, a JupyterHub without jupyterlab-myst, and nbgrader's feedback
+    # show: nbconvert's HTML exporter renders Markdown only.
+    from nbconvert import HTMLExporter
+
+    path, nb, _, exercises = chapter
+    student, instructor = student_notebook(nb, path.stem), instructor_notebook(nb)
+    for edition in (student, instructor, source_notebook(nb, path.stem)):
+        for cell in edition.cells:
+            if cell.cell_type == "markdown":
+                assert not LEFTOVERS.search(cell.source), (path.stem, cell.source[:300])
+                assert not re.search(r"^(`{3,}|:{3,})\{", cell.source, re.M), cell.source[:300]
+    page, _ = HTMLExporter().from_notebook_node(student)
+    assert not LEFTOVERS.search(page) and "{cite}" not in page and ":class:" not in page
+    assert page.count(">Exercise ") >= len(exercises)
+    assert not re.search(r'href="[^"]*\.md[#"]', page), "a link to a .md file is left"
+    links = re.findall(r'href="(\d\d[a-z]?_[a-z_]+)\.ipynb"', page)
+    assert all((NOTEBOOKS / f"{name}.md").exists() for name in links)
+    cited = re.findall(r"\{cite\}`([^`]+)`", path.read_text(encoding="utf-8"))
+    if cited:
+        assert "Works cited" in page and re.search(r"\(([A-Z][^()]*, )?(19|20)\d\d[a-z]?[;),]", page)
+
+
+def test_citations_read_author_year():
+    rewriter = Rewriter(read_bibliography(), {"04_self_attention"})
+    text = rewriter.markdown("As {cite}`vaswani2017attention,bahdanau2015neural` show; see "
+                             "[chapter 4](04_self_attention.md) and [the\nappendix](../book/running.md).")
+    assert text == ("As (Vaswani et al., 2017; Bahdanau et al., 2015) show; see "
+                    "[chapter 4](04_self_attention.ipynb) and the\nappendix (in the course's book).")
+    assert rewriter.markdown("Vaswani et al. {cite}`vaswani2017attention`") == "Vaswani et al. (2017)"
+    assert rewriter.works_cited().startswith("## Works cited\n\n- Vaswani, Shazeer, Parmar")
+    assert "Kaiser" in rewriter.works_cited() and "{" not in rewriter.works_cited()
+    block = rewriter.markdown("```{exercise} Title\n:label: ex-a\n\nDo it.\n```\n\n"
+                              "```{admonition} Note\n:class: tip\nRead $x$.\n```")
+    assert block == "### Exercise 1: Title (ex-a)\n\nDo it.\n\n> **Note**\n>\n> Read $x$."
 
 
 def _chapter_imports(nb) -> str:
@@ -137,6 +177,15 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert (out / "student" / "04_self_attention.md").exists()
     assert (out / "instructor" / "04_self_attention.ipynb").exists()
     assert (out / "nbgrader" / "source" / "04_self_attention" / "04_self_attention.ipynb").exists()
+    # Instructor edition only: rubrics and slides, offline (no script or style from the web).
+    rubrics = (out / "instructor" / "rubrics.md").read_text()
+    assert "ex-sa-scale" in rubrics and "ex-sa-cost" in rubrics and "Partial credit" in rubrics
+    deck = (out / "instructor" / "slides" / "04_self_attention.slides.html").read_text()
+    assert deck.count("<section") >= 5 and "Exercises" in deck
+    assert not re.findall(r'(?:src|href)="(?:https?:)?//[^"]*"', deck)
+    for asset in re.findall(r'(?:src|href)="([^"#][^"]*)"', deck):
+        assert (out / "instructor" / "slides" / asset).is_file(), asset
+    assert not list((out / "student").glob("*slides*")) and not (out / "student" / "rubrics.md").exists()
     capsys.readouterr()
     (out / "README.md").write_text("mine")
     assert main([str(out)]) == 2
@@ -187,3 +236,18 @@ def test_answer_cell_keeps_the_stubs_other_lines_and_the_solutions_helpers():
     ex.solution_code = ["def my_x(a):\n    return a + 1\n\nresult = check_x(my_x)"]
     assert answer_source(ex, "def my_x(a):\n    ...   # your code here\n\ncheck_x(my_x)").split("\n") == [
         "def my_x(a):", f"    {BEGIN}", "    return a + 1", f"    {END}"]
+
+
+def test_every_written_exercise_has_a_rubric_in_the_instructor_edition_only():
+    from attncourse.course.rubrics import RUBRICS
+
+    written = {ex.label: path for path in CHAPTERS for ex in split_notebook(read_chapter(path), path.stem)[1]
+               if ex.kind == "written"}
+    assert set(RUBRICS) == set(written), set(RUBRICS) ^ set(written)
+    for label, path in written.items():
+        nb = read_chapter(path)
+        instructor = _text(instructor_notebook(nb, path.stem))
+        assert f"**Rubric: {label}**" in instructor
+        assert "Rubric" not in _text(student_notebook(nb, path.stem))
+    for rubric in RUBRICS.values():
+        assert min(len(rubric.full), len(rubric.partial), len(rubric.none)) > 15

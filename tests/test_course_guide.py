@@ -62,6 +62,24 @@ def test_plans_hold_every_chapter_once():
     assert table.count("\n") == 2 and "04_self_attention" in table
 
 
+def test_plan_titles_agree_with_the_rule_of_thumb():
+    # The session lengths in a plan's title are those its table computes, by the page's rule.
+    import re
+
+    found = guide.chapters()
+    for name, sessions in guide.PLANS.items():
+        title, table = guide.plan_title(found, name, sessions), guide.plan_table(found, sessions)
+        lengths = [float(h) for h in re.findall(r"\| ([0-9.]+) h \|", table)]
+        count = int(re.search(r"\((\d+) sessions", title).group(1))
+        assert count == len(lengths) == table.count("\n") - 1
+        low, high = (float(x) for x in re.findall(r"([0-9.]+)(?: to | hours)", title)[:2]) \
+            if " to " in title else (lengths[0], lengths[0])
+        assert (low, high) == (min(lengths), max(lengths)), (title, lengths)
+        assert max(lengths) <= 3, f"{name}: a session of {max(lengths)} hours"
+    page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
+    assert "about 2 hours" not in page and "guide.plan_title(" in page
+
+
 def test_an_unmeasured_chapter_reads_not_measured(tmp_path):
     (tmp_path / "09_new.md").write_text("# New\n\n```{exercise} A\n:label: ex-new-a\n\nSay why, in "
                                         "two sentences, with one example of your own making.\n```\n")

@@ -227,7 +227,7 @@ def test_training_flag_is_restored(model):
 
 def test_source_ends_with_eos_as_in_translate(model, stepper):
     """The stepper feeds the source as training and decoding.translate do: with its <eos>."""
-    from attncourse.train.decoding import translate
+    from attncourse.decode.search import translate
 
     for text in EXAMPLES:
         stepper.example.value = text

@@ -33,6 +33,7 @@ from attncourse.checks.decoder_only import (
     check_repeat_kv,
     check_rope,
 )
+from attncourse.checks.graded import graded
 from attncourse.checks.image_attention import (
     check_doubly_stochastic_penalty,
     check_reinforce_loss,
@@ -78,6 +79,7 @@ __all__ = [
     "check_scaled_dot_product",
     "check_softmax",
     "check_split_heads",
+    "graded",
     "run_cases",
     "to_numpy",
 ]

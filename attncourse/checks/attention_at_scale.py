@@ -115,7 +115,8 @@ def check_online_softmax_update(fn) -> CheckResult:
     >>> check_online_softmax_update(update).passed
     True
     """
-    return run_cases("check_online_softmax_update", fn, online_update_cases())
+    return run_cases("check_online_softmax_update", fn, online_update_cases(),
+                     references=(online_softmax_step,))
 
 
 # --------------------------------------------------------------------------- rescaling the output
@@ -183,7 +184,7 @@ def check_rescale_output(fn) -> CheckResult:
     >>> check_rescale_output(rescale).passed
     True
     """
-    return run_cases("check_rescale_output", fn, rescale_cases())
+    return run_cases("check_rescale_output", fn, rescale_cases(), references=(online_softmax_step,))
 
 
 # --------------------------------------------------------------------------- causal linear attention
@@ -257,7 +258,8 @@ def check_causal_linear_attention(fn) -> CheckResult:
     >>> check_causal_linear_attention(causal_linear).passed
     True
     """
-    return run_cases("check_causal_linear_attention", fn, linear_cases())
+    return run_cases("check_causal_linear_attention", fn, linear_cases(),
+                     references=(linear_attention,))
 
 
 __all__ = [

@@ -186,7 +186,7 @@ def check_general_score(fn: Callable[..., Any]) -> CheckResult:
     >>> check_general_score(my_general_score)
     ✔ check_general_score: all 5 hidden cases pass
     """
-    return run_cases("check_general_score", fn, general_score_cases())
+    return run_cases("check_general_score", fn, general_score_cases(), references=(score_general,))
 
 
 # --------------------------------------------------------------------- local-p weights (eqs. (7), (11))
@@ -402,7 +402,8 @@ def check_local_p_weights(fn: Callable[..., Any]) -> CheckResult:
     >>> check_local_p_weights(my_local_p_weights)
     ✔ check_local_p_weights: all 7 hidden cases pass
     """
-    return run_cases("check_local_p_weights", fn, local_p_weights_cases())
+    return run_cases("check_local_p_weights", fn, local_p_weights_cases(),
+                     references=(gaussian_weights,))
 
 
 # --------------------------------------------------------------------- softmax with a temperature
@@ -528,7 +529,8 @@ def check_temperature_softmax(fn: Callable[..., Any]) -> CheckResult:
     >>> check_temperature_softmax(my_temperature_softmax)
     ✔ check_temperature_softmax: all 6 hidden cases pass
     """
-    return run_cases("check_temperature_softmax", fn, temperature_softmax_cases())
+    return run_cases("check_temperature_softmax", fn, temperature_softmax_cases(),
+                     references=(softmax_with_temperature,))
 
 
 __all__ = [

@@ -517,7 +517,8 @@ def check_receptive_field(fn: Callable[..., Any]) -> CheckResult:
     >>> check_receptive_field(my_receptive_field)
     ✔ check_receptive_field: all 6 hidden cases pass
     """
-    return run_cases("check_receptive_field", fn, receptive_field_cases())
+    return run_cases("check_receptive_field", fn, receptive_field_cases(),
+                     references=(receptive_field,))
 
 
 __all__ = [

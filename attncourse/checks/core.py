@@ -9,6 +9,19 @@ re-raises and never prints: everything the learner needs is in the returned
 
 Outputs may be NumPy arrays, torch tensors (on any device, with or without
 gradients) or nested lists; they are all compared as NumPy arrays.
+
+Three rules keep the feedback honest and useful:
+
+- *References are refused.* A check names the course package's own implementations of
+  what its exercise asks for (``references``); while the learner's function runs, each of
+  them is replaced, wherever the package or the learner's namespace holds it, by a
+  stand-in that records the call and raises. A function that hands the work to them
+  fails with a message saying so, whatever it returns.
+- *Unwritten is not wrong.* A stub (a body of ``...`` or ``pass``, or one raising
+  ``NotImplementedError`` as nbgrader's released notebooks do) gets "not passed yet".
+- *A nudge first.* The first failed attempt of a check shows a nudge (the case's
+  ``nudge``, or a general one); from the second on, the full hint, which may spell out the
+  fix. ``result.hint`` always holds the full hint.
 """
 
 from __future__ import annotations
@@ -25,6 +38,15 @@ from typing import Any
 
 import numpy as np
 
+from attncourse.checks.guard import (
+    ReferenceCalled,
+    is_reference,
+    is_stub,
+    reference_name,
+    refused,
+    unwrap,
+)
+
 PASS_MARK = "✔"
 FAIL_MARK = "✘"
 
@@ -32,6 +54,14 @@ FAIL_MARK = "✘"
 _ROW_DISPLAY_LIMIT = 8
 #: Longest exception message shown, in characters.
 _EXCEPTION_MESSAGE_LIMIT = 160
+#: Failed attempts of a check (per kernel session) shown with a nudge before the full hint.
+NUDGE_ATTEMPTS = 1
+#: The nudge of a case that has none of its own.
+GENERAL_NUDGE = ("Work this case out by hand, or run your function on its inputs (the "
+                 "result's `.args`) in a new cell, and compare each step with the statement.")
+#: What a stub's check says until it is written.
+NOT_YET = "not passed yet"
+_failed_attempts: dict[str, int] = {}
 
 
 @dataclass(frozen=True, repr=False)
@@ -62,6 +92,9 @@ class CheckResult:
         **result.kwargs)`` reproduces it in a new cell; empty when ``passed``.
     kwargs : dict
         Keyword inputs of the failing case.
+    nudge : str
+        What the report shows instead of ``hint`` on a first failed attempt (empty: the
+        report shows ``hint``).
     """
 
     name: str
@@ -72,15 +105,23 @@ class CheckResult:
     hint: str = ""
     args: tuple = field(default=(), compare=False)
     kwargs: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    nudge: str = field(default="", compare=False)
 
     def __bool__(self) -> bool:
         return self.passed
 
+    @property
+    def shown_hint(self) -> str:
+        """The hint the report shows: the nudge on a first attempt, else the full hint."""
+        if self.nudge:
+            return f"{self.nudge} (A fuller hint comes if the next attempt fails.)"
+        return self.hint
+
     def __str__(self) -> str:
         mark = PASS_MARK if self.passed else FAIL_MARK
         text = f"{mark} {self.name}: {self.message}"
-        if self.hint:
-            text += f"\n  hint: {self.hint}"
+        if self.shown_hint:
+            text += f"\n  hint: {self.shown_hint}"
         return text
 
     def __repr__(self) -> str:
@@ -92,8 +133,8 @@ class CheckResult:
         else:
             border, background, colour, mark = "#c62828", "#fdecea", "#5f2120", FAIL_MARK
         body = f"<b>{mark} {html.escape(self.name)}</b>: {html.escape(self.message)}"
-        if self.hint:
-            body += f"\n<b>hint:</b> {html.escape(self.hint)}"
+        if self.shown_hint:
+            body += f"\n<b>hint:</b> {html.escape(self.shown_hint)}"
         style = (
             f"border:1px solid {border};border-left:6px solid {border};background:{background};"
             f"color:{colour};padding:6px 10px;margin:4px 0;border-radius:4px;"
@@ -126,6 +167,9 @@ class Case:
         Tolerances of the comparison, as in :func:`numpy.allclose`.
     hint : str
         Shown when this case fails and ``diagnose`` names no specific bug.
+    nudge : str
+        Shown instead of the hint on a first failed attempt: a pointer that leaves the fix
+        to the learner (default: :data:`GENERAL_NUDGE`).
     output_names : tuple of str, optional
         Names of the returned arrays when ``expected`` is a tuple,
         e.g. ``("output", "weights")``.
@@ -146,6 +190,7 @@ class Case:
     output_names: tuple[str, ...] | None = None
     dtype: Any = None
     diagnose: Diagnose | None = None
+    nudge: str = ""
 
 
 def to_numpy(value: Any) -> Any:
@@ -342,17 +387,45 @@ def _convert(got: Any, case: Case) -> Any:
     return to_numpy(got)
 
 
-def _call(fn: Callable, case: Case) -> Any:
+def _call(fn: Callable, case: Case, references: Sequence[Any] = ()) -> tuple[Any, list[str]]:
     args = copy.deepcopy(tuple(case.args.values()))
     kwargs = copy.deepcopy(dict(case.kwargs))
     # Overflow warnings from a learner's exp() would print above the result box;
     # the result already says what went wrong.
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
+    with warnings.catch_warnings(), np.errstate(all="ignore"), refused(references, fn) as calls:
         warnings.simplefilter("ignore")
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs), calls
+        except ReferenceCalled:
+            return None, calls
 
 
-def run_cases(name: str, fn: Any, cases: Sequence[Case]) -> CheckResult:
+def _not_yet(name: str, fn: Any, total: int) -> CheckResult:
+    what = getattr(unwrap(fn), "__name__", "your function")
+    return CheckResult(
+        name=name, passed=False, cases_passed=0, cases_total=total,
+        message=f"{NOT_YET}: `{what}` is not written yet",
+        hint="Replace the `...` (or `raise NotImplementedError()`) with your code, then run "
+             "the cell again.")
+
+
+def _refusal(name: str, total: int, ref_name: str, passed_itself: bool) -> CheckResult:
+    how = "is" if passed_itself else "calls"
+    return CheckResult(
+        name=name, passed=False, cases_passed=0, cases_total=total,
+        message=(f"not accepted: your function {how} `{ref_name}`, the course package's own "
+                 "implementation of what this exercise asks you to write (the check runs your "
+                 "function with it switched off)"),
+        hint="Write the computation yourself from NumPy or PyTorch operations: that is the "
+             "exercise.")
+
+
+def reset_attempts() -> None:
+    """Forget the failed attempts counted so far (every check shows a nudge first again)."""
+    _failed_attempts.clear()
+
+
+def run_cases(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any] = ()) -> CheckResult:
     """Run ``fn`` on each hidden case and report the first failure.
 
     Parameters
@@ -363,12 +436,17 @@ def run_cases(name: str, fn: Any, cases: Sequence[Case]) -> CheckResult:
         The learner's function.
     cases : sequence of Case
         Hidden cases, run in order; the first failure stops the run.
+    references : sequence of callable
+        The package's implementations of what the exercise asks for: ``fn`` fails if it
+        is one of them or calls one (they raise while it runs, see :func:`refused`).
 
     Returns
     -------
     CheckResult
         Never raises for anything the learner's function does: exceptions,
-        wrong types, wrong shapes and wrong values are all described in it.
+        wrong types, wrong shapes and wrong values are all described in it. A stub
+        gets "not passed yet"; a failure shows a nudge on the check's first failed
+        attempt (see the module's docstring).
 
     Examples
     --------
@@ -384,6 +462,21 @@ def run_cases(name: str, fn: Any, cases: Sequence[Case]) -> CheckResult:
             message=f"expected your function itself, but got {describe_value(to_numpy(fn))}",
             hint=f"Pass the function without calling it: {name}(my_function), not {name}(my_function(...)).",
         )
+    itself = is_reference(fn, references)
+    if itself is not None:
+        return _refusal(name, total, reference_name(itself), passed_itself=True)
+    result = _run(name, fn, cases, references)
+    if result.passed or result.message.startswith(NOT_YET) or result.message.startswith("not accepted"):
+        return result
+    _failed_attempts[name] = _failed_attempts.get(name, 0) + 1
+    if _failed_attempts[name] <= NUDGE_ATTEMPTS:
+        case = cases[result.cases_passed]
+        result = replace(result, nudge=case.nudge or GENERAL_NUDGE)
+    return result
+
+
+def _run(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any]) -> CheckResult:
+    total = len(cases)
     for number, case in enumerate(cases, start=1):
         header = f"case {number} of {total} ({case.description}) failed\n  inputs: {describe_inputs(case)}"
         failure = CheckResult(  # filled in below when this case fails
@@ -391,10 +484,18 @@ def run_cases(name: str, fn: Any, cases: Sequence[Case]) -> CheckResult:
             args=tuple(case.args.values()), kwargs=dict(case.kwargs),
         )
         try:
-            raw = _call(fn, case)
+            raw, calls = _call(fn, case, references)
+        except NotImplementedError:
+            return _not_yet(name, fn, total)
         except Exception as exc:  # the learner's bug, reported rather than re-raised
+            if number == 1 and is_stub(fn):
+                return _not_yet(name, fn, total)
             return replace(failure, message=f"{header}\n  {describe_exception(exc)}",
-                            hint=_exception_hint(exc, case))
+                           hint=_exception_hint(exc, case))
+        if calls:  # even when the learner's code caught the stand-in's exception
+            return _refusal(name, total, calls[0], passed_itself=False)
+        if raw is None and number == 1 and is_stub(fn):
+            return _not_yet(name, fn, total)
         got = _convert(raw, case)
         problem = _compare(got, case)
         if problem is not None:
@@ -455,7 +556,10 @@ def variant_hint(got: Any, variants: Sequence[tuple[str, Any]], expected: np.nda
 
 
 __all__ = [
+    "GENERAL_NUDGE",
+    "NOT_YET",
     "buggy_variants",
+    "reset_attempts",
     "same_values",
     "variant_hint",
     "Case",

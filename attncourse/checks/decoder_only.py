@@ -135,7 +135,8 @@ def check_left_padded_causal_mask(fn: Callable[[np.ndarray], Any]) -> CheckResul
         hint naming the likely bug (padding or causality forgotten, padding on the
         query axis, the upper triangle).
     """
-    return run_cases("check_left_padded_causal_mask", fn, left_padded_mask_cases())
+    return run_cases("check_left_padded_causal_mask", fn, left_padded_mask_cases(),
+                     references=(allowed_keys,))
 
 
 def _rope_variants(x: torch.Tensor, positions: torch.Tensor) -> list[tuple[str, np.ndarray]]:
@@ -189,7 +190,7 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> CheckResult:
     CheckResult
         With a hint for the 'rotate half' pairing, a rotation the wrong way, wrong frequencies.
     """
-    return run_cases("check_rope", fn, rope_cases())
+    return run_cases("check_rope", fn, rope_cases(), references=(apply_rope,))
 
 
 def _diagnose_repeat(got: Any, case: Case) -> str | None:
@@ -231,4 +232,4 @@ def check_repeat_kv(fn: Callable[[torch.Tensor, int], Any]) -> CheckResult:
     CheckResult
         With a hint for tiling (``.repeat``) instead of ``repeat_interleave`` and for the wrong axis.
     """
-    return run_cases("check_repeat_kv", fn, repeat_kv_cases())
+    return run_cases("check_repeat_kv", fn, repeat_kv_cases(), references=(repeat_kv,))

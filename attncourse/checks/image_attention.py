@@ -278,7 +278,8 @@ def check_doubly_stochastic_penalty(fn: Callable[..., Any]) -> CheckResult:
     >>> check_doubly_stochastic_penalty(my_penalty)
     ✔ check_doubly_stochastic_penalty: all 6 hidden cases pass
     """
-    return run_cases("check_doubly_stochastic_penalty", fn, doubly_stochastic_penalty_cases())
+    return run_cases("check_doubly_stochastic_penalty", fn, doubly_stochastic_penalty_cases(),
+                     references=(doubly_stochastic_penalty,))
 
 
 # --------------------------------------------------------------------- REINFORCE loss (eqs. (10)-(12))
@@ -431,6 +432,7 @@ class _Graded:
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
+        self.__wrapped__ = fn  # the learner's function, for the guards (stubs, references)
         self.problem: tuple[str, str] | None = None
 
     def __call__(self, log_probs: torch.Tensor, rewards: torch.Tensor,

@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 
 from attncourse.checks.core import Case, CheckResult, run_cases, same_values
-from attncourse.functional import causal_mask, scaled_dot_product_attention, softmax
+from attncourse.functional import (
+    attention,
+    causal_mask,
+    scaled_dot_product_attention,
+    softmax,
+)
 
 # --------------------------------------------------------------------------- softmax
 
@@ -103,7 +108,7 @@ def _diagnose_softmax(got: Any, case: Case) -> str | None:
     return None
 
 
-def _softmax_case(description: str, x: Any, axis: int, hint: str) -> Case:
+def _softmax_case(description: str, x: Any, axis: int, hint: str, nudge: str) -> Case:
     x = np.asarray(x, dtype=np.float64)
     return Case(
         description=description,
@@ -111,6 +116,7 @@ def _softmax_case(description: str, x: Any, axis: int, hint: str) -> Case:
         expected=softmax(x, axis=axis),
         hint=hint,
         diagnose=_diagnose_softmax,
+        nudge=nudge,
     )
 
 
@@ -118,29 +124,37 @@ def softmax_cases(seed: int = 0) -> list[Case]:
     """The hidden cases of :func:`check_softmax`, random ones drawn with ``seed``."""
     rng = np.random.default_rng(seed)
     return [
-        _softmax_case("a plain row [1, 2, 3]", [1.0, 2.0, 3.0], -1, SOFTMAX_FORMULA_HINT),
+        _softmax_case("a plain row [1, 2, 3]", [1.0, 2.0, 3.0], -1, SOFTMAX_FORMULA_HINT,
+                      "Which two steps does the softmax formula take, and what must a row sum to?"),
         _softmax_case(
             "a 2-D matrix, softmax along the last axis", rng.normal(size=(3, 4)), -1,
             "Normalise each row on its own. " + SOFTMAX_KEEPDIMS_HINT,
+            "Each row is a softmax of its own: what does each row's sum have to be divided by?",
         ),
-        _softmax_case("large logits [1000, 1001, 1002]", [1000.0, 1001.0, 1002.0], -1, SOFTMAX_MAX_HINT),
+        _softmax_case("large logits [1000, 1001, 1002]", [1000.0, 1001.0, 1002.0], -1, SOFTMAX_MAX_HINT,
+                      "What does np.exp(1000.0) return? And how does the softmax of x compare "
+                      "with the softmax of x - c, for a constant c?"),
         _softmax_case(
             "rows shifted by a constant: the second row is the first plus 1000",
             [[1.0, 2.0, 3.0, 4.0], [1001.0, 1002.0, 1003.0, 1004.0]], -1,
             "Both rows must get the same weights, since softmax ignores a constant shift. "
             "Subtract each row's own max, `x.max(axis=axis, keepdims=True)`.",
+            "Both rows must get the same weights: is what you subtract the same for every row?",
         ),
         _softmax_case(
             "all-equal logits, rows of 0s and of 7s", [[0.0, 0.0, 0.0], [7.0, 7.0, 7.0]], -1,
             "Equal logits get equal weights: every entry should be 1/3 here.",
+            "Equal logits get equal weights.",
         ),
         _softmax_case(
             "softmax along axis=0 (columns)", rng.normal(size=(4, 3)), 0,
             "With axis=0 each column sums to 1. " + SOFTMAX_AXIS_HINT,
+            "With axis=0 each column sums to 1: does your function use its `axis` argument?",
         ),
         _softmax_case(
             "a 3-D batch (2, 3, 4) along the last axis", 3 * rng.normal(size=(2, 3, 4)), -1,
             SOFTMAX_KEEPDIMS_HINT,
+            "Look at the shape of the sums you divide by: does each entry meet its own row's sum?",
         ),
     ]
 
@@ -184,7 +198,7 @@ def check_softmax(fn: Callable[..., Any]) -> CheckResult:
     >>> check_softmax(my_softmax)
     ✔ check_softmax: all 7 hidden cases pass
     """
-    return run_cases("check_softmax", fn, softmax_cases())
+    return run_cases("check_softmax", fn, softmax_cases(), references=(softmax,))
 
 
 # ------------------------------------------------------------ scaled dot-product attention
@@ -415,7 +429,8 @@ def check_scaled_dot_product(fn: Callable[..., Any]) -> CheckResult:
     >>> check_scaled_dot_product(my_attention)
     ✔ check_scaled_dot_product: all 5 hidden cases pass
     """
-    return run_cases("check_scaled_dot_product", fn, scaled_dot_product_cases())
+    return run_cases("check_scaled_dot_product", fn, scaled_dot_product_cases(),
+                     references=(scaled_dot_product_attention, attention))
 
 
 # --------------------------------------------------------------------------- causal mask
@@ -528,7 +543,7 @@ def check_causal_mask(fn: Callable[[int], Any]) -> CheckResult:
     >>> check_causal_mask(my_causal_mask)
     ✔ check_causal_mask: all 3 hidden cases pass
     """
-    return run_cases("check_causal_mask", fn, causal_mask_cases())
+    return run_cases("check_causal_mask", fn, causal_mask_cases(), references=(causal_mask,))
 
 
 __all__ = [

@@ -26,7 +26,12 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, same_values
-from attncourse.functional import additive_attention_step, padding_mask, softmax
+from attncourse.functional import (
+    additive_attention_step,
+    masked_softmax,
+    padding_mask,
+    softmax,
+)
 
 # Loose enough for a learner who computes in float32 torch, tight enough to
 # tell every buggy variant apart.
@@ -423,7 +428,7 @@ def check_padding_mask(fn: Callable[..., Any]) -> CheckResult:
     >>> check_padding_mask(my_padding_mask)
     ✔ check_padding_mask: all 4 hidden cases pass
     """
-    return run_cases("check_padding_mask", fn, padding_mask_cases())
+    return run_cases("check_padding_mask", fn, padding_mask_cases(), references=(padding_mask,))
 
 
 # ------------------------------------------------------------- Bahdanau alignment score
@@ -607,7 +612,8 @@ def check_additive_score(fn: Callable[..., Any]) -> CheckResult:
     >>> check_additive_score(my_additive_score)
     ✔ check_additive_score: all 5 hidden cases pass
     """
-    return run_cases("check_additive_score", fn, additive_score_cases())
+    return run_cases("check_additive_score", fn, additive_score_cases(),
+                     references=(additive_attention_step,))
 
 
 # ---------------------------------------------------------------------- masked softmax
@@ -827,7 +833,8 @@ def check_masked_softmax(fn: Callable[..., Any]) -> CheckResult:
     >>> check_masked_softmax(my_masked_softmax)
     ✔ check_masked_softmax: all 6 hidden cases pass
     """
-    return run_cases("check_masked_softmax", fn, masked_softmax_cases())
+    return run_cases("check_masked_softmax", fn, masked_softmax_cases(),
+                     references=(softmax, masked_softmax))
 
 
 __all__ = [

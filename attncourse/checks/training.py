@@ -72,7 +72,7 @@ def check_noam_schedule(fn) -> CheckResult:
     >>> check_noam_schedule(lrate).passed
     True
     """
-    return run_cases("check_noam_schedule", fn, schedule_cases())
+    return run_cases("check_noam_schedule", fn, schedule_cases(), references=(warmup_inverse_sqrt,))
 
 
 def _smoothed_reference(logits: np.ndarray, target: np.ndarray, epsilon: float, pad_id: int) -> float:

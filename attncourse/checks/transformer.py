@@ -218,7 +218,7 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], Any]) -> CheckResult:
     >>> check_split_heads(my_split_heads)
     ✔ check_split_heads: all 5 hidden cases pass
     """
-    return run_cases("check_split_heads", fn, split_heads_cases())
+    return run_cases("check_split_heads", fn, split_heads_cases(), references=(split_heads,))
 
 
 def check_merge_heads(fn: Callable[[torch.Tensor], Any]) -> CheckResult:
@@ -255,7 +255,7 @@ def check_merge_heads(fn: Callable[[torch.Tensor], Any]) -> CheckResult:
     >>> check_merge_heads(my_merge_heads)
     ✔ check_merge_heads: all 4 hidden cases pass
     """
-    return run_cases("check_merge_heads", fn, merge_heads_cases())
+    return run_cases("check_merge_heads", fn, merge_heads_cases(), references=(merge_heads,))
 
 
 __all__ = [

@@ -24,6 +24,8 @@ from attncourse.cli.options import EXIT_USAGE, Parser
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
+from attncourse.course.rubrics import rubrics_markdown
+from attncourse.course.slides import write_decks
 
 COMMAND = "student-edition"
 #: The chapters' MyST sources in a checkout of the course.
@@ -33,24 +35,37 @@ README = """# attncourse: editions for a class
 
 Written by `python -m attncourse student-edition` from {source}.
 
+All notebooks are plain Markdown and read right in any Jupyter: exercises are headings,
+citations read (Author, year) with a works-cited list at the end, links between chapters
+point at the `.ipynb` files beside them.
+
 - `student/`: one notebook per chapter without any solution (code or text) and without
   outputs. Statements, stubs (`...   # your code here`) and check calls stay: the notebook
   runs top to bottom, and each check shows "not passed yet" with a hint until the stub is
-  filled in.{markdown}
-- `instructor/`: the whole chapters, solutions included, without outputs.
+  filled in.{markdown} Students need the course's package: `pip install -r
+  requirements-student.txt` and `pip install -e .` in a copy of the course.
+- `instructor/`: the whole chapters, solutions included, without outputs, with a rubric
+  after each written solution; `instructor/rubrics.md`, every rubric; and
+  `instructor/slides/<chapter>.slides.html`, a short reveal.js deck per chapter that opens
+  offline (keep the `reveal.js/` and `mathjax/` folders beside the decks).
 - `nbgrader/`: an nbgrader course directory (`nbgrader_config.py`, `source/<chapter>/`), one
   assignment per chapter. Coding exercises: an answer cell and a read-only test cell worth
   {check} point(s); written exercises: a manually graded answer cell worth {written} point(s).
 
-Grading with nbgrader (https://nbgrader.readthedocs.io), from `nbgrader/`:
+Grading with nbgrader (https://nbgrader.readthedocs.io), from `nbgrader/`, when the
+submissions arrive without nbgrader's exchange (the book's *For instructors* page gives the
+whole cycle with the exchange, command by command):
 
     nbgrader generate_assignment 04_self_attention     # writes release/04_self_attention/
-    # hand out release/..., collect submissions into submitted/<student>/04_self_attention/
-    nbgrader autograde 04_self_attention --create       # runs them, scores the checks
-    nbgrader formgrader / nbgrader export               # grade written answers, export scores
+    # hand out release/..., put submissions into submitted/<student>/04_self_attention/
+    ls submitted | xargs -P 2 -I{{}} nbgrader autograde 04_self_attention --student {{}}
+    # grade the written answers: jupyter lab, menu Nbgrader > Formgrader
+    nbgrader generate_feedback 04_self_attention       # feedback/<student>/04_self_attention/
+    nbgrader export                                    # grades.csv
 
 The kernel that grades needs the course's package (`pip install -e` of the course, or
-PYTHONPATH). Chapters: {chapters} ({n_ex} exercises: {n_coding} coding, {n_written} written).
+PYTHONPATH), and the environment's `bin/` on PATH. Chapters: {chapters} ({n_ex} exercises:
+{n_coding} coding, {n_written} written).
 """
 
 
@@ -99,11 +114,17 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
                          "in it, or choose another folder")
     written: list[Path] = []
     exercises = []
+    students = {}
     for path in chapters:
         student, instructor = chapter_editions(path)
+        students[path.stem] = student
         written += write_notebook(student, out / "student" / f"{path.stem}.ipynb", args.markdown)
         written += write_notebook(instructor, out / "instructor" / f"{path.stem}.ipynb")
         exercises += chapter_exercises(path)
+    rubrics = out / "instructor" / "rubrics.md"
+    rubrics.write_text(rubrics_markdown(exercises), encoding="utf-8")
+    written.append(rubrics)
+    written += write_decks(students, out / "instructor" / "slides")
     if not args.no_nbgrader:
         written += write_course(chapters, out / "nbgrader")
     coding = sum(ex.kind == "coding" for ex in exercises)

@@ -4,7 +4,8 @@ The student edition is the chapter without its solutions: every ``solution``-tag
 cell and every ``{solution}`` block or ``{solution-start}`` ... ``{solution-end}``
 region is gone (text included); statements, stubs and check calls stay, so the
 notebook runs top to bottom and each check shows "not passed yet" with its hint. The
-instructor edition is the whole chapter. Both come without outputs.
+instructor edition is the whole chapter. Both come without outputs, and their markdown is
+plain Markdown (:mod:`attncourse.course.plain`): they read right in any Jupyter.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ import nbformat
 from nbformat import NotebookNode
 
 from attncourse.course.exercises import Part, read_chapter, split_notebook
+from attncourse.course.plain import plain_cells
+from attncourse.course.rubrics import RUBRICS
 
 
 def _bare(nb: NotebookNode, cells: list[NotebookNode]) -> NotebookNode:
-    """A new notebook with ``cells``, ``nb``'s kernelspec, and no jupytext pairing."""
+    """A new notebook with ``cells`` in plain Markdown, ``nb``'s kernelspec, no jupytext pairing."""
     out = nbformat.v4.new_notebook()
     out.metadata = {k: copy.deepcopy(v) for k, v in nb.metadata.items() if k != "jupytext"}
-    out.cells = cells
+    out.cells = plain_cells(cells)
     for cell in out.cells:
         if cell.cell_type == "code":
             cell.outputs = []
@@ -59,9 +62,22 @@ def student_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
     return _bare(nb, [cell_from_part(nb, p, p.cell in whole) for p in parts if not p.solution])
 
 
-def instructor_notebook(nb: NotebookNode) -> NotebookNode:
-    """The whole chapter, outputs cleared, as a plain ``.ipynb`` (no jupytext pairing)."""
-    return _bare(nb, copy.deepcopy(nb.cells))
+def instructor_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
+    """The whole chapter, outputs cleared, as a plain ``.ipynb`` (no jupytext pairing).
+
+    After the cell holding each written exercise's solution comes a cell with its rubric
+    (:mod:`attncourse.course.rubrics`).
+    """
+    parts, _ = split_notebook(nb, chapter)
+    after: dict[int, list[str]] = {}  # a markdown cell may hold several written solutions
+    for p in parts:
+        if p.solution and p.role == "block" and p.label in RUBRICS:
+            after.setdefault(p.cell, []).append(p.label)
+    cells = []
+    for index, cell in enumerate(nb.cells):
+        cells.append(copy.deepcopy(cell))
+        cells += [nbformat.v4.new_markdown_cell(RUBRICS[label].markdown(label)) for label in after.get(index, [])]
+    return _bare(nb, cells)
 
 
 def write_notebook(nb: NotebookNode, path: Path, markdown: bool = False) -> list[Path]:
@@ -79,4 +95,4 @@ def write_notebook(nb: NotebookNode, path: Path, markdown: bool = False) -> list
 def chapter_editions(source: Path) -> tuple[NotebookNode, NotebookNode]:
     """The (student, instructor) editions of the chapter at ``source``."""
     nb = read_chapter(source)
-    return student_notebook(nb, source.stem), instructor_notebook(nb)
+    return student_notebook(nb, source.stem), instructor_notebook(nb, source.stem)

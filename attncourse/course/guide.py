@@ -151,31 +151,57 @@ def chapter_sections(found: list[Chapter]) -> str:
 
 
 #: Suggested splits of the course: sessions as lists of chapter-number prefixes. A
-#: chapter that no session names is added as a session of its own at the end.
+#: chapter that no session names is added as a session of its own at the end. Each plan's
+#: title gets its session count and lengths from :func:`session_minutes`.
 PLANS = {
-    "A 2-week module (6 sessions of about 2 hours)": [
-        ["01", "02"], ["03", "03b"], ["04", "04b"], ["05"], ["06"], ["07", "08"]],
-    "A 1-day workshop (4 blocks)": [["02"], ["04"], ["05"], ["06"]],
+    "A 2-week module": [["01"], ["02"], ["03"], ["03b"], ["04"], ["04b"], ["05"], ["06"], ["07"], ["08"]],
+    "A 1-day workshop": [["02"], ["04"], ["05"], ["06"]],
 }
+#: The rule of thumb: a session needs the notebooks' run time plus the exercises, and about
+#: as long again for reading and discussion.
+SESSION_FACTOR = 2
 
 
 def _number(name: str) -> str:
     return name.split("_", 1)[0]
 
 
-def plan_table(found: list[Chapter], sessions: list[list[str]], complete: bool = True) -> str:
-    """Sessions of a plan with their chapters, exercises' minutes and execution time (MyST).
+def session_minutes(group: list[Chapter]) -> float:
+    """Minutes a session on ``group`` needs by the rule of thumb (:data:`SESSION_FACTOR`)."""
+    t = totals(group)
+    return SESSION_FACTOR * (t["minutes"] + t["seconds"] / 60)
 
-    With ``complete``, chapters that no session names get sessions of their own.
-    """
+
+def _groups(found: list[Chapter], sessions: list[list[str]], complete: bool) -> list[list[Chapter]]:
     by_number = {_number(ch.name): ch for ch in found}
     groups = [[by_number[n] for n in session if n in by_number] for session in sessions]
     if complete:
         named = {n for session in sessions for n in session}
         groups += [[ch] for ch in found if _number(ch.name) not in named]
-    rows = ["| session | chapters | exercises (est.) | notebooks execute in |", "| --- | --- | --- | --- |"]
-    for i, group in enumerate(g for g in groups if g):
+    return [g for g in groups if g]
+
+
+def _hours(minutes: float) -> str:
+    return f"{minutes / 60:.1f}"
+
+
+def plan_title(found: list[Chapter], name: str, sessions: list[list[str]], complete: bool = True) -> str:
+    """``A 2-week module (10 sessions of 1.7 to 2.6 hours)``: counts and lengths computed."""
+    lengths = [session_minutes(group) for group in _groups(found, sessions, complete)]
+    span = (f"about {_hours(lengths[0])}" if _hours(min(lengths)) == _hours(max(lengths))
+            else f"{_hours(min(lengths))} to {_hours(max(lengths))}")
+    return f"{name} ({len(lengths)} sessions of {span} hours; {_hours(sum(lengths))} hours in all)"
+
+
+def plan_table(found: list[Chapter], sessions: list[list[str]], complete: bool = True) -> str:
+    """Sessions of a plan: chapters, exercises' minutes, execution time and session length (MyST).
+
+    With ``complete``, chapters that no session names get sessions of their own.
+    """
+    rows = ["| session | chapters | exercises (est.) | notebooks execute in | session (est.) |",
+            "| --- | --- | --- | --- | --- |"]
+    for i, group in enumerate(_groups(found, sessions, complete)):
         t = totals(group)
         rows.append(f"| {i + 1} | {', '.join(_link(ch) for ch in group)} | {t['minutes']} min "
-                    f"| {_time(t['seconds'])} |")
+                    f"| {_time(t['seconds'])} | {_hours(session_minutes(group))} h |")
     return "\n".join(rows)

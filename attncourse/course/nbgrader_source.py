@@ -11,12 +11,16 @@ the student edition.
 
 nbgrader's released answer cell keeps the ``def`` line, with ``raise
 NotImplementedError()`` as its body: the check catches it and reports "not passed
-yet", and the test cell's ``assert`` fails, so the exercise scores 0 until answered.
+yet". The test cell (:func:`attncourse.checks.graded`) shows that and lets *Run All* go
+on for the student, but fails under nbgrader's autograder, so the exercise scores 0
+until answered.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import math
 from pathlib import Path
 
 import nbformat
@@ -29,14 +33,43 @@ CHECK_POINTS = 1
 WRITTEN_POINTS = 1
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 #: nbgrader_config.py of the course directory the command writes.
+#: Seconds an answer or test cell may run: the checks run small hidden cases in well under a
+#: second, so this only ends an endless loop early.
+EXERCISE_LIMIT = 60
+#: A chapter's other cells may run this many times the chapter's measured execution time
+#: (book/chapter_timings.json, first run with training, 2 CPU cores; an upper bound on
+#: its slowest cell), and at least :data:`MINIMUM_LIMIT` seconds.
+LIMIT_FACTOR = 2
+MINIMUM_LIMIT = 120
+#: Limit of a chapter that has no measured time.
+UNMEASURED_LIMIT = 1800
+TIMINGS = Path(__file__).resolve().parents[2] / "book" / "chapter_timings.json"
+#: nbgrader_config.py of the course directory the command writes.
 CONFIG = '''"""nbgrader configuration of the attncourse assignments (written by attncourse)."""
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = "attncourse"
-# Chapters train models: a cell may run for minutes (nbgrader's default limit is 30 s). A
-# limit still ends a run whose kernel stopped answering.
-c.Execute.timeout = 1800
-c.ExecutePreprocessor.timeout = 1800
+# Per-cell time limits (seconds). attncourse writes each code cell's limit into its metadata
+# ("attncourse": {{"timeout": ...}}): {exercise} s for answer and test cells, so an endless
+# loop costs a minute, and {factor} x the chapter's measured run time for the chapter's own cells
+# (training included). A cell without one gets c.Execute.timeout.
+c.Execute.timeout = {default}
+
+
+def cell_limit(cell):
+    """The time limit of one cell: its own, else the default."""
+    return cell.get("metadata", {{}}).get("attncourse", {{}}).get("timeout", {default})
+
+
+c.Execute.timeout_func = cell_limit
 '''
+
+
+def chapter_limit(chapter: str, timings: Path = TIMINGS) -> int:
+    """Seconds a cell of ``chapter`` may run under nbgrader (see :data:`LIMIT_FACTOR`)."""
+    seconds = json.loads(timings.read_text(encoding="utf-8"))["seconds"] if timings.exists() else {}
+    if chapter not in seconds:
+        return UNMEASURED_LIMIT
+    return max(MINIMUM_LIMIT, math.ceil(LIMIT_FACTOR * seconds[chapter] / 60) * 60)
 
 
 def _meta(grade_id: str, *, solution: bool, grade: bool, points: int = 0) -> dict:
@@ -91,10 +124,10 @@ def answer_source(ex: Exercise, stub: str) -> str:
 
 
 def check_source(ex: Exercise) -> str:
-    """The graded test cell of a coding exercise."""
-    return (f"result = {ex.check}({ex.function})\n"
-            f"assert result.passed, str(result)\n"
-            f"result")
+    """The graded test cell of a coding exercise (see :func:`attncourse.checks.graded`)."""
+    return ("# Graded: shows the check's result; fails under nbgrader unless it passes.\n"
+            "from attncourse.checks import graded\n\n"
+            f"graded({ex.check}({ex.function}))")
 
 
 def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
@@ -113,6 +146,7 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
             raise ValueError(f"{chapter}: the coding exercise {ex.label} needs a stub defining a "
                              "function, a check_* call and a solution cell")
     whole = _whole_cells(nb, parts)
+    limit = chapter_limit(chapter)
     cells = []
     for part in parts:
         ex = by_stub.get(part.cell) if part.cell_type == "code" and not part.solution else None
@@ -122,6 +156,8 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
             test = nbformat.v4.new_code_cell(check_source(ex))
             test.metadata["nbgrader"] = _meta(f"{ex.label}-check", solution=False, grade=True,
                                               points=CHECK_POINTS)
+            for cell in (answer, test):
+                cell.metadata["attncourse"] = {"timeout": EXERCISE_LIMIT}
             cells += [answer, test]
         elif part.solution and part.role == "block":
             answer = nbformat.v4.new_markdown_cell(part.source)
@@ -129,7 +165,10 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
                                                 points=WRITTEN_POINTS)
             cells.append(answer)
         elif not part.solution:
-            cells.append(cell_from_part(nb, part, part.cell in whole))
+            cell = cell_from_part(nb, part, part.cell in whole)
+            if cell.cell_type == "code":
+                cell.metadata["attncourse"] = {"timeout": limit}
+            cells.append(cell)
     return _bare(nb, cells)
 
 
@@ -150,7 +189,9 @@ def write_course(chapters: list[Path], root: Path) -> list[Path]:
     """An nbgrader course directory: ``nbgrader_config.py`` and ``source/<chapter>/<chapter>.ipynb``."""
     root.mkdir(parents=True, exist_ok=True)
     config = root / "nbgrader_config.py"
-    config.write_text(CONFIG, encoding="utf-8")
+    default = max(chapter_limit(path.stem) for path in chapters) if chapters else UNMEASURED_LIMIT
+    config.write_text(CONFIG.format(default=default, exercise=EXERCISE_LIMIT, factor=LIMIT_FACTOR),
+                      encoding="utf-8")
     written = [config]
     for path in chapters:
         target = root / "source" / path.stem / f"{path.stem}.ipynb"

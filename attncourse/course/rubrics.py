@@ -1,0 +1,193 @@
+"""Rubrics for the written exercises: what a full, a partial and a no-credit answer says.
+
+For the instructor edition only (``instructor/rubrics.md`` and a *Rubric* cell after each
+written solution in ``instructor/<chapter>.ipynb``); never in the book or the student
+editions. Each written exercise is worth :data:`attncourse.course.nbgrader_source.WRITTEN_POINTS`
+point: full credit 1, partial credit 0.5, no credit 0. A unit test checks that every
+written exercise of every chapter has a rubric, and that no rubric is left over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rubric:
+    """What answers at each level say."""
+
+    full: str
+    partial: str
+    none: str
+
+    def markdown(self, title: str = "") -> str:
+        """The rubric as a Markdown list, under a bold title if given."""
+        head = [f"**Rubric{': ' + title if title else ''}**", ""]
+        return "\n".join(head + [f"- *Full credit (1)*: {self.full}", f"- *Partial credit (0.5)*: {self.partial}",
+                                 f"- *No credit (0)*: {self.none}"])
+
+
+RUBRICS: dict[str, Rubric] = {
+    "ex-bottleneck-reverse": Rubric(
+        "Reversing puts the first source words next to the first target words that depend on "
+        "them, so many dependencies become short (few recurrent steps, short gradient paths) "
+        "while the average distance is unchanged; and a bidirectional encoder gains little, "
+        "since it already reads both ways.",
+        "Says short dependencies make learning easier but not why the first words matter, or "
+        "omits (or gets wrong) the bidirectional case.",
+        "Claims reversing shortens every dependency or adds information, or gives no reason "
+        "in terms of distance."),
+    "ex-bottleneck-context": Rubric(
+        "Feeding c at every step keeps the source information available instead of letting it "
+        "fade through the decoder's updates; it is still one fixed-size vector computed before "
+        "decoding, the same at every step, so it cannot hold more or adapt to step t.",
+        "One of the two halves: the benefit, or why the bottleneck remains.",
+        "Says feeding c at every step removes the bottleneck, or gives neither reason."),
+    "ex-bahdanau-init": Rubric(
+        "Uniform weights 1/S (context = average of the encoder states); the gradients of W_a "
+        "and U_a are zero because they reach the scores only through v_a; v_a's gradient, "
+        "tanh(W_a s + U_a h_j), is not zero, so v_a moves first and the others follow.",
+        "Uniform weights and zero gradients for W_a, U_a, but not why training still starts "
+        "(or the reverse).",
+        "Says training is stuck, or that the weights are random or one-hot."),
+    "ex-bahdanau-cost": Rubric(
+        "S*T = 2500 scores; the numbers for S = T = 50, d = 128 (scores about 0.3 M "
+        "multiply-adds against about 5 M for the recurrent networks, same order of magnitude "
+        "accepted); U_a h_j is computed once per sentence.",
+        "The count S*T and one of: the comparison with numbers, or which part is precomputed.",
+        "A count other than S*T, or no comparison and no precomputed part."),
+    "ex-family-dot": Rubric(
+        "The dot product needs vectors of one length and one shared coordinate space; W_a in "
+        "the general score maps the encoder's space to the decoder's, so a rectangular "
+        "(d_dec, d_enc) W_a frees the two widths, at d_dec * d_enc parameters.",
+        "Equal lengths for the dot product, but not what a rectangular W_a buys (or no "
+        "mention of the shared space).",
+        "No reason for the equal widths, or says general also needs them."),
+    "ex-family-cost": Rubric(
+        "Global T*S = 800,000, local T*(2D+1) = 4,200 scores; local never computes more: below "
+        "S = 2D+1 the window is clipped to the sentence and local attention becomes global "
+        "(with the Gaussian for local-p).",
+        "Both counts right but the short-source case wrong or missing, or one count wrong with "
+        "the right reasoning.",
+        "Counts wrong and no reasoning about the window."),
+    "ex-family-temperature": Rubric(
+        "The chain rule through z = e/tau gives (1/tau) alpha_i (delta_ij - alpha_j); as tau "
+        "goes to 0 the weights go one-hot and the derivative goes to 0 (exponentially, faster "
+        "than 1/tau grows); so backpropagation cannot train a hard choice, which needs "
+        "REINFORCE or a relaxation such as Gumbel-softmax.",
+        "The derivative and its limit, without the consequence for hard attention (or the "
+        "consequence without the derivation).",
+        "Claims the gradient grows as tau goes to 0, or no derivation."),
+    "ex-images-baseline": Rubric(
+        "E[grad log p] = grad of sum p = grad 1 = 0, so a constant b adds nothing on average "
+        "(the estimator stays unbiased); b lowers the variance, so that good samples push up "
+        "and bad ones down.",
+        "The zero expectation shown, without why the baseline helps (or the variance "
+        "argument without the proof).",
+        "No derivation and no variance argument, or claims the baseline changes the mean."),
+    "ex-images-temperature": Rubric(
+        "Reports the accuracy measured (usually lower) and explains that the decoder was "
+        "trained on blended contexts, so near one-hot contexts are inputs it never saw; a hard "
+        "model learned its decoder on single locations from the start.",
+        "The measurement or the explanation, not both.",
+        "No measurement and no explanation, or says it is the same as hard attention."),
+    "ex-images-gumbel": Rubric(
+        "Trains the three seeds, adds the curves to the figure, and compares exact match and "
+        "speed of learning with soft and hard attention, explaining the straight-through "
+        "estimator: one sampled location forward, a softened sample's gradient backward.",
+        "Runs the experiment but compares only partly, or explains without running it.",
+        "Neither runs the experiment nor explains the estimator."),
+    "ex-sa-scale": Rubric(
+        "Standard deviation 8 unscaled and 1 scaled; weights about 0.9997 and 0.73; unscaled "
+        "the softmax has already made a hard choice (saturation).",
+        "The standard deviations right but the weights wrong or missing (or the reverse).",
+        "Variance and standard deviation confused throughout, or no numbers."),
+    "ex-sa-cost": Rubric(
+        "10^6 scores computed, 500,500 non-zero (about half); the full matrix is one regular "
+        "matrix product, much faster on hardware than the ragged triangle (fused kernels skip "
+        "masked blocks).",
+        "Both counts without the reason, or the reason with a counting slip (e.g. n^2/2).",
+        "Counts wrong and no reason."),
+    "ex-cnn-cost": Rubric(
+        "About 16.8 million weights (67 MB in float32) at 64x64, 65,536 (262 kB) at 16x16; "
+        "the cost grows with the fourth power of the side, so the block goes on small maps "
+        "where each position already covers a large patch.",
+        "The counts right but memory or the reason missing.",
+        "Counts wrong (e.g. N instead of N^2) and no reason."),
+    "ex-cnn-gate": Rubric(
+        "dL/dgamma = sum_i dL/dy_i . o_i, generally non-zero; every other parameter of the "
+        "block enters through gamma o_i, so its gradient has a factor gamma = 0 and only gamma "
+        "learns in the first step; the recipe opens the gate (gamma = 1) so W_q, W_k, W_v learn "
+        "from the start, as the gate stayed shut in trials.",
+        "The gradients right but not why the recipe opens the gate (or the reverse).",
+        "Says all parameters learn from the first step, or no gradients."),
+    "ex-mh-wide": Rubric(
+        "1,048,576 weights with d_k = 64 against 8,388,608 with full-width heads (8 times); "
+        "scores 1,280,000 against 10,240,000 multiply-adds (8 times); narrow heads make h heads "
+        "cost one.",
+        "The weights or the score counts right, not both.",
+        "Neither count right."),
+    "ex-mh-rotation": Rubric(
+        "R = [[cos kw, -sin kw], [sin kw, cos kw]] derived from the two identities; it depends "
+        "only on k w, not on pos, so one matrix shifts every position; a learned table's rows "
+        "have no such relation unless training happens to learn it.",
+        "R right but the two explanations missing or vague (or the reverse).",
+        "R wrong and no explanation."),
+    "ex-mh-crossover": Rubric(
+        "Attention is cheaper when n < d = 512; about 32 M against 47 M multiply-adds at n = 30, "
+        "about 74 G against 13 G at n = 8000; notes that the GRU's steps are sequential.",
+        "The crossover right but one comparison wrong, or both comparisons right without the "
+        "crossover.",
+        "Crossover wrong and no comparison."),
+    "ex-transformer-params": Rubric(
+        "Encoder layer 3,152,384, decoder layer 4,204,032, stack 44,138,496, checked against "
+        "count_parameters.",
+        "The method right (attention, feed-forward, LayerNorms) with an arithmetic slip, or "
+        "biases or a LayerNorm left out.",
+        "No method, or counts off by more than a missing term."),
+    "ex-decoder-cache-size": Rubric(
+        "512 KiB per token, 4 GiB per sequence, 9 sequences in 40 GB with multi-head; 4 times "
+        "less with 8 key/value heads: 1 GiB, 37 sequences.",
+        "The multi-head size right but the grouped-query case wrong (or the reverse), or a "
+        "factor 2 (keys and values) missed throughout.",
+        "No correct size."),
+    "ex-decoder-extrapolation": Rubric(
+        "Runs the experiment (max_len 64 raises a ValueError naming max_len; untrained rows add "
+        "noise); ALiBi's bias depends on distance only and far keys get little weight, so "
+        "nothing new appears; RoPE meets rotation angles (offsets of 64 and more) that training "
+        "never produced.",
+        "Two of the three parts (experiment, ALiBi, RoPE).",
+        "At most one part, or claims a learned table extrapolates."),
+    "ex-scale-bytes": Rubric(
+        "About 3.4e10 FLOPs (35 us), 545 MB textbook (163 us), 273 MB tiled (81 us); both are "
+        "limited by memory traffic (intensity below the ridge), and tiling halves it.",
+        "The FLOPs and one byte count right, or all counts right without saying which limit "
+        "applies.",
+        "No correct count."),
+    "ex-scale-window": Rubric(
+        "About 1/8 of the scores per layer; up to 12 * 511 = 6,132 positions after 12 layers, "
+        "but only through a chain of tokens; a global token connects any two tokens in two "
+        "steps within one layer, at the cost of two extra rows and columns of scores.",
+        "Two of the three parts.",
+        "At most one part."),
+}
+
+
+def rubrics_markdown(exercises: list, titles: dict[str, str] | None = None) -> str:
+    """``rubrics.md`` of the instructor edition: one section per written exercise given."""
+    lines = ["# Rubrics for the written exercises", "",
+             "For instructors only. Each written exercise is worth 1 point: full credit 1, "
+             "partial credit 0.5, no credit 0. Read the reference answer in the instructor "
+             "edition beside each rubric.", ""]
+    chapter = None
+    for ex in exercises:
+        if ex.kind != "written" or ex.label not in RUBRICS:
+            continue
+        if ex.chapter != chapter:
+            chapter = ex.chapter
+            lines += [f"## {chapter}", ""]
+        lines += [f"### {ex.title} ({ex.label})", "", RUBRICS[ex.label].markdown(), ""]
+    return "\n".join(lines)
+
+
+__all__ = ["RUBRICS", "Rubric", "rubrics_markdown"]
