@@ -30,6 +30,7 @@ from attncourse.checks.attention_family import (
 from attncourse.checks.image_attention import check_doubly_stochastic_penalty, check_reinforce_loss
 from attncourse.checks.decoder_only import check_left_padded_causal_mask, check_repeat_kv, check_rope
 from attncourse.checks.conv_attention import check_pixel_attention, check_receptive_field
+from attncourse.checks.flash_kernel import check_causal_early_exit, check_flash_hbm_bytes
 from attncourse.checks.seq2seq import (
     check_additive_score,
     check_gru_cell,
@@ -41,7 +42,9 @@ __all__ = [
     "Case",
     "CheckResult",
     "check_additive_score",
+    "check_causal_early_exit",
     "check_causal_linear_attention",
+    "check_flash_hbm_bytes",
     "check_online_softmax_update",
     "check_rescale_output",
     "check_doubly_stochastic_penalty",
