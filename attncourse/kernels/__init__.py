@@ -25,6 +25,7 @@ from attncourse.kernels.flash_attention import (
     BLOCK_SIZES,
     HEAD_DIMS,
     FlashAttentionTriton,
+    default_blocks,
     triton_flash_attention,
 )
 from attncourse.kernels.traffic import LSE_BYTES, forward_hbm_bytes, keys_visited
@@ -36,6 +37,7 @@ __all__ = [
     "INTERPRETED",
     "LSE_BYTES",
     "TRITON_AVAILABLE",
+    "default_blocks",
     "describe",
     "forward_hbm_bytes",
     "keys_visited",

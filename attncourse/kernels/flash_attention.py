@@ -38,7 +38,17 @@ BLOCK_SIZES = (16, 32, 64, 128)
 #: float64 runs only there (for gradcheck).
 INTERPRETED_DTYPES = (torch.float32, torch.float16, torch.float64)
 COMPILED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-DEFAULT_BLOCK = 64
+
+
+def default_blocks(d: int, dtype: torch.dtype) -> tuple[int, int]:
+    """``(block_q, block_k)`` used when none are given: 64 x 64, or 32 x 32 for rows of 512 bytes.
+
+    A program holds a few ``block x d`` tiles in SRAM (more in the backward pass, with its
+    two accumulators): float32 rows of d = 128 are 512 bytes, and 64-row tiles of them
+    would not fit well on the chip. Not tuned beyond that (see benchmarks/flash_attention.py).
+    """
+    row_bytes = d * torch.finfo(dtype).bits // 8 if dtype.is_floating_point else d
+    return (32, 32) if row_bytes >= 512 else (64, 64)
 
 
 @jit
@@ -222,7 +232,7 @@ def _check_inputs(query, key, value, block_q, block_k) -> None:
     if d not in HEAD_DIMS:
         raise ValueError(f"head width d = {d} not supported: the kernel takes d in {HEAD_DIMS}")
     for name, block in (("block_q", block_q), ("block_k", block_k)):
-        if block not in BLOCK_SIZES:
+        if block is not None and block not in BLOCK_SIZES:
             raise ValueError(f"{name} = {block!r} not supported: use one of {BLOCK_SIZES}")
     dtypes = {t.dtype for t in tensors.values()}
     if len(dtypes) > 1:
@@ -248,8 +258,8 @@ def triton_flash_attention(
     key: torch.Tensor,
     value: torch.Tensor,
     is_causal: bool = False,
-    block_q: int = DEFAULT_BLOCK,
-    block_k: int = DEFAULT_BLOCK,
+    block_q: int | None = None,
+    block_k: int | None = None,
     return_lse: bool = False,
 ):
     """Exact attention softmax(QK^T / sqrt(d)) V by the FlashAttention-2 Triton kernels.
@@ -265,9 +275,10 @@ def triton_flash_attention(
         Query i sees keys j <= i (top-left alignment, as ``is_causal`` of
         ``torch.nn.functional.scaled_dot_product_attention``); key blocks after a query
         block's diagonal are never loaded.
-    block_q, block_k : int
-        B_r and B_c, rows of queries and of keys per tile, in 16, 32, 64, 128. Lengths need
-        not be multiples of them: the last tile is masked.
+    block_q, block_k : int, optional
+        B_r and B_c, rows of queries and of keys per tile, in 16, 32, 64, 128 (default:
+        :func:`default_blocks`). Lengths need not be multiples of them: the last tile is
+        masked.
     return_lse : bool
         Also return ``L (batch, heads, tgt_len)``, the natural log-sum-exp of each row of
         scaled scores, in float32 (float64 for float64 inputs); it carries no gradient.
@@ -296,10 +307,13 @@ def triton_flash_attention(
     """
     require_triton()
     _check_inputs(query, key, value, block_q, block_k)
+    default_q, default_k = default_blocks(query.shape[-1], query.dtype)
+    block_q = default_q if block_q is None else block_q
+    block_k = default_k if block_k is None else block_k
     q, k, v = (t.contiguous() for t in (query, key, value))
     out, lse = FlashAttentionTriton.apply(q, k, v, bool(is_causal), int(block_q), int(block_k))
     return (out, lse) if return_lse else out
 
 
 __all__ = ["BLOCK_SIZES", "COMPILED_DTYPES", "FlashAttentionTriton", "HEAD_DIMS", "INTERPRETED_DTYPES",
-           "triton_flash_attention"]
+           "default_blocks", "triton_flash_attention"]
