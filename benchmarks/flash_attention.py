@@ -239,7 +239,6 @@ def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: in
                     star = "*" if backend == "default" else " "
                     print(f"{dtype_name:>8} {d:>4} {n:>6} {label:>8} | {cell('triton', 10)} | "
                           f"{cell('sdpa', 10)}{star}| {cell('textbook', 11)} | {ratio:>11}")
-                del q, k, v, grad
     for line in mismatches:
         print("MISMATCH:", line)
     return rows, mismatches

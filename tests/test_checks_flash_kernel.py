@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from check_helpers import assert_failed
 
 from attncourse.checks import check_causal_early_exit, check_flash_hbm_bytes
 from attncourse.kernels import TRITON_AVAILABLE, triton_flash_attention
-from check_helpers import assert_failed
 
 
 def kernel_bytes(n, d, block_q, block_k, bytes_per_element):

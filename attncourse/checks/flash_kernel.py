@@ -18,7 +18,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from attncourse.checks.core import Case, CheckResult, buggy_variants, run_cases, variant_hint
+from attncourse.checks.core import (
+    Case,
+    CheckResult,
+    buggy_variants,
+    run_cases,
+    variant_hint,
+)
 
 # attncourse.kernels is imported inside the functions: importing it imports triton and sets
 # TRITON_INTERPRET on a CPU-only machine, which `import attncourse.checks` should not do.

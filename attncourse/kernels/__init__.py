@@ -14,13 +14,6 @@ Without triton (it installs on Linux x86_64 only) the package still imports; cal
 kernel raises a one-line ``RuntimeError``, and :data:`TRITON_AVAILABLE` is False.
 """
 
-from attncourse.kernels.runtime import (  # first: sets TRITON_INTERPRET before triton loads
-    INTERPRETED,
-    TRITON_AVAILABLE,
-    describe,
-    kernel_device,
-    require_triton,
-)
 from attncourse.kernels.flash_attention import (
     BLOCK_SIZES,
     HEAD_DIMS,
@@ -28,20 +21,27 @@ from attncourse.kernels.flash_attention import (
     default_blocks,
     triton_flash_attention,
 )
+from attncourse.kernels.runtime import (  # (flash_attention imports it before any kernel)
+    INTERPRETED,
+    TRITON_AVAILABLE,
+    describe,
+    kernel_device,
+    require_triton,
+)
 from attncourse.kernels.traffic import LSE_BYTES, forward_hbm_bytes, keys_visited
 
 __all__ = [
     "BLOCK_SIZES",
-    "FlashAttentionTriton",
     "HEAD_DIMS",
     "INTERPRETED",
     "LSE_BYTES",
     "TRITON_AVAILABLE",
+    "FlashAttentionTriton",
     "default_blocks",
     "describe",
     "forward_hbm_bytes",
-    "keys_visited",
     "kernel_device",
+    "keys_visited",
     "require_triton",
     "triton_flash_attention",
 ]

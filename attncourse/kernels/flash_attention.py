@@ -315,5 +315,12 @@ def triton_flash_attention(
     return (out, lse) if return_lse else out
 
 
-__all__ = ["BLOCK_SIZES", "COMPILED_DTYPES", "FlashAttentionTriton", "HEAD_DIMS", "INTERPRETED_DTYPES",
-           "default_blocks", "triton_flash_attention"]
+__all__ = [
+    "BLOCK_SIZES",
+    "COMPILED_DTYPES",
+    "HEAD_DIMS",
+    "INTERPRETED_DTYPES",
+    "FlashAttentionTriton",
+    "default_blocks",
+    "triton_flash_attention",
+]
