@@ -70,6 +70,21 @@ def peak_bytes(fn, device: torch.device) -> int | None:
     return torch.cuda.max_memory_allocated(device) - base
 
 
+def one_pass(fn, q, k, v, backward: bool, device: torch.device, grad=None):
+    """A call to time: ``fn(q, k, v)`` under no_grad, or with its backward pass (of ``grad``,
+    or of the sum of the output); waits for the GPU."""
+    def go():
+        if backward:
+            out = fn(q, k, v)
+            out.backward(torch.ones_like(out) if grad is None else grad)
+        else:
+            with torch.no_grad():
+                fn(q, k, v)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return go
+
+
 def run(device: torch.device, lengths, batch: int, heads: int, d_k: int, block: int, half: bool,
         min_run_time: float, seed: int) -> list[dict]:
     dtype = torch.float16 if half and device.type == "cuda" else torch.float32
@@ -96,15 +111,7 @@ def run(device: torch.device, lengths, batch: int, heads: int, d_k: int, block: 
         saved = {name: saved_tensor_bytes(fn, q, k, v) for name, fn in fns.items()}
         for label, backward in (("forward", False), ("fwd+bwd", True)):
             def step(fn):
-                def go():
-                    if backward:
-                        fn(q, k, v).sum().backward()
-                    else:
-                        with torch.no_grad():
-                            fn(q, k, v)
-                    if device.type == "cuda":
-                        torch.cuda.synchronize()
-                return go
+                return one_pass(fn, q, k, v, backward, device)
 
             times = {name: time_median(step(fn), min_run_time) for name, fn in fns.items()}
             peaks = {name: peak_bytes(step(fn), device) for name, fn in fns.items()}
@@ -200,15 +207,7 @@ def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: in
                 del outputs
                 for label, backward in (("forward", False), ("fwd+bwd", True)):
                     def step(fn):
-                        def go():
-                            if backward:
-                                fn(q, k, v).backward(grad)
-                            else:
-                                with torch.no_grad():
-                                    fn(q, k, v)
-                            if device.type == "cuda":
-                                torch.cuda.synchronize()
-                        return go
+                        return one_pass(fn, q, k, v, backward, device, grad)
 
                     flops = batch * heads * sweep_flops(n, d, True, backward)
                     row = {"device": str(device), "dtype": dtype_name, "d": d, "n": n, "pass": label,
