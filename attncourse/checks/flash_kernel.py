@@ -123,15 +123,34 @@ def check_flash_hbm_bytes(fn) -> CheckResult:
 
 EXIT_HINT = (
     "Keep the kernel's arithmetic and masks as they were, and stop the loop over key blocks "
-    "at the end of the diagonal block: range(0, hi, BLOCK_N) with "
-    "hi = tl.minimum(N_K, (i + 1) * BLOCK_M) when CAUSAL."
+    "at the end of the diagonal block: range(0, stop, BLOCK_N) with "
+    "stop = tl.minimum(N_K, (i + 1) * BLOCK_M) when CAUSAL (BLOCK_M: the query rows)."
 )
 EXIT_NAN_HINT = (
     "Your output has NaN: your kernel still loads key blocks after the diagonal. This case puts "
     "NaN in the keys and values no query may see, and a loaded tile multiplies them by 0 "
-    "(0 * NaN = NaN). Stop the loop at hi = tl.minimum(N_K, (i + 1) * BLOCK_M) when CAUSAL."
+    "(0 * NaN = NaN). Stop the loop at tl.minimum(N_K, (i + 1) * BLOCK_M) when CAUSAL."
 )
-EXIT_TUPLE_HINT = "Return the output tensor only, e.g. `flash_forward(my_kernel, q, k, v, causal=True)[0]`."
+EXIT_NOT_KERNEL_HINT = (
+    "Pass your kernel itself, decorated with @jit (triton.jit): "
+    "check_causal_early_exit(my_causal_kernel)."
+)
+
+
+def launch_forward_kernel(kernel, q, k, v, block_m: int = 32, block_n: int = 32) -> torch.Tensor:
+    """Run a forward kernel with the chapter's signature, causal; return the output O.
+
+    The kernel is called as ``kernel[grid](Q, K, V, O, L, N_Q, N_K, scale, D=d,
+    BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=True)`` on contiguous float32
+    ``(batch, heads, n, d)`` tensors, with one program per (query block, batch x head).
+    """
+    batch, heads, n_q, d = q.shape
+    out = torch.zeros_like(q)
+    lse = torch.zeros(batch, heads, n_q, device=q.device)
+    grid = (-(-n_q // block_m), batch * heads)
+    kernel[grid](q.contiguous(), k.contiguous(), v.contiguous(), out, lse, n_q, k.shape[2],
+                 1 / d ** 0.5, D=d, BLOCK_M=block_m, BLOCK_N=block_n, CAUSAL=True)
+    return out
 
 
 def _causal_reference(q, k, v):
@@ -141,8 +160,6 @@ def _causal_reference(q, k, v):
 
 
 def _diagnose_exit(got: Any, case: Case) -> str | None:
-    if isinstance(got, tuple):
-        return EXIT_TUPLE_HINT
     poisoned = bool(torch.isnan(case.args["k"]).any())
     if poisoned and isinstance(got, np.ndarray) and got.dtype.kind == "f" and np.isnan(got).any():
         return EXIT_NAN_HINT
@@ -156,10 +173,11 @@ def early_exit_cases(seed: int = 0) -> list[Case]:
     generator = torch.Generator().manual_seed(seed)
     device = kernel_device()
     cases = []
-    for description, n_q, n_k, poison in [
-        ("n = 64: two blocks of 32, causal", 64, 64, False),
-        ("n = 50: a short last block", 50, 50, False),
-        ("64 queries, 128 keys: keys 64..127 (NaN) are seen by no query", 64, 128, True),
+    for description, n_q, n_k, blocks, poison in [
+        ("n = 64, blocks of 32 x 32", 64, 64, (32, 32), False),
+        ("n = 50, a short last block", 50, 50, (32, 32), False),
+        ("query blocks of 32, key blocks of 16", 64, 64, (32, 16), False),
+        ("64 queries, 128 keys: keys 64..127 (NaN) are seen by no query", 64, 128, (32, 32), True),
     ]:
         q = torch.randn(1, 2, n_q, 16, generator=generator)
         k, v = (torch.randn(1, 2, n_k, 16, generator=generator) for _ in range(2))
@@ -167,37 +185,43 @@ def early_exit_cases(seed: int = 0) -> list[Case]:
         if poison:
             k[..., n_q:, :], v[..., n_q:, :] = float("nan"), float("nan")
         args = {"q": q.to(device), "k": k.to(device), "v": v.to(device)}
-        cases.append(Case(description, args, expected, atol=2e-5 if device.type == "cpu" else 2e-3,
-                          rtol=0, hint=EXIT_HINT, diagnose=_diagnose_exit))
+        kwargs = {"block_m": blocks[0], "block_n": blocks[1]}
+        cases.append(Case(description, args, expected, kwargs=kwargs,
+                          atol=2e-5 if device.type == "cpu" else 2e-3, rtol=0, hint=EXIT_HINT,
+                          diagnose=_diagnose_exit))
     return cases
 
 
-def check_causal_early_exit(fn) -> CheckResult:
+def check_causal_early_exit(kernel) -> CheckResult:
     """Check a learner's causal Triton kernel: right output, and no key block after the diagonal read.
 
-    The learner's function is called as ``fn(q, k, v)`` with float32 ``(1, 2, n_q, 16)``
-    queries and ``(1, 2, n_k, 16)`` keys and values on the kernels' device (CPU under
-    Triton's interpreter), and returns the causal attention output ``(1, 2, n_q, 16)``
-    (top-left aligned, as SDPA's ``is_causal``), typically by launching the chapter's
-    kernel with the early exit. In the last case the keys and values after position
+    ``kernel`` is a ``@triton.jit`` function with the signature of the chapter's
+    ``flash_forward_kernel`` ``(Q, K, V, O, L, N_Q, N_K, scale, D, BLOCK_M, BLOCK_N,
+    CAUSAL)``; it is launched with ``CAUSAL=True`` (:func:`launch_forward_kernel`) on float32
+    ``(1, 2, n_q, 16)`` queries and ``(1, 2, n_k, 16)`` keys and values on the kernels'
+    device (CPU under Triton's interpreter), and its output must equal SDPA's with
+    ``is_causal`` (top-left aligned). In the last case the keys and values after position
     ``n_q`` are NaN: no query may see them, so a kernel that never loads their tiles returns
     finite values, and one that loads and masks them returns NaN.
 
     Without triton (Linux x86_64 only) the check does not run and says so.
-
-    Examples
-    --------
-    >>> from attncourse.kernels import triton_flash_attention
-    >>> check_causal_early_exit(  # doctest: +SKIP
-    ...     lambda q, k, v: triton_flash_attention(q, k, v, is_causal=True, block_q=32, block_k=32))
-    ✔ check_causal_early_exit: all 3 hidden cases pass
     """
     from attncourse.kernels.runtime import MISSING_MESSAGE, TRITON_AVAILABLE
 
+    name = "check_causal_early_exit"
     if not TRITON_AVAILABLE:
-        return CheckResult(name="check_causal_early_exit", passed=False, cases_passed=0, cases_total=3,
+        return CheckResult(name=name, passed=False, cases_passed=0, cases_total=4,
                            message=f"not run: {MISSING_MESSAGE}")
-    return run_cases("check_causal_early_exit", fn, early_exit_cases())
+    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
+        return CheckResult(name=name, passed=False, cases_passed=0, cases_total=4,
+                           message=f"expected a @jit kernel, got {type(kernel).__name__}",
+                           hint=EXIT_NOT_KERNEL_HINT)
+
+    def causal_output(q, k, v, block_m, block_n):
+        return launch_forward_kernel(kernel, q, k, v, block_m, block_n)
+
+    return run_cases(name, causal_output, early_exit_cases())
 
 
-__all__ = ["check_causal_early_exit", "check_flash_hbm_bytes", "early_exit_cases", "hbm_bytes_cases"]
+__all__ = ["check_causal_early_exit", "check_flash_hbm_bytes", "early_exit_cases", "hbm_bytes_cases",
+           "launch_forward_kernel"]
