@@ -5,6 +5,7 @@ its own, never a part of its own level or below (``tests/test_layers.py`` holds
 the code to this map)::
 
     1  functional  the attention maths: tensors in, tensors out
+       kernels     the same maths as Triton kernels (FlashAttention-2)
        data        the tasks, their vocabularies and batches
        runtime     device choice, seeding, progress bars, the trained-model folder
     2  nn          the models, as torch.nn.Modules

@@ -18,7 +18,24 @@ SDPA time** (above 1: slower than SDPA), for the forward pass and for forward + 
 ``torch.autograd.graph.saved_tensors_hooks``: exact, the same on every run); on CUDA also
 ``peak MiB``: ``torch.cuda.max_memory_allocated`` during forward + backward, beyond the inputs.
 
+On CUDA a second table follows, the **Triton sweep** (the sweep of Stanford CS336's
+FlashAttention-2 assignment): ``attncourse.kernels.triton_flash_attention``, the course's
+Triton kernel compiled for the GPU, beside SDPA's FlashAttention backend (SDPA's default
+choice where that backend refuses the dtype, as for float32 on CUDA) and the textbook path,
+causal, batch 1, one head, for lengths 128 to 16,384, d = 16 to 128, float32 and bfloat16,
+forward and forward + backward: median milliseconds and achieved TFLOP/s. The FLOPs are
+the useful ones: ``4 n^2 d`` per forward, halved by the causal mask, times 3.5 for forward
++ backward (the backward's five matrix products against the forward's two; the
+recomputation of the weights is not counted), as in Dao (2023), section 4.1. Each path's
+output is compared with the kernel's first; a mismatch is reported, written to the JSON,
+and makes the script exit with status 1 at the end. A path that fails (out of memory, a
+backend that refuses the inputs) gets ``-`` and its error in the JSON. On the CPU the sweep
+runs only when asked (``--sweep yes``), under Triton's interpreter: a test of the code, not
+a timing (bfloat16 is skipped there).
+
 Usage: ``python benchmarks/flash_attention.py [--device all|cpu|cuda] [--lengths 256 1024 4096]``
+``[--sweep auto|yes|no|only] [--json OUT]``. The GPU report runs
+``python benchmarks/flash_attention.py --device cuda --json OUT.json`` (a few minutes on an H100).
 """
 
 from __future__ import annotations
@@ -29,14 +46,22 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention import run_on_devices, time_median  # noqa: E402
 
 from attncourse.functional import (  # noqa: E402
     attention,
+    attention_flops,
     flash_attention,
     saved_tensor_bytes,
+)
+from attncourse.kernels import (  # noqa: E402
+    INTERPRETED,
+    TRITON_AVAILABLE,
+    describe,
+    triton_flash_attention,
 )
 from attncourse.runtime import describe_device  # noqa: E402
 
@@ -53,6 +78,21 @@ def peak_bytes(fn, device: torch.device) -> int | None:
     fn()
     torch.cuda.synchronize(device)
     return torch.cuda.max_memory_allocated(device) - base
+
+
+def one_pass(fn, q, k, v, backward: bool, device: torch.device, grad=None):
+    """A call to time: ``fn(q, k, v)`` under no_grad, or with its backward pass (of ``grad``,
+    or of the sum of the output); waits for the GPU."""
+    def go():
+        if backward:
+            out = fn(q, k, v)
+            out.backward(torch.ones_like(out) if grad is None else grad)
+        else:
+            with torch.no_grad():
+                fn(q, k, v)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return go
 
 
 def run(device: torch.device, lengths, batch: int, heads: int, d_k: int, block: int, half: bool,
@@ -81,15 +121,7 @@ def run(device: torch.device, lengths, batch: int, heads: int, d_k: int, block: 
         saved = {name: saved_tensor_bytes(fn, q, k, v) for name, fn in fns.items()}
         for label, backward in (("forward", False), ("fwd+bwd", True)):
             def step(fn):
-                def go():
-                    if backward:
-                        fn(q, k, v).sum().backward()
-                    else:
-                        with torch.no_grad():
-                            fn(q, k, v)
-                    if device.type == "cuda":
-                        torch.cuda.synchronize()
-                return go
+                return one_pass(fn, q, k, v, backward, device)
 
             times = {name: time_median(step(fn), min_run_time) for name, fn in fns.items()}
             peaks = {name: peak_bytes(step(fn), device) for name, fn in fns.items()}
@@ -108,6 +140,119 @@ def run(device: torch.device, lengths, batch: int, heads: int, d_k: int, block: 
     return rows
 
 
+SWEEP_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+SWEEP_DIMS = [16, 32, 64, 128]
+SWEEP_DTYPES = ["float32", "bfloat16"]
+SWEEP_PATHS = ("triton", "sdpa", "textbook")
+#: Largest |difference| from the Triton kernel's output accepted, per dtype (inputs ~ N(0, 1)).
+SWEEP_TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
+
+
+def sweep_flops(n: int, d: int, causal: bool, backward: bool) -> float:
+    """Useful FLOPs of one head: 4 n^2 d forward, half with a causal mask, x 3.5 with the backward."""
+    flops = attention_flops(n, d) * (0.5 if causal else 1.0)
+    return flops * (3.5 if backward else 1.0)
+
+
+def sdpa_flash_or_default(q, k, v):
+    """SDPA restricted to its FlashAttention backend; ``(output, "flash")``, or the default choice
+    where that backend refuses the inputs (float32 on CUDA): ``(output, "default")``."""
+    try:
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True), "flash"
+    except RuntimeError:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True), "default"
+
+
+def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: int,
+              min_run_time: float, seed: int) -> tuple[list[dict], list[str]]:
+    """The Triton sweep on one device: rows, and the mismatches found (empty when all agree)."""
+    print(f"\nTriton sweep on {device}: {describe()}")
+    if not TRITON_AVAILABLE:
+        return [], []
+    if INTERPRETED:
+        print("(under the interpreter: a test of the code, the times mean nothing)")
+    print(f"batch={batch}, heads={heads}, causal; median ms and achieved TFLOP/s "
+          "(useful FLOPs); SDPA = its flash backend, or its default choice (*)")
+    print(f"{'dtype':>8} {'d':>4} {'n':>6} {'pass':>8} | {'triton ms':>10} {'TFLOP/s':>8} | "
+          f"{'SDPA ms':>10} {'TFLOP/s':>8} | {'textbook ms':>11} {'TFLOP/s':>8} | {'SDPA/triton':>11}")
+    torch.manual_seed(seed)
+    fns = {
+        "triton": lambda q, k, v: triton_flash_attention(q, k, v, is_causal=True),
+        "sdpa": lambda q, k, v: sdpa_flash_or_default(q, k, v)[0],
+        "textbook": lambda q, k, v: attention(q, k, v, mask=torch.ones(
+            q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril())[0],
+    }
+    rows, mismatches = [], []
+    for dtype_name in dtypes:
+        dtype = getattr(torch, dtype_name)
+        if INTERPRETED and dtype == torch.bfloat16:
+            print(f"{dtype_name:>8}: skipped (Triton's interpreter computes bfloat16 wrongly)")
+            continue
+        for d in dims:
+            for n in lengths:
+                q, k, v = (torch.randn(batch, heads, n, d, device=device, dtype=dtype, requires_grad=True)
+                           for _ in range(3))
+                grad = torch.randn(batch, heads, n, d, device=device, dtype=dtype)
+                backend = None
+                with torch.no_grad():
+                    outputs, errors = {}, {}
+                    for name, fn in fns.items():
+                        try:
+                            outputs[name] = fn(q, k, v).float()
+                        except (RuntimeError, ValueError, TypeError) as error:  # OOM, refused inputs
+                            errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                        if device.type == "cuda":
+                            torch.cuda.empty_cache()
+                    if "sdpa" in outputs:
+                        backend = sdpa_flash_or_default(q, k, v)[1]
+                diffs = {}
+                if "triton" in outputs:
+                    for name in ("sdpa", "textbook"):
+                        if name in outputs:
+                            diffs[name] = (outputs[name] - outputs["triton"]).abs().max().item()
+                            if not diffs[name] <= SWEEP_TOLERANCE[dtype_name]:
+                                mismatches.append(f"{dtype_name} d={d} n={n}: {name} differs from triton "
+                                                  f"by {diffs[name]:.2e}")
+                del outputs
+                for label, backward in (("forward", False), ("fwd+bwd", True)):
+                    def step(fn):
+                        return one_pass(fn, q, k, v, backward, device, grad)
+
+                    flops = batch * heads * sweep_flops(n, d, True, backward)
+                    row = {"device": str(device), "dtype": dtype_name, "d": d, "n": n, "pass": label,
+                           "sdpa_backend": backend, "flops": flops}
+                    for name, fn in fns.items():
+                        seconds = None
+                        if name not in errors:
+                            try:
+                                seconds = time_median(step(fn), min_run_time)
+                            except (RuntimeError, ValueError, TypeError) as error:
+                                errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+                            if device.type == "cuda":
+                                torch.cuda.empty_cache()
+                        row[f"{name}_ms"] = None if seconds is None else seconds * 1e3
+                        row[f"{name}_tflops"] = None if seconds is None else flops / seconds / 1e12
+                        row[f"{name}_max_diff"] = diffs.get(name)
+                        row[f"{name}_error"] = errors.get(name)
+                    row["sdpa_over_triton"] = (row["sdpa_ms"] / row["triton_ms"]
+                                               if row["sdpa_ms"] and row["triton_ms"] else None)
+                    rows.append(row)
+
+                    def cell(name, width):
+                        if row[f"{name}_ms"] is None:
+                            return f"{'-':>{width}} {'-':>8}"
+                        return f"{row[f'{name}_ms']:{width}.3f} {row[f'{name}_tflops']:8.3g}"
+
+                    ratio = "-" if row["sdpa_over_triton"] is None else f"{row['sdpa_over_triton']:.2f}"
+                    star = "*" if backend == "default" else " "
+                    print(f"{dtype_name:>8} {d:>4} {n:>6} {label:>8} | {cell('triton', 10)} | "
+                          f"{cell('sdpa', 10)}{star}| {cell('textbook', 11)} | {ratio:>11}")
+    for line in mismatches:
+        print("MISMATCH:", line)
+    return rows, mismatches
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="all",
@@ -120,11 +265,36 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--half", action="store_true", help="float16 on CUDA (the CPU stays float32)")
     parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds per measurement")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sweep", choices=["auto", "yes", "no", "only"], default="auto",
+                        help="the Triton sweep: auto (on CUDA devices only; default), yes (also on the "
+                             "CPU, under the interpreter), no, only (the sweep without the first table)")
+    parser.add_argument("--sweep-lengths", type=int, nargs="+", default=SWEEP_LENGTHS)
+    parser.add_argument("--sweep-dims", type=int, nargs="+", default=SWEEP_DIMS)
+    parser.add_argument("--sweep-dtypes", nargs="+", default=SWEEP_DTYPES, choices=sorted(SWEEP_TOLERANCE))
+    parser.add_argument("--sweep-batch", type=int, default=1)
+    parser.add_argument("--sweep-heads", type=int, default=1)
+    parser.add_argument("--sweep-min-run-time", type=float, default=0.1, help="seconds per sweep measurement")
     parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
     args = parser.parse_args(argv)
-    return run_on_devices(args, "flash_attention", lambda device: run(
-        device, args.lengths, args.batch, args.heads, args.d_k, args.block, args.half, args.min_run_time,
-        args.seed))
+    mismatches = []
+
+    def run_one(device):
+        rows = []
+        if args.sweep != "only":
+            rows += run(device, args.lengths, args.batch, args.heads, args.d_k, args.block, args.half,
+                        args.min_run_time, args.seed)
+        if args.sweep in ("yes", "only") or (args.sweep == "auto" and device.type == "cuda"):
+            sweep_rows, found = run_sweep(device, args.sweep_lengths, args.sweep_dims, args.sweep_dtypes,
+                                          args.sweep_batch, args.sweep_heads, args.sweep_min_run_time,
+                                          args.seed)
+            rows += [{"table": "triton_sweep", **row} for row in sweep_rows]
+            mismatches.extend(found)
+        return rows
+
+    rows = run_on_devices(args, "flash_attention", run_one)
+    if mismatches:  # after the JSON is written: the measurements are kept, the run still fails
+        raise SystemExit(f"{len(mismatches)} mismatches between the Triton kernel and the other paths")
+    return rows
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ from attncourse.checks.decoder_only import (
     check_repeat_kv,
     check_rope,
 )
+from attncourse.checks.flash_kernel import (
+    check_causal_early_exit,
+    check_flash_hbm_bytes,
+)
 from attncourse.checks.graded import graded
 from attncourse.checks.image_attention import (
     check_doubly_stochastic_penalty,
@@ -56,7 +60,9 @@ __all__ = [
     "Case",
     "CheckResult",
     "check_additive_score",
+    "check_causal_early_exit",
     "check_causal_linear_attention",
+    "check_flash_hbm_bytes",
     "check_online_softmax_update",
     "check_rescale_output",
     "check_doubly_stochastic_penalty",

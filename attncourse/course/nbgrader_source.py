@@ -88,6 +88,11 @@ def _function(source: str, name: str) -> tuple[list[str], ast.FunctionDef]:
     raise ValueError(f"no function {name!r} in the cell:\n{source}")
 
 
+def _first_line(fn: ast.FunctionDef) -> int:
+    """The function's first line, its decorators included (a Triton kernel's ``@jit``)."""
+    return min([fn.lineno] + [decorator.lineno for decorator in fn.decorator_list])
+
+
 def answer_source(ex: Exercise, stub: str) -> str:
     """The answer cell of a coding exercise: the stub's ``def``, the reference body delimited.
 
@@ -101,7 +106,7 @@ def answer_source(ex: Exercise, stub: str) -> str:
         If the stub or the solution cell does not define ``ex.function``.
     """
     stub_lines, stub_fn = _function(stub, ex.function)
-    header = stub_lines[stub_fn.lineno - 1:stub_fn.body[0].lineno - 1]
+    header = stub_lines[_first_line(stub_fn) - 1:stub_fn.body[0].lineno - 1]
     # The stub's other statements stay, except the check call, which the test cell makes.
     before, after = [], []
     for node in ast.parse(stub).body:
@@ -118,7 +123,7 @@ def answer_source(ex: Exercise, stub: str) -> str:
                    node, (ast.FunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom))]
     if helpers:
         extra = [line for node in helpers for line in sol_lines[node.lineno - 1:node.end_lineno]]
-        whole = sol_lines[sol_fn.lineno - 1:sol_fn.end_lineno]
+        whole = sol_lines[_first_line(sol_fn) - 1:sol_fn.end_lineno]
         return "\n".join([*before, BEGIN, *extra, "", *whole, END, *after])
     return "\n".join([*before, *header, indent + BEGIN, *body, indent + END, *after])
 

@@ -1,0 +1,47 @@
+"""Attention kernels written in Triton, as they run on GPUs: FlashAttention-2, forward and backward.
+
+This is the maths layer, like :mod:`attncourse.functional`: it imports torch and triton
+only. Importing it sets ``TRITON_INTERPRET=1`` on a machine without a CUDA GPU (unless the
+variable is already set), *before* it imports triton, so that the kernels run on the CPU
+under Triton's interpreter; on a GPU they compile. See :mod:`attncourse.kernels.runtime`
+for the rule, and import this package before anything that imports triton.
+
+>>> from attncourse.kernels import triton_flash_attention, describe
+>>> print(describe())  # doctest: +SKIP
+triton 3.9.0: TRITON_INTERPRET=1, kernels run on the CPU under Triton's interpreter (exact, slow)
+
+Without triton (it installs on Linux x86_64 only) the package still imports; calling a
+kernel raises a one-line ``RuntimeError``, and :data:`TRITON_AVAILABLE` is False.
+"""
+
+from attncourse.kernels.flash_attention import (
+    BLOCK_SIZES,
+    HEAD_DIMS,
+    FlashAttentionTriton,
+    default_blocks,
+    triton_flash_attention,
+)
+from attncourse.kernels.runtime import (  # (flash_attention imports it before any kernel)
+    INTERPRETED,
+    TRITON_AVAILABLE,
+    describe,
+    kernel_device,
+    require_triton,
+)
+from attncourse.kernels.traffic import LSE_BYTES, forward_hbm_bytes, keys_visited
+
+__all__ = [
+    "BLOCK_SIZES",
+    "HEAD_DIMS",
+    "INTERPRETED",
+    "LSE_BYTES",
+    "TRITON_AVAILABLE",
+    "FlashAttentionTriton",
+    "default_blocks",
+    "describe",
+    "forward_hbm_bytes",
+    "kernel_device",
+    "keys_visited",
+    "require_triton",
+    "triton_flash_attention",
+]

@@ -1,0 +1,112 @@
+"""Where the course's Triton kernels run: compiled on a CUDA GPU, or Triton's interpreter on the CPU.
+
+Triton decides between compiling a ``@triton.jit`` kernel and interpreting it from the
+environment variable ``TRITON_INTERPRET``: triton 3.9 reads it when a kernel is *defined*
+(the decorator runs), older versions when triton is imported. So the rule is: set it
+before ``import triton``. This module is imported first by :mod:`attncourse.kernels`,
+before it imports triton or defines a kernel, and applies the course's choice:
+
+- ``TRITON_INTERPRET`` already set (to anything): left as it is, the user decided;
+- no CUDA GPU visible to torch: ``TRITON_INTERPRET=1`` is set, so the kernels run on CPU
+  tensors, executed block by block by the interpreter (a slow, exact emulation);
+- a CUDA GPU: nothing is set, and the kernels compile for the GPU and take CUDA tensors.
+
+``triton`` installs only on Linux x86_64 (``requirements.txt`` pins it there with a
+marker). Elsewhere :data:`triton` is None, :data:`TRITON_AVAILABLE` is False, and
+:func:`require_triton` raises a one-line ``RuntimeError``; kernels can still be *defined*
+(for reading) through the stand-ins :data:`jit` and :data:`tl`.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+import torch
+
+#: ``TRITON_INTERPRET`` as the user left it, before this module looked at it.
+_USER_SETTING = os.environ.get("TRITON_INTERPRET")
+
+if _USER_SETTING is None and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # not Linux x86_64, or a minimal install
+    triton = None
+    tl = None
+
+#: Whether ``import triton`` works here.
+TRITON_AVAILABLE = triton is not None
+
+#: Whether kernels run under Triton's interpreter (on CPU tensors) rather than compiled.
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
+
+MISSING_MESSAGE = (
+    "triton is not installed here: it installs on Linux x86_64 only "
+    "(pip install triton==3.9.0, or `make .venv/.installed-stamp` there)"
+)
+
+
+def require_triton() -> None:
+    """Raise a one-line ``RuntimeError`` when triton is missing, or was imported too early.
+
+    Raises
+    ------
+    RuntimeError
+        If ``import triton`` fails here, or if ``TRITON_INTERPRET`` was set to 0 on a
+        machine without a CUDA GPU (the kernels would compile for a GPU that is not there).
+    """
+    if triton is None:
+        raise RuntimeError(MISSING_MESSAGE)
+    if not INTERPRETED and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"no CUDA GPU here and TRITON_INTERPRET={_USER_SETTING!r} asks for compiled kernels: "
+            "unset it, or set TRITON_INTERPRET=1, before starting Python")
+
+
+def kernel_device() -> torch.device:
+    """The device of the tensors the kernels take here: ``cpu`` when interpreted, else ``cuda``."""
+    return torch.device("cpu" if INTERPRETED else "cuda")
+
+
+def describe() -> str:
+    """One line saying how the kernels run on this machine (for the chapter and the benchmark)."""
+    if triton is None:
+        return MISSING_MESSAGE
+    if INTERPRETED:
+        return (f"triton {triton.__version__}: TRITON_INTERPRET=1, kernels run on the CPU "
+                "under Triton's interpreter (exact, slow)")
+    return f"triton {triton.__version__}: kernels compiled for {torch.cuda.get_device_name()}"
+
+
+class _MissingKernel:
+    """What :data:`jit` returns without triton: readable, and launching it says why it cannot run."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "kernel")
+        self.__doc__ = fn.__doc__
+
+    def __getitem__(self, grid):
+        raise RuntimeError(MISSING_MESSAGE)
+
+
+if triton is None:
+    # Stand-ins so that a module or a notebook cell defining a kernel still runs: the
+    # annotations (``BLOCK: tl.constexpr``) are evaluated when the function is defined.
+    tl = types.SimpleNamespace(constexpr=object, float32=None, float64=None, float16=None,
+                               bfloat16=None)
+
+    def jit(fn=None, **_options):
+        """Stand-in for ``triton.jit`` without triton: the kernel can be read, not launched."""
+        if fn is None:
+            return _MissingKernel
+        return _MissingKernel(fn)
+else:
+    jit = triton.jit
+
+
+__all__ = ["INTERPRETED", "MISSING_MESSAGE", "TRITON_AVAILABLE", "describe", "jit", "kernel_device",
+           "require_triton", "tl", "triton"]

@@ -1,0 +1,196 @@
+"""The Triton FlashAttention kernels under Triton's interpreter, on the CPU, against SDPA.
+
+Sizes are small: the interpreter runs each program of the grid in Python, a few tens of
+milliseconds per launch. The same checks compiled on a GPU are in test_kernels_cuda.py.
+"""
+
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attncourse.functional import attention_bytes, saved_tensor_bytes
+from attncourse.kernels import (
+    INTERPRETED,
+    TRITON_AVAILABLE,
+    forward_hbm_bytes,
+    keys_visited,
+    triton_flash_attention,
+)
+
+needs_interpreter = pytest.mark.skipif(
+    not (TRITON_AVAILABLE and INTERPRETED),
+    reason="triton missing (Linux x86_64 only) or a GPU here: see test_kernels_cuda.py")
+
+
+def make_inputs(n_q, n_k, d, dtype=torch.float32, batch=2, heads=2, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, n_q, d, generator=generator, dtype=dtype)
+    k = torch.randn(batch, heads, n_k, d, generator=generator, dtype=dtype)
+    v = torch.randn(batch, heads, n_k, d, generator=generator, dtype=dtype)
+    return [t.requires_grad_() for t in (q, k, v)]
+
+
+def reference_lse(q, k, causal):
+    """log sum_j exp(q_i . k_j / sqrt(d)) of each row, by torch.logsumexp on the full scores."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        future = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.logsumexp(scores, dim=-1)
+
+
+# Lengths that are not multiples of the blocks, tgt_len != src_len, B_r != B_c.
+CASES = [  # n_q, n_k, d, block_q, block_k
+    (100, 100, 32, 32, 32),
+    (70, 130, 16, 16, 32),
+    (45, 45, 64, 64, 16),
+]
+
+
+@needs_interpreter
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q, n_k, d, block_q, block_k", CASES)
+def test_forward_backward_and_lse_equal_sdpa(n_q, n_k, d, block_q, block_k, causal):
+    q, k, v = make_inputs(n_q, n_k, d, batch=1)
+    out, lse = triton_flash_attention(q, k, v, is_causal=causal, block_q=block_q, block_k=block_k,
+                                      return_lse=True)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(out, ref, rtol=0, atol=5e-6)
+    assert lse.shape == (1, 2, n_q) and lse.dtype == torch.float32 and not lse.requires_grad
+    torch.testing.assert_close(lse, reference_lse(q, k, causal), rtol=0, atol=5e-6)
+    grad_out = torch.randn_like(ref)
+    ours = torch.autograd.grad(out, (q, k, v), grad_out)
+    theirs = torch.autograd.grad(ref, (q, k, v), grad_out)
+    for name, a, b in zip("qkv", ours, theirs):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-5, msg=f"d{name}")
+
+
+@needs_interpreter
+def test_float64_gradients_equal_sdpa_to_rounding_and_pass_gradcheck():
+    q, k, v = make_inputs(40, 40, 16, dtype=torch.float64, heads=1)
+    out = triton_flash_attention(q, k, v, is_causal=True, block_q=16, block_k=32)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-13)
+    grad_out = torch.randn_like(ref)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad_out),
+                    torch.autograd.grad(ref, (q, k, v), grad_out)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    # Finite differences in float64, along random directions (fast mode: a few launches;
+    # the full Jacobian would take a launch per input entry). Padded blocks, causal.
+    small = make_inputs(20, 20, 16, dtype=torch.float64, batch=1, seed=1)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: triton_flash_attention(q, k, v, is_causal=True, block_q=16, block_k=16),
+        small, fast_mode=True)
+
+
+@needs_interpreter
+def test_float16_is_close_to_sdpa_in_float32():
+    q, k, v = (t.detach().half() for t in make_inputs(50, 50, 32))
+    out = triton_flash_attention(q, k, v, block_q=16, block_k=32)
+    assert out.dtype == torch.float16
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3)
+
+
+@needs_interpreter
+@pytest.mark.filterwarnings("ignore:All-NaN slice")
+def test_causal_kernel_never_reads_the_key_blocks_after_the_diagonal():
+    # Keys 64..127 are in the future of every query (n_q = 64, top-left alignment): NaN
+    # there poisons the output as soon as a tile of them is loaded (0 * NaN = NaN in P V).
+    q, k, v = (t.detach() for t in make_inputs(64, 128, 16, batch=1, heads=1))
+    k[..., 64:, :], v[..., 64:, :] = float("nan"), float("nan")
+    out = triton_flash_attention(q, k, v, is_causal=True, block_q=32, block_k=32)
+    ref = F.scaled_dot_product_attention(q, k[..., :64, :], v[..., :64, :], is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=5e-6)
+    # Without the causal mask the same keys are read, and seen.
+    assert triton_flash_attention(q, k, v, block_q=32, block_k=32).isnan().all()
+
+
+@needs_interpreter
+def test_autograd_saves_inputs_output_and_lse_only():
+    q, k, v = make_inputs(64, 64, 32, batch=1, heads=1)
+    saved = saved_tensor_bytes(lambda *t: triton_flash_attention(*t, block_q=32, block_k=32), q, k, v)
+    assert saved == (4 * 64 * 32 + 64) * 4   # q, k, v, O and L, float32; no 64 x 64 weights
+
+
+@needs_interpreter
+@pytest.mark.parametrize("call, error, words", [
+    (lambda q, k, v: triton_flash_attention(q.bfloat16(), k.bfloat16(), v.bfloat16()),
+     TypeError, "bfloat16 not supported under Triton's interpreter"),
+    (lambda q, k, v: triton_flash_attention(q, k.double(), v), TypeError, "one dtype"),
+    (lambda q, k, v: triton_flash_attention(q.int(), k.int(), v.int()), TypeError, "int32"),
+    (lambda q, k, v: triton_flash_attention(q[..., :24], k[..., :24], v[..., :24]),
+     ValueError, "d = 24"),
+    (lambda q, k, v: triton_flash_attention(q, k, v, block_q=48), ValueError, "block_q = 48"),
+    (lambda q, k, v: triton_flash_attention(q, k, v, block_k=256), ValueError, "block_k = 256"),
+    (lambda q, k, v: triton_flash_attention(q[0], k, v), ValueError, "(batch, heads, n, d)"),
+    (lambda q, k, v: triton_flash_attention(q, k[:, :1], v), ValueError, "key (2, 1, 10, 32)"),
+    (lambda q, k, v: triton_flash_attention(q, k, v[..., :5, :]), ValueError, "same length"),
+    (lambda q, k, v: triton_flash_attention(q, k, v[..., :16]), ValueError, "head width"),
+    (lambda q, k, v: triton_flash_attention(q[..., :0, :], k, v), ValueError, "empty"),
+])
+def test_unsupported_inputs_get_one_line_errors(call, error, words):
+    q, k, v = (t.detach() for t in make_inputs(10, 10, 32))
+    with pytest.raises(error) as info:
+        call(q, k, v)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_hbm_traffic_count():
+    # Without a causal mask the tiled count of functional.cost plus L (float32), for any B_c.
+    for n, d, block_q in ((1024, 64, 64), (1000, 128, 128), (50, 16, 64)):
+        expected = attention_bytes(n, d, block_q=block_q, bytes_per_element=2) + 4 * n
+        for block_k in (16, 64, 128):
+            assert forward_hbm_bytes(n, n, d, block_q, block_k, bytes_per_element=2) == expected
+    # By hand: n = 100, d = 16, B_r = 32: 4 query blocks each read 100 keys and 100 values.
+    assert forward_hbm_bytes(100, 100, 16, 32, 32) == (2 * 100 * 16 + 2 * 4 * 100 * 16) * 4 + 4 * 100
+    # Causal early exit: query block i reads keys up to the end of its diagonal block.
+    assert [keys_visited(i, 100, 32, 32, True) for i in range(4)] == [32, 64, 96, 100]
+    assert [keys_visited(i, 100, 32, 64, True) for i in range(4)] == [64, 64, 100, 100]
+    causal = forward_hbm_bytes(100, 100, 16, 32, 32, causal=True)
+    assert causal == (2 * 100 * 16 + 2 * (32 + 64 + 96 + 100) * 16) * 4 + 4 * 100
+    with pytest.raises(ValueError, match="block_q=0"):
+        forward_hbm_bytes(10, 10, 16, 0, 16)
+
+
+RULE_SCRIPT = """
+import os, sys
+if sys.argv[1] == "no-triton":
+    sys.modules["triton"] = None   # import triton fails, as where it does not install
+import torch
+import attncourse.kernels as kernels
+print(os.environ.get("TRITON_INTERPRET"), kernels.INTERPRETED, kernels.TRITON_AVAILABLE,
+      torch.cuda.is_available())
+try:
+    kernels.triton_flash_attention(*(torch.randn(1, 1, 4, 16) for _ in range(3)))
+    print("ran")
+except RuntimeError as error:
+    print("RuntimeError:", error)
+"""
+
+
+def run_rule(argument, **env):
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    environment.update(env)
+    done = subprocess.run([sys.executable, "-c", RULE_SCRIPT, argument], env=environment,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.splitlines()
+
+
+def test_interpreter_rule_and_missing_triton_in_fresh_processes():
+    if not TRITON_AVAILABLE:
+        pytest.skip("triton is not installed here")
+    state, outcome = run_rule("default")
+    if state.endswith("False"):  # no GPU: the package set TRITON_INTERPRET=1, the kernel ran
+        assert state == "1 True True False" and outcome == "ran"
+    else:  # a GPU: left unset, compiled (CPU tensors are refused there with a ValueError)
+        assert state.startswith("None False True")
+    # Without triton the package imports, and a launch says why it cannot run, in one line.
+    state, outcome = run_rule("no-triton")
+    assert state.split()[2] == "False"
+    assert outcome.startswith("RuntimeError: triton is not installed here")

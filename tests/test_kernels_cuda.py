@@ -1,0 +1,71 @@
+"""The Triton FlashAttention kernels compiled on a CUDA GPU, against SDPA: ``pytest -m cuda``.
+
+Skipped without a GPU (and under TRITON_INTERPRET=1). This module imports only torch,
+pytest and attncourse, so that it runs on a bare GPU machine:
+``PYTHONPATH=. python -m pytest -m cuda tests/test_kernels_cuda.py``.
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attncourse.kernels import INTERPRETED, TRITON_AVAILABLE, triton_flash_attention
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not (torch.cuda.is_available() and TRITON_AVAILABLE and not INTERPRETED),
+                       reason="needs a CUDA GPU and triton, kernels compiled (TRITON_INTERPRET unset)"),
+]
+
+# Tolerances against SDPA computed in float32 from the same (rounded) inputs. float32 dot
+# products run in IEEE float32 (no TF32) in the kernel.
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+GRAD_TOLERANCE = {torch.float32: 5e-4, torch.float16: 1e-2, torch.bfloat16: 1e-1}
+
+
+def make_inputs(batch, heads, n_q, n_k, d, dtype, seed=0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    shapes = [(batch, heads, n_q, d), (batch, heads, n_k, d), (batch, heads, n_k, d)]
+    return [torch.randn(s, generator=generator, device="cuda", dtype=dtype).requires_grad_()
+            for s in shapes]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q, n_k, d, block_q, block_k", [
+    (1000, 1000, 64, 64, 64),
+    (300, 517, 128, 64, 32),
+    (1024, 1024, 16, 128, 64),
+    (77, 77, 32, 32, 16),
+])
+def test_compiled_forward_backward_and_lse_equal_sdpa(n_q, n_k, d, block_q, block_k, causal, dtype):
+    q, k, v = make_inputs(2, 3, n_q, n_k, d, dtype)
+    out, lse = triton_flash_attention(q, k, v, is_causal=causal, block_q=block_q, block_k=block_k,
+                                      return_lse=True)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(q32, k32, v32, is_causal=causal)
+    assert out.dtype == dtype
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
+    scores = q32 @ k32.transpose(-2, -1) / math.sqrt(d)
+    if causal:
+        future = torch.ones(n_q, n_k, dtype=torch.bool, device="cuda").triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    torch.testing.assert_close(lse, torch.logsumexp(scores, dim=-1), rtol=tol, atol=tol)
+    grad_out = torch.randn_like(out)
+    ours = torch.autograd.grad(out, (q, k, v), grad_out)
+    theirs = torch.autograd.grad(ref, (q32, k32, v32), grad_out.float())
+    tol = GRAD_TOLERANCE[dtype]
+    for name, a, b in zip("qkv", ours, theirs):
+        torch.testing.assert_close(a.float(), b, rtol=tol, atol=tol, msg=f"d{name}, {dtype}")
+
+
+def test_compiled_kernel_refuses_cpu_tensors_and_float64():
+    q, k, v = (torch.randn(1, 1, 8, 16) for _ in range(3))
+    with pytest.raises(ValueError, match="takes CUDA tensors"):
+        triton_flash_attention(q, k, v)
+    q, k, v = (t.cuda().double() for t in (q, k, v))
+    with pytest.raises(TypeError, match="float64 not supported compiled"):
+        triton_flash_attention(q, k, v)
