@@ -152,9 +152,14 @@ def test_two_gloo_processes_end_with_identical_weights(tmp_path):
     assert any(not torch.equal(untrained[k], a[k]) for k in a)  # it trained
     # and it trained on the mean gradient of the two ranks' batches, from rank 0's initial weights
     expected = simulate_two_ranks(train_batches, n_src, n_tgt)
+    # Not bit for bit: the all-reduce sums in another order, and Adam magnifies the rounding
+    # of near-zero gradients (seen: 2e-4 in one element of u_a on a loaded machine). So:
+    # every element close, and nearly all of them equal to 1e-5 (a wrong gradient, such as
+    # one rank's instead of the mean, moves almost every element by more than that).
     for name in a:
-        # not bit for bit: the all-reduce sums in another order, and Adam magnifies tiny gradients (u_a)
-        assert torch.allclose(a[name], expected[name], atol=1e-4), name
+        assert torch.allclose(a[name], expected[name], atol=1e-3), name
+    diffs = torch.cat([(a[name] - expected[name]).abs().flatten() for name in a])
+    assert (diffs > 1e-5).float().mean() < 0.01, (diffs > 1e-5).float().mean()
 
 
 def write_tsv(path: Path, n: int, offset: int = 0) -> Path:
