@@ -1,5 +1,8 @@
 """Shared test settings."""
 
+import sys
+
+import pytest
 import torch
 
 # The models in the tests are tiny: on a small shared CPU one thread is several
@@ -7,7 +10,7 @@ import torch
 torch.set_num_threads(1)
 
 
-import pytest  # noqa: E402
+
 
 
 @pytest.fixture(autouse=True)
@@ -21,3 +24,10 @@ def _checks_start_with_full_hints():
     yield
     core.NUDGE_ATTEMPTS = saved
     core._failed_attempts.clear()
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Close every figure a test leaves open (pyplot keeps them, and their memory, otherwise)."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
