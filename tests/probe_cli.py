@@ -165,14 +165,22 @@ def ctrl_c(root: Path, paths: dict[str, str], tries: int) -> dict[str, object]:
             "--out",
             str(out),
         ]
+        # a shell's background job inherits SIGINT ignored: restore the default for the child
         proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
         )
         time.sleep(rng.uniform(0.2, 10.0))
         proc.send_signal(signal.SIGINT)
         try:
             _, err = proc.communicate(timeout=120)
-        except subprocess.TimeoutExpired:  # the interruption was lost: counted, then stopped
+        except (
+            subprocess.TimeoutExpired
+        ):  # the interruption was lost: counted, then stopped
             proc.kill()
             _, err = proc.communicate()
             err = "no exit 120 s after Ctrl-C\n" + err
