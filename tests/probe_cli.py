@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT)]
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from test_cli import write_tsv  # noqa: E402
 from test_cli_extremes import (  # noqa: E402
@@ -164,12 +165,25 @@ def ctrl_c(root: Path, paths: dict[str, str], tries: int) -> dict[str, object]:
             "--out",
             str(out),
         ]
+        # a shell's background job inherits SIGINT ignored: restore the default for the child
         proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler),
         )
-        time.sleep(rng.uniform(0.0, 8.0))
+        time.sleep(rng.uniform(0.2, 10.0))
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except (
+            subprocess.TimeoutExpired
+        ):  # the interruption was lost: counted, then stopped
+            proc.kill()
+            _, err = proc.communicate()
+            err = "no exit 120 s after Ctrl-C\n" + err
         if proc.returncode == 0:
             results["finished"] += 1
         elif proc.returncode == 130 and err.count("\n") == 1 and "Traceback" not in err:
@@ -183,12 +197,18 @@ def ctrl_c(root: Path, paths: dict[str, str], tries: int) -> dict[str, object]:
 
 
 def peak(argv: list[str]) -> tuple[int, float, str]:
-    """(exit status, peak RSS in MB of the child, last stderr line)."""
+    """(exit status, peak RSS in MB of the child, last stderr line).
+
+    The peak is the child's VmHWM (its own high-water mark since exec), not
+    ru_maxrss, which Linux carries over from the parent across fork and exec.
+    """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     code = (
-        f"import resource, runpy, sys; sys.argv = {['attncourse', *argv]!r}\n"
+        f"import runpy, sys; sys.argv = {['attncourse', *argv]!r}\n"
         "try:\n    runpy.run_module('attncourse', run_name='__main__')\n"
-        "finally:\n    print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+        "finally:\n"
+        "    hwm = [x for x in open('/proc/self/status') if x.startswith('VmHWM')][0]\n"
+        "    print('PEAK', hwm.split()[1], file=sys.stderr)\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
@@ -196,21 +216,18 @@ def peak(argv: list[str]) -> tuple[int, float, str]:
         text=True,
         env=env,
         timeout=600,
+        check=False,
     )
-    kb = int(
-        next(x for x in proc.stderr.splitlines() if x.startswith("PEAK")).split()[1]
-    )
-    last = [x for x in proc.stderr.splitlines() if not x.startswith("PEAK")]
+    lines = proc.stderr.splitlines()
+    kb = int(next(x for x in lines if x.startswith("PEAK")).split()[1])
+    last = [x for x in lines if not x.startswith("PEAK")]
     return proc.returncode, kb / 1024, (last[-1] if last else "")[:200]
 
 
 def memory(root: Path, paths: dict[str, str]) -> dict[str, object]:
     cjk = root / "cjk.txt"
-    rng = random.Random(0)
-    cjk.write_text(
-        "".join(chr(0x4E00 + rng.randrange(3000)) for _ in range(17_000_000)),
-        encoding="utf-8",
-    )
+    codes = np.random.default_rng(0).integers(0x4E00, 0x4E00 + 3000, 17_000_000)
+    cjk.write_bytes(codes.astype("<u4").tobytes().decode("utf-32-le").encode("utf-8"))
     bad = root / "badlm"
     run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", str(bad)])
     data = torch.load(bad / "checkpoint.pt", weights_only=True)
@@ -266,6 +283,11 @@ def main_probe() -> None:
         "--ctrl-c", type=int, default=12, help="SIGINT tries (default 12)"
     )
     parser.add_argument(
+        "--phases",
+        default="grid,loss,ctrl-c,memory",
+        help="comma-separated phases to run (default: all)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="every third extreme value only"
     )
     args = parser.parse_args()
@@ -291,10 +313,15 @@ def main_probe() -> None:
     )
     report = {}
     start = time.perf_counter()
-    report["numeric_options"] = grid(root, paths, args.quick)
-    report["data_loss"] = data_loss(root, paths)
-    report["ctrl_c"] = ctrl_c(root, paths, args.ctrl_c)
-    report["memory"] = memory(root, paths)
+    phases = set(args.phases.split(","))
+    if "grid" in phases:
+        report["numeric_options"] = grid(root, paths, args.quick)
+    if "loss" in phases:
+        report["data_loss"] = data_loss(root, paths)
+    if "ctrl-c" in phases:
+        report["ctrl_c"] = ctrl_c(root, paths, args.ctrl_c)
+    if "memory" in phases:
+        report["memory"] = memory(root, paths)
     report["seconds"] = round(time.perf_counter() - start)
     report["self_peak_MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(report, indent=2, default=str))

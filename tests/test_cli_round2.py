@@ -644,3 +644,12 @@ def test_text_dir_unseen_prompt_and_crlf(lm_run, tmp_path, capsys):
     assert not math.isnan(
         json.loads((tmp_path / "c" / "history.json").read_text())[-1]["valid_loss"]
     )
+
+
+def test_sizes_within_ceilings_but_too_big_together_are_refused(tmp_path, capsys):
+    """Each size below its ceiling, the model not: checked against the machine's memory."""
+    argv = [*TRANSFORMER, "--d-model", "4096", "--heads", "64", "--layers", "48", "--d-ff", "16384"]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    line = one_error_line(capsys)
+    assert "GiB of memory" in line and "training with these model options" in line
+    assert not (tmp_path / "o").exists()

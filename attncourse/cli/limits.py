@@ -249,11 +249,33 @@ def available_memory() -> int | None:
         return None
 
 
-def check_memory(needed: int, what: str) -> None:
-    """Raise MemoryError with one line if ``needed`` bytes exceed what the machine has available."""
+def memory_problem(needed: int, what: str) -> str | None:
+    """One line if ``needed`` bytes exceed what the machine has available, else None."""
     free = available_memory()
     if free is not None and needed > free:
-        raise MemoryError(
+        return (
             f"{what} needs about {needed / 2**30:.1f} GiB of memory, and this machine has "
             f"{free / 2**30:.1f} GiB available"
         )
+    return None
+
+
+def check_memory(needed: int, what: str) -> None:
+    """Raise MemoryError with :func:`memory_problem`'s line if ``needed`` bytes do not fit."""
+    problem = memory_problem(needed, what)
+    if problem:
+        raise MemoryError(problem)
+
+
+def training_memory_problem(args: argparse.Namespace) -> str | None:
+    """:func:`memory_problem` for training the model a parsed ``train``/``train-lm`` command sizes.
+
+    16 bytes a parameter: the weights, their gradients and Adam's two moments,
+    in float32 (activations come on top, bounded by the batch and length ceilings).
+    """
+    sizes = {k: getattr(args, k, None) for k in ("d_model", "d_ff", "num_layers", "emb_dim", "hidden_dim")}
+    sizes = {k: v for k, v in sizes.items() if isinstance(v, int)}
+    if getattr(args, "command", None) == "train" and "num_layers" in sizes:
+        sizes["num_encoder_layers"] = sizes["num_decoder_layers"] = sizes.pop("num_layers")
+    flag = "these model options" if sizes else "this model"
+    return memory_problem(16 * estimate_parameters(sizes), f"training with {flag} (weights, gradients, Adam)")

@@ -30,7 +30,7 @@ from attncourse.cli.limits import (
     check_limits,
     check_memory,
     check_model_config,
-    estimate_parameters,
+    training_memory_problem,
 )
 from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
 from attncourse.data.text import char_corpus, course_text, text_digest
@@ -141,7 +141,8 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         raise usage_error(f"--num-heads {args.num_heads} must be a multiple of --num-kv-heads {args.num_kv_heads}")
     if args.positional in ("sinusoidal", "learned") and args.context > args.max_len:
         raise usage_error(f"--context {args.context} does not fit --max-len {args.max_len} positions")
-    problem = out_dir_problem(args.out, args.resume, args.overwrite, LM_RUN_FILES, "train-lm")
+    problem = training_memory_problem(args) or out_dir_problem(
+        args.out, args.resume, args.overwrite, LM_RUN_FILES, "train-lm")
     if problem:
         raise usage_error(problem)
 
@@ -220,9 +221,6 @@ def run_train_lm(args: argparse.Namespace) -> int:
     fields = {f.name for f in dataclasses.fields(LMConfig)}
     config = LMConfig(**{k: v for k, v in vars(args).items() if k in fields and k != "corpus"})
     config = dataclasses.replace(config, corpus=text_digest(text))
-    model_config = {"vocab_size": len(corpus.vocab), "d_model": config.d_model, "d_ff": config.d_ff,
-                    "num_layers": config.num_layers, "max_len": config.max_len}
-    check_memory(16 * estimate_parameters(model_config), "training this model (weights, gradients, AdamW)")
     out: Path = args.out
     fresh_start = unstarted_run(out, temporaries(out, LM_RUN_FILES))
     if args.resume:

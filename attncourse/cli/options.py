@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attncourse
-from attncourse.cli.limits import check_limits, document_limits
+from attncourse.cli.limits import check_limits, document_limits, training_memory_problem
 from attncourse.cli.lm import add_lm_commands
 from attncourse.cli.rundir import foreign_files, read_config, run_command, unstarted_run
 from attncourse.data.pairs import LEVELS
@@ -446,7 +446,7 @@ def _resolve(args: argparse.Namespace) -> None:
         raise UsageError(f"--d-model {args.d_model} is not divisible by --heads {args.num_heads}")
     if env_world_size() > 1 and args.teacher_forcing < 1.0:
         raise UsageError("--teacher-forcing below 1 cannot run on several processes (torchrun)")
-    problem = check_limits(args, _flag)
+    problem = check_limits(args, _flag) or training_memory_problem(args)
     if problem:
         raise UsageError(problem)
 
