@@ -52,7 +52,7 @@ PRESETS: tuple[str, ...] = ("cpu", "gpu")
 GPU_BATCH_TOKENS = 25_000
 #: Mean target tokens per pair (y_1..y_T and <eos>) of each task's training split (default seed),
 #: measured; the gpu preset's batch holds GPU_BATCH_TOKENS // this many pairs.
-GPU_TARGET_TOKENS: dict[str, int] = {"numbers-en-fr": 10, "numbers-en-de": 10, "dates": 11}
+GPU_TARGET_TOKENS: dict[str, int] = {"numbers-en-fr": 10, "numbers-en-de": 11, "dates": 11}
 #: The gpu preset's wall-clock training budget, seconds.
 GPU_TIME_BUDGET = 360.0
 #: sqrt(400 / 4000): the gpu preset's warm-up of 400 steps peaks at the paper's rate (warm-up 4000).
