@@ -15,7 +15,7 @@ BROWSER_SHOTS := _build/browser
 # which reports its error (hence the `-`).
 EXECUTE_CHAPTERS := $(BIN)/python book/_ext/execute_chapters.py
 
-.PHONY: all book test unit gpu-smoke gpu fresh-runs nbval book-check browser lab student timings clean
+.PHONY: all book test lint unit gpu-smoke gpu fresh-runs nbval book-check browser lab student timings clean
 
 all: book
 
@@ -38,7 +38,7 @@ book: $(STAMP)
 # nbval 0.11) for a cell's last messages after it ends, which a minutes-long training cell
 # sometimes misses ("Timeout of 5 seconds exceeded waiting for output"); with the models
 # trained, nbval's cells are short.
-test: unit gpu-smoke fresh-runs book-check browser nbval
+test: lint unit gpu-smoke fresh-runs book-check browser nbval
 	@echo "All tests passed."
 
 # Every stage of the GPU report at tiny sizes on the CPU (under a minute on 2 idle cores; the
@@ -59,6 +59,10 @@ fresh-runs:
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -q --ignore=tests/browser
+
+## lint: ruff's lint and import-order checks (rules in pyproject.toml); seconds.
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # nbval runs the student editions (the chapters without their solutions, as .ipynb in a
 # scratch folder): each must run top to bottom, its stubs' checks saying "not passed yet"

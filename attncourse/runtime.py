@@ -12,7 +12,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-
 #: The device types the course's training and decoding run on.
 DEVICE_TYPES = ("cpu", "cuda", "mps")
 

@@ -33,7 +33,11 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention import run_on_devices, time_median  # noqa: E402
 
-from attncourse.functional import attention, flash_attention, saved_tensor_bytes  # noqa: E402
+from attncourse.functional import (  # noqa: E402
+    attention,
+    flash_attention,
+    saved_tensor_bytes,
+)
 from attncourse.runtime import describe_device  # noqa: E402
 
 PATHS = ("textbook", "tiled", "sdpa")

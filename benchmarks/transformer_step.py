@@ -45,7 +45,12 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention import machine_info, print_machine, time_median, write_json  # noqa: E402  (sibling script)
+from attention import (  # noqa: E402  (sibling script)
+    machine_info,
+    print_machine,
+    time_median,
+    write_json,
+)
 
 from attncourse.nn import Transformer  # noqa: E402
 from attncourse.nn.positional import SinusoidalPositionalEncoding  # noqa: E402

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from check_helpers import assert_failed
 
 from attncourse.checks import (
     Case,
@@ -22,8 +23,12 @@ from attncourse.checks import (
     to_numpy,
 )
 from attncourse.checks.self_attention import softmax_cases
-from attncourse.functional import attention, causal_mask, scaled_dot_product_attention, softmax
-from check_helpers import assert_failed
+from attncourse.functional import (
+    attention,
+    causal_mask,
+    scaled_dot_product_attention,
+    softmax,
+)
 
 # ----------------------------------------------------------------- learners' softmaxes
 

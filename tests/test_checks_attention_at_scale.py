@@ -2,7 +2,11 @@
 
 import numpy as np
 
-from attncourse.checks import check_causal_linear_attention, check_online_softmax_update, check_rescale_output
+from attncourse.checks import (
+    check_causal_linear_attention,
+    check_online_softmax_update,
+    check_rescale_output,
+)
 from attncourse.functional import elu_feature_map as phi
 from attncourse.functional import linear_attention
 

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from check_helpers import assert_failed
 
 from attncourse.checks import run_cases
 from attncourse.checks.attention_family import (
@@ -26,7 +27,6 @@ from attncourse.checks.attention_family import (
 )
 from attncourse.functional.luong import luong_step, score_general
 from attncourse.functional.temperature import softmax_with_temperature
-from check_helpers import assert_failed
 
 # ------------------------------------------------------------------ learners' general scores
 

@@ -15,9 +15,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from check_helpers import assert_failed
 
-from attncourse.checks import run_cases
-from attncourse.checks import conv_attention
+from attncourse.checks import conv_attention, run_cases
 from attncourse.checks.conv_attention import (
     PA_RULE,
     RF_RULE,
@@ -28,7 +28,6 @@ from attncourse.checks.conv_attention import (
 )
 from attncourse.functional import attention
 from attncourse.nn import PlainCNN, SelfAttention2d, receptive_field
-from check_helpers import assert_failed
 
 # ------------------------------------------------------------------ learners' pixel attention
 
@@ -236,7 +235,7 @@ def rf_list(layers):
 
 def rf_raises(layers):
     r = 1
-    for k, s, padding in layers:
+    for k, _stride, _padding in layers:
         r += k - 1
     return r
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 import torch
+from check_helpers import assert_failed
 
 from attncourse.checks import check_left_padded_causal_mask, check_repeat_kv, check_rope
 from attncourse.checks.decoder_only import (
@@ -13,7 +14,6 @@ from attncourse.checks.decoder_only import (
     ROPE_HALVES_HINT,
     ROPE_SIGN_HINT,
 )
-from check_helpers import assert_failed
 
 
 def mask_right(is_real):

@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from check_helpers import assert_failed
 
 from attncourse.checks import run_cases
 from attncourse.checks.image_attention import (
@@ -26,8 +27,11 @@ from attncourse.checks.image_attention import (
     doubly_stochastic_penalty_cases,
     reinforce_loss_cases,
 )
-from attncourse.nn.image_attention import ImageCaptioner, doubly_stochastic_penalty, hard_attention_loss
-from check_helpers import assert_failed
+from attncourse.nn.image_attention import (
+    ImageCaptioner,
+    doubly_stochastic_penalty,
+    hard_attention_loss,
+)
 
 # ------------------------------------------------------------------ learners' penalties
 

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from check_helpers import assert_failed
 
 from attncourse.checks.seq2seq import (
     GRU_LAYOUT_HINT,
@@ -23,8 +24,12 @@ from attncourse.checks.seq2seq import (
     gru_cell_cases,
     masked_softmax_cases,
 )
-from attncourse.functional import additive_attention_step, masked_softmax, padding_mask, softmax
-from check_helpers import assert_failed
+from attncourse.functional import (
+    additive_attention_step,
+    masked_softmax,
+    padding_mask,
+    softmax,
+)
 
 # ------------------------------------------------------------------ learners' GRU steps
 

@@ -14,14 +14,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_cli import (  # noqa: F401 (tsv: the fixture)
+    SMALL,
+    one_error_line,
+    train_args,
+    tsv,
+)
 
 import attncourse.cli.commands as cli
+from attncourse.cli.commands import main
 from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import PairDataset
-from attncourse.cli.commands import main
 from attncourse.train.fit import FitConfig, fit
 from attncourse.train.seq2seq import evaluate
-from test_cli import SMALL, one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
 
 TASK = ["--task", "numbers-en-fr", "--n-train", "40", "--n-valid", "8", "--n-test", "8", "--max-value", "100",
         "--model", "rnn", "--epochs", "1", *SMALL]

@@ -14,7 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from num2words import num2words
 
-from attncourse.data.batching import Batch, build_vocabs, collate, encode_pairs, make_batches
+from attncourse.data.batching import (
+    Batch,
+    build_vocabs,
+    collate,
+    encode_pairs,
+    make_batches,
+)
 from attncourse.data.dates import (
     END,
     EXCLUDED,
@@ -162,7 +168,7 @@ def test_load_tsv_missing_file_and_bad_utf8(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.tsv"):
         load_tsv(missing)
     bad = tmp_path / "latin1.tsv"
-    bad.write_bytes("one\tun\n".encode() + "déc\tdec\n".encode("latin-1"))
+    bad.write_bytes(b"one\tun\n" + "déc\tdec\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1\.tsv, line 2: not valid UTF-8"):
         load_tsv(bad)
     empty = tmp_path / "empty.tsv"

@@ -8,7 +8,6 @@ import pytest
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
 from attncourse.functional import self_attention_trace
 
-
 # ----------------------------------------------------------------------------- tokenize
 
 
@@ -99,7 +98,7 @@ def test_projection_shapes():
 
 
 def test_projections_are_deterministic_and_seeded():
-    a, b, c = projections(d_model=5, d_k=3, d_v=2, seed=7), projections(d_model=5, d_k=3, d_v=2, seed=7), projections(d_model=5, d_k=3, d_v=2, seed=8)
+    a, b, c = (projections(d_model=5, d_k=3, d_v=2, seed=s) for s in (7, 7, 8))
     for wa, wb, wc in zip(a, b, c):
         np.testing.assert_array_equal(wa, wb)
         assert not np.array_equal(wa, wc)

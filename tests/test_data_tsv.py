@@ -103,5 +103,5 @@ def test_well_formed_lines_load_exactly_and_long_ones_are_counted(pairs, limit):
 
 
 def test_tokens_match_the_tokenizer():
-    dataset, _ = read("  un deux \tone two\n".encode(), level="char")
+    dataset, _ = read(b"  un deux \tone two\n", level="char")
     assert dataset[0] == (tuple(tokenize("un deux", "char")), tuple(tokenize("one two", "char")))

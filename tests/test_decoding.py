@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.nn.rnn import Seq2Seq
 from attncourse.decode.search import (
     beam_search,
     greedy_decode,
     sequence_log_probs,
     wu_length_penalty,
 )
+from attncourse.nn.rnn import Seq2Seq
 
 SRC_VOCAB, TGT_VOCAB, EOS = 30, 12, 2
 
@@ -203,8 +203,8 @@ def test_length_penalty_and_argument_checks():
 
 def test_translate_equals_greedy_decode_on_one_sentence():
     from attncourse.data.vocab import Vocabulary
-    from attncourse.nn.rnn import Seq2Seq
     from attncourse.decode.search import greedy_decode, translate
+    from attncourse.nn.rnn import Seq2Seq
 
     torch.manual_seed(0)
     src_vocab, tgt_vocab = Vocabulary(["a", "b", "c"]), Vocabulary(["x", "y", "z"])

@@ -23,8 +23,8 @@ from attncourse.train.checkpoint import (
     save_checkpoint,
 )
 from attncourse.train.fit import FitConfig, fit
-from attncourse.train.seq2seq import evaluate, sequence_loss, validate
 from attncourse.train.metrics import exact_match
+from attncourse.train.seq2seq import evaluate, sequence_loss, validate
 
 # importlib, not "import attncourse.train.fit as ...": the package re-exports the function fit,
 # which shadows the module of the same name as an attribute of attncourse.train.
@@ -366,7 +366,8 @@ def test_tqdm_disable_in_the_environment_turns_the_bars_off(env):
     code = ("from attncourse.runtime import progress_bar\n"
             "assert progress_bar(range(2), progress=False).disable\n"
             "print(progress_bar(range(2), progress=True).disable)")
-    out = subprocess.run([sys.executable, "-c", code], env={**{k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}, **env},
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("TQDM_")}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env},
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == str(bool(env))
 

@@ -247,7 +247,8 @@ def test_torch_attention_matches_sdpa(batch_shape, mask_kind):
 @pytest.mark.parametrize("batch_shape", BATCH_SHAPES, ids=str)
 def test_torch_attention_is_causal_equals_sdpa_is_causal(batch_shape):
     n, d_k, d_v = 4, 3, 2
-    q, k, v = randn(*batch_shape, n, d_k, seed=33), randn(*batch_shape, n, d_k, seed=34), randn(*batch_shape, n, d_v, seed=35)
+    q, k = randn(*batch_shape, n, d_k, seed=33), randn(*batch_shape, n, d_k, seed=34)
+    v = randn(*batch_shape, n, d_v, seed=35)
     out, _ = attention(t64(q), t64(k), t64(v), torch.from_numpy(causal_mask(n)))
     np.testing.assert_allclose(out.numpy(), sdpa(q, k, v, is_causal=True), rtol=0, atol=ATOL)
 
@@ -351,7 +352,8 @@ def test_torch_attention_zero_length_sequence_in_batch():
     k, v = t64(randn(2, 4, 3, seed=74)), t64(randn(2, 4, 5, seed=75)).requires_grad_()
     out, w = attention(q, k, v, pad)
     assert torch.all(out[1] == 0.0) and torch.all(w[1] == 0.0)
-    np.testing.assert_allclose(out[0].detach().numpy(), sdpa(q[0].detach(), k[0, :3], v[0, :3].detach()), rtol=0, atol=ATOL)
+    expected = sdpa(q[0].detach(), k[0, :3], v[0, :3].detach())
+    np.testing.assert_allclose(out[0].detach().numpy(), expected, rtol=0, atol=ATOL)
     out.sum().backward()
     assert torch.isfinite(q.grad).all() and torch.isfinite(v.grad).all()
 
@@ -398,7 +400,8 @@ def test_softmax_stable_with_mask_at_large_logits():
     e = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
     expected = np.array([[e[0, 0], e[0, 1], 0.0], [0.0, e[1, 0], e[1, 1]]])
     np.testing.assert_allclose(softmax(logits, mask=mask), expected, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(masked_softmax(t64(logits), torch.from_numpy(mask)).numpy(), expected, rtol=0, atol=1e-15)
+    got = masked_softmax(t64(logits), torch.from_numpy(mask)).numpy()
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-15)
 
 
 def test_softmax_single_allowed_entry_gets_all_weight_at_any_scale():
@@ -473,7 +476,8 @@ def test_trace_fields_equal_their_definitions_matrix_and_vector_form():
         _check_trace_definitions(vector)
         # weighted_values[i, j] = weights[i, j] * v[j], element by element
         for j in range(5):
-            np.testing.assert_allclose(matrix.weighted_values[i, j], matrix.weights[i, j] * matrix.v[j], rtol=0, atol=ATOL)
+            np.testing.assert_allclose(matrix.weighted_values[i, j], matrix.weights[i, j] * matrix.v[j],
+                                       rtol=0, atol=ATOL)
 
 
 def test_torch_trace_fields_equal_their_definitions():
@@ -523,7 +527,8 @@ def test_batched_torch_trace_equals_numpy_trace_per_batch_item():
     for b in np.ndindex(2, 3):
         ref = self_attention_trace(x[b], w_q, w_k, w_v, mask=causal_mask(4))
         for name in TRACE_FIELDS[4:]:
-            np.testing.assert_allclose(getattr(got, name)[b].numpy(), getattr(ref, name), rtol=0, atol=ATOL, err_msg=name)
+            np.testing.assert_allclose(getattr(got, name)[b].numpy(), getattr(ref, name), rtol=0, atol=ATOL,
+                                       err_msg=name)
 
 
 # ---------------------------------------------------------------- 5. properties (hypothesis)
@@ -775,7 +780,8 @@ def test_padding_mask_values():
             [True, True, True],
         ],
     )
-    np.testing.assert_array_equal(padding_mask([1, 3], max_len=4), [[True, False, False, False], [True, True, True, False]])
+    np.testing.assert_array_equal(padding_mask([1, 3], max_len=4),
+                                  [[True, False, False, False], [True, True, True, False]])
     np.testing.assert_array_equal(padding_mask(np.array([2])), [[True, True]])
 
 
@@ -787,7 +793,8 @@ def test_numpy_masks_accepted_by_torch_functions():
     assert torch.equal(out_np, out_t) and torch.equal(w_np, w_t)
     np.testing.assert_allclose(out_np.numpy(), sdpa(q, k, v, np_mask), rtol=0, atol=ATOL)
 
-    assert torch.equal(masked_softmax(q @ k.transpose(-1, -2), np_mask), masked_softmax(q @ k.transpose(-1, -2), torch.from_numpy(np_mask)))
+    scores = q @ k.transpose(-1, -2)
+    assert torch.equal(masked_softmax(scores, np_mask), masked_softmax(scores, torch.from_numpy(np_mask)))
 
     x, w = t64(randn(2, 4, 3, seed=103)), t64(randn(3, 3, seed=104))
     tr_np = self_attention(x, w, w, w, causal_mask(4))

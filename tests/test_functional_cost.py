@@ -3,8 +3,13 @@
 import numpy as np
 import pytest
 
-from attncourse.functional import (attention_bytes, attention_flops, peak_traced_bytes,
-                                   scaled_dot_product_attention, tiled_attention)
+from attncourse.functional import (
+    attention_bytes,
+    attention_flops,
+    peak_traced_bytes,
+    scaled_dot_product_attention,
+    tiled_attention,
+)
 
 
 def test_counts_by_hand():

@@ -4,7 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.functional import elu_feature_map, linear_attention, linear_attention_weights
+from attncourse.functional import (
+    elu_feature_map,
+    linear_attention,
+    linear_attention_weights,
+)
 
 
 def test_feature_map_is_elu_plus_one():

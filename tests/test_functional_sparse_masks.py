@@ -51,7 +51,11 @@ def test_bad_sizes_are_named(args, name):
 
 # ----------------------------------------------------------------------------- strided, global tokens
 
-from attncourse.functional import global_tokens_mask, mask_density, strided_mask  # noqa: E402
+from attncourse.functional import (  # noqa: E402
+    global_tokens_mask,
+    mask_density,
+    strided_mask,
+)
 
 
 def test_strided_mask_by_hand():

@@ -52,7 +52,8 @@ def test_no_import_runs_back_up():
             continue
         for other in _imports(path) - {me, "__version__"}:
             if levels[other] >= levels[me]:
-                wrong.append(f"{path.relative_to(PACKAGE)} (level {levels[me]}) imports {other} (level {levels[other]})")
+                wrong.append(f"{path.relative_to(PACKAGE)} (level {levels[me]}) imports {other} "
+                             f"(level {levels[other]})")
     assert not wrong, "\n".join(wrong)
 
 

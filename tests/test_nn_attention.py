@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from attncourse.functional.torch_attention import attention
-from attncourse.nn.attention import KVCache, MultiHeadAttention, merge_heads, split_heads
+from attncourse.nn.attention import (
+    KVCache,
+    MultiHeadAttention,
+    merge_heads,
+    split_heads,
+)
 
 D_MODEL, HEADS = 16, 2
 

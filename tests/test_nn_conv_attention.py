@@ -4,7 +4,12 @@ import pytest
 import torch
 from torch import nn
 
-from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, SelfAttention2d, receptive_field
+from attncourse.nn.conv_attention import (
+    AttentionCNN,
+    PlainCNN,
+    SelfAttention2d,
+    receptive_field,
+)
 from attncourse.nn.rnn import count_parameters
 
 

@@ -3,8 +3,13 @@
 import pytest
 import torch
 
+from attncourse.decode.generation import (
+    generate,
+    next_token_probs,
+    seconds_per_token,
+    trace_generation,
+)
 from attncourse.nn.gpt import GPT
-from attncourse.decode.generation import generate, next_token_probs, seconds_per_token, trace_generation
 
 
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope", "alibi"])

@@ -8,10 +8,20 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.functional.luong import LUONG_MODES, LUONG_SCORES, gaussian_weights, luong_step
-from attncourse.nn.luong import LuongAttention, LuongDecoderState, LuongSeq2Seq, LuongSeq2SeqOutput
-from attncourse.nn.rnn import Seq2SeqOutput
 from attncourse.decode.search import beam_search, greedy_decode
+from attncourse.functional.luong import (
+    LUONG_MODES,
+    LUONG_SCORES,
+    gaussian_weights,
+    luong_step,
+)
+from attncourse.nn.luong import (
+    LuongAttention,
+    LuongDecoderState,
+    LuongSeq2Seq,
+    LuongSeq2SeqOutput,
+)
+from attncourse.nn.rnn import Seq2SeqOutput
 
 HIDDEN, SRC_LEN, MAX_LEN = 6, 7, 9
 LENGTHS = [7, 4, 1]

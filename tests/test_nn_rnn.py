@@ -10,7 +10,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncourse.functional.additive import BAHDANAU_MOVES, AdditiveStepTrace, additive_attention_step
+from attncourse.functional.additive import (
+    BAHDANAU_MOVES,
+    AdditiveStepTrace,
+    additive_attention_step,
+)
 from attncourse.nn.additive import AdditiveAttention
 from attncourse.nn.rnn import (
     Encoder,

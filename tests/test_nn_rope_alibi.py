@@ -37,7 +37,8 @@ def test_rope_frequencies_hand_computed():
 @given(m=st.integers(0, 500), n=st.integers(0, 500), shift=st.integers(0, 500))
 def test_rope_score_depends_only_on_the_offset(m, n, shift):
     gen = torch.Generator().manual_seed(m * 1000 + n)
-    q, k = torch.randn(1, 16, generator=gen, dtype=torch.float64), torch.randn(1, 16, generator=gen, dtype=torch.float64)
+    q = torch.randn(1, 16, generator=gen, dtype=torch.float64)
+    k = torch.randn(1, 16, generator=gen, dtype=torch.float64)
     score = (apply_rope(q, torch.tensor([m])) @ apply_rope(k, torch.tensor([n])).T).item()
     shifted = (apply_rope(q, torch.tensor([m + shift])) @ apply_rope(k, torch.tensor([n + shift])).T).item()
     assert math.isclose(score, shifted, rel_tol=1e-9, abs_tol=1e-9)

@@ -9,9 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.nn.rnn import Seq2SeqOutput, count_parameters
-from attncourse.nn.transformer import DecoderLayer, EncoderLayer, Transformer, causal_mask
 from attncourse.decode.search import beam_search, greedy_decode
+from attncourse.nn.rnn import Seq2SeqOutput, count_parameters
+from attncourse.nn.transformer import (
+    DecoderLayer,
+    EncoderLayer,
+    Transformer,
+    causal_mask,
+)
 
 SRC_VOCAB, TGT_VOCAB, D_MODEL, HEADS, D_FF = 30, 20, 16, 2, 32
 

@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.functional.positional import positional_frequencies, relative_shift_matrix, sinusoidal_encoding
-from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from attncourse.functional.positional import (
+    positional_frequencies,
+    relative_shift_matrix,
+    sinusoidal_encoding,
+)
+from attncourse.nn.positional import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+)
 
 
 def test_sinusoidal_matches_the_formula_entry_by_entry():

@@ -5,9 +5,20 @@ import math
 import pytest
 import torch
 
-from attncourse.data.text import bigram_bits_per_char, char_corpus, course_text, random_windows
+from attncourse.data.text import (
+    bigram_bits_per_char,
+    char_corpus,
+    course_text,
+    random_windows,
+)
 from attncourse.nn.gpt import GPT
-from attncourse.recipes.lm import LMConfig, bits_per_char, heldout_loss, loss_without_peeking, train_lm
+from attncourse.recipes.lm import (
+    LMConfig,
+    bits_per_char,
+    heldout_loss,
+    loss_without_peeking,
+    train_lm,
+)
 
 TEXT = "the cat sat on the mat. " * 60
 

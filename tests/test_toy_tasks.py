@@ -8,7 +8,14 @@ import pytest
 
 from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import PairDataset, Splits
-from attncourse.data.toy_tasks import SYMBOLS, TOY_KINDS, draw_sequences, toy_symbols, toy_target, toy_task
+from attncourse.data.toy_tasks import (
+    SYMBOLS,
+    TOY_KINDS,
+    draw_sequences,
+    toy_symbols,
+    toy_target,
+    toy_task,
+)
 
 
 def all_sources(splits: Splits) -> list[tuple[str, ...]]:

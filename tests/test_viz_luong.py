@@ -18,8 +18,8 @@ from attncourse.viz.luong import (  # noqa: E402
     plot_alignment_windows,
     plot_cost,
     plot_local_window,
-    plot_tempered_weights,
     plot_temperature,
+    plot_tempered_weights,
 )
 
 TOKENS = ["le", "chat", "noir", "est", "assis", "sur", "le", "tapis"]

@@ -10,8 +10,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from attncourse.functional import online_softmax_trace, scaled_dot_product_attention, tiled_attention  # noqa: E402
-from attncourse.viz import plot_loglog, plot_online_softmax, plot_roofline, plot_tiles, tile_states  # noqa: E402
+from attncourse.functional import (  # noqa: E402
+    online_softmax_trace,
+    scaled_dot_product_attention,
+    tiled_attention,
+)
+from attncourse.viz import (  # noqa: E402
+    plot_loglog,
+    plot_online_softmax,
+    plot_roofline,
+    plot_tiles,
+    tile_states,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -17,8 +17,8 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from attncourse.data import Vocabulary  # noqa: E402
 from attncourse.data.pairs import tokenize  # noqa: E402
-from attncourse.nn.rnn import Seq2Seq  # noqa: E402
 from attncourse.decode.search import greedy_decode  # noqa: E402
+from attncourse.nn.rnn import Seq2Seq  # noqa: E402
 from attncourse.widgets.bahdanau import BahdanauStepper  # noqa: E402
 
 EXAMPLES = ("soixante et onze", "deux mille vingt quatre", "cent")

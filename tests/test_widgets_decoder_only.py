@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from attncourse.data.text import char_corpus
-from attncourse.nn.gpt import GPT
 from attncourse.decode.generation import trace_generation
+from attncourse.nn.gpt import GPT
 from attncourse.widgets.decoder_only import ALL_HEADS, DecoderOnlyExplorer
 
 

@@ -10,7 +10,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from attncourse.functional import causal_mask, scaled_dot_product_attention  # noqa: E402
+from attncourse.functional import (  # noqa: E402
+    causal_mask,
+    scaled_dot_product_attention,
+)
 from attncourse.viz import tile_states  # noqa: E402
 from attncourse.widgets import FlashAttentionExplorer  # noqa: E402
 

@@ -18,7 +18,10 @@ from attncourse.functional.luong import gaussian_weights, local_window  # noqa: 
 from attncourse.functional.numpy_attention import softmax  # noqa: E402
 from attncourse.functional.temperature import softmax_with_temperature  # noqa: E402
 from attncourse.widgets.local_window import DEFAULT_TOKENS, LocalWindow  # noqa: E402
-from attncourse.widgets.temperature import DEFAULT_SCORES, TemperatureExplorer  # noqa: E402
+from attncourse.widgets.temperature import (  # noqa: E402
+    DEFAULT_SCORES,
+    TemperatureExplorer,
+)
 
 
 @pytest.fixture(autouse=True)

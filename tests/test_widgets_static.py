@@ -23,6 +23,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
+from test_widgets_bahdanau import (  # noqa: E402
+    EXAMPLES,
+    SRC_VOCAB,
+    TGT_VOCAB,
+    tiny_model,
+)
+from test_widgets_transformer import tiny_transformer  # noqa: E402
 
 import attncourse.widgets.base as base  # noqa: E402
 from attncourse.widgets import (  # noqa: E402
@@ -34,9 +41,12 @@ from attncourse.widgets import (  # noqa: E402
     SelfAttentionStepper,
     TemperatureExplorer,
 )
-from attncourse.widgets.static import BOOK_ENV, BookAxis, figure_data_uri, render_player  # noqa: E402
-from test_widgets_bahdanau import EXAMPLES, SRC_VOCAB, TGT_VOCAB, tiny_model  # noqa: E402
-from test_widgets_transformer import tiny_transformer  # noqa: E402
+from attncourse.widgets.static import (  # noqa: E402
+    BOOK_ENV,
+    BookAxis,
+    figure_data_uri,
+    render_player,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -13,29 +13,43 @@ Chapters add their checks on top of the engine in :mod:`attncourse.checks.core`:
 a list of :class:`Case` objects and :func:`run_cases`.
 """
 
-from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
 from attncourse.checks.attention_at_scale import (
     check_causal_linear_attention,
     check_online_softmax_update,
     check_rescale_output,
 )
-from attncourse.checks.self_attention import check_causal_mask, check_scaled_dot_product, check_softmax
-from attncourse.checks.transformer import check_merge_heads, check_split_heads
-from attncourse.checks.training import check_label_smoothing, check_noam_schedule
 from attncourse.checks.attention_family import (
     check_general_score,
     check_local_p_weights,
     check_temperature_softmax,
 )
-from attncourse.checks.image_attention import check_doubly_stochastic_penalty, check_reinforce_loss
-from attncourse.checks.decoder_only import check_left_padded_causal_mask, check_repeat_kv, check_rope
-from attncourse.checks.conv_attention import check_pixel_attention, check_receptive_field
+from attncourse.checks.conv_attention import (
+    check_pixel_attention,
+    check_receptive_field,
+)
+from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
+from attncourse.checks.decoder_only import (
+    check_left_padded_causal_mask,
+    check_repeat_kv,
+    check_rope,
+)
+from attncourse.checks.image_attention import (
+    check_doubly_stochastic_penalty,
+    check_reinforce_loss,
+)
+from attncourse.checks.self_attention import (
+    check_causal_mask,
+    check_scaled_dot_product,
+    check_softmax,
+)
 from attncourse.checks.seq2seq import (
     check_additive_score,
     check_gru_cell,
     check_masked_softmax,
     check_padding_mask,
 )
+from attncourse.checks.training import check_label_smoothing, check_noam_schedule
+from attncourse.checks.transformer import check_merge_heads, check_split_heads
 
 __all__ = [
     "Case",

@@ -18,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from attncourse.checks.core import Case, CheckResult, buggy_variants, run_cases, variant_hint
+from attncourse.checks.core import (
+    Case,
+    CheckResult,
+    buggy_variants,
+    run_cases,
+    variant_hint,
+)
 from attncourse.functional.linear_attention import elu_feature_map, linear_attention
 from attncourse.functional.tiled_attention import online_softmax_step
 

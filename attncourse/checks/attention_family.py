@@ -34,7 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from attncourse.checks.core import Case, CheckResult, buggy_variants, run_cases, variant_hint
+from attncourse.checks.core import (
+    Case,
+    CheckResult,
+    buggy_variants,
+    run_cases,
+    variant_hint,
+)
 from attncourse.functional.luong import gaussian_weights, local_window, score_general
 from attncourse.functional.numpy_attention import softmax
 from attncourse.functional.temperature import hardmax, softmax_with_temperature

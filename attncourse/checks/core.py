@@ -320,7 +320,8 @@ def _compare_array(got: Any, expected: np.ndarray, case: Case, name: str | None)
         extra = " Did you forget `return`?" if name is None else ""
         return f"{what} returned None; expected an array of shape {fmt_shape(expected.shape)}.{extra}"
     if not _is_numeric_array(got):
-        return f"{what} returned {describe_value(got)}; expected an array of numbers of shape {fmt_shape(expected.shape)}"
+        return (f"{what} returned {describe_value(got)}; expected an array of numbers of shape "
+                f"{fmt_shape(expected.shape)}")
     if got.shape != expected.shape:
         verb = "returned" if name is None else "has"
         return f"{what} {verb} shape {fmt_shape(got.shape)}; expected shape {fmt_shape(expected.shape)}"
@@ -447,7 +448,8 @@ def variant_hint(got: Any, variants: Sequence[tuple[str, Any]], expected: np.nda
     expected = np.asarray(expected, dtype=np.float64)
     for hint, variant in variants:
         variant = np.asarray(variant, dtype=np.float64)
-        if variant.shape == expected.shape and not same_values(variant, expected, case) and same_values(got, variant, case):
+        if (variant.shape == expected.shape and not same_values(variant, expected, case)
+                and same_values(got, variant, case)):
             return hint
     return None
 

@@ -46,7 +46,14 @@ from typing import Any, NoReturn
 import numpy as np
 import torch
 
-from attncourse.checks.core import Case, CheckResult, describe_value, run_cases, same_values, variant_hint
+from attncourse.checks.core import (
+    Case,
+    CheckResult,
+    describe_value,
+    run_cases,
+    same_values,
+    variant_hint,
+)
 from attncourse.functional.numpy_attention import softmax
 from attncourse.nn.image_attention import doubly_stochastic_penalty
 
@@ -396,7 +403,8 @@ def _diagnose_reinforce(got: Any, case: Case) -> str | None:
             return RF_PER_STEP_HINT
         return RF_SCALAR_HINT
     for hint, variant_loss, variant_grad in _reinforce_variants(log_probs, rewards, baseline):
-        differs = not (same_values(variant_loss, expected_loss, case) and same_values(variant_grad, expected_grad, case))
+        differs = not (same_values(variant_loss, expected_loss, case)
+                       and same_values(variant_grad, expected_grad, case))
         if differs and same_values(loss, variant_loss, case) and same_values(grad, variant_grad, case):
             return hint
     if same_values(loss, expected_loss, case) and same_values(grad, np.zeros_like(expected_grad), case):

@@ -497,7 +497,8 @@ def _diagnose_additive_score(got: Any, case: Case) -> str | None:
             return SCORE_1D_HINT
         return None
     for hint, variant in _score_variants(s_prev, h, w_a, u_a, v_a):
-        if variant.shape == expected.shape and not same_values(variant, expected, case) and same_values(got, variant, case):
+        if (variant.shape == expected.shape and not same_values(variant, expected, case)
+                and same_values(got, variant, case)):
             return hint
     got = got.astype(np.float64)
     if (got >= 0).all() and np.isclose(got.sum(), 1.0, atol=1e-4) and not np.isclose(expected.sum(), 1.0):

@@ -56,11 +56,6 @@ import torch
 from tqdm.auto import tqdm
 
 import attncourse
-from attncourse.data.batching import build_vocabs, make_batches
-from attncourse.data.pairs import PairDataset, Splits, read_tsv, save_tsv
-from attncourse.data.vocab import Vocabulary
-from attncourse.nn.rnn import count_parameters
-from attncourse.train.checkpoint import atomic_write_text, load_model, remove_temporaries
 from attncourse.cli.gpu_report import check_gpu_report_args, run_gpu_report
 from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
 from attncourse.cli.options import (
@@ -76,13 +71,31 @@ from attncourse.cli.options import (
     length_hint,
     out_dir_problem,
 )
-from attncourse.train.distributed import broadcast_object, init_distributed, teardown_distributed
-from attncourse.recipes.experiment import Experiment, build_model, load_task, max_tokens_per_side
-from attncourse.train.config import fit_config_from
-from attncourse.train.fit import BEST_NAME, best_epoch, check_resume, fit
-from attncourse.train.seq2seq import evaluate, max_positions
-from attncourse.train.metrics import format_table
+from attncourse.data.batching import build_vocabs, make_batches
+from attncourse.data.pairs import PairDataset, Splits, read_tsv, save_tsv
+from attncourse.data.vocab import Vocabulary
+from attncourse.nn.rnn import count_parameters
+from attncourse.recipes.experiment import (
+    Experiment,
+    build_model,
+    load_task,
+    max_tokens_per_side,
+)
 from attncourse.runtime import describe_device, pick_device
+from attncourse.train.checkpoint import (
+    atomic_write_text,
+    load_model,
+    remove_temporaries,
+)
+from attncourse.train.config import fit_config_from
+from attncourse.train.distributed import (
+    broadcast_object,
+    init_distributed,
+    teardown_distributed,
+)
+from attncourse.train.fit import BEST_NAME, best_epoch, check_resume, fit
+from attncourse.train.metrics import format_table
+from attncourse.train.seq2seq import evaluate, max_positions
 
 #: Kept under its old name for callers of the command line's internals.
 _check_train_args = check_train_args

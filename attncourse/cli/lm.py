@@ -27,12 +27,12 @@ import torch
 
 from attncourse.data.text import char_corpus, course_text
 from attncourse.data.vocab import Vocabulary
-from attncourse.nn.gpt import GPT, GPT_POSITIONAL
-from attncourse.train.checkpoint import atomic_write_text, load_model
-from attncourse.train.fit import CHECKPOINT_NAME
 from attncourse.decode.generation import generate
+from attncourse.nn.gpt import GPT, GPT_POSITIONAL
 from attncourse.recipes.lm import LMConfig, bits_per_char, train_lm
 from attncourse.runtime import pick_device
+from attncourse.train.checkpoint import atomic_write_text, load_model
+from attncourse.train.fit import CHECKPOINT_NAME
 
 #: The sub-commands this module adds.
 LM_COMMANDS = ("train-lm", "sample")

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attncourse
-from attncourse.data.pairs import LEVELS
-from attncourse.train.checkpoint import temporaries
 from attncourse.cli.gpu_report import add_gpu_report_command
 from attncourse.cli.lm import add_lm_commands
-from attncourse.train.distributed import env_world_size
+from attncourse.data.pairs import LEVELS
 from attncourse.recipes.experiment import PRESETS, TASKS, transformer_preset
-from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
 from attncourse.runtime import pick_device
+from attncourse.train.checkpoint import temporaries
+from attncourse.train.distributed import env_world_size
+from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
 
 #: --model choices: (Experiment.model, Experiment.attention)
 MODELS = {"rnn": ("rnn", None), "bahdanau": ("rnn", "bahdanau"), "transformer": ("transformer", None)}

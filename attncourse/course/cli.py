@@ -20,10 +20,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from attncourse.cli.options import EXIT_USAGE, Parser
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
-from attncourse.cli.options import EXIT_USAGE, Parser
 
 COMMAND = "student-edition"
 #: The chapters' MyST sources in a checkout of the course.

@@ -14,7 +14,13 @@
 splitter is :func:`attncourse.data.pairs.tokenize`.
 """
 
-from attncourse.data.batching import Batch, build_vocabs, collate, encode_pairs, make_batches
+from attncourse.data.batching import (
+    Batch,
+    build_vocabs,
+    collate,
+    encode_pairs,
+    make_batches,
+)
 from attncourse.data.canvases import (
     RELATIONS,
     CanvasDataset,
@@ -26,9 +32,23 @@ from attncourse.data.canvases import (
 )
 from attncourse.data.dates import date_task
 from attncourse.data.numbers import number_pairs, number_task, number_words
-from attncourse.data.pairs import PairDataset, Splits, TSVError, detokenize, load_tsv, read_tsv, save_tsv
+from attncourse.data.pairs import (
+    PairDataset,
+    Splits,
+    TSVError,
+    detokenize,
+    load_tsv,
+    read_tsv,
+    save_tsv,
+)
 from attncourse.data.recall import RecallBatch, associative_recall
-from attncourse.data.text import CharCorpus, bigram_bits_per_char, char_corpus, course_text, random_windows
+from attncourse.data.text import (
+    CharCorpus,
+    bigram_bits_per_char,
+    char_corpus,
+    course_text,
+    random_windows,
+)
 from attncourse.data.toy import SENTENCES, embed, projections, tokenize
 from attncourse.data.toy_tasks import TOY_KINDS, toy_target, toy_task
 from attncourse.data.vocab import Vocabulary

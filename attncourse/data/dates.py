@@ -44,7 +44,7 @@ import datetime as dt
 import itertools
 import re
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 
 import numpy as np
 from babel import Locale, UnknownLocaleError
@@ -77,7 +77,7 @@ _NAMED = ("short", "medium", "long", "full")
 _QUOTED = re.compile(r"'[^']*'")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _locale(name: str) -> Locale:
     try:
         return Locale.parse(name)
@@ -85,7 +85,7 @@ def _locale(name: str) -> Locale:
         raise ValueError(f"unknown locale {name!r} ({err})") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def date_pattern(locale: str, fmt: str) -> str:
     """The CLDR pattern that ``fmt`` stands for in ``locale``.
 

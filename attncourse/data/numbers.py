@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import cache, lru_cache
 from operator import index
 
 from num2words import CONVERTER_CLASSES, num2words
@@ -74,7 +74,7 @@ def _check_number(n: int) -> int:
     return n
 
 
-@lru_cache(maxsize=None)
+@cache
 def _small_text(lang: str, n: int) -> str:
     """num2words of 0 <= n < 1000, cached: at most 1000 calls per language."""
     return num2words(n, lang=lang)

@@ -3,7 +3,29 @@
 Masks are boolean with ``True`` meaning *may attend*, everywhere in the course.
 """
 
-from attncourse.functional.additive import BAHDANAU_MOVES, AdditiveStepTrace, additive_attention_step
+from attncourse.functional.additive import (
+    BAHDANAU_MOVES,
+    AdditiveStepTrace,
+    additive_attention_step,
+)
+from attncourse.functional.cost import (
+    H100_BF16_FLOPS,
+    H100_HBM_BANDWIDTH,
+    attention_bytes,
+    attention_flops,
+    peak_traced_bytes,
+    saved_tensor_bytes,
+)
+from attncourse.functional.flash_attention import (
+    FlashAttentionFunction,
+    flash_attention,
+)
+from attncourse.functional.linear_attention import (
+    batched_linear_attention,
+    elu_feature_map,
+    linear_attention,
+    linear_attention_weights,
+)
 from attncourse.functional.local_attention import WindowedAttention, windowed_attention
 from attncourse.functional.luong import (
     LUONG_MODES,
@@ -29,18 +51,18 @@ from attncourse.functional.numpy_attention import (
     self_attention_trace,
     softmax,
 )
-from attncourse.functional.positional import positional_frequencies, relative_shift_matrix, sinusoidal_encoding
-from attncourse.functional.cost import (
-    H100_BF16_FLOPS,
-    H100_HBM_BANDWIDTH,
-    attention_bytes,
-    attention_flops,
-    peak_traced_bytes,
-    saved_tensor_bytes,
+from attncourse.functional.positional import (
+    positional_frequencies,
+    relative_shift_matrix,
+    sinusoidal_encoding,
 )
-from attncourse.functional.flash_attention import FlashAttentionFunction, flash_attention
-from attncourse.functional.linear_attention import batched_linear_attention, elu_feature_map, linear_attention, linear_attention_weights
-from attncourse.functional.sparse_masks import global_tokens_mask, mask_density, sliding_window_mask, strided_mask
+from attncourse.functional.sparse_masks import (
+    global_tokens_mask,
+    mask_density,
+    sliding_window_mask,
+    strided_mask,
+)
+from attncourse.functional.temperature import entropy, hardmax, softmax_with_temperature
 from attncourse.functional.tiled_attention import (
     OnlineSoftmaxTrace,
     TiledAttention,
@@ -50,8 +72,11 @@ from attncourse.functional.tiled_attention import (
     tiled_attention,
     weights_from_lse,
 )
-from attncourse.functional.temperature import hardmax, softmax_with_temperature
-from attncourse.functional.torch_attention import attention, masked_softmax, self_attention
+from attncourse.functional.torch_attention import (
+    attention,
+    masked_softmax,
+    self_attention,
+)
 
 __all__ = [
     "LUONG_MODES",
@@ -69,6 +94,7 @@ __all__ = [
     "score_general",
     "score_location",
     "softmax_with_temperature",
+    "entropy",
     "BAHDANAU_MOVES",
     "AdditiveStepTrace",
     "additive_attention_step",

@@ -20,7 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from attncourse.functional.validation import check_attention_shapes, check_projection_shapes
+from attncourse.functional.validation import (
+    check_attention_shapes,
+    check_projection_shapes,
+)
 
 #: The six steps of self-attention, in order, as the course names them.
 STEPS: tuple[str, ...] = ("project", "score", "scale", "softmax", "weight", "sum")

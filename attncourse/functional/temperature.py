@@ -25,6 +25,7 @@ section 2 (softmax with a temperature T).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -127,3 +128,22 @@ def hardmax(scores: np.ndarray, mask: np.ndarray | None = None, axis: int = -1) 
     is_max = mask & (masked == np.max(masked, axis=axis, keepdims=True))
     count = np.sum(is_max, axis=axis, keepdims=True)
     return is_max / np.where(count > 0, count, 1)
+
+
+def entropy(weights: Any) -> float:
+    """Entropy -sum_j w_j ln w_j of a weight vector, in nats (0 ln 0 = 0).
+
+    Parameters
+    ----------
+    weights : array-like or tensor, (n,)
+        Non-negative weights summing to 1.
+
+    Returns
+    -------
+    float
+        0 for a one-hot vector, ln n for the uniform one.
+    """
+    w = np.asarray(weights.detach().cpu() if hasattr(weights, "detach") else weights, dtype=float)
+    positive = w[w > 0]
+    return float(-(positive * np.log(positive)).sum())
+

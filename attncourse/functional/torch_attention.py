@@ -19,7 +19,10 @@ import numpy as np
 import torch
 
 from attncourse.functional.numpy_attention import SelfAttentionTrace
-from attncourse.functional.validation import check_attention_shapes, check_projection_shapes
+from attncourse.functional.validation import (
+    check_attention_shapes,
+    check_projection_shapes,
+)
 
 
 def _as_mask(mask, device: torch.device) -> torch.Tensor | None:

@@ -2,7 +2,21 @@
 the Transformer. Every module documents what plays the query, the keys and the values."""
 
 from attncourse.nn.additive import AdditiveAttention
-from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, SelfAttention2d, receptive_field
+from attncourse.nn.alibi import alibi_bias, alibi_slopes
+from attncourse.nn.attention import (
+    KVCache,
+    MultiHeadAttention,
+    merge_heads,
+    split_heads,
+)
+from attncourse.nn.conv_attention import (
+    AttentionCNN,
+    PlainCNN,
+    SelfAttention2d,
+    receptive_field,
+)
+from attncourse.nn.gpt import GPT, GPT_POSITIONAL, DecoderOnlyBlock
+from attncourse.nn.gqa import CausalSelfAttention, allowed_keys, repeat_kv
 from attncourse.nn.image_attention import (
     IMAGE_ATTENTION_KINDS,
     REWARD_KINDS,
@@ -16,15 +30,18 @@ from attncourse.nn.image_attention import (
     hard_attention_loss,
     soft_attention_loss,
 )
-from attncourse.nn.attention import KVCache, MultiHeadAttention, merge_heads, split_heads
-from attncourse.nn.alibi import alibi_bias, alibi_slopes
-from attncourse.nn.gpt import GPT, GPT_POSITIONAL, DecoderOnlyBlock
-from attncourse.nn.gqa import CausalSelfAttention, allowed_keys, repeat_kv
-from attncourse.nn.rope import apply_rope, rope_frequencies
-from attncourse.nn.luong import LuongAttention, LuongDecoderState, LuongSeq2Seq, LuongSeq2SeqOutput
-from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
-from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from attncourse.nn.luong import (
+    LuongAttention,
+    LuongDecoderState,
+    LuongSeq2Seq,
+    LuongSeq2SeqOutput,
+)
+from attncourse.nn.positional import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+)
 from attncourse.nn.protocol import EncoderDecoder
+from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
 from attncourse.nn.rnn import (
     ATTENTION_KINDS,
     Encoder,
@@ -35,6 +52,7 @@ from attncourse.nn.rnn import (
     hidden_dim_for_budget,
     reorder_batch,
 )
+from attncourse.nn.rope import apply_rope, rope_frequencies
 from attncourse.nn.transformer import (
     POSITIONAL_KINDS,
     DecoderLayer,

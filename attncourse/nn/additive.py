@@ -97,7 +97,8 @@ class AdditiveAttention(nn.Module):
             nn.init.zeros_(self.b_a)
 
     def extra_repr(self) -> str:
-        return f"query_dim={self.query_dim}, key_dim={self.key_dim}, attn_dim={self.attn_dim}, bias={self.b_a is not None}"
+        return (f"query_dim={self.query_dim}, key_dim={self.key_dim}, attn_dim={self.attn_dim}, "
+                f"bias={self.b_a is not None}")
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
         """U_a h_j (plus ``b_a`` if present) for every source position, once per sentence.

@@ -285,7 +285,8 @@ class _Classifier(nn.Module):
                 f"images must be (batch, channels={self.in_channels}, height, width), got {tuple(images.shape)}"
             )
         if images.shape[2] < 4 or images.shape[3] < 4:
-            raise ValueError(f"images {tuple(images.shape)} are too small: two pooling blocks need height and width >= 4")
+            raise ValueError(f"images {tuple(images.shape)} are too small: two pooling blocks need "
+                             "height and width >= 4")
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """The feature map after the mixing block, (batch, channels, height // 4, width // 4)."""
@@ -392,6 +393,9 @@ class AttentionCNN(_Classifier):
         self.attention = block
 
     def attention_map(self, images: torch.Tensor, query_position: tuple[int, int]) -> torch.Tensor:
-        """Where one grid position looks, (batch, height // 4, width // 4); see :meth:`SelfAttention2d.attention_map`."""
+        """Where one grid position looks, (batch, height // 4, width // 4).
+
+        See :meth:`SelfAttention2d.attention_map`.
+        """
         self.check_images(images)
         return self.attention.attention_map(self.stem(images), query_position)

@@ -41,7 +41,10 @@ from torch import nn
 
 from attncourse.nn.attention import KVCache
 from attncourse.nn.gqa import CausalSelfAttention
-from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from attncourse.nn.positional import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+)
 from attncourse.nn.transformer import PositionwiseFeedForward, residual
 
 #: The values of ``GPT(positional=...)``.

@@ -574,7 +574,8 @@ class ImageCaptioner(nn.Module):
             if self.kind == "soft":
                 raise ValueError("locations can only be given to hard or gumbel attention")
             if tuple(locations.shape) != (batch, num_steps):
-                raise ValueError(f"locations must be (batch, steps) = {(batch, num_steps)}, got {tuple(locations.shape)}")
+                raise ValueError(f"locations must be (batch, steps) = {(batch, num_steps)}, "
+                                 f"got {tuple(locations.shape)}")
         sample = self.training if sample is None else bool(sample)
         expected = None
         if self.kind == "hard" and self.expectation_prob > 0 and sample and locations is None:

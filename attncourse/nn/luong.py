@@ -49,10 +49,21 @@ from typing import Any
 import torch
 from torch import nn
 
-from attncourse.functional.luong import LUONG_MODES, LUONG_SCORES, check_score_and_mode, check_window
+from attncourse.functional.luong import (
+    LUONG_MODES,
+    LUONG_SCORES,
+    check_score_and_mode,
+    check_window,
+)
 from attncourse.functional.torch_attention import masked_softmax
 from attncourse.nn.protocol import EncoderDecoder
-from attncourse.nn.rnn import PAD_ID, Encoder, EncoderState, Seq2SeqOutput, reorder_batch
+from attncourse.nn.rnn import (
+    PAD_ID,
+    Encoder,
+    EncoderState,
+    Seq2SeqOutput,
+    reorder_batch,
+)
 
 #: Uniform initialisation range of Luong et al. (2015), section 4.1.
 INIT_RANGE = 0.1

@@ -64,7 +64,10 @@ import torch
 from torch import nn
 
 from attncourse.nn.attention import KVCache, MultiHeadAttention
-from attncourse.nn.positional import LearnedPositionalEncoding, SinusoidalPositionalEncoding
+from attncourse.nn.positional import (
+    LearnedPositionalEncoding,
+    SinusoidalPositionalEncoding,
+)
 from attncourse.nn.protocol import EncoderDecoder
 from attncourse.nn.rnn import PAD_ID, Seq2SeqOutput, reorder_batch
 

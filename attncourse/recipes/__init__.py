@@ -16,7 +16,12 @@ that a finished run loads in a second:
   attention (chapter 8).
 """
 
-from attncourse.recipes.captioning import CaptionConfig, caption_metrics, load_canvases, train_captioner
+from attncourse.recipes.captioning import (
+    CaptionConfig,
+    caption_metrics,
+    load_canvases,
+    train_captioner,
+)
 from attncourse.recipes.experiment import (
     TASKS,
     Experiment,

@@ -33,9 +33,9 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.nn.transformer import Transformer
+from attncourse.runtime import run_lock, runs_dir
 from attncourse.train.config import FitConfig, fit_config_from
 from attncourse.train.fit import CHECKPOINT_NAME, FitResult, fit
-from attncourse.runtime import run_lock, runs_dir
 
 #: Generated tasks, by the names the command line uses.
 TASKS: tuple[str, ...] = ("numbers-en-fr", "numbers-en-de", "dates")

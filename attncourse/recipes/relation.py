@@ -58,7 +58,12 @@ from functools import lru_cache
 import torch
 from torch import nn
 
-from attncourse.data.canvases import RELATIONS, CanvasSplits, digit_canvas_task, digit_relation_task
+from attncourse.data.canvases import (
+    RELATIONS,
+    CanvasSplits,
+    digit_canvas_task,
+    digit_relation_task,
+)
 from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, _stem
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 

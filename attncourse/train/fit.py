@@ -79,7 +79,12 @@ import torch
 from attncourse.data.batching import Batch, pad_to_buckets
 from attncourse.runtime import pick_device
 from attncourse.train import distributed as dist_utils
-from attncourse.train.checkpoint import check_compatible, differences, load_checkpoint, save_checkpoint
+from attncourse.train.checkpoint import (
+    check_compatible,
+    differences,
+    load_checkpoint,
+    save_checkpoint,
+)
 from attncourse.train.config import FitConfig
 from attncourse.train.loop import Loop, Record, check_amp, run_epochs
 from attncourse.train.schedule import noam_lambda

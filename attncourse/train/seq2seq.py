@@ -42,8 +42,8 @@ from attncourse.data.pairs import PairDataset, detokenize
 from attncourse.data.vocab import Vocabulary
 from attncourse.decode.search import beam_search, greedy_decode
 from attncourse.runtime import progress_bar
-from attncourse.train.loop import Epoch
 from attncourse.train.distributed import all_reduce_sums, rank_batch_order
+from attncourse.train.loop import Epoch
 from attncourse.train.metrics import evaluate_by_bucket
 
 PAD_ID = Vocabulary.pad_id

@@ -22,35 +22,25 @@ Every function creates its figure with ``plt.subplots(..., layout="constrained")
 when no axes are given; close figures you no longer need with ``plt.close(fig)``.
 """
 
-from attncourse.viz.heatmap import heatmap
-from attncourse.viz.scale import plot_loglog, plot_online_softmax, plot_roofline, plot_tiles, tile_states
-from attncourse.viz.curves import plot_curves
-from attncourse.viz.seq2seq import (
-    plot_alignment,
-    plot_bahdanau_step,
-    plot_by_length,
-    plot_encoder_decoder,
-    plot_history,
-)
-from attncourse.viz.images import plot_attention_overlay, plot_seed_curves
 from attncourse.viz.conv_attention import plot_pixel_attention, plot_pixel_attention_row
+from attncourse.viz.curves import plot_curves
+from attncourse.viz.heatmap import heatmap
+from attncourse.viz.images import plot_attention_overlay, plot_seed_curves
 from attncourse.viz.luong import (
     LocalWeights,
-    entropy,
     local_weights,
     plot_alignment_windows,
     plot_cost,
     plot_local_window,
-    plot_tempered_weights,
     plot_temperature,
+    plot_tempered_weights,
 )
-from attncourse.viz.transformer import (
-    ATTENTION_KINDS,
-    dimension_wavelength,
-    plot_attention_maps,
-    plot_head_maps,
-    plot_positional_detail,
-    plot_positional_encoding,
+from attncourse.viz.scale import (
+    plot_loglog,
+    plot_online_softmax,
+    plot_roofline,
+    plot_tiles,
+    tile_states,
 )
 from attncourse.viz.self_attention import (
     STEP_FIGURES,
@@ -63,14 +53,33 @@ from attncourse.viz.self_attention import (
     plot_weight,
     step_name,
 )
+from attncourse.viz.seq2seq import (
+    plot_alignment,
+    plot_bahdanau_step,
+    plot_by_length,
+    plot_encoder_decoder,
+    plot_history,
+)
+from attncourse.viz.transformer import (
+    ATTENTION_KINDS,
+    dimension_wavelength,
+    plot_attention_maps,
+    plot_head_maps,
+    plot_positional_detail,
+    plot_positional_encoding,
+)
 
 __all__ = [
+    "plot_loglog",
+    "plot_online_softmax",
+    "plot_roofline",
+    "plot_tiles",
+    "tile_states",
     "plot_attention_overlay",
     "plot_seed_curves",
     "plot_pixel_attention",
     "plot_pixel_attention_row",
     "LocalWeights",
-    "entropy",
     "local_weights",
     "plot_alignment_windows",
     "plot_cost",

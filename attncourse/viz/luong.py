@@ -40,9 +40,9 @@ from matplotlib.patches import Rectangle
 
 from attncourse.functional.luong import check_window, gaussian_weights, local_window
 from attncourse.functional.numpy_attention import softmax
-from attncourse.functional.temperature import hardmax, softmax_with_temperature
+from attncourse.functional.temperature import entropy, hardmax, softmax_with_temperature
 from attncourse.viz.heatmap import to_numpy
-from attncourse.viz.seq2seq import _show, _weights_2d, plot_alignment
+from attncourse.viz.seq2seq import plot_alignment, token_label, weights_2d
 
 #: The local modes of Luong et al. (2015), section 3.2.
 LOCAL_MODES: tuple[str, ...] = ("local-m", "local-p")
@@ -199,7 +199,7 @@ def plot_local_window(
     ----------
     Luong et al. (2015), section 3.2, eqs. (7), (10)-(11).
     """
-    labels = [_show(t) for t in tokens]
+    labels = [token_label(t) for t in tokens]
     src_len = len(labels)
     if src_len == 0:
         raise ValueError("give at least one source token")
@@ -305,7 +305,7 @@ def plot_alignment_windows(
     ----------
     Luong et al. (2015), section 3.2 and figure 7 (alignments of global and local models).
     """
-    values = _weights_2d(weights, [_show(t) for t in src_tokens], [_show(t) for t in tgt_tokens])
+    values = weights_2d(weights, [token_label(t) for t in src_tokens], [token_label(t) for t in tgt_tokens])
     n_tgt, n_src = values.shape
     p = to_numpy(positions)
     if p.shape != (n_tgt,):
@@ -338,28 +338,10 @@ def _scores_and_labels(scores: Any, labels: Sequence[str] | None) -> tuple[np.nd
         raise ValueError(f"scores must be one non-empty vector (n,), got shape {values.shape}")
     if labels is None:
         return values, [str(j) for j in range(values.size)]
-    names = [_show(label) for label in labels]
+    names = [token_label(label) for label in labels]
     if len(names) != values.size:
         raise ValueError(f"{len(names)} labels were given for scores of shape {values.shape}; pass one per score")
     return values, names
-
-
-def entropy(weights: Any) -> float:
-    """Entropy -sum_j w_j ln w_j of a weight vector, in nats (0 ln 0 = 0).
-
-    Parameters
-    ----------
-    weights : array-like, (n,)
-        Non-negative weights summing to 1.
-
-    Returns
-    -------
-    float
-        0 for a one-hot vector, ln n for the uniform one.
-    """
-    w = to_numpy(weights)
-    positive = w[w > 0]
-    return float(-(positive * np.log(positive)).sum())
 
 
 def plot_temperature(
@@ -545,7 +527,6 @@ def plot_cost(src_lens: Sequence[int], D: int | Sequence[int], ax: Axes | None =
 __all__ = [
     "LOCAL_MODES",
     "LocalWeights",
-    "entropy",
     "local_weights",
     "plot_alignment_windows",
     "plot_cost",

@@ -190,7 +190,8 @@ def plot_project(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
     view = _view(trace, tokens)
     x, q, k, v = (view.get(name) for name in ("x", "q", "k", "v"))
     fig, axes = _panels([x.shape[1], q.shape[-1], k.shape[1], v.shape[1]], len(view.tokens))
-    q_title = r"queries $Q = XW^Q$" if view.matrix_form else rf"query $q_{{{view.query_index + 1}}} = x_{{{view.query_index + 1}}}W^Q$"
+    q_number = view.query_index + 1
+    q_title = r"queries $Q = XW^Q$" if view.matrix_form else rf"query $q_{{{q_number}}} = x_{{{q_number}}}W^Q$"
     panels = [
         (x, view.tokens, "x", r"embeddings $X$", "token"),
         (q, view.query_labels, "q", q_title, "query token"),
@@ -421,7 +422,8 @@ def plot_sum(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
     d_v = output.shape[-1]
     if view.matrix_form:
         left, left_title = view.get("v"), r"values $V$"
-        out_title, detail = r"outputs $Z = AV$", r"each output $z_i = \Sigma_j\,\alpha_{ij} v_j$ mixes the values of all tokens"
+        out_title = r"outputs $Z = AV$"
+        detail = r"each output $z_i = \Sigma_j\,\alpha_{ij} v_j$ mixes the values of all tokens"
     else:
         i = view.query_index + 1
         left, left_title = view.get("weighted_values"), r"weighted $\alpha_j v_j$"

@@ -63,13 +63,13 @@ _Y_SRC, _Y_ENC, _Y_CTX, _Y_DEC, _Y_OUT = 0.0, 1.0, 2.3, 3.6, 4.5
 _BOX_W, _BOX_H = 0.72, 0.5
 
 
-def _show(token: Any) -> str:
+def token_label(token: Any) -> str:
     """A token as drawn: whitespace-only tokens become "␣" so they stay visible."""
     token = str(token)
     return "␣" * max(1, len(token)) if token.strip() == "" else token
 
 
-def _weights_2d(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> np.ndarray:
+def weights_2d(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> np.ndarray:
     """Weights as a (tgt_len, src_len) array that fits the token lists, or a ValueError naming both."""
     values = to_numpy(weights)
     if values.ndim != 2:
@@ -174,14 +174,14 @@ def plot_encoder_decoder(
     ----------
     Cho et al. (2014), section 2.2; Bahdanau et al. (2015), section 3.1, eq. (5), figure 1.
     """
-    src = [_show(t) for t in src_tokens]
-    tgt = [_show(t) for t in tgt_tokens]
+    src = [token_label(t) for t in src_tokens]
+    tgt = [token_label(t) for t in tgt_tokens]
     if not src or not tgt:
         raise ValueError(f"give at least one source and one target token, got {len(src)} and {len(tgt)}")
     n_src, n_tgt = len(src), len(tgt)
     row = None
     if weights is not None:
-        values = _weights_2d(weights, src, tgt)
+        values = weights_2d(weights, src, tgt)
         if step is None:
             raise ValueError(f"weights were given without step: pass step=t with t in 1..{n_tgt}")
         if not 1 <= int(step) <= n_tgt:
@@ -234,7 +234,7 @@ def plot_encoder_decoder(
     else:
         x_c = x_dec[step - 1]
         top = max(float(row.max()), 1e-12)
-        for j, (x, a) in enumerate(zip(x_enc, row)):
+        for x, a in zip(x_enc, row):
             start = np.array([x, _Y_ENC + _BOX_H / 2])
             end = np.array([x_c, _Y_CTX - _BOX_H / 2])
             ax.plot(*zip(start, end), color=_ATTN_COLOUR, linewidth=0.4 + 5.0 * a,
@@ -313,9 +313,9 @@ def plot_alignment(
     ----------
     Bahdanau et al. (2015), section 5.2.1 and figure 3.
     """
-    src = [_show(t) for t in src_tokens]
-    tgt = [_show(t) for t in tgt_tokens]
-    values = _weights_2d(weights, src, tgt)
+    src = [token_label(t) for t in src_tokens]
+    tgt = [token_label(t) for t in tgt_tokens]
+    values = weights_2d(weights, src, tgt)
     n_tgt, n_src = values.shape
     if highlight is not None and not 1 <= int(highlight) <= n_tgt:
         raise ValueError(f"highlight must be a step in 1..tgt_len = 1..{n_tgt} (1-based), got {highlight}")
@@ -574,7 +574,7 @@ def plot_bahdanau_step(
             f"expected one unbatched step, scores (src_len,) and context (key_dim,), got scores "
             f"{scores.shape}, weights {weights.shape}, context {context.shape}"
         )
-    src = [_show(t) for t in src_tokens]
+    src = [token_label(t) for t in src_tokens]
     if len(src) != scores.shape[0]:
         raise ValueError(
             f"{len(src)} source tokens were given for a trace with src_len {scores.shape[0]} "
@@ -605,7 +605,7 @@ def plot_bahdanau_step(
         ax.set_yticks([])
     head = "One decoding step" if step_label is None else f"Decoding step {step_label}"
     if out_token is not None:
-        head += f": next output '{_show(out_token)}'"
+        head += f": next output '{token_label(out_token)}'"
     fig.suptitle(head)
     return fig
 

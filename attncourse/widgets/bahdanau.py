@@ -34,7 +34,11 @@ from matplotlib.figure import Figure
 from attncourse.data.pairs import detokenize, tokenize
 from attncourse.data.vocab import Vocabulary
 from attncourse.functional import AdditiveStepTrace, additive_attention_step
-from attncourse.viz.seq2seq import bahdanau_step_size, plot_alignment, plot_bahdanau_step
+from attncourse.viz.seq2seq import (
+    bahdanau_step_size,
+    plot_alignment,
+    plot_bahdanau_step,
+)
 from attncourse.widgets.base import Explorer
 from attncourse.widgets.static import BookAxis
 

@@ -35,7 +35,12 @@ from IPython import get_ipython
 from IPython.display import display
 from matplotlib.figure import Figure
 
-from attncourse.widgets.static import BookAxis, book_build, figure_data_uri, render_player
+from attncourse.widgets.static import (
+    BookAxis,
+    book_build,
+    figure_data_uri,
+    render_player,
+)
 
 
 @dataclass(frozen=True)

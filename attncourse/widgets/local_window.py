@@ -22,7 +22,12 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
-from attncourse.viz.luong import LOCAL_MODES, LocalWeights, local_weights, plot_local_window
+from attncourse.viz.luong import (
+    LOCAL_MODES,
+    LocalWeights,
+    local_weights,
+    plot_local_window,
+)
 from attncourse.widgets.base import Explorer
 from attncourse.widgets.static import BookAxis
 

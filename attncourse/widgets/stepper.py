@@ -22,7 +22,10 @@ import numpy as np
 from attncourse.data import SENTENCES, embed, projections, tokenize
 from attncourse.functional import STEPS, SelfAttentionTrace, self_attention_trace
 from attncourse.viz import plot_step
-from attncourse.widgets.base import Explorer, _in_kernel  # noqa: F401  (_in_kernel: kept importable from here)
+from attncourse.widgets.base import (  # noqa: F401  (_in_kernel: kept importable from here)
+    Explorer,
+    _in_kernel,
+)
 from attncourse.widgets.static import BookAxis
 
 #: The trace field each step's figure is mainly about; it becomes ``shown["matrix"]``.
@@ -230,7 +233,8 @@ class SelfAttentionStepper(Explorer):
         if name == "project":
             body = (f"Each embedding x<sub>i</sub> (d<sub>model</sub> = {self.d_model} numbers) is multiplied "
                     f"by the matrices W<sup>Q</sup>, W<sup>K</sup> and W<sup>V</sup>, giving a query, a key and "
-                    f"a value of d<sub>k</sub> = {self.d_k} numbers each. The query of '{token}' is q = {_vector(row(t.q))}.")
+                    f"a value of d<sub>k</sub> = {self.d_k} numbers each. "
+                    f"The query of '{token}' is q = {_vector(row(t.q))}.")
         elif name == "score":
             scores = row(t.scores)
             best = int(np.argmax(scores))

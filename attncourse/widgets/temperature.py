@@ -23,8 +23,8 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
-from attncourse.functional.temperature import hardmax, softmax_with_temperature
-from attncourse.viz.luong import entropy, plot_tempered_weights
+from attncourse.functional.temperature import entropy, hardmax, softmax_with_temperature
+from attncourse.viz.luong import plot_tempered_weights
 from attncourse.widgets.base import Explorer
 from attncourse.widgets.static import BookAxis
 

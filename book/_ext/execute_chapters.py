@@ -30,7 +30,9 @@ from jupyter_cache import get_cache
 from jupyter_cache.executors import load_executor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from attncourse_book import BOOK_ENV  # noqa: E402  (the extension's own copy of the name)
+from attncourse_book import (
+    BOOK_ENV,  # noqa: E402  (the extension's own copy of the name)
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: myst-nb's plugin for jupyter-cache: the same reader as the book build's.

@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from chromium import chrome
 
 #: Where screenshots go, for a person to look at.

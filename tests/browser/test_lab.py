@@ -33,12 +33,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from chromium import chrome
 from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
-
-from chromium import chrome
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention.md"
