@@ -45,12 +45,20 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention import machine_info, print_machine, write_json  # noqa: E402  (sibling script)
-
 import importlib  # noqa: E402
 
+from attention import (  # noqa: E402  (sibling script)
+    machine_info,
+    print_machine,
+    write_json,
+)
+
 from attncourse.data.batching import build_vocabs, make_batches  # noqa: E402
-from attncourse.recipes.experiment import build_model, load_task, transformer_preset  # noqa: E402
+from attncourse.recipes.experiment import (  # noqa: E402
+    build_model,
+    load_task,
+    transformer_preset,
+)
 
 # the module, not the function of the same name that attncourse.train exports
 fit_module = importlib.import_module("attncourse.train.fit")

@@ -13,7 +13,12 @@ from torch.overrides import TorchFunctionMode
 from attncourse.cli import gpu_report
 from attncourse.cli.commands import main
 from attncourse.data.batching import build_vocabs, make_batches, pad_to_buckets
-from attncourse.recipes.experiment import GPU_BATCH_TOKENS, build_model, load_task, transformer_preset
+from attncourse.recipes.experiment import (
+    GPU_BATCH_TOKENS,
+    build_model,
+    load_task,
+    transformer_preset,
+)
 from attncourse.train.fit import fit
 from attncourse.train.loop import Epoch
 from attncourse.train.schedule import TimeBudget
