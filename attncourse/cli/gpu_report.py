@@ -304,7 +304,7 @@ def run_gpu_report(args: argparse.Namespace) -> int:
         if tests:
             run_stage(stage, [python, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider",
                               f"--junitxml={junit}", *[str(t.relative_to(root)) for t in tests]],
-                      min(left() - 30, 120) if not smoke else 0.2 * args.budget, env, root)
+                      min(left() - 30, 120) if not smoke else 0.25 * args.budget, env, root)
             results["tests"] = _test_counts(junit)
         else:
             stage.error = "no tests/test_cuda*.py here (not a source checkout?)"
@@ -313,7 +313,7 @@ def run_gpu_report(args: argparse.Namespace) -> int:
         # 2. the benchmarks, each within its share of what the training leaves
         benchmarks: dict[str, Any] = {}
         if smoke:  # shares of the budget: the sizes are tiny, the time goes into starting processes
-            bench_end = time.perf_counter() + min(0.45 * args.budget, left() - 0.3 * args.budget)
+            bench_end = time.perf_counter() + min(0.4 * args.budget, left() - 0.3 * args.budget)
         else:
             bench_end = time.perf_counter() + min(150.0, max(0.0, left() - 200))
         for name, command, json_path in benchmark_commands(device, smoke, scratch):
