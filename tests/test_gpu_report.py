@@ -3,6 +3,7 @@ budget, and ``gpu-report``'s stages (a failing stage is recorded, the next one r
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 
@@ -176,3 +177,35 @@ def test_benchmark_commands_write_json_into_the_scratch_folder(tmp_path):
     batch, tgt_len = int(step[step.index("--batch") + 1]), int(step[step.index("--tgt-len") + 1])
     assert 0.9 * GPU_BATCH_TOKENS < batch * tgt_len < 1.1 * GPU_BATCH_TOKENS
     assert all(str(path).startswith(str(tmp_path)) and "--json" in args for _, args, path in full)
+
+
+def test_book_reads_the_committed_gpu_run(tmp_path):
+    from attncourse.recipes.gpu_results import (
+        GPU_RESULTS_DIR,
+        benchmark_markdown,
+        comparison_markdown,
+        gpu_row,
+        load_gpu_results,
+    )
+
+    assert load_gpu_results(tmp_path) is None  # no run yet: the book prints the hint
+    folder = tmp_path / GPU_RESULTS_DIR
+    folder.mkdir(parents=True)
+    results = {"smoke": False, "started": "2026-12-01T10:00:00+00:00",
+               "machine": {"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "torch_version": "2.11.0"},
+               "training": {"n_parameters": 44_000_000, "train_seconds": 350.0, "tokens_per_second": 2.5e5,
+                            "history": [{"epoch": 1, "seconds": 10.0, "valid_exact_match": 0.5}]},
+               "summary": {"test_exact_match_greedy": 0.995, "test_bleu_greedy": 99.1},
+               "benchmarks": {"attention": {"rows": [{"seq_len": 256, "ratio": 1.1}]},
+                              "gqa_decode": {"error": "timeout"}}}
+    (folder / "results.json").write_text(json.dumps(results))
+    loaded = load_gpu_results(tmp_path)
+    row = gpu_row(loaded)
+    assert (row["device"], row["date"], row["torch"]) == ("NVIDIA H100 80GB HBM3", "2026-12-01", "2.11.0")
+    table = comparison_markdown([{"preset": "cpu", "device": "cpu", "date": "2026-11-25", "torch": "2.13.0"}, row])
+    assert "| gpu | NVIDIA H100 80GB HBM3 | 2026-12-01 | 2.11.0 | 44,000,000 | 350 | 250,000 | 0.9950 | 99.10 |" \
+        in table
+    text = benchmark_markdown(loaded)
+    assert "NVIDIA H100 80GB HBM3, 2026-12-01, torch 2.11.0" in text and "timeout" in text and "| 256 | 1.1 |" in text
+    (folder / "results.json").write_text(json.dumps({**results, "smoke": True}))
+    assert load_gpu_results(tmp_path) is None  # a smoke run is never shown as a GPU result
