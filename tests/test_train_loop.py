@@ -129,3 +129,33 @@ def test_a_cached_run_asked_for_twice_at_once_trains_once(tmp_path, monkeypatch)
     assert calls == [1, 2]
     assert runs["second"].history == runs["first"].history
     assert (runs["first"].out_dir / ".lock").is_file()
+
+
+def test_early_stopping_and_the_best_epoch_come_with_the_loop(tmp_path):
+    build, train_epoch, _, calls = _problem()
+    weights = []
+
+    def worse_every_epoch(model):  # validation gets worse after epoch 1: patience 1 stops after epoch 2
+        weights.append(model.weight.detach().clone())
+        return {"valid_loss": float(len(calls))}
+
+    run = train_epochs("toy", {"lr": 0.05}, build, train_epoch, worse_every_epoch, 5, progress=False,
+                       out_dir=tmp_path, device="cpu", score=lambda row: (-row["valid_loss"],), patience=1)
+    assert calls == [1, 2] and run.stopped_early and run.best_epoch == 1
+    assert torch.equal(run.model.weight, weights[0])  # the best epoch's weights, restored
+
+
+def test_amp_runs_a_cached_model_under_bf16_autocast(tmp_path):
+    build, _, evaluate, _ = _problem()
+    dtypes = []
+
+    def train_epoch(epoch):
+        with epoch.autocast():
+            dtypes.append(epoch.forward(torch.ones(2, 3)).dtype)
+        loss = epoch.forward(torch.ones(2, 3)).pow(2).mean()
+        epoch.step(loss)
+        return {"train_loss": float(loss.detach())}
+
+    train_epochs("toy", {"amp": "bf16"}, build, train_epoch, evaluate, 1, progress=False, out_dir=tmp_path,
+                 device="cpu", amp="bf16")
+    assert dtypes == [torch.bfloat16]

@@ -6,9 +6,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 
 from attncourse.functional import (  # noqa: E402
     online_softmax_trace,
@@ -22,12 +20,6 @@ from attncourse.viz import (  # noqa: E402
     plot_tiles,
     tile_states,
 )
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def test_loglog_labels_each_series_with_its_fitted_slope():

@@ -25,12 +25,6 @@ from attncourse.viz.transformer import (  # noqa: E402
 )
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
 def ticks(labels):
     return [t.get_text() for t in labels]
 

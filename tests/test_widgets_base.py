@@ -39,12 +39,6 @@ class Counter(Explorer):
         self._render(plt.figure())
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
 def test_layout_is_rows_then_caption_then_output():
     c = Counter()
     row = c.widget.children[0]

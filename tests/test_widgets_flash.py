@@ -6,7 +6,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -16,12 +15,6 @@ from attncourse.functional import (  # noqa: E402
 )
 from attncourse.viz import tile_states  # noqa: E402
 from attncourse.widgets import FlashAttentionExplorer  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
 
 
 def test_tiles_play_in_order_and_converge_to_the_exact_output():

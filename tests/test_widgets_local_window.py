@@ -24,12 +24,6 @@ from attncourse.widgets.temperature import (  # noqa: E402
 )
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
 def bar_heights(fig, label):
     ax = fig.axes[0]
     (container,) = [c for c in ax.containers if c.get_label() == label]

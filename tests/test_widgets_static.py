@@ -49,12 +49,6 @@ from attncourse.widgets.static import (  # noqa: E402
 )
 
 
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
 @pytest.fixture
 def cheap_frames(monkeypatch):
     """Frames as a counter instead of PNGs: these tests compare states, not pixels."""

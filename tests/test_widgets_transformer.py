@@ -24,13 +24,6 @@ from attncourse.nn.transformer import Transformer  # noqa: E402
 from attncourse.widgets.explorer import ALL_HEADS, AttentionExplorer  # noqa: E402
 from attncourse.widgets.positional import PositionalEncodingExplorer  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def close_figures():
-    yield
-    plt.close("all")
-
-
 # ----------------------------------------------------------------------------- positional encoding
 
 

@@ -62,6 +62,7 @@ from attncourse.nn.rnn import (
     Encoder,
     EncoderState,
     Seq2SeqOutput,
+    check_target_inputs,
     reorder_batch,
 )
 
@@ -542,10 +543,6 @@ class LuongSeq2Seq(nn.Module, EncoderDecoder):
         self.w_c = nn.Linear(2 * hidden_dim, hidden_dim, bias=False)  # W_c, eq. (5)
         self.output = nn.Linear(hidden_dim, tgt_vocab_size)  # W_s, eq. (6)
 
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> LuongSeq2Seq:
-        return cls(**config)
-
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> EncoderState:
         """Run the encoder once per batch, as :class:`EncoderDecoder` describes.
 
@@ -618,35 +615,16 @@ class LuongSeq2Seq(nn.Module, EncoderDecoder):
         return reorder_batch(obj, indices)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> LuongSeq2SeqOutput:
-        """Teacher forcing: score every target step given the true previous tokens.
-
-        Runs :meth:`decode_step` for t = 0..tgt_len-1, feeding ``tgt_in[:, t]``,
-        so it equals decoding step by step.
-
-        Parameters
-        ----------
-        src : (batch, src_len) long
-        src_mask : (batch, src_len) bool
-            ``True`` at real source tokens.
-        tgt_in : (batch, tgt_len) long
-            Target inputs, starting with bos.
+        """Teacher forcing, as :meth:`EncoderDecoder.forward`: :meth:`decode_step` for
+        t = 0..tgt_len-1, fed ``tgt_in[:, t]``, so it equals decoding step by step.
 
         Returns
         -------
         LuongSeq2SeqOutput
-            ``logits (batch, tgt_len, tgt_vocab)``, ``attention (batch, tgt_len, src_len)``
-            and ``positions (batch, tgt_len)`` or ``None``.
-
-        Raises
-        ------
-        ValueError
-            If ``tgt_in`` is not ``(batch, tgt_len)`` with the batch of ``src``.
+            Also ``positions`` (batch, tgt_len), the aligned positions p_t of
+            local-p attention, or ``None``.
         """
-        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(
-                f"tgt_in must be (batch, tgt_len) with the batch of src {tuple(src.shape)}, "
-                f"got {tuple(tgt_in.shape)}"
-            )
+        check_target_inputs(src, tgt_in)
         enc = self.encode(src, src_mask)
         state = self.init_state(enc)
         logits, weights, positions = [], [], []

@@ -38,7 +38,7 @@ class EncoderDecoder(Protocol):
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> EncoderDecoder:
         """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict."""
-        ...
+        return cls(**config)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Any:
         """Run the encoder once per batch.
@@ -93,6 +93,33 @@ class EncoderDecoder(Protocol):
         ------
         ValueError
             If ``prev_tokens`` or ``state`` do not fit the encoder state's batch.
+        """
+        ...
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> Any:
+        """Teacher forcing: the scores of every next target token, given the gold previous ones.
+
+        What training calls (``model(src, src_mask, tgt_in)``); for the same
+        prefix its logits equal those of :meth:`decode_step`, step by step.
+
+        Parameters
+        ----------
+        src : (batch, src_len) long
+        src_mask : (batch, src_len) bool
+            ``True`` at real source tokens.
+        tgt_in : (batch, tgt_len) long
+            Target inputs, starting with ``<bos>`` (the target shifted right).
+
+        Returns
+        -------
+        output
+            With ``logits`` (batch, tgt_len, tgt_vocab) and ``attention``
+            (batch, tgt_len, src_len) or None.
+
+        Raises
+        ------
+        ValueError
+            If ``tgt_in`` is not (batch, tgt_len) with the batch of ``src``.
         """
         ...
 

@@ -66,6 +66,15 @@ def _check_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
     return lengths.cpu()
 
 
+def check_target_inputs(src: torch.Tensor, tgt_in: torch.Tensor) -> None:
+    """Raise ValueError unless ``tgt_in`` is (batch, tgt_len) with the batch of ``src`` (batch, src_len)."""
+    if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
+        raise ValueError(
+            f"tgt_in must be (batch, tgt_len) with the batch of src {tuple(src.shape)}, "
+            f"got {tuple(tgt_in.shape)}"
+        )
+
+
 def reorder_batch(obj: Any, indices: torch.Tensor) -> Any:
     """Select rows of the batch dimension in anything a decoder carries between steps.
 
@@ -312,10 +321,6 @@ class Seq2Seq(nn.Module, EncoderDecoder):
         self.cell = nn.GRUCell(emb_dim + enc_dim, hidden_dim)
         self.output = nn.Linear(hidden_dim + enc_dim + emb_dim, tgt_vocab_size)  # W_o, b_o
 
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Seq2Seq:
-        return cls(**config)
-
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> EncoderState:
         """Run the encoder once per batch, as :class:`EncoderDecoder` describes.
 
@@ -377,35 +382,15 @@ class Seq2Seq(nn.Module, EncoderDecoder):
         return reorder_batch(obj, indices)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> Seq2SeqOutput:
-        """Teacher forcing: score every target step given the true previous tokens.
-
-        Runs :meth:`decode_step` for i = 1..tgt_len, feeding ``tgt_in[:, i-1]``,
-        so it equals decoding step by step.
-
-        Parameters
-        ----------
-        src : (batch, src_len) long
-        src_mask : (batch, src_len) bool
-            ``True`` at real source tokens.
-        tgt_in : (batch, tgt_len) long
-            Target inputs, starting with bos (the target shifted right).
+        """Teacher forcing, as :meth:`EncoderDecoder.forward`: :meth:`decode_step` for
+        i = 1..tgt_len, fed ``tgt_in[:, i-1]``, so it equals decoding step by step.
 
         Returns
         -------
         Seq2SeqOutput
-            ``logits (batch, tgt_len, tgt_vocab)`` and ``attention
-            (batch, tgt_len, src_len)`` or ``None``.
-
-        Raises
-        ------
-        ValueError
-            If ``tgt_in`` is not ``(batch, tgt_len)`` with the batch of ``src``.
+            ``attention`` is None without attention.
         """
-        if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
-            raise ValueError(
-                f"tgt_in must be (batch, tgt_len) with the batch of src {tuple(src.shape)}, "
-                f"got {tuple(tgt_in.shape)}"
-            )
+        check_target_inputs(src, tgt_in)
         enc = self.encode(src, src_mask)
         state = self.init_state(enc)
         logits, weights = [], []

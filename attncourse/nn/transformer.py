@@ -462,10 +462,6 @@ class Transformer(nn.Module, EncoderDecoder):
         if tie_embeddings:
             self.output_proj.weight = self.tgt_embedding.weight
 
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Transformer:
-        return cls(**config)
-
     # ----- embeddings (sections 3.4, 3.5) -----
 
     def embed_source(self, src: torch.Tensor) -> torch.Tensor:
@@ -575,27 +571,18 @@ class Transformer(nn.Module, EncoderDecoder):
             )
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> Seq2SeqOutput:
-        """Teacher forcing: the logits of every next target token, all positions at once.
-
-        Parameters
-        ----------
-        src : (batch, src_len) long
-        src_mask : (batch, src_len) bool
-            ``True`` at real source tokens.
-        tgt_in : (batch, tgt_len) long
-            Target inputs, starting with bos (the target shifted right).
+        """Teacher forcing, as :meth:`EncoderDecoder.forward`: every position at once.
 
         Returns
         -------
         Seq2SeqOutput
-            ``logits (batch, tgt_len, tgt_vocab)`` and ``attention (batch, tgt_len, src_len)``:
-            the last decoder layer's cross-attention averaged over heads (exactly 0
-            at padded source positions; rows sum to 1).
+            ``attention`` is the last decoder layer's cross-attention averaged over
+            heads (exactly 0 at padded source positions; rows sum to 1).
 
         Raises
         ------
         ValueError
-            If the shapes disagree or a sequence is longer than ``max_len``.
+            Also if a sequence is longer than ``max_len``.
         TypeError
             If ``src_mask`` is not boolean.
         """

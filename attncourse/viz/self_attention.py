@@ -190,8 +190,11 @@ def plot_project(trace: SelfAttentionTrace, tokens: Sequence[str]) -> Figure:
     view = _view(trace, tokens)
     x, q, k, v = (view.get(name) for name in ("x", "q", "k", "v"))
     fig, axes = _panels([x.shape[1], q.shape[-1], k.shape[1], v.shape[1]], len(view.tokens))
-    q_number = view.query_index + 1
-    q_title = r"queries $Q = XW^Q$" if view.matrix_form else rf"query $q_{{{q_number}}} = x_{{{q_number}}}W^Q$"
+    if view.matrix_form:
+        q_title = r"queries $Q = XW^Q$"
+    else:
+        q_number = view.query_index + 1
+        q_title = rf"query $q_{{{q_number}}} = x_{{{q_number}}}W^Q$"
     panels = [
         (x, view.tokens, "x", r"embeddings $X$", "token"),
         (q, view.query_labels, "q", q_title, "query token"),
