@@ -235,7 +235,7 @@ def rf_list(layers):
 
 def rf_raises(layers):
     r = 1
-    for k, _stride, _padding in layers:
+    for k, s, padding in layers:
         r += k - 1
     return r
 
