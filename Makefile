@@ -15,7 +15,7 @@ BROWSER_SHOTS := _build/browser
 # which reports its error (hence the `-`).
 EXECUTE_CHAPTERS := $(BIN)/python book/_ext/execute_chapters.py
 
-.PHONY: all book test lint unit fresh-runs nbval book-check browser lab student timings clean
+.PHONY: all book test lint unit gpu-smoke gpu fresh-runs nbval book-check browser lab student timings clean
 
 all: book
 
@@ -38,8 +38,21 @@ book: $(STAMP)
 # nbval 0.11) for a cell's last messages after it ends, which a minutes-long training cell
 # sometimes misses ("Timeout of 5 seconds exceeded waiting for output"); with the models
 # trained, nbval's cells are short.
-test: lint unit fresh-runs book-check browser nbval
+test: lint unit gpu-smoke fresh-runs book-check browser nbval
 	@echo "All tests passed."
+
+# Every stage of the GPU report at tiny sizes on the CPU (about a minute of CPU time; the
+# budget of 600 s only stops a stage that hangs): the one GPU command
+# cannot rot between the rare occasions a GPU is lent to the project.
+gpu-smoke: $(STAMP)
+	$(BIN)/python -m attncourse gpu-report _build/gpu-smoke --device cpu --smoke --budget 600 --overwrite
+
+## gpu: on a CUDA machine, the GPU chapter in one command (tests, benchmarks, training for a time
+## budget, evaluation; 540 s): results in results/transformer-gpu/. Needs only torch >= 2.4 and the
+## packages of requirements.txt (no virtual environment, no network): see README, "Running on a GPU".
+GPU_OUT ?= results/transformer-gpu
+gpu:
+	PYTHONPATH=$(CURDIR) $(PYTHON) -m attncourse gpu-report $(GPU_OUT) --overwrite
 
 fresh-runs:
 	rm -rf $(ATTNCOURSE_RUNS)

@@ -171,8 +171,9 @@ def peak_tflops(device: torch.device, given: float | None) -> tuple[float | None
 
 def make_step(model: nn.Module, forward: Callable[[], torch.Tensor], targets: torch.Tensor,
               device: torch.device, amp: str | None) -> Callable[[], float]:
-    """One training step on a fixed batch: forward, label-smoothed loss, backward, Adam."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    """One training step on a fixed batch: forward, label-smoothed loss, backward, Adam (fused on CUDA)."""
+    fused = {"fused": True} if device.type == "cuda" else {}
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **fused)
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -191,7 +192,7 @@ def make_step(model: nn.Module, forward: Callable[[], torch.Tensor], targets: to
 
 
 def run(device: torch.device, cfg: dict, dropout: float, amp: str | None, min_run_time: float, warmup: int,
-        given_peak: float | None, seed: int = 0) -> dict:
+        given_peak: float | None, seed: int = 0, compile: bool = False) -> dict:
     """Build both models with the same weights, check they agree, time their training steps."""
     torch.manual_seed(seed)
     batch, src_len, tgt_len, vocab = cfg["batch"], cfg["src_len"], cfg["tgt_len"], cfg["vocab"]
@@ -221,9 +222,11 @@ def run(device: torch.device, cfg: dict, dropout: float, amp: str | None, min_ru
     ours.train()
     theirs.train()
 
+    run_theirs = torch.compile(theirs) if compile else theirs
+    run_ours = torch.compile(ours) if compile else ours
     steps = {
-        "torch": make_step(theirs, lambda: theirs(src, src_mask, tgt_in), tgt_out, device, amp),
-        "ours": make_step(ours, lambda: ours(src, src_mask, tgt_in).logits, tgt_out, device, amp),
+        "torch": make_step(theirs, lambda: run_theirs(src, src_mask, tgt_in), tgt_out, device, amp),
+        "ours": make_step(ours, lambda: run_ours(src, src_mask, tgt_in).logits, tgt_out, device, amp),
     }
     for step in steps.values():
         for _ in range(warmup):
@@ -242,6 +245,7 @@ def run(device: torch.device, cfg: dict, dropout: float, amp: str | None, min_ru
     print(f"median step time; ratio = ours-speed / torch-speed (>= 1: ours faster); MFU against peak {peak_text}")
     print(f"{'model':>6} {'step ms':>9} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>7} {'ratio':>6}")
     result = {"device": describe_device(device), "precision": "bf16" if amp else "float32", "config": cfg,
+              "compile": compile,
               "dropout": dropout, "n_params": n_ours, "flops_per_step": flops, "peak_tflops": peak,
               "peak_source": peak_source, "models": {}}
     for name in ("torch", "ours"):
@@ -268,6 +272,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--amp", choices=["bf16"], default=None, help="bf16 autocast (CUDA)")
     parser.add_argument("--peak-tflops", type=float, default=None,
                         help="peak TFLOP/s for MFU (default: bf16 dense peak of a known GPU)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile both models (Inductor) before timing; compile time is not timed")
     parser.add_argument("--min-run-time", type=float, default=2.0, help="seconds per measurement")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--seed", type=int, default=0)
@@ -280,7 +286,8 @@ def main(argv: list[str] | None = None) -> dict:
         parser.error("--amp bf16 is for CUDA devices")
     info = machine_info([device])
     print_machine(info)
-    result = run(device, cfg, args.dropout, args.amp, args.min_run_time, args.warmup, args.peak_tflops, args.seed)
+    result = run(device, cfg, args.dropout, args.amp, args.min_run_time, args.warmup, args.peak_tflops, args.seed,
+                 args.compile)
     if args.json:
         settings = {k: v for k, v in vars(args).items() if k != "json"} | {"resolved": cfg}
         write_json(args.json, "transformer_step", info, settings, [result])

@@ -226,8 +226,12 @@ def test_presets_fill_what_is_not_given():
                    "3", "--no-fused", "--n-train", "100")
     assert (gpu.d_model, gpu.num_heads, gpu.num_layers, gpu.d_ff) == (256, 8, 6, 2048)
     assert (gpu.amp, gpu.fused, gpu.epochs, gpu.optimizer, gpu.clip_norm, gpu.warmup) == (
-        None, False, 3, "adamw", None, 4000)
-    assert (gpu.n_train, gpu.n_valid, gpu.batch_size) == (100, 1000, 128)  # dates: smaller batches
+        None, False, 3, "adamw", None, 400)
+    # about 25,000 target tokens a batch (dates: 11 per pair), trained for a time budget
+    assert (gpu.n_train, gpu.n_valid, gpu.batch_size) == (100, 1000, 2272)
+    assert (gpu.time_budget, gpu.length_buckets) == (360.0, 4)
+    budget = resolved("--model", "transformer", "--preset", "gpu", "--time-budget", "12.5")
+    assert budget.time_budget == 12.5
     constant = resolved("--model", "transformer", "--schedule", "constant", "--lr", "0.0005", "--no-clip")
     assert (constant.schedule, constant.lr, constant.clip_norm) == (None, 5e-4, None)
     noam_rnn = resolved("--model", "rnn", "--schedule", "noam", "--warmup", "100", "--label-smoothing", "0.1")

@@ -95,7 +95,7 @@ def test_fit_reduces_loss_and_reports_every_epoch(data):
     rows = result.history
     assert [r["epoch"] for r in rows] == list(range(1, 7))
     keys = {"epoch", "train_loss", "train_acc", "valid_loss", "valid_acc", "valid_exact_match", "seconds",
-            "train_tokens", "train_seconds"}
+            "train_tokens", "train_seconds", "train_steps"}
     assert all(set(r) == keys for r in rows)
     assert sum(r["train_tokens"] for r in rows) == result.train_tokens
     assert sum(r["train_seconds"] for r in rows) == pytest.approx(result.train_seconds)

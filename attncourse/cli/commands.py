@@ -58,6 +58,7 @@ import torch
 from tqdm.auto import tqdm
 
 import attncourse
+from attncourse.cli.gpu_report import check_gpu_report_args, run_gpu_report
 from attncourse.cli.limits import check_model_config
 from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
 from attncourse.cli.options import (
@@ -303,10 +304,12 @@ def _train(args: argparse.Namespace, world: Any) -> int:
         "task": args.task if args.task is not None else str(args.train),
         "model": args.model, "model_type": args.kind, "preset": args.preset, "n_parameters": n_parameters,
         "model_config": model.config, "device": device.type, "device_name": _device_name(device),
-        "world_size": world.world_size, "amp": args.amp, "compile": args.compile, **software,
+        "world_size": world.world_size, "amp": args.amp, "compile": args.compile,
+        "time_budget": args.time_budget, **software,
     }
 
-    def results(history: list[dict[str, Any]], best: int, stopped_early: bool) -> dict[str, Any]:
+    def results(history: list[dict[str, Any]], best: int, stopped_early: bool,
+                out_of_time: bool = False) -> dict[str, Any]:
         """results.json: this run's settings, totals over every epoch in ``history``, every segment."""
         done = list(segments)
         if len(history) >= first_epoch:  # this segment trained: record it
@@ -319,7 +322,8 @@ def _train(args: argparse.Namespace, world: Any) -> int:
         report = {**run, "wall_time": sum(float(s.get("wall_time") or 0.0) for s in done),
                   "train_seconds": seconds, "train_tokens": tokens,
                   "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
-                  "best_epoch": best, "stopped_early": stopped_early, "history": history, "segments": done}
+                  "best_epoch": best, "stopped_early": stopped_early, "out_of_time": out_of_time,
+                  "history": history, "segments": done}
         if "evaluations" in earlier:
             report["evaluations"] = earlier["evaluations"]
         return report
@@ -334,7 +338,7 @@ def _train(args: argparse.Namespace, world: Any) -> int:
     if not main_rank:
         return 0
     _write_json(out / "history.json", result.history)
-    final = results(result.history, result.best_epoch, result.stopped_early)
+    final = results(result.history, result.best_epoch, result.stopped_early, result.out_of_time)
     _write_json(out / "results.json", final)
     if len(result.history) < first_epoch:
         print(f"attncourse: nothing to train: {out} holds {len(result.history)} epoch(s) already; "
@@ -342,6 +346,7 @@ def _train(args: argparse.Namespace, world: Any) -> int:
     if result.best_epoch:
         best = result.history[result.best_epoch - 1]
         stop = " (stopped early)" if result.stopped_early else ""
+        stop += f" (time budget of {args.time_budget:g} s spent)" if result.out_of_time else ""
         print(f"best epoch {result.best_epoch}{stop}: valid exact match {best['valid_exact_match']:.3f}, "
               f"valid loss {best['valid_loss']:.3f}; weights in {out / BEST_NAME}")
     n_segments = len(final["segments"])
@@ -450,6 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             check_train_args(args)
         elif args.command in LM_COMMANDS:
             check_lm_args(args, UsageError, out_dir_problem)
+        elif args.command == "gpu-report":
+            check_gpu_report_args(args, UsageError)
         else:
             check_evaluate_args(args)
     except SystemExit as done:  # --help, --version and usage errors
@@ -460,6 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in LM_COMMANDS:
             return run_train_lm(args) if args.command == "train-lm" else run_sample(args)
+        if args.command == "gpu-report":
+            return run_gpu_report(args)
         return run_train(args) if args.command == "train" else run_evaluate(args)
     except (ValueError, OSError, FloatingPointError) as err:
         print(f"attncourse: error: {_one_line(err)}", file=sys.stderr)

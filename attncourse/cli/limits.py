@@ -84,6 +84,8 @@ LIMITS: dict[str, Limit] = {
     "steps": Limit(1, 100_000_000, _TIME),
     "steps_per_epoch": Limit(1, 100_000_000, _TIME),
     "warmup": Limit(1, 100_000_000, _TIME),
+    "time_budget": Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True),
+    "budget": Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True),
     # optimiser: float32 scalars
     "lr": Limit(0.0, 10.0, _FLOAT32, open_low=True),
     "lr_scale": Limit(0.0, 1000.0, _FLOAT32, open_low=True),

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attncourse
+from attncourse.cli.gpu_report import add_gpu_report_command
 from attncourse.cli.limits import check_limits, document_limits, training_memory_problem
 from attncourse.cli.lm import add_lm_commands
 from attncourse.cli.rundir import foreign_files, read_config, run_command, unstarted_run
@@ -38,7 +39,7 @@ RNN_DEFAULTS: dict[str, Any] = {
     "emb_dim": 64, "hidden_dim": 128, "dropout": 0.0, "epochs": 10, "batch_size": 64, "lr": 1e-3,
     "clip_norm": 1.0, "label_smoothing": 0.0, "schedule": None, "warmup": 4000, "lr_scale": 1.0,
     "optimizer": "adam", "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amp": None, "fused": False,
-    "compile": False,
+    "compile": False, "length_buckets": None, "time_budget": None,
 }
 #: Options of the Transformer only, and of the RNN only.
 TRANSFORMER_OPTIONS = ("d_model", "num_heads", "num_layers", "d_ff", "norm_first", "positional", "tie_embeddings")
@@ -46,7 +47,7 @@ RNN_OPTIONS = ("emb_dim", "hidden_dim")
 #: What a preset sets besides the options above: the training recipe and, for --task, the split sizes.
 PRESET_OPTIONS = TRANSFORMER_OPTIONS + (
     "dropout", "epochs", "batch_size", "clip_norm", "label_smoothing", "schedule", "warmup", "lr_scale",
-    "optimizer", "betas", "eps", "weight_decay", "amp", "fused", "compile",
+    "optimizer", "betas", "eps", "weight_decay", "amp", "fused", "compile", "length_buckets", "time_budget",
 )
 
 
@@ -300,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fused Adam/AdamW kernel, CUDA only (gpu preset); ignored on other devices")
     run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the training forward pass (first epoch slower; off by default)")
+    run.add_argument("--time-budget", type=_positive_float, metavar="SECONDS",
+                     help="stop training after SECONDS of wall-clock time (validation included), with a "
+                          "checkpoint; the learning rate cools down to 0 over the last fifth (gpu preset: 360; "
+                          "default: none)")
     run.add_argument("--teacher-forcing", type=_probability, default=1.0, metavar="P",
                      help="probability of feeding the gold previous token; below 1 the decoder is sometimes "
                           "fed its own prediction (scheduled sampling; slower). Default 1.0")
@@ -348,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--threads", type=_positive_int, default=1, metavar="N",
                     help="CPU threads for torch (default 1)")
     add_lm_commands(commands, _path, _positive_int, _positive_float, _seed, _device)
+    add_gpu_report_command(commands, _path, _positive_float)
     document_limits(parser)
     return parser
 

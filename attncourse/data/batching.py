@@ -264,3 +264,73 @@ def build_vocabs(dataset: PairDataset, min_freq: int = 1) -> tuple[Vocabulary, V
         Vocabulary.build((s for s, _ in dataset.pairs), min_freq=min_freq),
         Vocabulary.build((t for _, t in dataset.pairs), min_freq=min_freq),
     )
+
+
+def pad_to_buckets(batches: list[Batch], n_buckets: int, batch_size: int) -> list[Batch]:
+    """The same batches, padded to a few fixed shapes: at most ``n_buckets`` distinct shapes in all.
+
+    The batches are sorted by (source length, target length) and cut into
+    ``n_buckets`` groups of about equal count; every batch of a group is padded
+    on the right to the group's longest source and target, and filled up to
+    ``batch_size`` rows with *filler rows*. A compiled model
+    (:func:`torch.compile` with ``dynamic=False``) then compiles one graph per
+    shape instead of one per batch length.
+
+    A filler row repeats the batch's first source and has the target
+    ``<bos>`` followed by padding, so its ``tgt_out`` is all padding: it adds
+    nothing to the loss (``ignore_index=pad_id``) nor to the counts of
+    :attr:`Batch.n_tgt_tokens`, and no row is fully masked. Its ``index`` is -1.
+
+    Parameters
+    ----------
+    batches : list of Batch
+        E.g. from :func:`make_batches`; none may hold more than ``batch_size`` rows.
+    n_buckets : int
+        At least 1.
+    batch_size : int
+
+    Returns
+    -------
+    list of Batch
+        In the order of ``batches``; shapes ``(batch_size, S_b)`` and
+        ``(batch_size, T_b + 2)`` with S_b, T_b the bucket's longest.
+
+    Raises
+    ------
+    ValueError
+        If ``n_buckets < 1``, ``batches`` is empty, or a batch holds more than
+        ``batch_size`` rows.
+    """
+    if n_buckets < 1:
+        raise ValueError(f"n_buckets must be at least 1, got {n_buckets}")
+    if not batches:
+        raise ValueError("no batches to pad")
+    largest = max(len(b) for b in batches)
+    if largest > batch_size:
+        raise ValueError(f"a batch holds {largest} rows, more than batch_size {batch_size}")
+    order = sorted(range(len(batches)), key=lambda i: (batches[i].src.shape[1], batches[i].tgt.shape[1]))
+    bucket_of = [0] * len(batches)
+    for rank, i in enumerate(order):
+        bucket_of[i] = rank * n_buckets // len(batches)
+    shape: dict[int, tuple[int, int]] = {}
+    for i, b in enumerate(batches):
+        s, t = shape.get(bucket_of[i], (0, 0))
+        shape[bucket_of[i]] = (max(s, b.src.shape[1]), max(t, b.tgt.shape[1]))
+    return [_pad_batch(b, *shape[bucket_of[i]], batch_size) for i, b in enumerate(batches)]
+
+
+def _pad_batch(batch: Batch, src_len: int, tgt_len: int, rows: int) -> Batch:
+    def grow(t: torch.Tensor, length: int, fill: int | bool) -> torch.Tensor:
+        out = torch.full((rows, length), fill, dtype=t.dtype)
+        out[: t.shape[0], : t.shape[1]] = t
+        return out
+
+    n, fill = len(batch), rows - len(batch)
+    pad = Vocabulary.pad_id
+    src, src_mask = grow(batch.src, src_len, pad), grow(batch.src_mask, src_len, False)
+    tgt, tgt_mask = grow(batch.tgt, tgt_len, pad), grow(batch.tgt_mask, tgt_len, False)
+    src[n:], src_mask[n:] = src[0], src_mask[0]
+    tgt[n:, 0], tgt_mask[n:, 0] = Vocabulary.bos_id, True
+    lengths = torch.cat([batch.src_lengths, batch.src_lengths[:1].expand(fill)])
+    index = None if batch.index is None else torch.cat([batch.index, torch.full((fill,), -1, dtype=torch.long)])
+    return Batch(src=src, src_mask=src_mask, src_lengths=lengths, tgt=tgt, tgt_mask=tgt_mask, index=index)

@@ -141,6 +141,21 @@ class FitConfig:
         where it rarely pays off). Batches of new shapes trigger recompiles
         until torch marks the lengths dynamic. Validation and decoding run the
         plain model.
+    length_buckets : int or None
+        Pad the training batches to at most this many fixed shapes, filling
+        every batch up to ``batch_size`` rows with rows that count for nothing
+        (:func:`~attncourse.data.batching.pad_to_buckets`), and compile for
+        exact shapes: ``compile`` then compiles one graph per bucket instead of
+        one per batch length. None (default): the batches as given.
+    time_budget : float or None
+        Stop training after this many seconds of wall-clock time (validation
+        included), counted from the start of this call: the epoch under way stops
+        after its current step, is validated and checkpointed, and the run ends
+        (``FitResult.out_of_time``). The learning rate cools down linearly to 0
+        over the budget's last fifth (:class:`~attncourse.train.schedule.TimeBudget`),
+        so that the run ends with settled weights whatever the number of steps
+        it managed. None (default): no budget. With several processes the budget
+        is checked between epochs only, and without the cool-down.
 
     Raises
     ------
@@ -171,6 +186,8 @@ class FitConfig:
     fused: bool = False
     amp: str | None = None
     compile: bool = False
+    length_buckets: int | None = None
+    time_budget: float | None = None
 
     def __post_init__(self) -> None:
         if int(self.epochs) < 1:
@@ -209,6 +226,10 @@ class FitConfig:
             raise ValueError(f"d_model_for_schedule must be at least 1 or None, got {self.d_model_for_schedule}")
         if not (self.lr_scale > 0 and math.isfinite(self.lr_scale)):
             raise ValueError(f"lr_scale must be a finite number > 0, got {self.lr_scale}")
+        if self.length_buckets is not None and int(self.length_buckets) < 1:
+            raise ValueError(f"length_buckets must be at least 1 or None, got {self.length_buckets}")
+        if self.time_budget is not None and not (self.time_budget > 0 and math.isfinite(self.time_budget)):
+            raise ValueError(f"time_budget must be a positive number of seconds or None, got {self.time_budget}")
         if self.amp is not None and self.amp not in AMP_DTYPES:
             raise ValueError(f"amp must be None or one of {AMP_DTYPES} (float16 would need a gradient scaler), "
                              f"got {self.amp!r}")

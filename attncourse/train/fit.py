@@ -76,7 +76,7 @@ from typing import Any
 
 import torch
 
-from attncourse.data.batching import Batch
+from attncourse.data.batching import Batch, pad_to_buckets
 from attncourse.runtime import pick_device
 from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import (
@@ -97,7 +97,7 @@ BEST_NAME = "best.pt"
 #: in every checkpoint; the later ones (with the Transformer's recipe) count as their defaults when absent.
 _FIRST_REPLAY_FIELDS = ("lr", "batch_size", "clip_norm", "teacher_forcing", "seed", "monitor")
 _REPLAY_FIELDS = _FIRST_REPLAY_FIELDS + ("label_smoothing", "optimizer", "betas", "eps", "weight_decay", "schedule",
-                                         "warmup", "d_model_for_schedule", "lr_scale", "amp")
+                                         "warmup", "d_model_for_schedule", "lr_scale", "amp", "length_buckets")
 
 
 @dataclass
@@ -135,6 +135,8 @@ class FitResult:
         Seconds this call spent in training steps (validation and checkpoints excluded).
     world_size : int
         Number of processes that trained together (1 without DDP).
+    out_of_time : bool
+        True if ``config.time_budget`` ended the run.
     """
 
     history: list[dict[str, float]] = field(default_factory=list)
@@ -145,6 +147,7 @@ class FitResult:
     train_tokens: int = 0
     train_seconds: float = 0.0
     world_size: int = 1
+    out_of_time: bool = False
 
     @property
     def tokens_per_second(self) -> float:
@@ -517,8 +520,12 @@ def fit(
             start_epoch = len(record.history)
             loop = Loop(config.epochs, score=lambda row: _score(row, config.monitor), patience=config.patience,
                         restore_best=config.restore_best, amp=config.amp, compile=config.compile,
+                        static_shapes=config.length_buckets is not None, time_budget=config.time_budget,
                         clip_norm=config.clip_norm, progress=progress, postfix=_fit_postfix, callback=callback)
-            epoch = seq2seq_epoch(train_batches, generator, config.teacher_forcing, config.label_smoothing,
+            batches = train_batches
+            if config.length_buckets is not None:
+                batches = pad_to_buckets(list(train_batches), int(config.length_buckets), config.batch_size)
+            epoch = seq2seq_epoch(batches, generator, config.teacher_forcing, config.label_smoothing,
                                   config.seed)
             save = _saver(out, model, optimizer, scheduler, generator, device, extra,
                           _replay_settings(config, world.world_size), fingerprint)
@@ -538,4 +545,5 @@ def fit(
         train_tokens=sum(int(row["train_tokens"]) for row in new_rows),
         train_seconds=sum(row["train_seconds"] for row in new_rows),
         world_size=world.world_size,
+        out_of_time=record.out_of_time,
     )

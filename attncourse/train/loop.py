@@ -53,6 +53,7 @@ import torch
 from attncourse.runtime import pick_device, progress_bar, run_lock, runs_dir
 from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import differences, load_checkpoint, save_checkpoint
+from attncourse.train.schedule import TimeBudget
 
 CHECKPOINT = "checkpoint.pt"
 AMP_DTYPES = ("bf16",)
@@ -87,6 +88,9 @@ class Epoch:
         Whether this process shows progress bars.
     world : DistInfo
         This process's rank and the number of processes.
+    budget : TimeBudget or None
+        The run's wall-clock budget: an epoch stops early once it is spent
+        (:meth:`out_of_time`), and :meth:`step` applies its cool-down to the rate.
     """
 
     number: int
@@ -100,6 +104,11 @@ class Epoch:
     clip_norm: float | None = None
     progress: bool = False
     world: dist_utils.DistInfo = field(default_factory=dist_utils.DistInfo)
+    budget: TimeBudget | None = None
+
+    def out_of_time(self) -> bool:
+        """True once the run's time budget is spent (a clock read on the host: no device sync)."""
+        return self.budget is not None and self.budget.expired()
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """bfloat16 autocast for ``amp="bf16"`` (the loss is best computed outside it); else a no-op."""
@@ -114,6 +123,11 @@ class Epoch:
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
+        if self.budget is not None and self.budget.cooldown > 0:
+            # after the scheduler, which sets every rate afresh from its base: the factor never compounds
+            factor = self.budget.factor()
+            for group in self.optimizer.param_groups:
+                group["lr"] *= factor
 
 
 TrainEpoch = Callable[[Epoch], Mapping[str, float]]
@@ -142,6 +156,18 @@ class Loop:
         bfloat16 autocast for ``Epoch.autocast()``, on CUDA or the CPU.
     compile : bool
         Compile the training forward pass (``Epoch.forward``) with :func:`torch.compile`.
+    static_shapes : bool
+        With ``compile``: compile for the exact shapes seen (``dynamic=False``), one
+        graph per shape; for batches padded to a few fixed shapes
+        (:func:`~attncourse.data.batching.pad_to_buckets`).
+    time_budget : float or None
+        Wall-clock seconds of training (validation included) from the start of
+        this call: an epoch that runs past it stops early (``train_epoch``
+        checks ``Epoch.out_of_time()``), is validated and checkpointed, and no
+        further epoch starts (``Record.out_of_time``). The learning rate cools
+        down over the budget's last ``cooldown`` fraction (:class:`TimeBudget`).
+    cooldown : float
+        See :class:`~attncourse.train.schedule.TimeBudget`.
     clip_norm : float or None
         Gradient norm clipping in ``Epoch.step``.
     progress : bool
@@ -166,6 +192,9 @@ class Loop:
     restore_best: bool = False
     amp: str | None = None
     compile: bool = False
+    static_shapes: bool = False
+    time_budget: float | None = None
+    cooldown: float = 0.2
     clip_norm: float | None = None
     progress: bool = True
     desc: str = "epochs"
@@ -192,6 +221,7 @@ class Record:
     best_epoch: int = 0
     best_state: dict[str, torch.Tensor] | None = None
     stopped_early: bool = False
+    out_of_time: bool = False
 
     def add(self, row: dict, score: Score | None, model: torch.nn.Module) -> bool:
         """Append ``row``; True if it is a new best epoch (then its weights are kept, on the CPU)."""
@@ -229,15 +259,19 @@ def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
-def training_forward(model: torch.nn.Module, device: torch.device, compile: bool = False) -> Any:
-    """The model as called for training: DDP-wrapped with several processes, compiled on request."""
+def training_forward(model: torch.nn.Module, device: torch.device, compile: bool = False,
+                     static_shapes: bool = False) -> Any:
+    """The model as called for training: DDP-wrapped with several processes, compiled on request.
+
+    ``static_shapes``: compile with ``dynamic=False``, one graph per input shape.
+    """
     forward: Any = model
     if dist_utils.current().distributed:
         from torch.nn.parallel import DistributedDataParallel
 
         forward = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if compile:
-        forward = torch.compile(forward)
+        forward = torch.compile(forward, dynamic=False) if static_shapes else torch.compile(forward)
     return forward
 
 
@@ -329,7 +363,13 @@ def run_epochs(
     state = {} if state is None else state
     world = dist_utils.current()
     check_amp(device, loop.amp)
-    forward = training_forward(model, device, loop.compile)
+    forward = training_forward(model, device, loop.compile, loop.static_shapes)
+    budget = None
+    if loop.time_budget is not None:
+        # several processes: no cool-down, whose factor read from each rank's own clock would
+        # give the ranks different rates (and different weights)
+        budget = TimeBudget(loop.time_budget, 0.0 if world.distributed else loop.cooldown)
+        budget.start()
     shown = loop.progress and world.is_main
     start = len(record.history)
     bar = progress_bar(total=loop.epochs, initial=min(start, loop.epochs), desc=loop.desc, unit="epoch",
@@ -342,7 +382,7 @@ def run_epochs(
             if begin_epoch is not None:
                 begin_epoch(number)
             epoch = Epoch(number, model, forward, optimizer, state, device, scheduler, loop.amp,
-                          loop.clip_norm, shown, world)
+                          loop.clip_norm, shown, world, budget)
             row = _epoch_row(epoch, train_epoch, evaluate, loop.seconds)
             improved = record.add(row, loop.score, model)
             if save is not None:
@@ -351,6 +391,10 @@ def run_epochs(
             bar.set_postfix((loop.postfix or _postfix)(row, record.best_epoch))
             if loop.callback is not None and world.is_main:
                 loop.callback([dict(r) for r in record.history])
+            # every rank decides alike: rank 0's clock
+            if budget is not None and dist_utils.broadcast_object(budget.expired()):
+                record.out_of_time = True
+                break
     if loop.restore_best and record.best_state is not None:
         model.load_state_dict(record.best_state)
     return record

@@ -39,6 +39,7 @@ Popel, Bojar (2018), "Training Tips for the Transformer Model", section 4.6
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 #: Schedules :class:`~attncourse.train.fit.FitConfig` understands (None: a constant rate).
@@ -155,4 +156,68 @@ def peak_lr(d_model: int, warmup: int, scale: float = 1.0) -> float:
     return scale * (d_model * warmup) ** -0.5
 
 
-__all__ = ["SCHEDULES", "NoamLambda", "noam_lambda", "peak_lr", "warmup_inverse_sqrt"]
+@dataclass
+class TimeBudget:
+    """A training run's wall-clock budget, and the learning-rate cool-down that ends it.
+
+    A run that must stop after ``seconds`` cannot know in advance how many steps
+    it will take, so the end of its schedule is set in time, not in steps: the
+    rate follows its own schedule (eq. (3)) until ``1 - cooldown`` of the budget
+    has passed, and is then multiplied by a factor falling linearly to 0 at the
+    end of the budget (the "decay" phase of warmup-stable-decay schedules, Hu et
+    al. 2024). The last weights are then taken at a small rate, where they have
+    settled, instead of in the middle of the decay of eq. (3).
+
+    Attributes
+    ----------
+    seconds : float
+        The budget, > 0: wall-clock seconds from :meth:`start`.
+    cooldown : float in [0, 1)
+        Fraction of the budget at its end over which the rate falls to 0
+        (0: no cool-down, the run just stops).
+    started : float or None
+        ``time.perf_counter()`` at :meth:`start`.
+
+    Raises
+    ------
+    ValueError
+        If ``seconds`` is not a positive finite number or ``cooldown`` is out of range.
+
+    References
+    ----------
+    Hu et al. (2024), "MiniCPM: Unveiling the Potential of Small Language Models
+    with Scalable Training Strategies", section 4 (warmup-stable-decay).
+    """
+
+    seconds: float
+    cooldown: float = 0.2
+    started: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.seconds > 0 and math.isfinite(self.seconds)):
+            raise ValueError(f"time budget must be a positive number of seconds, got {self.seconds!r}")
+        if not 0.0 <= self.cooldown < 1.0:
+            raise ValueError(f"cooldown must lie in [0, 1), got {self.cooldown!r}")
+
+    def start(self) -> None:
+        """Start the clock (the training loop calls it when training begins)."""
+        self.started = time.perf_counter()
+
+    def fraction(self) -> float:
+        """Fraction of the budget spent, >= 0 (0 before :meth:`start`)."""
+        if self.started is None:
+            return 0.0
+        return (time.perf_counter() - self.started) / self.seconds
+
+    def expired(self) -> bool:
+        """True once the budget is spent."""
+        return self.fraction() >= 1.0
+
+    def factor(self) -> float:
+        """The cool-down's multiplier of the learning rate: 1, then linearly down to 0 over the last ``cooldown``."""
+        if self.cooldown == 0:
+            return 1.0
+        return min(1.0, max(0.0, (1.0 - self.fraction()) / self.cooldown))
+
+
+__all__ = ["SCHEDULES", "NoamLambda", "TimeBudget", "noam_lambda", "peak_lr", "warmup_inverse_sqrt"]

@@ -47,6 +47,8 @@ from attncourse.train.loop import Epoch
 from attncourse.train.metrics import evaluate_by_bucket
 
 PAD_ID = Vocabulary.pad_id
+#: Training steps between two reads of the running loss (each read waits for the GPU).
+LOG_EVERY = 50
 
 #: Below this, relative to the row's largest logit, logits are floored in the smoothed loss
 #: (exp(-1e4) is 0 in float32 already, so no probability changes).
@@ -163,14 +165,21 @@ def _training_logits(epoch: Epoch, batch: Batch, teacher_forcing: float,
 
 
 def seq2seq_epoch(batches: Sequence[Batch], generator: torch.Generator, teacher_forcing: float = 1.0,
-                  label_smoothing: float = 0.0, seed: int = 0) -> Any:
+                  label_smoothing: float = 0.0, seed: int = 0, log_every: int = LOG_EVERY) -> Any:
     """The ``train_epoch`` of an encoder-decoder, for :func:`~attncourse.train.loop.run_epochs`.
+
+    The loop is written so that a GPU never waits for the host: the batches are
+    moved to the device once, at the first epoch (not once per step), their
+    token counts are counted once on the CPU, and the step reads nothing back
+    from the device. The losses and counts are summed on the device and read
+    once every ``log_every`` steps for the progress bar, and at the end of the
+    epoch.
 
     Parameters
     ----------
     batches : sequence of Batch
-        All training batches; each epoch visits them in an order drawn from
-        ``generator`` (with several processes, each rank its share:
+        All training batches, on the CPU; each epoch visits them in an order
+        drawn from ``generator`` (with several processes, each rank its share:
         :func:`~attncourse.train.distributed.rank_batch_order` with ``seed``).
     generator : torch.Generator
         The CPU generator of the batch order and of scheduled sampling's coin
@@ -179,13 +188,25 @@ def seq2seq_epoch(batches: Sequence[Batch], generator: torch.Generator, teacher_
         As in :class:`~attncourse.train.fit.FitConfig`.
     seed : int
         Seeds the ranks' batch orders under data parallelism.
+    log_every : int
+        Steps between two reads of the running loss for the progress bar.
 
     Returns
     -------
     callable(Epoch) -> dict
         One epoch; returns ``train_loss`` (mean plain cross-entropy per target
-        token, nats), ``train_acc`` and ``train_tokens``, summed over all ranks.
+        token, nats), ``train_acc``, ``train_tokens`` and ``train_steps``,
+        summed over all ranks. With a time budget (``Epoch.budget``) and one
+        process, the epoch stops after the step during which the budget ran out.
     """
+    counts = [batch.n_tgt_tokens for batch in batches]  # on the CPU, once
+    placed: dict[str, list[Batch]] = {}
+
+    def on_device(device: torch.device) -> list[Batch]:
+        if str(device) not in placed:
+            placed.clear()
+            placed[str(device)] = [batch.to(device) for batch in batches]
+        return placed[str(device)]
 
     def train_epoch(epoch: Epoch) -> dict[str, float]:
         world, device = epoch.world, epoch.device
@@ -193,30 +214,35 @@ def seq2seq_epoch(batches: Sequence[Batch], generator: torch.Generator, teacher_
             order = rank_batch_order(len(batches), epoch.number, seed, world.rank, world.world_size)
         else:
             order = torch.randperm(len(batches), generator=generator).tolist()
+        resident = on_device(device)
         # float64 sums of the epoch's losses (MPS has no float64)
         sum_dtype = torch.float32 if device.type == "mps" else torch.float64
         loss_sum = torch.zeros((), dtype=sum_dtype, device=device)
         correct = torch.zeros((), dtype=torch.int64, device=device)
-        tokens = 0
+        tokens = steps = 0
         with progress_bar(total=len(order), desc=f"epoch {epoch.number}", unit="batch", leave=False,
                           progress=epoch.progress, dynamic_ncols=True) as bar:
             for step, index in enumerate(order):
-                n_tokens = batches[index].n_tgt_tokens  # counted on the CPU: no GPU sync
-                batch = batches[index].to(device)
+                batch, n_tokens = resident[index], counts[index]
                 logits = _training_logits(epoch, batch, teacher_forcing, generator)
                 loss, plain, n_correct, _ = _loss_terms(logits, batch.tgt_out, label_smoothing=label_smoothing)
                 epoch.step(loss)
                 loss_sum += plain.to(sum_dtype) * n_tokens
                 correct += n_correct
                 tokens += n_tokens
+                steps += 1
                 bar.update()
-                # reading the sums waits for the GPU: only now and then
-                if epoch.progress and (device.type == "cpu" or step % 25 == 0 or step == len(order) - 1):
+                # reading the sums waits for the GPU: only every log_every steps
+                if epoch.progress and (step % log_every == log_every - 1 or step == len(order) - 1):
                     bar.set_postfix(loss=f"{float(loss_sum) / tokens:.3f}", acc=f"{int(correct) / tokens:.3f}",
                                     refresh=False)
-        total_loss, total_correct, total_tokens = all_reduce_sums([float(loss_sum), int(correct), tokens], device)
+                # one process only: under DDP every rank must take the same number of steps
+                if not world.distributed and epoch.out_of_time():
+                    break
+        total_loss, total_correct, total_tokens, total_steps = all_reduce_sums(
+            [float(loss_sum), int(correct), tokens, steps], device)
         return {"train_loss": total_loss / total_tokens, "train_acc": total_correct / total_tokens,
-                "train_tokens": int(total_tokens)}
+                "train_tokens": int(total_tokens), "train_steps": int(total_steps)}
 
     return train_epoch
 
