@@ -144,6 +144,7 @@ COMMANDS = {
             "--seed",
             "--threads",
             "--betas",
+            "--time-budget",
         ],
     ),
     "train-transformer": (
