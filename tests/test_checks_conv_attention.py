@@ -491,7 +491,7 @@ def test_receptive_field_raising_function_gives_one_line():
     assert_failed(result, 1)
     lines = result.message.splitlines()
     assert len(lines) == 3 and "raised ValueError" in lines[-1]
-    assert "in rf_raises: `for k, _stride, _padding in layers:`" in lines[-1]
+    assert "in rf_raises: `for k, s, padding in layers:`" in lines[-1]
     assert "Traceback" not in result.message
 
 

@@ -75,7 +75,8 @@ def test_plan_titles_agree_with_the_rule_of_thumb():
         low, high = (float(x) for x in re.findall(r"([0-9.]+)(?: to | hours)", title)[:2]) \
             if " to " in title else (lengths[0], lengths[0])
         assert (low, high) == (min(lengths), max(lengths)), (title, lengths)
-        assert max(lengths) <= 3, f"{name}: a session of {max(lengths)} hours"
+        # Chapter 8 (with the Triton kernel's section and exercises) is the longest session.
+        assert max(lengths) <= 3.5, f"{name}: a session of {max(lengths)} hours"
     page = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
     assert "about 2 hours" not in page and "guide.plan_title(" in page
 

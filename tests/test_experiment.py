@@ -73,13 +73,16 @@ def test_transformer_presets():
     assert (cpu.dropout, cpu.label_smoothing, cpu.schedule, cpu.betas, cpu.eps) == (
         0.1, 0.1, "noam", (0.9, 0.98), 1e-9)
     gpu = transformer_preset("gpu", task="dates", epochs=3)
-    assert (gpu.d_model, gpu.num_heads, gpu.num_layers, gpu.d_ff, gpu.warmup) == (512, 8, 6, 2048, 4000)
+    # The paper's batch (~25,000 target tokens) but a run of minutes, not 100,000 steps: the
+    # warm-up scaled down to 400 steps, its peak rate kept by lr_scale (issue 22).
+    assert (gpu.d_model, gpu.num_heads, gpu.num_layers, gpu.d_ff, gpu.warmup) == (512, 8, 6, 2048, 400)
     assert (gpu.amp, gpu.fused, gpu.optimizer, gpu.weight_decay, gpu.clip_norm) == ("bf16", True, "adamw", 0.0, None)
     assert gpu.epochs == 3 and gpu.task == "dates" and gpu.n_train + gpu.n_valid + gpu.n_test <= 36_525
     assert cpu.name.startswith("numbers-en-fr/transformer-all-d128-") and cpu.name != gpu.name
     config = gpu.fit_config(device="cpu")
     assert (config.schedule, config.warmup, config.label_smoothing, config.amp, config.betas) == (
-        "noam", 4000, 0.1, "bf16", (0.9, 0.98))
+        "noam", 400, 0.1, "bf16", (0.9, 0.98))
+    assert abs(config.lr_scale - (400 / 4000) ** 0.5) < 1e-3
     with pytest.raises(ValueError, match="unknown preset 'tpu'"):
         transformer_preset("tpu")
     with pytest.raises(TypeError):
@@ -144,10 +147,11 @@ def test_fit_config_takes_every_setting_the_experiment_shares_with_it():
 
     experiment = Experiment(epochs=3, lr=0.02, batch_size=16, patience=2, seed=5, clip_norm=None,
                             label_smoothing=0.1, schedule="noam", warmup=10, lr_scale=2.0, optimizer="adamw",
-                            betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1, amp="bf16", fused=True, compile=True)
+                            betas=(0.8, 0.9), eps=1e-6, weight_decay=0.1, amp="bf16", fused=True, compile=True,
+                            length_buckets=4, time_budget=60.0)
     config = experiment.fit_config(device="cpu", num_threads=1)
     shared = {f.name for f in dataclasses.fields(FitConfig)} & {f.name for f in dataclasses.fields(Experiment)}
-    assert len(shared) == 17
+    assert len(shared) == 19
     for name in shared:
         assert getattr(config, name) == getattr(experiment, name), name
     assert config.device == "cpu" and config.num_threads == 1
