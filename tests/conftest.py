@@ -5,6 +5,11 @@ import sys
 import pytest
 import torch
 
+# Before any test imports triton (some do, through torch): on a machine without a GPU the
+# package chooses Triton's interpreter, which must happen before triton's language is
+# defined, as chapter 8's first import does in its own kernel (attncourse/kernels/runtime.py).
+import attncourse.kernels  # noqa: F401
+
 # The models in the tests are tiny: on a small shared CPU one thread is several
 # times faster than two, and results do not depend on the thread count.
 torch.set_num_threads(1)
