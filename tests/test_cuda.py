@@ -9,6 +9,7 @@ forward, or the same run on the CPU.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -112,8 +113,7 @@ def test_training_step_does_not_wait_for_the_gpu():
 
 def test_fit_on_cuda_with_bf16_and_a_time_budget(tmp_path):
     experiment, model, train, valid = _tiny()
-    config = experiment.fit_config(device="cuda")
-    config.time_budget, config.epochs = 30.0, 50
+    config = dataclasses.replace(experiment.fit_config(device="cuda"), time_budget=30.0, epochs=50)
     result = fit(model, train, valid, config, out_dir=tmp_path, progress=False)
     assert result.device == "cuda"
     assert (tmp_path / "checkpoint.pt").is_file()

@@ -50,6 +50,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,6 @@ from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_
 from attncourse.cli.options import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
-    PRESET_OPTIONS,
-    RNN_OPTIONS,
     TRAIN_WRITES,
     UsageError,
     build_parser,
@@ -124,10 +123,11 @@ def experiment_from_args(args: argparse.Namespace) -> Experiment:
     Used to build the model with :func:`~attncourse.recipes.experiment.build_model`; the data options
     (TSV files, level, max value) stay with the command.
     """
-    values = {f: getattr(args, f) for f in PRESET_OPTIONS + RNN_OPTIONS if getattr(args, f, None) is not None}
-    values.update(model=args.kind, attention=args.attention, lr=args.lr, seed=args.seed,
-                  data_seed=args.data_seed, patience=args.patience, clip_norm=args.clip_norm,
-                  task=args.task or "numbers-en-fr", betas=tuple(args.betas))
+    values = {f.name: getattr(args, f.name) for f in fields(Experiment)
+              if hasattr(args, f.name) and f.metadata.get("group") != "data"
+              and (getattr(args, f.name) is not None or not f.metadata.get("only"))}  # the other family's: None
+    values.update(model=args.kind, attention=args.attention, task=args.task or "numbers-en-fr",
+                  data_seed=args.data_seed)
     return Experiment(**values)
 
 

@@ -18,90 +18,46 @@ largest preset (the base Transformer, the ``gpu`` preset) uses.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from attncourse.recipes.experiment import Experiment
+from attncourse.train.config import FLOAT32, SIZE, TIME, FitConfig, Limit, settings
+from attncourse.train.config import format_number as _fmt
 
-@dataclass(frozen=True)
-class Limit:
-    """The range an option's value must lie in: ``low <= value <= high`` (``low`` excluded if ``open_low``)."""
-
-    low: float
-    high: float
-    why: str
-    open_low: bool = False
-
-    def problem(self, value: float) -> str | None:
-        """Why ``value`` is out of range, or None."""
-        if isinstance(value, float) and not math.isfinite(value):
-            return "must be a finite number"
-        below = value <= self.low if self.open_low else value < self.low
-        if below or value > self.high:
-            lo = "above" if self.open_low else "at least"
-            return f"must be {lo} {_fmt(self.low)} and at most {_fmt(self.high)} ({self.why})"
-        return None
-
-
-def _fmt(value: float) -> str:
-    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
-        return f"{int(value):,}"
-    return f"{value:g}"
-
-
-_SIZE = "memory grows with it"
-_FLOAT32 = "float32 overflows or the optimiser diverges at once beyond it"
-_TIME = "a run that long would not end"
-#: Option (argparse dest) -> its range. The same dest has the same range in every sub-command.
-LIMITS: dict[str, Limit] = {
-    # model sizes (train, train-lm; and the sizes in a checkpoint's config)
-    "d_model": Limit(1, 4096, _SIZE),
-    "d_ff": Limit(1, 16384, _SIZE),
-    "num_heads": Limit(1, 64, _SIZE),
-    "num_kv_heads": Limit(1, 64, _SIZE),
-    "num_layers": Limit(1, 48, _SIZE),
-    "emb_dim": Limit(1, 4096, _SIZE),
-    "hidden_dim": Limit(1, 4096, _SIZE),
+#: The ranges of the options that are not settings of a training run (those are declared with their
+#: fields, :func:`~attncourse.train.config.setting`'s ``limit``). The same dest has the same range in every
+#: sub-command.
+_OTHER_LIMITS: dict[str, Limit] = {
+    # model sizes (train-lm; and the sizes in a checkpoint's config)
+    "num_kv_heads": Limit(1, 64, SIZE),
     "max_len": Limit(1, 8192, "positions; attention memory grows with its square"),
     "context": Limit(1, 8192, "attention memory grows with its square"),
     "window": Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"),
-    # data and batches
-    "batch_size": Limit(1, 4096, _SIZE),
-    "max_tokens": Limit(
-        1, 2048, "attention memory grows with the square of the length"
-    ),
-    "n_train": Limit(0, 1_000_000, "generated pairs are held in memory"),
-    "n_valid": Limit(0, 1_000_000, "generated pairs are held in memory"),
-    "n_test": Limit(0, 1_000_000, "generated pairs are held in memory"),
+    # data
+    "max_tokens": Limit(1, 2048, "attention memory grows with the square of the length"),
     "max_value": Limit(1, 10**9, "number words are generated up to nine digits"),
     "max_chars": Limit(1, 10**9, "the text is held in memory"),
     "valid_fraction": Limit(0.0, 1.0, "a share of the text", open_low=True),
     # budget
-    "epochs": Limit(1, 100_000, _TIME),
-    "patience": Limit(1, 100_000, _TIME),
-    "steps": Limit(1, 100_000_000, _TIME),
-    "steps_per_epoch": Limit(1, 100_000_000, _TIME),
-    "warmup": Limit(1, 100_000_000, _TIME),
-    "time_budget": Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True),
+    "steps": Limit(1, 100_000_000, TIME),
+    "steps_per_epoch": Limit(1, 100_000_000, TIME),
     "budget": Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True),
-    # optimiser: float32 scalars
-    "lr": Limit(0.0, 10.0, _FLOAT32, open_low=True),
-    "lr_scale": Limit(0.0, 1000.0, _FLOAT32, open_low=True),
-    "weight_decay": Limit(0.0, 10.0, _FLOAT32),
-    "eps": Limit(0.0, 1.0, _FLOAT32, open_low=True),
-    "clip_norm": Limit(0.0, 1e6, _FLOAT32, open_low=True),
     # decoding
     "beam_size": Limit(1, 64, "memory grows with it"),
-    "length_penalty": Limit(0.0, 10.0, _FLOAT32),
+    "length_penalty": Limit(0.0, 10.0, FLOAT32),
     "length": Limit(1, 8192, "characters to generate, with the prompt"),
     "top_k": Limit(1, 1_000_000, "a vocabulary's size"),
-    "temperature": Limit(
-        0.01, 100.0, "logits divided by it overflow or flatten float32 beyond it"
-    ),
+    "temperature": Limit(0.01, 100.0, "logits divided by it overflow or flatten float32 beyond it"),
     # machine
     "threads": Limit(1, 256, "torch's thread pool"),
+}
+#: Option (argparse dest) -> its range: the training settings' (model sizes, data, budget, optimiser) and
+#: the other options'.
+LIMITS: dict[str, Limit] = {
+    **{f.name: f.metadata["limit"] for f in settings(Experiment, FitConfig) if f.metadata["limit"]},
+    **_OTHER_LIMITS,
 }
 #: Characters of a ``sample --prompt``: the prompt is one forward pass with a (length x length) mask.
 MAX_PROMPT_CHARS = 8192

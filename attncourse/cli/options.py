@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from dataclasses import Field, fields
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,9 +23,10 @@ from attncourse.cli.limits import check_limits, document_limits, training_memory
 from attncourse.cli.lm import add_lm_commands
 from attncourse.cli.rundir import foreign_files, read_config, run_command, unstarted_run
 from attncourse.data.pairs import LEVELS
-from attncourse.recipes.experiment import PRESETS, TASKS, transformer_preset
+from attncourse.recipes.experiment import PRESETS, TASKS, Experiment, transformer_preset
 from attncourse.runtime import pick_device
 from attncourse.train.checkpoint import temporaries
+from attncourse.train.config import FitConfig, settings
 from attncourse.train.distributed import env_world_size
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
 
@@ -33,22 +35,21 @@ MODELS = {"rnn": ("rnn", None), "bahdanau": ("rnn", "bahdanau"), "transformer": 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
+#: The settings that are ``train`` options, once each: Experiment's (task, model, recipe), then FitConfig's.
+SETTINGS: tuple[Field, ...] = tuple(settings(Experiment, FitConfig))
+_PRESET = [f for f in fields(Experiment) if f.metadata.get("preset") and f.metadata.get("group") != "data"]
+_ENGINE_DEFAULTS = {f.name: f.default for f in fields(FitConfig)}
 #: Options whose default depends on the model: argparse leaves them None and _resolve fills them in,
-#: from the preset (Transformer) or from these RNN defaults. Keys are argparse dests = Experiment fields.
-RNN_DEFAULTS: dict[str, Any] = {
-    "emb_dim": 64, "hidden_dim": 128, "dropout": 0.0, "epochs": 10, "batch_size": 64, "lr": 1e-3,
-    "clip_norm": 1.0, "label_smoothing": 0.0, "schedule": None, "warmup": 4000, "lr_scale": 1.0,
-    "optimizer": "adam", "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "amp": None, "fused": False,
-    "compile": False, "length_buckets": None, "time_budget": None,
-}
+#: from the preset (Transformer) or from these RNN defaults (FitConfig's, and Experiment's for the model).
+#: Keys are argparse dests = Experiment fields.
+RNN_DEFAULTS: dict[str, Any] = {f.name: _ENGINE_DEFAULTS.get(f.name, f.default) for f in _PRESET
+                                if f.metadata.get("only") != "transformer"}
 #: Options of the Transformer only, and of the RNN only.
-TRANSFORMER_OPTIONS = ("d_model", "num_heads", "num_layers", "d_ff", "norm_first", "positional", "tie_embeddings")
-RNN_OPTIONS = ("emb_dim", "hidden_dim")
-#: What a preset sets besides the options above: the training recipe and, for --task, the split sizes.
-PRESET_OPTIONS = TRANSFORMER_OPTIONS + (
-    "dropout", "epochs", "batch_size", "clip_norm", "label_smoothing", "schedule", "warmup", "lr_scale",
-    "optimizer", "betas", "eps", "weight_decay", "amp", "fused", "compile", "length_buckets", "time_budget",
-)
+TRANSFORMER_OPTIONS = tuple(f.name for f in SETTINGS if f.metadata.get("only") == "transformer")
+RNN_OPTIONS = tuple(f.name for f in SETTINGS if f.metadata.get("only") == "rnn")
+#: What a preset sets besides the options above: the training recipe (but its constant --lr) and, for --task,
+#: the split sizes.
+PRESET_OPTIONS = tuple(f.name for f in _PRESET if f.metadata.get("only") != "rnn" and f.name != "lr")
 
 
 class Parser(argparse.ArgumentParser):
@@ -152,6 +153,41 @@ def _device(text: str) -> str:
     return text
 
 
+#: How the command line reads a setting's value (:func:`~attncourse.train.config.setting`'s ``check``).
+CHECKS = {"positive_int": _positive_int, "nonnegative_int": _nonnegative_int, "positive_float": _positive_float,
+          "nonnegative_float": _nonnegative_float, "probability": _probability, "below_one": _below_one,
+          "dropout": _dropout, "seed": _seed, "device": _device, "path": _path}
+
+
+def flag(dest: str) -> str:
+    """The option that sets ``dest``: its setting's ``flag`` (``num_heads`` is ``--heads``), or ``--dest``."""
+    spelled = {f.name: f.metadata["flag"] for f in SETTINGS if f.metadata["flag"]}
+    return spelled.get(dest, "--" + dest.replace("_", "-"))
+
+
+def add_settings(group: Any, name: str, of: tuple[Field, ...] = SETTINGS) -> None:
+    """Add the settings ``of`` (default :data:`SETTINGS`) in ``--help`` section ``name`` to ``group`` as options.
+
+    A setting the preset fills in (``preset``) defaults to None on the command
+    line; a boolean is a ``--x/--no-x`` pair.
+    """
+    for f in of:
+        meta = f.metadata
+        if meta["group"] != name:
+            continue
+        default = None if meta["preset"] else f.default
+        options: dict[str, Any] = {"dest": f.name, "default": default, "help": meta["help"]}
+        if isinstance(f.default, bool):
+            options["action"] = argparse.BooleanOptionalAction
+        elif meta["choices"]:
+            options["choices"] = meta["choices"]
+        else:
+            options.update(type=CHECKS[meta["check"]], metavar=meta["metavar"])
+            if meta["nargs"]:
+                options["nargs"] = meta["nargs"]
+        group.add_argument(flag(f.name), **options)
+
+
 def _add_length_options(group: Any, max_tokens: int | None, max_tokens_help: str) -> None:
     """--max-tokens and --too-long; ``max_tokens`` None: filled in later (train: for TSV files only)."""
     group.add_argument("--max-tokens", type=_positive_int, default=max_tokens, metavar="N", help=max_tokens_help)
@@ -215,16 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     f"loaded (default {TRAIN_MAX_TOKENS}; a Transformer takes at most 511): training "
                                     "memory grows with the batch size times the length, and the length again for "
                                     "attention")
-    data.add_argument("--n-train", type=_nonnegative_int, metavar="N",
-                      help="training pairs to generate (default: the task's, 3000 numbers or 10000 dates)")
-    data.add_argument("--n-valid", type=_nonnegative_int, metavar="N",
-                      help="validation pairs to generate (default: the task's, 500 or 1000)")
-    data.add_argument("--n-test", type=_nonnegative_int, metavar="N",
-                      help="test pairs to generate and write to OUT/test.tsv (default: the task's, 1000 or 2000)")
+    add_settings(data, "data")
     data.add_argument("--max-value", type=_positive_int, metavar="N",
                       help="numbers tasks: numbers are drawn below N (default 10**9, up to nine digits)")
-    data.add_argument("--data-seed", type=_seed, default=0, metavar="S",
-                      help="seed of the generated data and of how pairs are grouped into batches (default 0)")
 
     model = train.add_argument_group("model")
     model.add_argument("--model", choices=tuple(MODELS), default="bahdanau",
@@ -233,28 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--preset", choices=PRESETS,
                        help="transformer only: 'cpu' (small, the default) or 'gpu' (the base model); "
                             "it sets every model and training option you do not give (see below)")
-    model.add_argument("--emb-dim", type=_positive_int, metavar="D",
-                       help="rnn/bahdanau: width of the token embeddings (default 64)")
-    model.add_argument("--hidden-dim", type=_positive_int, metavar="D",
-                       help="rnn/bahdanau: width of the GRU states and of the attention MLP (default 128)")
-    model.add_argument("--d-model", type=_positive_int, metavar="D",
-                       help="transformer: width of embeddings and of every sub-layer's output (cpu 128, gpu 512)")
-    model.add_argument("--heads", dest="num_heads", type=_positive_int, metavar="H",
-                       help="transformer: attention heads; must divide --d-model (cpu 4, gpu 8)")
-    model.add_argument("--layers", dest="num_layers", type=_positive_int, metavar="N",
-                       help="transformer: layers of the encoder and of the decoder, each (cpu 2, gpu 6)")
-    model.add_argument("--d-ff", type=_positive_int, metavar="D",
-                       help="transformer: inner width of the position-wise feed-forward layers (cpu 512, gpu 2048)")
-    model.add_argument("--norm-first", action=argparse.BooleanOptionalAction, default=None,
-                       help="transformer: layer norm before each sub-layer (pre-norm) instead of after it "
-                            "(post-norm, the paper's; the default)")
-    model.add_argument("--positional", choices=("sinusoidal", "learned"),
-                       help="transformer: fixed sinusoidal position encodings (default) or learned ones")
-    model.add_argument("--tie-embeddings", action=argparse.BooleanOptionalAction, default=None,
-                       help="transformer: share the target embedding and output weights (default: shared)")
-    model.add_argument("--dropout", type=_dropout, metavar="P",
-                       help="dropout (rnn: on embeddings and before the output layer, default 0; "
-                            "transformer: the paper's P_drop, presets 0.1)")
+    add_settings(model, "model")
 
     run = train.add_argument_group("training")
     run.add_argument("--out", type=_path, required=True, metavar="DIR",
@@ -264,57 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="train into --out even though it holds other files or an earlier run: the files the "
                           "earlier run wrote (listed in its config.json) are deleted, other files are kept and "
                           "never replaced (a test.tsv of yours stops the run instead)")
-    run.add_argument("--epochs", type=_positive_int, metavar="N",
-                     help="total epochs; with --resume, training continues up to N "
-                          "(default 10; presets: cpu 15, gpu 40, 60 for dates)")
-    run.add_argument("--batch-size", type=_positive_int, metavar="B",
-                     help="sentence pairs per batch, per process (default 64; gpu preset 512, 128 for dates)")
-    run.add_argument("--lr", type=_positive_float,
-                     help="constant learning rate (default 0.001); not with --schedule noam, use --lr-scale")
-    run.add_argument("--schedule", choices=("constant", "noam"),
-                     help="'constant': --lr throughout (rnn default); 'noam': linear warmup then 1/sqrt(step) "
-                          "decay, Vaswani et al. eq. (3), set every batch (transformer presets)")
-    run.add_argument("--warmup", type=_positive_int, metavar="STEPS",
-                     help="--schedule noam: optimizer steps (batches) of warmup, where the rate peaks "
-                          "(presets: cpu 400, gpu 4000)")
-    run.add_argument("--lr-scale", type=_positive_float, metavar="S",
-                     help="--schedule noam: multiply the rate of eq. (3) by S (default 1); for an rnn its "
-                          "d_model is --hidden-dim")
-    run.add_argument("--optimizer", choices=("adam", "adamw"),
-                     help="Adam (default) or AdamW (decoupled weight decay; the gpu preset, without decay)")
-    run.add_argument("--betas", type=_below_one, nargs=2, metavar=("B1", "B2"),
-                     help="Adam's moment decay rates (default 0.9 0.999; transformer presets 0.9 0.98)")
-    run.add_argument("--adam-eps", dest="eps", type=_positive_float, metavar="E",
-                     help="Adam's epsilon (default 1e-8; transformer presets 1e-9)")
-    run.add_argument("--weight-decay", type=_nonnegative_float, metavar="W",
-                     help="weight decay (default 0; with --optimizer adam an L2 penalty, with adamw decoupled)")
-    run.add_argument("--label-smoothing", type=_below_one, metavar="EPS",
-                     help="label smoothing epsilon in [0, 1) (default 0; transformer presets 0.1); the reported "
-                          "losses stay the plain cross-entropy")
-    run.add_argument("--clip-norm", type=_positive_float, metavar="C",
-                     help="clip the gradient's global norm to C (default 1.0; gpu preset: no clipping)")
+    add_settings(run, "training")
     run.add_argument("--no-clip", action="store_true", help="do not clip the gradient")
-    run.add_argument("--amp", choices=("bf16", "none"),
-                     help="'bf16': bfloat16 autocast of the forward passes (gpu preset; about 2x faster on "
-                          "recent GPUs, allowed but usually slower on CPUs); 'none': float32 (default)")
-    run.add_argument("--fused", action=argparse.BooleanOptionalAction, default=None,
-                     help="fused Adam/AdamW kernel, CUDA only (gpu preset); ignored on other devices")
-    run.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                     help="torch.compile the training forward pass (first epoch slower; off by default)")
-    run.add_argument("--time-budget", type=_positive_float, metavar="SECONDS",
-                     help="stop training after SECONDS of wall-clock time (validation included), with a "
-                          "checkpoint; the learning rate cools down to 0 over the last fifth (gpu preset: 360; "
-                          "default: none)")
-    run.add_argument("--teacher-forcing", type=_probability, default=1.0, metavar="P",
-                     help="probability of feeding the gold previous token; below 1 the decoder is sometimes "
-                          "fed its own prediction (scheduled sampling; slower). Default 1.0")
-    run.add_argument("--patience", type=_positive_int, metavar="N",
-                     help="stop after N epochs without a better validation exact match (ties: lower loss); "
-                          "default: train all epochs")
-    run.add_argument("--seed", type=_seed, default=0, metavar="S",
-                     help="seed of the initial weights, the batch order and dropout (default 0)")
-    run.add_argument("--device", type=_device, metavar="DEV",
-                     help="'cpu', 'cuda', 'cuda:1', 'mps'; default: CUDA, then MPS, then the CPU")
     run.add_argument("--threads", type=_positive_int, default=1, metavar="N",
                      help="CPU threads for torch (default 1: faster than more for these small models)")
     run.add_argument("--resume", action="store_true",
@@ -393,11 +352,6 @@ def check_train_args(args: argparse.Namespace) -> None:
     _resolve(args)
 
 
-def _flag(dest: str) -> str:
-    return {"num_heads": "--heads", "num_layers": "--layers", "eps": "--adam-eps"}.get(
-        dest, "--" + dest.replace("_", "-"))
-
-
 def _resolve(args: argparse.Namespace) -> None:
     """Fill in the options left unset, from the preset or the RNN defaults; raise UsageError for bad combinations.
 
@@ -413,12 +367,12 @@ def _resolve(args: argparse.Namespace) -> None:
             raise UsageError("--preset applies to --model transformer only")
         for dest in TRANSFORMER_OPTIONS:
             if getattr(args, dest) is not None:
-                raise UsageError(f"{_flag(dest)} applies to --model transformer only")
+                raise UsageError(f"{flag(dest)} applies to --model transformer only")
         defaults = dict(RNN_DEFAULTS)
     else:
         for dest in RNN_OPTIONS:
             if getattr(args, dest) is not None:
-                raise UsageError(f"{_flag(dest)} applies to --model rnn and bahdanau only")
+                raise UsageError(f"{flag(dest)} applies to --model rnn and bahdanau only")
         args.preset = args.preset or "cpu"
         preset = transformer_preset(args.preset, task=args.task or "numbers-en-fr")
         defaults = {dest: getattr(preset, dest) for dest in PRESET_OPTIONS}
@@ -447,12 +401,12 @@ def _resolve(args: argparse.Namespace) -> None:
     if args.schedule is None:
         for dest in ("warmup", "lr_scale"):
             if dest in explicit:
-                raise UsageError(f"{_flag(dest)} applies to --schedule noam only")
+                raise UsageError(f"{flag(dest)} applies to --schedule noam only")
     if kind == "transformer" and args.d_model % args.num_heads != 0:
         raise UsageError(f"--d-model {args.d_model} is not divisible by --heads {args.num_heads}")
     if env_world_size() > 1 and args.teacher_forcing < 1.0:
         raise UsageError("--teacher-forcing below 1 cannot run on several processes (torchrun)")
-    problem = check_limits(args, _flag) or training_memory_problem(args)
+    problem = check_limits(args, flag) or training_memory_problem(args)
     if problem:
         raise UsageError(problem)
 
@@ -505,7 +459,7 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         raise UsageError(f"DIR {str(args.dir)!r}: no such directory (a run written by 'attncourse train', "
                          f"holding {BEST_NAME})")
     check_readable(args.test, "--test")
-    problem = check_limits(args, _flag)
+    problem = check_limits(args, flag)
     if problem:
         raise UsageError(problem)
     default_json = args.json is None

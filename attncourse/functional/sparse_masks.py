@@ -22,6 +22,12 @@ def _check_positive_int(name: str, value) -> int:
     return int(value)
 
 
+def _positions(seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Query indices i as a column (n, 1) and key indices j as a row (1, n): a pattern is a rule on (i, j)."""
+    positions = np.arange(_check_positive_int("seq_len", seq_len))
+    return positions[:, None], positions[None, :]
+
+
 def check_window(window, causal: bool = True) -> int:
     """Validate a window of ``window`` keys per query (the course's one definition).
 
@@ -82,9 +88,9 @@ def sliding_window_mask(seq_len: int, window: int, causal: bool = True) -> np.nd
         If ``seq_len`` or ``window`` is not a positive int, or ``window`` is even with
         ``causal=False``.
     """
-    seq_len = _check_positive_int("seq_len", seq_len)
+    query, key = _positions(seq_len)
     window = check_window(window, causal)
-    offset = np.arange(seq_len)[:, None] - np.arange(seq_len)[None, :]  # i - j
+    offset = query - key
     if causal:
         return (offset >= 0) & (offset < window)
     return np.abs(offset) <= (window - 1) // 2
@@ -105,12 +111,13 @@ def strided_mask(seq_len: int, stride: int, causal: bool = True) -> np.ndarray:
     stride : int
         l, the band width and the step between summary keys (>= 1).
     causal : bool
-        Keys j <= i only (default), or both ways.
+        Keys j <= i only (default), or both ways: a band of 2l - 1 keys centred on the
+        query, and summary keys on both sides.
 
     Returns
     -------
     (seq_len, seq_len) bool
-        ``True`` where query i may attend to key j.
+        ``True`` where key j lies in query i's band or a multiple of l away from it.
 
     Raises
     ------
@@ -120,7 +127,8 @@ def strided_mask(seq_len: int, stride: int, causal: bool = True) -> np.ndarray:
     stride = _check_positive_int("stride", stride)
     # |i - j| < stride: the stride latest keys, or 2 * stride - 1 centred ones.
     local = sliding_window_mask(seq_len, stride if causal else 2 * stride - 1, causal=causal)
-    offset = np.arange(seq_len)[:, None] - np.arange(seq_len)[None, :]
+    query, key = _positions(seq_len)
+    offset = query - key
     summary = offset % stride == 0
     if causal:
         summary &= offset >= 0
@@ -148,12 +156,13 @@ def fixed_mask(seq_len: int, stride: int, summary: int = 1, causal: bool = True)
         c, summary positions per block, 1 <= c <= l (the paper uses c in {8, 16, 32} for
         l in {128, 256}).
     causal : bool
-        Keys j <= i only (default), or both ways.
+        Keys j <= i only (default), or both ways: the whole block, and the summary
+        positions of later blocks too.
 
     Returns
     -------
     (seq_len, seq_len) bool
-        ``True`` where query i may attend to key j.
+        ``True`` where key j lies in query i's block or is a summary position.
 
     Raises
     ------
@@ -165,12 +174,11 @@ def fixed_mask(seq_len: int, stride: int, summary: int = 1, causal: bool = True)
     Child, Gray, Radford, Sutskever (2019), "Generating Long Sequences with Sparse
     Transformers", section 4.2, "fixed attention pattern".
     """
-    seq_len = _check_positive_int("seq_len", seq_len)
+    query, key = _positions(seq_len)
     stride = _check_positive_int("stride", stride)
     summary = _check_positive_int("summary", summary)
     if summary > stride:
         raise ValueError(f"summary must be at most stride={stride}, got {summary}")
-    query, key = np.arange(seq_len)[:, None], np.arange(seq_len)[None, :]
     mask = (query // stride == key // stride) | (key % stride >= stride - summary)
     return mask & (key <= query) if causal else mask
 

@@ -34,7 +34,15 @@ from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.nn.transformer import Transformer
 from attncourse.runtime import run_lock, runs_dir
-from attncourse.train.config import FitConfig, fit_config_from
+from attncourse.train.config import (
+    SIZE,
+    FitConfig,
+    Limit,
+    Recipe,
+    fit_config_from,
+    redefault,
+    setting,
+)
 from attncourse.train.fit import CHECKPOINT_NAME, FitResult, fit
 
 #: Generated tasks, by the names the command line uses.
@@ -57,6 +65,11 @@ GPU_TARGET_TOKENS: dict[str, int] = {"numbers-en-fr": 10, "numbers-en-de": 11, "
 GPU_TIME_BUDGET = 360.0
 #: sqrt(400 / 4000): the gpu preset's warm-up of 400 steps peaks at the paper's rate (warm-up 4000).
 GPU_LR_SCALE = 0.316
+#: The fields every run's folder name hashes; every other field enters the hash only when it is not at its
+#: default, so that runs described before it existed keep their folders (see Experiment's Notes).
+ALWAYS_HASHED = frozenset({"task", "attention", "n_train", "n_valid", "n_test", "max_train_src_len", "emb_dim",
+                           "hidden_dim", "epochs", "lr", "batch_size", "patience", "seed", "data_seed"})
+_PAIRS = Limit(0, 1_000_000, "generated pairs are held in memory")
 
 
 def load_task(task: str, *, n_train: int | None = None, n_valid: int | None = None,
@@ -100,7 +113,7 @@ def shorter_than(dataset: PairDataset, max_src_len: int) -> PairDataset:
 
 
 @dataclass(frozen=True)
-class Experiment:
+class Experiment(Recipe):
     """One training run, fully described (and hashed into its folder name).
 
     Attributes
@@ -148,54 +161,68 @@ class Experiment:
     Notes
     -----
     The folder name ends with a hash of the fields. Fields added with the
-    Transformer (``model`` and everything after it) enter the hash only when
-    they differ from their defaults, so runs described before they existed
-    keep their folders (and their trained checkpoints).
+    Transformer and after it (all but :data:`ALWAYS_HASHED`) enter the hash
+    only when they differ from their defaults, so runs described before they
+    existed keep their folders (and their trained checkpoints).
+
+    The training recipe's fields are :class:`~attncourse.train.config.Recipe`'s
+    (inherited, with ``epochs`` 12 and ``lr`` 3e-3 by default); the fields made
+    with :func:`~attncourse.train.config.setting` are also options of the
+    ``train`` command.
     """
 
     task: str = "numbers-en-fr"
     attention: str | None = "bahdanau"
-    n_train: int = 3000
-    n_valid: int = 300
-    n_test: int = 1000
+    n_train: int = setting(3000, "training pairs to generate (default: the task's, 3000 numbers or 10000 dates)",
+                           check="nonnegative_int", limit=_PAIRS, group="data", metavar="N", preset=True)
+    n_valid: int = setting(300, "validation pairs to generate (default: the task's, 500 or 1000)",
+                           check="nonnegative_int", limit=_PAIRS, group="data", metavar="N", preset=True)
+    n_test: int = setting(1000, "test pairs to generate and write to OUT/test.tsv (default: the task's, 1000 or "
+                          "2000)", check="nonnegative_int", limit=_PAIRS, group="data", metavar="N", preset=True)
     max_train_src_len: int | None = None
-    emb_dim: int = 64
-    hidden_dim: int = 128
-    epochs: int = 12
-    lr: float = 3e-3
-    batch_size: int = 64
-    patience: int | None = None
-    seed: int = 0
-    data_seed: int = 0
+    emb_dim: int = setting(64, "rnn/bahdanau: width of the token embeddings (default 64)", check="positive_int",
+                           limit=Limit(1, 4096, SIZE), group="model", metavar="D", preset=True, only="rnn")
+    hidden_dim: int = setting(
+        128, "rnn/bahdanau: width of the GRU states and of the attention MLP (default 128)", check="positive_int",
+        limit=Limit(1, 4096, SIZE), group="model", metavar="D", preset=True, only="rnn")
+    epochs: int = redefault(Recipe, "epochs", 12)
+    lr: float = redefault(Recipe, "lr", 3e-3)
+    data_seed: int = setting(
+        0, "seed of the generated data and of how pairs are grouped into batches (default 0)", check="seed",
+        group="data", metavar="S")
     # Added with the Transformer: hashed only when not at their defaults (see Notes).
     model: str = "rnn"
-    dropout: float = 0.0
-    d_model: int = 128
-    num_heads: int = 4
-    num_layers: int = 2
-    d_ff: int = 512
-    norm_first: bool = False
-    positional: str = "sinusoidal"
-    tie_embeddings: bool = True
-    label_smoothing: float = 0.0
-    schedule: str | None = None
-    warmup: int = 4000
-    lr_scale: float = 1.0
-    optimizer: str = "adam"
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    clip_norm: float | None = 1.0
-    amp: str | None = None
-    fused: bool = False
-    compile: bool = False
+    d_model: int = setting(
+        128, "transformer: width of embeddings and of every sub-layer's output (cpu 128, gpu 512)",
+        check="positive_int", limit=Limit(1, 4096, SIZE), group="model", metavar="D", preset=True,
+        only="transformer")
+    num_heads: int = setting(
+        4, "transformer: attention heads; must divide --d-model (cpu 4, gpu 8)", check="positive_int",
+        limit=Limit(1, 64, SIZE), group="model", flag="--heads", metavar="H", preset=True, only="transformer")
+    num_layers: int = setting(
+        2, "transformer: layers of the encoder and of the decoder, each (cpu 2, gpu 6)", check="positive_int",
+        limit=Limit(1, 48, SIZE), group="model", flag="--layers", metavar="N", preset=True, only="transformer")
+    d_ff: int = setting(
+        512, "transformer: inner width of the position-wise feed-forward layers (cpu 512, gpu 2048)",
+        check="positive_int", limit=Limit(1, 16384, SIZE), group="model", metavar="D", preset=True,
+        only="transformer")
+    norm_first: bool = setting(
+        False, "transformer: layer norm before each sub-layer (pre-norm) instead of after it (post-norm, the "
+        "paper's; the default)", group="model", preset=True, only="transformer")
+    positional: str = setting(
+        "sinusoidal", "transformer: fixed sinusoidal position encodings (default) or learned ones",
+        choices=("sinusoidal", "learned"), group="model", preset=True, only="transformer")
+    tie_embeddings: bool = setting(
+        True, "transformer: share the target embedding and output weights (default: shared)", group="model",
+        preset=True, only="transformer")
+    dropout: float = setting(
+        0.0, "dropout (rnn: on embeddings and before the output layer, default 0; transformer: the paper's "
+        "P_drop, presets 0.1)", check="dropout", group="model", metavar="P", preset=True)
     score: str = "general"
     mode: str = "global"
     window: int = 4
     input_feeding: bool = True
     bidirectional: bool = True
-    length_buckets: int | None = None
-    time_budget: float | None = None
 
     def __post_init__(self) -> None:
         if self.model not in MODEL_KINDS:
@@ -206,9 +233,8 @@ class Experiment:
     def name(self) -> str:
         """Folder name: readable prefix plus a hash of every field (later fields only when not default)."""
         described = asdict(self)
-        all_fields = fields(self)
-        for f in all_fields[[f.name for f in all_fields].index("model"):]:
-            if described[f.name] == f.default:
+        for f in fields(self):
+            if f.name not in ALWAYS_HASHED and described[f.name] == f.default:
                 del described[f.name]
         if "betas" in described:
             described["betas"] = list(described["betas"])

@@ -2,7 +2,10 @@
 
 :func:`fit` (the encoder-decoder loop: AMP, compile, data parallelism, resume,
 early stopping, progress) and :func:`train_epochs` (the cached, resumable epoch
-loop) in :mod:`~attncourse.train.fit` and :mod:`~attncourse.train.loop`;
+loop) in :mod:`~attncourse.train.fit` and :mod:`~attncourse.train.loop`; the
+settings of a run, declared once (:class:`Recipe`, :class:`FitConfig`,
+:func:`setting`: the command line and :class:`~attncourse.recipes.Experiment`
+derive theirs) in :mod:`~attncourse.train.config`;
 atomic, ``weights_only`` checkpoints (:mod:`~attncourse.train.checkpoint`);
 data parallelism (:mod:`~attncourse.train.distributed`); learning-rate
 schedules (:mod:`~attncourse.train.schedule`); and evaluation metrics
@@ -12,7 +15,7 @@ device and seeding in :mod:`attncourse.runtime`.
 """
 
 from attncourse.train.checkpoint import load_checkpoint, load_model, save_checkpoint
-from attncourse.train.config import FitConfig
+from attncourse.train.config import FitConfig, Recipe, setting
 from attncourse.train.fit import FitResult, fit
 from attncourse.train.loop import EpochRun, train_epochs
 from attncourse.train.metrics import (
@@ -32,6 +35,7 @@ __all__ = [
     "EpochRun",
     "FitConfig",
     "FitResult",
+    "Recipe",
     "bucket_labels",
     "corpus_bleu",
     "corpus_chrf",
@@ -45,6 +49,7 @@ __all__ = [
     "load_model",
     "noam_lambda",
     "save_checkpoint",
+    "setting",
     "token_accuracy",
     "train_epochs",
     "warmup_inverse_sqrt",

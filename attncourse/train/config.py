@@ -1,8 +1,18 @@
-"""The settings of a training run of :func:`~attncourse.train.fit.fit`: :class:`FitConfig`.
+"""The settings of a training run, written once: :class:`Recipe`, :class:`FitConfig`, :func:`setting`.
 
-They are written once, here: :class:`~attncourse.recipes.experiment.Experiment`
-derives its :class:`FitConfig` from its fields of the same names
-(:func:`fit_config_from`), and so does the command line from its options.
+A setting is a dataclass field made with :func:`setting`: its name, type and
+default, and in its ``metadata`` the command line's help text, flag and
+argument check, and the range (:class:`Limit`) its value must lie in. Three
+things are derived from these fields, so that adding a setting is one edit:
+
+- :class:`~attncourse.recipes.experiment.Experiment` inherits :class:`Recipe`
+  (the training recipe), adds the task and the model, and derives its
+  :class:`FitConfig` from its fields of the same names (:func:`fit_config_from`);
+- :class:`FitConfig` (how :func:`~attncourse.train.fit.fit` trains) is
+  :class:`Recipe` plus what only the engine needs;
+- the ``train`` command's options are made from the fields of both
+  (:func:`attncourse.cli.options.add_settings`), with their limits
+  (:data:`attncourse.cli.limits.LIMITS`).
 
 References
 ----------
@@ -16,7 +26,8 @@ Loshchilov, Hutter (2019), "Decoupled Weight Decay Regularization" (AdamW).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from collections.abc import Iterator
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from attncourse.train.loop import AMP_DTYPES
@@ -26,9 +37,156 @@ MONITORS = ("exact_match", "loss")
 OPTIMIZERS = ("adam", "adamw")
 
 
-@dataclass
-class FitConfig:
-    """How :func:`fit` trains.
+@dataclass(frozen=True)
+class Limit:
+    """The range a setting's value must lie in: ``low <= value <= high`` (``low`` excluded if ``open_low``)."""
+
+    low: float
+    high: float
+    why: str
+    open_low: bool = False
+
+    def problem(self, value: float) -> str | None:
+        """Why ``value`` is out of range, or None."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be a finite number"
+        below = value <= self.low if self.open_low else value < self.low
+        if below or value > self.high:
+            lo = "above" if self.open_low else "at least"
+            return f"must be {lo} {format_number(self.low)} and at most {format_number(self.high)} ({self.why})"
+        return None
+
+
+def format_number(value: float) -> str:
+    """``4,096`` for whole numbers, ``1e-06`` otherwise: how limits are written in messages and ``--help``."""
+    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+#: Why a limit is where it is (the ceilings are at least eight times the gpu preset's values).
+SIZE = "memory grows with it"
+FLOAT32 = "float32 overflows or the optimiser diverges at once beyond it"
+TIME = "a run that long would not end"
+
+
+def setting(default: Any, help: str, *, check: str | None = None, limit: Limit | None = None,
+            group: str = "training", flag: str | None = None, metavar: str | tuple[str, ...] | None = None,
+            choices: tuple[str, ...] | None = None, nargs: int | None = None, preset: bool = False,
+            only: str | None = None) -> Any:
+    """A dataclass field that is also an option of the ``train`` command.
+
+    Parameters
+    ----------
+    default : Any
+        The field's default (for the command line see ``preset``).
+    help : str
+        The option's ``--help`` text.
+    check : str, optional
+        How the command line reads the value: ``"positive_int"``, ``"seed"``,
+        ``"probability"``... (:data:`attncourse.cli.options.CHECKS`); None for
+        ``choices`` and booleans (``--x/--no-x``).
+    limit : Limit, optional
+        The range of the value, checked after parsing (one line naming the
+        option) and written into ``--help``.
+    group : {"data", "model", "training"}
+        The ``--help`` section.
+    flag, metavar, choices, nargs
+        As argparse's; ``flag`` defaults to ``--`` and the name with dashes.
+    preset : bool
+        The command line leaves it None and fills it in from the Transformer
+        preset or, for the RNNs, from the field's default.
+    only : {"rnn", "transformer"}, optional
+        The option applies to this model family only.
+    """
+    metadata = {"help": help, "check": check, "limit": limit, "group": group, "flag": flag,
+                "metavar": metavar, "choices": choices, "nargs": nargs, "preset": preset, "only": only}
+    return field(default=default, metadata=metadata)
+
+
+def redefault(cls: type, name: str, default: Any) -> Any:
+    """``cls``'s setting ``name`` with another default (e.g. :class:`Experiment`'s epochs)."""
+    return field(default=default, metadata=cls.__dataclass_fields__[name].metadata)
+
+
+def settings(*classes: type) -> Iterator[Field]:
+    """The fields of ``classes`` made with :func:`setting` (options of the command line), each name once."""
+    seen: set[str] = set()
+    for cls in classes:
+        for f in fields(cls):
+            if "help" in f.metadata and f.name not in seen:
+                seen.add(f.name)
+                yield f
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The training recipe: what an :class:`~attncourse.recipes.experiment.Experiment` and :class:`FitConfig` share.
+
+    The fields are documented in :class:`FitConfig`.
+    """
+
+    epochs: int = setting(
+        10, "total epochs; with --resume, training continues up to N (default 10; presets: cpu 15, gpu 40, 60 "
+        "for dates)", check="positive_int", limit=Limit(1, 100_000, TIME), metavar="N", preset=True)
+    batch_size: int = setting(
+        64, "sentence pairs per batch, per process (default 64; gpu preset 512, 128 for dates)",
+        check="positive_int", limit=Limit(1, 4096, SIZE), metavar="B", preset=True)
+    lr: float = setting(
+        1e-3, "constant learning rate (default 0.001); not with --schedule noam, use --lr-scale",
+        check="positive_float", limit=Limit(0.0, 10.0, FLOAT32, open_low=True), preset=True)
+    schedule: str | None = setting(
+        None, "'constant': --lr throughout (rnn default); 'noam': linear warmup then 1/sqrt(step) decay, "
+        "Vaswani et al. eq. (3), set every batch (transformer presets)", choices=("constant", "noam"), preset=True)
+    warmup: int = setting(
+        4000, "--schedule noam: optimizer steps (batches) of warmup, where the rate peaks (presets: cpu 400, "
+        "gpu 4000)", check="positive_int", limit=Limit(1, 100_000_000, TIME), metavar="STEPS", preset=True)
+    lr_scale: float = setting(
+        1.0, "--schedule noam: multiply the rate of eq. (3) by S (default 1); for an rnn its d_model is "
+        "--hidden-dim", check="positive_float", limit=Limit(0.0, 1000.0, FLOAT32, open_low=True), metavar="S",
+        preset=True)
+    optimizer: str = setting(
+        "adam", "Adam (default) or AdamW (decoupled weight decay; the gpu preset, without decay)",
+        choices=OPTIMIZERS, preset=True)
+    betas: tuple[float, float] = setting(
+        (0.9, 0.999), "Adam's moment decay rates (default 0.9 0.999; transformer presets 0.9 0.98)",
+        check="below_one", nargs=2, metavar=("B1", "B2"), preset=True)
+    eps: float = setting(
+        1e-8, "Adam's epsilon (default 1e-8; transformer presets 1e-9)", check="positive_float",
+        limit=Limit(0.0, 1.0, FLOAT32, open_low=True), flag="--adam-eps", metavar="E", preset=True)
+    weight_decay: float = setting(
+        0.0, "weight decay (default 0; with --optimizer adam an L2 penalty, with adamw decoupled)",
+        check="nonnegative_float", limit=Limit(0.0, 10.0, FLOAT32), metavar="W", preset=True)
+    label_smoothing: float = setting(
+        0.0, "label smoothing epsilon in [0, 1) (default 0; transformer presets 0.1); the reported losses stay "
+        "the plain cross-entropy", check="below_one", metavar="EPS", preset=True)
+    clip_norm: float | None = setting(
+        1.0, "clip the gradient's global norm to C (default 1.0; gpu preset: no clipping)",
+        check="positive_float", limit=Limit(0.0, 1e6, FLOAT32, open_low=True), metavar="C", preset=True)
+    amp: str | None = setting(
+        None, "'bf16': bfloat16 autocast of the forward passes (gpu preset; about 2x faster on recent GPUs, "
+        "allowed but usually slower on CPUs); 'none': float32 (default)", choices=("bf16", "none"), preset=True)
+    fused: bool = setting(
+        False, "fused Adam/AdamW kernel, CUDA only (gpu preset); ignored on other devices", preset=True)
+    compile: bool = setting(
+        False, "torch.compile the training forward pass (first epoch slower; off by default)", preset=True)
+    time_budget: float | None = setting(
+        None, "stop training after SECONDS of wall-clock time (validation included), with a checkpoint; the "
+        "learning rate cools down to 0 over the last fifth (gpu preset: 360; default: none)",
+        check="positive_float", limit=Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True),
+        metavar="SECONDS", preset=True)
+    #: Not an option: the presets set it (fixed batch shapes for torch.compile).
+    length_buckets: int | None = field(default=None, metadata={"preset": True})
+    patience: int | None = setting(
+        None, "stop after N epochs without a better validation exact match (ties: lower loss); default: train "
+        "all epochs", check="positive_int", limit=Limit(1, 100_000, TIME), metavar="N")
+    seed: int = setting(0, "seed of the initial weights, the batch order and dropout (default 0)", check="seed",
+                        metavar="S")
+
+
+@dataclass(frozen=True)
+class FitConfig(Recipe):
+    """How :func:`fit` trains: the :class:`Recipe` and what only the engine needs.
 
     Attributes
     ----------
@@ -163,31 +321,15 @@ class FitConfig:
         If a value is out of range (``epochs < 1``, ``lr <= 0``, ...).
     """
 
-    epochs: int = 10
-    lr: float = 1e-3
-    batch_size: int = 64
-    clip_norm: float | None = 1.0
-    teacher_forcing: float = 1.0
-    patience: int | None = None
+    teacher_forcing: float = setting(
+        1.0, "probability of feeding the gold previous token; below 1 the decoder is sometimes fed its own "
+        "prediction (scheduled sampling; slower). Default 1.0", check="probability", metavar="P")
     monitor: str = "exact_match"
     restore_best: bool = True
-    seed: int = 0
-    device: str | None = None
+    device: str | None = setting(None, "'cpu', 'cuda', 'cuda:1', 'mps'; default: CUDA, then MPS, then the CPU",
+                                 check="device", metavar="DEV")
     num_threads: int | None = None
-    label_smoothing: float = 0.0
-    optimizer: str = "adam"
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 0.0
-    schedule: str | None = None
-    warmup: int = 4000
     d_model_for_schedule: int | None = None
-    lr_scale: float = 1.0
-    fused: bool = False
-    amp: str | None = None
-    compile: bool = False
-    length_buckets: int | None = None
-    time_budget: float | None = None
 
     def __post_init__(self) -> None:
         if int(self.epochs) < 1:
@@ -213,7 +355,7 @@ class FitConfig:
         betas = tuple(float(b) for b in self.betas)
         if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas}")
-        self.betas = betas
+        object.__setattr__(self, "betas", betas)  # frozen
         if not self.eps > 0:
             raise ValueError(f"eps must be positive, got {self.eps}")
         if not self.weight_decay >= 0:

@@ -518,28 +518,42 @@ def fit(
                 torch.manual_seed(config.seed + world.rank)
                 record = Record()
             start_epoch = len(record.history)
-            loop = Loop(config.epochs, score=lambda row: _score(row, config.monitor), patience=config.patience,
-                        restore_best=config.restore_best, amp=config.amp, compile=config.compile,
-                        static_shapes=config.length_buckets is not None, time_budget=config.time_budget,
-                        clip_norm=config.clip_norm, progress=progress, postfix=_fit_postfix, callback=callback)
-            batches = train_batches
-            if config.length_buckets is not None:
-                batches = pad_to_buckets(list(train_batches), int(config.length_buckets), config.batch_size)
-            epoch = seq2seq_epoch(batches, generator, config.teacher_forcing, config.label_smoothing,
-                                  config.seed)
+            epoch = seq2seq_epoch(_padded(train_batches, config), generator, config.teacher_forcing,
+                                  config.label_smoothing, config.seed)
             save = _saver(out, model, optimizer, scheduler, generator, device, extra,
                           _replay_settings(config, world.world_size), fingerprint)
-            run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device), loop, record,
-                       device=device, scheduler=scheduler, save=save)
+            run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device),
+                       _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save)
             if world.distributed:
                 torch.distributed.barrier()  # rank 0's files are written before any rank returns
         finally:
             model.train(was_training)
+    return _result(record, start_epoch, time.perf_counter() - start_time, device, world)
+
+
+def _loop(config: FitConfig, progress: bool, callback: Callable[[list[dict[str, float]]], None] | None) -> Loop:
+    """The settings of :func:`run_epochs` that ``config`` decides."""
+    return Loop(config.epochs, score=lambda row: _score(row, config.monitor), patience=config.patience,
+                restore_best=config.restore_best, amp=config.amp, compile=config.compile,
+                static_shapes=config.length_buckets is not None, time_budget=config.time_budget,
+                clip_norm=config.clip_norm, progress=progress, postfix=_fit_postfix, callback=callback)
+
+
+def _padded(train_batches: Sequence[Batch], config: FitConfig) -> Sequence[Batch]:
+    """The batches as given, or padded to ``config.length_buckets`` fixed shapes."""
+    if config.length_buckets is None:
+        return train_batches
+    return pad_to_buckets(list(train_batches), int(config.length_buckets), config.batch_size)
+
+
+def _result(record: Record, start_epoch: int, wall_time: float, device: torch.device,
+            world: dist_utils.DistInfo) -> FitResult:
+    """What :func:`fit` returns; tokens and seconds count this call's epochs only."""
     new_rows = record.history[start_epoch:]
     return FitResult(
         history=record.history,
         best_epoch=record.best_epoch,
-        wall_time=time.perf_counter() - start_time,
+        wall_time=wall_time,
         device=device.type,
         stopped_early=record.stopped_early,
         train_tokens=sum(int(row["train_tokens"]) for row in new_rows),
