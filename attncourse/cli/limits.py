@@ -67,6 +67,8 @@ LIMITS: dict[str, Limit] = {
     "max_len": Limit(1, 8192, "positions; attention memory grows with its square"),
     "context": Limit(1, 8192, "attention memory grows with its square"),
     "window": Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"),
+    "latent_dim": Limit(1, 4096, _SIZE),  # MLA (chapter 10): checkpoints only, no option yet
+    "rope_dim": Limit(0, 4096, _SIZE),
     # data and batches
     "batch_size": Limit(1, 4096, _SIZE),
     "max_tokens": Limit(
@@ -164,6 +166,8 @@ _CONFIG_SIZES = {
     "max_len": "max_len",
     "window": "window",
     "max_src_len": "max_len",
+    "latent_dim": "latent_dim",
+    "rope_dim": "rope_dim",
 }
 #: Most tokens a vocabulary of a checkpoint may hold (an embedding table of vocab_size x d_model).
 MAX_VOCAB = 1_000_000

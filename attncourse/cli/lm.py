@@ -37,7 +37,7 @@ from attncourse.data.text import char_corpus, course_text, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.decode.generation import SUPPRESSED_IDS, generate
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
-from attncourse.recipes.lm import LMConfig, bits_per_char, train_lm
+from attncourse.recipes.lm import LMConfig, bits_per_char, lm_settings, train_lm
 from attncourse.runtime import pick_device
 from attncourse.train.checkpoint import (
     atomic_write_text,
@@ -193,7 +193,7 @@ def _check_resume(out: Path, config: LMConfig, vocab: Vocabulary) -> None:
     saved_config = saved["extra"].get("config")
     if not isinstance(saved_config, dict):
         raise ValueError(f"--resume: {out / CHECKPOINT_NAME} is not a checkpoint of train-lm")
-    current = json.loads(json.dumps(dataclasses.asdict(config)))
+    current = json.loads(json.dumps(lm_settings(config)))
     problems = differences({k: v for k, v in saved_config.items() if k != "steps"},
                            {k: v for k, v in current.items() if k != "steps"}, "")
     if problems:
@@ -230,7 +230,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
     remove_temporaries(out, LM_RUN_FILES)
     if args.overwrite or (fresh_start and not args.resume):
         remove_recorded(out)
-    write_json(out / "config.json", dataclasses.asdict(config) | {
+    write_json(out / "config.json", lm_settings(config) | {
         "command": "train-lm", "files": list(LM_RUN_FILES),
         "text": None if args.text is None else str(args.text)})
     atomic_write_text(json.dumps(corpus.vocab.to_dict(), ensure_ascii=False), out / VOCAB_NAME)

@@ -32,7 +32,12 @@ from dataclasses import dataclass
 
 import torch
 
-from attncourse.decode.generation import SUPPRESSED_IDS, _check_prompt, _suppress, next_token_probs
+from attncourse.decode.generation import (
+    SUPPRESSED_IDS,
+    _check_prompt,
+    _suppress,
+    next_token_probs,
+)
 from attncourse.nn.gpt import GPT
 
 
