@@ -67,6 +67,7 @@ LIMITS: dict[str, Limit] = {
     "max_len": Limit(1, 8192, "positions; attention memory grows with its square"),
     "context": Limit(1, 8192, "attention memory grows with its square"),
     "window": Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"),
+    "draft_tokens": Limit(1, 64, "each round runs the draft model that many times"),
     "latent_dim": Limit(1, 4096, _SIZE),  # MLA (chapter 10): checkpoints only, no option yet
     "rope_dim": Limit(0, 4096, _SIZE),
     # data and batches
