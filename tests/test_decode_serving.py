@@ -131,8 +131,11 @@ def test_speculative_generation_counts_and_a_perfect_draft():
     prompt = torch.tensor([4, 5, 6])
     tokens, stats = speculative_generate(target, draft, prompt, 25, k=3, seed=1)
     assert tokens.shape == (25,) and stats.emitted == 25
-    assert stats.rounds <= 25 and stats.accepted <= stats.drafted == 3 * stats.rounds
+    assert stats.rounds <= 25 and stats.accepted <= stats.examined <= stats.drafted == 3 * stats.rounds
     assert 0 <= stats.acceptance_rate < 1
+    # every round examines up to its first rejection: rejections = rounds not fully accepted
+    assert stats.examined - stats.accepted <= stats.rounds
+    assert stats.emitted <= stats.accepted + stats.rounds
     same, stats = speculative_generate(target, target, prompt, 24, k=3, seed=1)
     assert stats.acceptance_rate == 1.0 and stats.rounds == 6  # 4 tokens per target pass
     # with a draft equal to the target, only proposals are drawn: tokens are the target's samples

@@ -286,7 +286,7 @@ def run_sample(args: argparse.Namespace) -> int:
     sys.stdout.write(prompt_chars + "".join(vocab.decode(new.tolist())) + "\n")
     if draft is not None:
         print(f"attncourse: speculative decoding, {args.draft_tokens} draft tokens per round: "
-              f"{stats.accepted}/{stats.drafted} accepted ({stats.acceptance_rate:.1%}), "
+              f"{stats.accepted}/{stats.examined} draft tokens accepted ({stats.acceptance_rate:.1%}), "
               f"{stats.rounds} target passes for {stats.emitted} tokens "
               f"({stats.target_passes_per_token:.2f} per token)", file=sys.stderr, flush=True)
     return 0

@@ -92,21 +92,31 @@ class SpeculativeStats:
     ----------
     rounds : int
         Target forward passes (one per round).
-    drafted, accepted : int
-        Draft tokens proposed and accepted.
+    drafted : int
+        Draft tokens proposed (k per round).
+    examined : int
+        Draft tokens the rule decided on: the accepted ones and the first rejected one of a
+        round (those after a rejection are discarded unexamined).
+    accepted : int
+        Draft tokens accepted.
     emitted : int
         Tokens returned.
     """
 
     rounds: int = 0
     drafted: int = 0
+    examined: int = 0
     accepted: int = 0
     emitted: int = 0
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / drafted."""
-        return self.accepted / max(1, self.drafted)
+        """accepted / examined: the estimated probability alpha that a draft token is accepted.
+
+        With acceptances independent at rate alpha, a round emits (1 - alpha^(k+1)) / (1 - alpha)
+        tokens (Leviathan et al. 2023, equation (1)).
+        """
+        return self.accepted / max(1, self.examined)
 
     @property
     def target_passes_per_token(self) -> float:
@@ -209,6 +219,7 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
         else:
             new.append(int(torch.multinomial(p_rows[k], 1, generator=generator)))
         stats.accepted += len(new) - 1  # the last is the redrawn or the free token
+        stats.examined += min(len(new), k)
         committed += new
         # keep in each cache only the committed tokens it holds (the last new token is unseen)
         kept = len(committed) - 1
