@@ -2,7 +2,7 @@
 
 :func:`plot_paged_cache` draws one moment of a pool of KV blocks (Kwon et al. 2023,
 section 4): every physical block as a row of ``block_size`` slots coloured by the
-request that owns it (hatched grey when several requests share it), with its
+request that owns it (grey when several requests share it), with its
 filled slots solid, and beneath it each request's block table, logical block i
 pointing to its physical block.
 """
@@ -71,7 +71,7 @@ def plot_paged_cache(tables: Sequence[Sequence[int]], lengths: Sequence[int], re
     pool_ax.set_axis_off()
     used = sum(1 for c in ref_counts if c)
     pool_ax.set_title(f"{title}pool: {used} of {n_blocks} blocks in use ({block_size} tokens each; "
-                      "grey hatched = shared)", fontsize=9)
+                      "grey = shared by several requests)", fontsize=9)
     for r, (table, length) in enumerate(zip(tables, lengths)):
         y = -r
         table_ax.text(-0.3, y + 0.4, f"{labels[r]} ({length} tok.)", ha="right", va="center", fontsize=8)
