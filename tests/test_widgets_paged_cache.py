@@ -24,7 +24,7 @@ def test_explorer_counts_blocks_sharing_and_waste(monkeypatch):
     assert explorer.shown["used"] == 2 and explorer.shown["shared"] == 2 and explorer.shown["wasted"] == 2
     explorer.step.value = 1   # 7 tokens each: the half block copied for the first sample
     assert explorer.shown["used"] == 3 and explorer.shown["shared"] == 1 and explorer.shown["wasted"] == 2
-    assert "3 blocks (1 shared)" in explorer.caption.value
+    assert "3 blocks (1 shared): 14 tokens in the requests, 10 stored" in explorer.caption.value
     explorer.step.value = 4   # the first request is gone
     assert explorer.shown["tables"][0] == [] and explorer.next.disabled
 

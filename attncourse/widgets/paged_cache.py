@@ -90,7 +90,8 @@ class PagedCacheExplorer(Explorer):
                       "used": used, "shared": shared, "wasted": wasted}
         self.caption.value = (
             f"Step {state.step}: {sum(1 for t in state.tables if t)} requests hold {used} blocks "
-            f"({shared} shared), {sum(state.lengths)} tokens cached, {wasted} slots allocated but empty "
+            f"({shared} shared): {sum(state.lengths)} tokens in the requests, {sum(filled.values())} stored, "
+            f"{wasted} slots allocated but empty "
             f"(only last blocks can be partly empty).")
         self._render(plot_paged_cache(state.tables, state.lengths, state.ref_counts, self.block_size,
                                       self.labels, title=f"step {state.step}: "))
