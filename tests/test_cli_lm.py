@@ -86,3 +86,29 @@ def test_resume_with_another_text_is_refused(tmp_path, text_file, capsys):
     capsys.readouterr()
     assert main(["train-lm", "--text", str(other), "--out", str(out), *SMALL, "--resume"]) == 2
     assert "differ" in capsys.readouterr().err
+
+
+def test_sample_with_a_draft_reports_the_acceptance_rate(tmp_path, text_file, capsys):
+    target, draft, other = tmp_path / "target", tmp_path / "draft", tmp_path / "other"
+    assert main(["train-lm", "--text", str(text_file), "--out", str(target), *SMALL]) == 0
+    small = [a if a != "16" else "8" for a in SMALL]  # a narrower model: d_model 8, context 8
+    assert main(["train-lm", "--text", str(text_file), "--out", str(draft), *small, "--seed", "1"]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(target), "--prompt", "hello", "--length", "30", "--draft", str(draft),
+                 "--draft-tokens", "3"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("hello") and len(out) == len("hello") + 30 + 1
+    assert "accepted" in err and "3 draft tokens per round" in err and "per token" in err
+    # a draft of another text: one line naming the vocabulary
+    text2 = tmp_path / "text2.txt"
+    text2.write_text("xyz qrs " * 200, encoding="utf-8")
+    assert main(["train-lm", "--text", str(text2), "--out", str(other), *SMALL]) == 0
+    capsys.readouterr()
+    assert main(["sample", str(target), "--draft", str(other), "--length", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "another vocabulary" in err
+    assert main(["sample", str(target), "--draft", str(draft), "--draft-tokens", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--draft-tokens" in err
+    assert main(["sample", str(target), "--draft", str(tmp_path / "none")]) == 2
+    assert "--draft" in capsys.readouterr().err

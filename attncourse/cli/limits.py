@@ -35,6 +35,9 @@ _OTHER_LIMITS: dict[str, Limit] = {
     "max_len": Limit(1, 8192, "positions; attention memory grows with its square"),
     "context": Limit(1, 8192, "attention memory grows with its square"),
     "window": Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"),
+    "draft_tokens": Limit(1, 64, "each round runs the draft model that many times"),
+    "latent_dim": Limit(1, 4096, _SIZE),  # MLA (chapter 10): checkpoints only, no option yet
+    "rope_dim": Limit(0, 4096, _SIZE),
     # data
     "max_tokens": Limit(1, 2048, "attention memory grows with the square of the length"),
     "max_value": Limit(1, 10**9, "number words are generated up to nine digits"),
@@ -120,6 +123,8 @@ _CONFIG_SIZES = {
     "max_len": "max_len",
     "window": "window",
     "max_src_len": "max_len",
+    "latent_dim": "latent_dim",
+    "rope_dim": "rope_dim",
 }
 #: Most tokens a vocabulary of a checkpoint may hold (an embedding table of vocab_size x d_model).
 MAX_VOCAB = 1_000_000

@@ -5,6 +5,7 @@ on chapters 1-6 of the course), then generate from it::
 
     python -m attncourse train-lm --text corpus.txt --out runs/lm --steps 2000 --positional rope
     python -m attncourse sample runs/lm --prompt "The attention" --length 200 --temperature 0.8 --top-k 10
+    python -m attncourse sample runs/lm --draft runs/small-lm --draft-tokens 4   # speculative decoding
 
 ``train-lm`` writes into ``--out``: ``checkpoint.pt`` (weights, optimiser and
 history, written atomically after every ``--steps-per-epoch`` steps; continue an
@@ -36,8 +37,9 @@ from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
 from attncourse.data.text import char_corpus, course_text, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.decode.generation import SUPPRESSED_IDS, generate
+from attncourse.decode.speculative import speculative_generate
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
-from attncourse.recipes.lm import LMConfig, bits_per_char, train_lm
+from attncourse.recipes.lm import LMConfig, bits_per_char, lm_settings, train_lm
 from attncourse.runtime import pick_device
 from attncourse.train.checkpoint import (
     atomic_write_text,
@@ -106,6 +108,12 @@ def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_f
     sample.add_argument("--seed", type=seed_type, default=0, metavar="S", help="sampling seed (default 0)")
     sample.add_argument("--no-cache", action="store_true", help="recompute the prefix at each step (slower)")
     sample.add_argument("--device", type=device_type, metavar="DEV", help="default: the CPU")
+    sample.add_argument("--draft", type=path_type, metavar="RUN",
+                        help="speculative decoding (chapter 10): a smaller train-lm run of the same text "
+                             "proposes tokens that DIR's model verifies; the text is still a sample of DIR's "
+                             "model, and the acceptance rate is reported")
+    sample.add_argument("--draft-tokens", type=positive_int, default=4, metavar="K",
+                        help="with --draft: tokens proposed per round (default 4)")
 
 
 def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_dir_problem: Any) -> None:
@@ -114,9 +122,10 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
     if problem:
         raise usage_error(problem)
     if args.command == "sample":
-        if not (args.dir / CHECKPOINT_NAME).is_file() or not (args.dir / VOCAB_NAME).is_file():
-            raise usage_error(f"DIR {str(args.dir)!r} holds no {CHECKPOINT_NAME} and {VOCAB_NAME} "
-                              "(a run written by 'attncourse train-lm')")
+        for name, run in (("DIR", args.dir), ("--draft", args.draft)):
+            if run is not None and not ((run / CHECKPOINT_NAME).is_file() and (run / VOCAB_NAME).is_file()):
+                raise usage_error(f"{name} {str(run)!r} holds no {CHECKPOINT_NAME} and {VOCAB_NAME} "
+                                  "(a run written by 'attncourse train-lm')")
         if len(args.prompt) + args.length > MAX_PROMPT_CHARS:
             raise usage_error(f"--prompt ({len(args.prompt):,} characters) and --length {args.length:,} "
                               f"make more than {MAX_PROMPT_CHARS:,} characters, the most a sample holds "
@@ -193,7 +202,7 @@ def _check_resume(out: Path, config: LMConfig, vocab: Vocabulary) -> None:
     saved_config = saved["extra"].get("config")
     if not isinstance(saved_config, dict):
         raise ValueError(f"--resume: {out / CHECKPOINT_NAME} is not a checkpoint of train-lm")
-    current = json.loads(json.dumps(dataclasses.asdict(config)))
+    current = json.loads(json.dumps(lm_settings(config)))
     problems = differences({k: v for k, v in saved_config.items() if k != "steps"},
                            {k: v for k, v in current.items() if k != "steps"}, "")
     if problems:
@@ -230,7 +239,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
     remove_temporaries(out, LM_RUN_FILES)
     if args.overwrite or (fresh_start and not args.resume):
         remove_recorded(out)
-    write_json(out / "config.json", dataclasses.asdict(config) | {
+    write_json(out / "config.json", lm_settings(config) | {
         "command": "train-lm", "files": list(LM_RUN_FILES),
         "text": None if args.text is None else str(args.text)})
     atomic_write_text(json.dumps(corpus.vocab.to_dict(), ensure_ascii=False), out / VOCAB_NAME)
@@ -251,14 +260,13 @@ def run_sample(args: argparse.Namespace) -> int:
     never saw are refused, and it never generates ``<unk>``.
     """
     device = pick_device(args.device or "cpu")
-    path = args.dir / CHECKPOINT_NAME
-    model, _ = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
-    if not isinstance(model, GPT):
-        raise ValueError(f"{path} holds a {type(model).__name__}, not a model of train-lm")
-    vocab = _read_vocab(args.dir / VOCAB_NAME)
-    if len(vocab) != model.config.get("vocab_size"):
-        raise ValueError(f"{args.dir / VOCAB_NAME} holds {len(vocab)} tokens, the model of {path} "
-                         f"{model.config.get('vocab_size')}: they are not of the same run")
+    model, vocab = _load_lm(args.dir, device)
+    draft = None
+    if args.draft is not None:
+        draft, draft_vocab = _load_lm(args.draft, device)
+        if draft_vocab != vocab:
+            raise ValueError(f"--draft {str(args.draft)!r} has another vocabulary than {str(args.dir)!r} "
+                             f"({len(draft_vocab)} and {len(vocab)} tokens): train both on the same text")
     prompt_chars = args.prompt.replace("\r\n", "\n").replace("\r", "\n")
     unseen = sorted({c for c in prompt_chars if vocab.id_of(c) == vocab.unk_id})
     if unseen:
@@ -267,7 +275,31 @@ def run_sample(args: argparse.Namespace) -> int:
     prompt = torch.tensor(vocab.encode(list(prompt_chars)), dtype=torch.long)
     if prompt.numel() == 0:
         raise ValueError("--prompt is empty: give at least one character")
-    new = generate(model, prompt, args.length, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
-                   use_cache=not args.no_cache, suppress_ids=SUPPRESSED_IDS + (vocab.unk_id,))
+    suppress = SUPPRESSED_IDS + (vocab.unk_id,)
+    if draft is None:
+        new = generate(model, prompt, args.length, temperature=args.temperature, top_k=args.top_k,
+                       seed=args.seed, use_cache=not args.no_cache, suppress_ids=suppress)
+    else:
+        new, stats = speculative_generate(model, draft, prompt, args.length, k=args.draft_tokens,
+                                          temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                                          suppress_ids=suppress)
     sys.stdout.write(prompt_chars + "".join(vocab.decode(new.tolist())) + "\n")
+    if draft is not None:
+        print(f"attncourse: speculative decoding, {args.draft_tokens} draft tokens per round: "
+              f"{stats.accepted}/{stats.examined} draft tokens accepted ({stats.acceptance_rate:.1%}), "
+              f"{stats.rounds} target passes for {stats.emitted} tokens "
+              f"({stats.target_passes_per_token:.2f} per token)", file=sys.stderr, flush=True)
     return 0
+
+
+def _load_lm(run: Path, device) -> tuple[GPT, Vocabulary]:
+    """The GPT and vocabulary of a train-lm run directory; ValueError (one line) if they do not match."""
+    path = run / CHECKPOINT_NAME
+    model, _ = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
+    if not isinstance(model, GPT):
+        raise ValueError(f"{path} holds a {type(model).__name__}, not a model of train-lm")
+    vocab = _read_vocab(run / VOCAB_NAME)
+    if len(vocab) != model.config.get("vocab_size"):
+        raise ValueError(f"{run / VOCAB_NAME} holds {len(vocab)} tokens, the model of {path} "
+                         f"{model.config.get('vocab_size')}: they are not of the same run")
+    return model, vocab

@@ -151,6 +151,19 @@ RUBRICS: dict[str, Rubric] = {
         "The multi-head size right but the grouped-query case wrong (or the reverse), or a "
         "factor 2 (keys and values) missed throughout.",
         "No correct size."),
+    "ex-serving-draft-length": Rubric(
+        "Time per token (kc + 1)(1 - alpha) / (1 - alpha^(k+1)); about 0.41 target passes at "
+        "k = 5-7 with k = 6 best (2.5 times faster); with c = 1 it is at least 1 for every k, "
+        "since 1 - alpha^(k+1) <= (k + 1)(1 - alpha): no gain.",
+        "The right formula but a wrong optimum, or the c = 1 case missing or unexplained.",
+        "No formula for the tokens emitted per round, or claims a longer draft always helps."),
+    "ex-serving-sharing": Rubric(
+        "62 full prompt blocks stored once, 40 x 13 blocks for each request's half block and "
+        "own tokens: 582 blocks against 40 x 75 = 3,000 without sharing; the half block is "
+        "copied on write, 39 (or 40) copies.",
+        "The idea right (full blocks shared, last one copied) with an arithmetic slip, or the "
+        "copies not counted.",
+        "Shares nothing, or shares the partly filled block without copying it."),
     "ex-decoder-extrapolation": Rubric(
         "Runs the experiment (max_len 64 raises a ValueError naming max_len; untrained rows add "
         "noise); ALiBi's bias depends on distance only and far keys get little weight, so "

@@ -17,7 +17,8 @@ with a final LayerNorm, and the output layer tied to the token embedding
 (:mod:`attncourse.nn.positional`, chapter 5); ``"rope"`` rotates queries and keys
 and ``"alibi"`` biases the scores, inside every attention layer
 (:mod:`attncourse.nn.gqa`). ``num_kv_heads`` selects multi-head, grouped-query
-or multi-query attention, ``window`` sliding-window attention.
+or multi-query attention, ``window`` sliding-window attention, ``latent_dim``
+multi-head latent attention (:mod:`attncourse.nn.mla`, chapter 10).
 
 Generation feeds the prompt once, then one token at a time; each layer keeps
 its keys and values in chapter 6's :class:`~attncourse.nn.attention.KVCache`
@@ -42,6 +43,7 @@ from torch import nn
 from attncourse.functional.sparse_masks import check_window
 from attncourse.nn.attention import KVCache
 from attncourse.nn.gqa import CausalSelfAttention
+from attncourse.nn.mla import LatentCache, MultiHeadLatentAttention
 from attncourse.nn.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -65,13 +67,19 @@ class DecoderOnlyBlock(nn.Module):
     window : int, optional
     dropout : float
         Residual dropout.
+    latent_dim, rope_dim : int, optional
+        With ``latent_dim``, multi-head latent attention
+        (:class:`~attncourse.nn.mla.MultiHeadLatentAttention`) instead.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, num_kv_heads: int | None = None,
                  positional: str | None = None, causal: bool = True, window: int | None = None,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, latent_dim: int | None = None, rope_dim: int = 0) -> None:
         super().__init__()
-        self.attn = CausalSelfAttention(d_model, num_heads, num_kv_heads, positional, causal, window)
+        if latent_dim is None:
+            self.attn = CausalSelfAttention(d_model, num_heads, num_kv_heads, positional, causal, window)
+        else:
+            self.attn = MultiHeadLatentAttention(d_model, num_heads, latent_dim, rope_dim, causal)
         self.ffn = PositionwiseFeedForward(d_model, d_ff)
         self.attn_norm = nn.LayerNorm(d_model)
         self.ffn_norm = nn.LayerNorm(d_model)
@@ -114,6 +122,15 @@ class GPT(nn.Module):
         included (a centred window of odd ``window`` when not causal).
     dropout : float
         On embeddings and on every sublayer's output.
+    latent_dim : int, optional
+        Multi-head latent attention with a cached latent of this width d_c (DeepSeek-AI
+        2024, section 2.1) instead of grouped-query attention; needs ``num_kv_heads``
+        unset (or h), no ``window`` and no ALiBi.
+    rope_dim : int, optional
+        MLA's decoupled rotary width d_h^R (even); default d_k / 2 (rounded up to even)
+        with ``positional="rope"``, and must be 0 or unset with the other schemes.
+        Both keys enter :attr:`config` only when ``latent_dim`` is set, so earlier
+        configs and checkpoints are unchanged.
 
     Attributes
     ----------
@@ -130,7 +147,8 @@ class GPT(nn.Module):
     ------
     ValueError
         If ``positional`` is unknown, a size is not a positive int, the heads do not
-        divide, or ``window`` is not a positive int (odd when not causal).
+        divide, ``window`` is not a positive int (odd when not causal), or ``latent_dim``
+        is combined with fewer key/value heads, a window, ALiBi or a bad ``rope_dim``.
 
     References
     ----------
@@ -140,7 +158,7 @@ class GPT(nn.Module):
     def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 8, num_layers: int = 2,
                  d_ff: int = 256, max_len: int = 256, positional: str = "rope",
                  num_kv_heads: int | None = None, causal: bool = True, window: int | None = None,
-                 dropout: float = 0.0) -> None:
+                 dropout: float = 0.0, latent_dim: int | None = None, rope_dim: int | None = None) -> None:
         super().__init__()
         if positional not in GPT_POSITIONAL:
             raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
@@ -153,12 +171,15 @@ class GPT(nn.Module):
             raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
         num_kv_heads = int(num_kv_heads)
         window = None if window is None else check_window(window, causal)
+        mla = _check_mla(latent_dim, rope_dim, positional, num_heads, num_kv_heads, window, d_model)
         self.config: dict[str, Any] = {
             "vocab_size": int(vocab_size), "d_model": int(d_model), "num_heads": int(num_heads),
             "num_layers": int(num_layers), "d_ff": int(d_ff), "max_len": int(max_len),
             "positional": positional, "num_kv_heads": num_kv_heads, "causal": bool(causal),
             "window": window, "dropout": float(dropout),
         }
+        if mla is not None:  # only when set: older configs keep their keys, hashes and folders
+            self.config.update(latent_dim=mla[0], rope_dim=mla[1])
         self.d_model, self.max_len, self.positional = int(d_model), int(max_len), positional
         self.vocab_size = int(vocab_size)
         self.embedding = nn.Embedding(vocab_size, d_model)
@@ -167,7 +188,8 @@ class GPT(nn.Module):
         self.positional_encoding = table[positional](max_len, d_model) if positional in table else None
         inside = positional if positional in ("rope", "alibi") else None
         self.blocks = nn.ModuleList(
-            DecoderOnlyBlock(d_model, num_heads, d_ff, num_kv_heads, inside, causal, window, dropout)
+            DecoderOnlyBlock(d_model, num_heads, d_ff, num_kv_heads, inside, causal, window, dropout,
+                             *(mla or (None, 0)))
             for _ in range(num_layers)
         )
         self.final_norm = nn.LayerNorm(d_model)
@@ -180,14 +202,18 @@ class GPT(nn.Module):
         """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict."""
         return cls(**config)
 
-    def init_cache(self, batch: int) -> list[KVCache]:
-        """One empty :class:`KVCache` per block, ``(batch, num_kv_heads, 0, d_k)``."""
+    def init_cache(self, batch: int) -> list[KVCache] | list[LatentCache]:
+        """One empty cache per block: :class:`KVCache` ``(batch, num_kv_heads, 0, d_k)``, or with MLA
+        :class:`~attncourse.nn.mla.LatentCache` ``(batch, 0, d_c)``."""
         return [block.attn.empty_cache(batch) for block in self.blocks]
 
     def cache_bytes_per_token(self) -> int:
-        """Bytes the KV cache grows by per token and sequence: ``2 * layers * num_kv_heads * d_k * bytes``."""
+        """Bytes the KV cache grows by per token and sequence: ``2 * layers * num_kv_heads * d_k * bytes``,
+        or with MLA ``layers * (d_c + d_h^R) * bytes``."""
         attn = self.blocks[0].attn
         element = self.embedding.weight.element_size()
+        if isinstance(attn, MultiHeadLatentAttention):
+            return len(self.blocks) * attn.cache_numbers_per_token() * element
         return 2 * len(self.blocks) * attn.num_kv_heads * attn.d_k * element
 
     def forward(self, tokens: torch.Tensor, kv_caches: list[KVCache] | None = None,
@@ -240,3 +266,26 @@ class GPT(nn.Module):
             x, weights = block(x, mask, cache, need_weights=need_weights, fast=fast)
             all_weights.append(weights)
         return self.output_proj(self.final_norm(x)), all_weights
+
+
+def _check_mla(latent_dim, rope_dim, positional, num_heads, num_kv_heads, window, d_model):
+    """``(latent_dim, rope_dim)`` as ints, or None without MLA; ValueError naming the clash."""
+    if latent_dim is None:
+        if rope_dim is not None:
+            raise ValueError(f"rope_dim={rope_dim!r} is MLA's: it needs latent_dim")
+        return None
+    if isinstance(latent_dim, bool) or int(latent_dim) != latent_dim or latent_dim < 1:
+        raise ValueError(f"latent_dim must be a positive int, got {latent_dim!r}")
+    if num_kv_heads != num_heads or window is not None or positional == "alibi":
+        raise ValueError("latent_dim (MLA) cannot be combined with num_kv_heads < num_heads, a window "
+                         f"or ALiBi (got num_kv_heads={num_kv_heads}, window={window}, positional="
+                         f"{positional!r})")
+    if rope_dim is None:
+        half = d_model // num_heads // 2
+        rope_dim = half + half % 2 if positional == "rope" else 0
+    if isinstance(rope_dim, bool) or int(rope_dim) != rope_dim or rope_dim < 0 or rope_dim % 2:
+        raise ValueError(f"rope_dim must be an even int >= 0, got {rope_dim!r}")
+    if (positional == "rope") != (rope_dim > 0):
+        raise ValueError(f"rope_dim={rope_dim} with positional={positional!r}: MLA's rotary part needs "
+                         "positional='rope' and rope_dim > 0, or neither")
+    return int(latent_dim), int(rope_dim)

@@ -69,6 +69,10 @@ class LMConfig:
         Initial weights and the windows drawn.
     corpus : str
         Digest of the text (:func:`~attncourse.data.text.text_digest`), set by :func:`train_lm`.
+    latent_dim, rope_dim : int or None
+        Multi-head latent attention (chapter 10; :class:`~attncourse.nn.gpt.GPT`'s options).
+        Unset, they stay out of the run's settings (:func:`lm_settings`), so earlier runs
+        keep their folders.
     """
 
     positional: str = "rope"
@@ -91,6 +95,8 @@ class LMConfig:
     dropout: float = 0.0
     seed: int = 0
     corpus: str = ""
+    latent_dim: int | None = None
+    rope_dim: int | None = None
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
@@ -109,7 +115,22 @@ class LMConfig:
         kv = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
         mask = "causal" if self.causal else "nomask"
         window = "" if self.window is None else f"-w{self.window}"
-        return f"lm/{self.positional}-kv{kv}-{mask}{window}-seed{self.seed}"
+        mla = "" if self.latent_dim is None else f"-mla{self.latent_dim}"
+        return f"lm/{self.positional}-kv{kv}{mla}-{mask}{window}-seed{self.seed}"
+
+
+#: Fields of :class:`LMConfig` added after runs existed: in the settings only when set.
+OPTIONAL_FIELDS = ("latent_dim", "rope_dim")
+
+
+def lm_settings(config: LMConfig) -> dict:
+    """``dataclasses.asdict(config)`` without the :data:`OPTIONAL_FIELDS` left unset (None).
+
+    What names a run (its folder's hash) and what ``train-lm --resume`` compares: a run
+    trained before those fields existed keeps its name.
+    """
+    return {k: v for k, v in dataclasses.asdict(config).items()
+            if not (k in OPTIONAL_FIELDS and v is None)}
 
 
 def build_lm(config: LMConfig, vocab_size: int) -> GPT:
@@ -117,7 +138,7 @@ def build_lm(config: LMConfig, vocab_size: int) -> GPT:
     return GPT(vocab_size, d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
                d_ff=config.d_ff, max_len=config.max_len, positional=config.positional,
                num_kv_heads=config.num_kv_heads, causal=config.causal, window=config.window,
-               dropout=config.dropout)
+               dropout=config.dropout, latent_dim=config.latent_dim, rope_dim=config.rope_dim)
 
 
 def bits_per_char(loss_nats: float) -> float:
@@ -284,7 +305,7 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
         return {"valid_loss": loss, "valid_bits_per_char": bits_per_char(loss)}
 
     # amp changes the numbers, so it names the run; unset, runs keep the folders they had before it existed
-    settings = {**dataclasses.asdict(config), **({"amp": amp} if amp is not None else {})}
+    settings = {**lm_settings(config), **({"amp": amp} if amp is not None else {})}
     run = train_epochs(config.run_name, settings, build, train_epoch, evaluate,
                        config.steps // config.steps_per_epoch, seed=config.seed, progress=progress,
                        device=device, out_dir=out_dir, amp=amp, compile=compile, clip_norm=config.clip_norm,

@@ -11,6 +11,7 @@ from attncourse.widgets.decoder_only import DecoderOnlyExplorer
 from attncourse.widgets.explorer import AttentionExplorer
 from attncourse.widgets.flash import FlashAttentionExplorer
 from attncourse.widgets.local_window import LocalWindow
+from attncourse.widgets.paged_cache import PagedCacheExplorer
 from attncourse.widgets.positional import PositionalEncodingExplorer
 from attncourse.widgets.stepper import SelfAttentionStepper
 from attncourse.widgets.temperature import TemperatureExplorer
@@ -21,6 +22,7 @@ __all__ = [
     "DecoderOnlyExplorer",
     "FlashAttentionExplorer",
     "LocalWindow",
+    "PagedCacheExplorer",
     "PositionalEncodingExplorer",
     "SelfAttentionStepper",
     "TemperatureExplorer",

@@ -1,0 +1,206 @@
+"""Checks for the exercises of chapter 10 (serving attention): the cache bytes of a model,
+the block-table lookup of a paged cache, per-channel int8 quantisation of keys, and the
+residual distribution of speculative sampling.
+
+Each check runs the learner's function on hidden cases; where a typical bug is recognised
+(keys counted without values, the rotary key counted per head, the logical block used as
+the physical one, one scale per token instead of per channel, the residual not
+normalised) the hint names it.
+
+References
+----------
+DeepSeek-AI (2024), "DeepSeek-V2", section 2.1.4 (cache per token, table 1).
+Kwon et al. (2023), "PagedAttention", section 4.2.
+Liu et al. (2024), "KIVI", section 3.
+Leviathan, Kalman, Matias (2023), section 3 (algorithm 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from attncourse.checks.core import Case, CheckResult, run_cases, same_values
+from attncourse.decode.paged import block_lookup
+from attncourse.decode.speculative import residual_distribution
+from attncourse.functional.quantize import dequantize_int8, quantize_int8
+
+# --------------------------------------------------------------------------- cache bytes
+
+BYTES_HINT = (
+    "Per token and layer, multi-head and grouped-query attention cache a key and a value of d_head "
+    "numbers for each of the num_kv_heads heads: 2 * num_kv_heads * d_head; MLA caches the latent "
+    "and the one shared rotary key: latent_dim + rope_dim. Multiply by num_layers and bytes."
+)
+BYTES_NO_VALUES_HINT = "Both keys and values are cached: count 2 vectors per key/value head."
+BYTES_ROPE_PER_HEAD_HINT = "MLA's rotary key k^R is shared by all heads (eq. 16): count rope_dim once, not per head."
+
+
+def reference_cache_bytes(config: dict) -> int:
+    """Bytes of KV cache per token and sequence for a config dict (see :func:`check_cache_bytes`)."""
+    per_layer = (config["latent_dim"] + config["rope_dim"] if config.get("latent_dim")
+                 else 2 * config["num_kv_heads"] * config["d_head"])
+    return config["num_layers"] * per_layer * config["bytes"]
+
+
+def _bytes_diagnose(got: Any, case: Case) -> str | None:
+    config = case.args["config"]
+    if config.get("latent_dim"):
+        wrong = config["num_layers"] * (config["latent_dim"] + config["num_heads"] * config["rope_dim"])
+        return BYTES_ROPE_PER_HEAD_HINT if same_values(got, np.array(wrong * config["bytes"]), case) else None
+    half = reference_cache_bytes(config) // 2
+    return BYTES_NO_VALUES_HINT if same_values(got, np.array(half), case) else None
+
+
+def cache_bytes_cases() -> list[Case]:
+    """The hidden cases of :func:`check_cache_bytes`."""
+    def case(description: str, **config) -> Case:
+        return Case(description=description, args={"config": config},
+                    expected=np.array(reference_cache_bytes(config)), atol=0, rtol=0, hint=BYTES_HINT,
+                    diagnose=_bytes_diagnose)
+
+    return [
+        case("multi-head, 2 layers, 8 heads of 8, float32", num_layers=2, num_heads=8, d_head=8,
+             num_kv_heads=8, latent_dim=None, rope_dim=0, bytes=4),
+        case("grouped-query, 32 layers, 32 heads of 128, 8 kv heads, bf16", num_layers=32, num_heads=32,
+             d_head=128, num_kv_heads=8, latent_dim=None, rope_dim=0, bytes=2),
+        case("MLA as DeepSeek-V2: 60 layers, 128 heads, d_c = 512, d_h^R = 64, bf16", num_layers=60,
+             num_heads=128, d_head=128, num_kv_heads=None, latent_dim=512, rope_dim=64, bytes=2),
+        case("MLA without a rotary part, 2 layers, d_c = 16, float32", num_layers=2, num_heads=8, d_head=8,
+             num_kv_heads=None, latent_dim=16, rope_dim=0, bytes=4),
+    ]
+
+
+def check_cache_bytes(fn: Callable[[dict], Any]) -> CheckResult:
+    """Check a learner's ``cache_bytes(config)``: KV-cache bytes per token and sequence.
+
+    Parameters
+    ----------
+    fn : callable
+        Called with a dict of ``num_layers``, ``num_heads``, ``d_head``, ``num_kv_heads``
+        (None for MLA), ``latent_dim`` (None unless MLA), ``rope_dim`` and ``bytes`` (per
+        number); returns an int.
+    """
+    return run_cases("check_cache_bytes", fn, cache_bytes_cases(), references=(reference_cache_bytes,))
+
+
+# --------------------------------------------------------------------------- block lookup
+
+LOOKUP_HINT = ("Token t lies in logical block t // block_size, at slot t % block_size; the block "
+               "table maps the logical block to the physical one: block_table[t // block_size].")
+LOOKUP_LOGICAL_HINT = "You returned the logical block t // block_size: look it up in block_table."
+
+
+def _lookup_diagnose(got: Any, case: Case) -> str | None:
+    table, t, size = case.args["block_table"], case.args["position"], case.args["block_size"]
+    if isinstance(got, tuple) and len(got) == 2 and int(np.asarray(got[0])) == t // size != table[t // size]:
+        return LOOKUP_LOGICAL_HINT
+    return None
+
+
+def block_lookup_cases() -> list[Case]:
+    """The hidden cases of :func:`check_block_lookup`."""
+    def case(description: str, table: list[int], position: int, size: int) -> Case:
+        block, slot = block_lookup(table, position, size)
+        return Case(description=description, args={"block_table": table, "position": position,
+                                                   "block_size": size},
+                    expected=(np.array(block), np.array(slot)), output_names=("block", "slot"),
+                    atol=0, rtol=0, hint=LOOKUP_HINT, diagnose=_lookup_diagnose)
+
+    return [
+        case("first token", [3, 0, 5], 0, 4),
+        case("last slot of the first block", [3, 0, 5], 3, 4),
+        case("second block, slot 1", [3, 0, 5], 5, 4),
+        case("block size 16, token 40", [9, 2, 7, 1], 40, 16),
+        case("block size 1: one token per block", [4, 2, 0], 2, 1),
+    ]
+
+
+def check_block_lookup(fn: Callable[[list, int, int], Any]) -> CheckResult:
+    """Check a learner's ``lookup(block_table, position, block_size) -> (physical block, slot)``."""
+    return run_cases("check_block_lookup", fn, block_lookup_cases(), references=(block_lookup,))
+
+
+# --------------------------------------------------------------------------- per-channel int8
+
+CHANNEL_HINT = ("One scale per channel: s_c = max over tokens of |x[:, c]| / 127, q = round(x / s), "
+                "clamped to -127..127 (an all-zero channel keeps scale 1); return s * q.")
+CHANNEL_PER_TOKEN_HINT = "You scaled each token (row) by its own maximum: reduce over the tokens (axis 0) instead."
+
+
+def reference_per_channel_int8(x: torch.Tensor) -> torch.Tensor:
+    """``x (seq_len, d)`` quantised to int8 with one scale per channel, and read back."""
+    return dequantize_int8(*quantize_int8(x, dim=-2))
+
+
+def _channel_diagnose(got: Any, case: Case) -> str | None:
+    per_token = dequantize_int8(*quantize_int8(case.args["x"], dim=-1)).numpy()
+    return CHANNEL_PER_TOKEN_HINT if same_values(got, per_token, case) else None
+
+
+def per_channel_cases() -> list[Case]:
+    """The hidden cases of :func:`check_per_channel_int8`."""
+    def case(description: str, x: torch.Tensor) -> Case:
+        return Case(description=description, args={"x": x}, expected=reference_per_channel_int8(x).numpy(),
+                    atol=1e-12, rtol=0, hint=CHANNEL_HINT, diagnose=_channel_diagnose)
+
+    g = torch.Generator().manual_seed(0)
+    outlier = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    outlier[:, 2] *= 40
+    zero = torch.randn(3, 3, generator=g, dtype=torch.float64)
+    zero[:, 1] = 0
+    return [
+        case("6 tokens, 4 channels, channel 2 an outlier", outlier),
+        case("a channel of zeros", zero),
+        case("one token", torch.randn(1, 5, generator=g, dtype=torch.float64)),
+    ]
+
+
+def check_per_channel_int8(fn: Callable[[torch.Tensor], Any]) -> CheckResult:
+    """Check a learner's ``per_channel_int8(x)``: ``x (seq_len, d)`` float64 -> the dequantised values."""
+    return run_cases("check_per_channel_int8", fn, per_channel_cases(),
+                     references=(reference_per_channel_int8, quantize_int8))
+
+
+# --------------------------------------------------------------------------- residual distribution
+
+RESIDUAL_HINT = ("After a rejection the token comes from max(0, p - q), normalised to sum 1; "
+                 "where p <= q everywhere (p = q) return zeros: that branch is never taken.")
+RESIDUAL_UNNORMALISED_HINT = "Divide max(0, p - q) by its sum: the residual is a distribution."
+RESIDUAL_ABS_HINT = "Keep only where p > q: max(0, p - q), not |p - q|."
+
+
+def _residual_diagnose(got: Any, case: Case) -> str | None:
+    p, q = case.args["p"], case.args["q"]
+    if same_values(got, (p - q).clamp(min=0).numpy(), case):
+        return RESIDUAL_UNNORMALISED_HINT
+    absolute = (p - q).abs()
+    if same_values(got, (absolute / absolute.sum(-1, keepdim=True)).numpy(), case):
+        return RESIDUAL_ABS_HINT
+    return None
+
+
+def residual_cases() -> list[Case]:
+    """The hidden cases of :func:`check_residual_distribution`."""
+    def case(description: str, p: list, q: list) -> Case:
+        p_t, q_t = torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64)
+        return Case(description=description, args={"p": p_t, "q": q_t},
+                    expected=residual_distribution(p_t, q_t).numpy(), atol=1e-12, rtol=0,
+                    hint=RESIDUAL_HINT, diagnose=_residual_diagnose)
+
+    return [
+        case("3 tokens", [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]),
+        case("the draft never proposes token 0", [0.1, 0.6, 0.3], [0.0, 0.5, 0.5]),
+        case("p = q: no residual", [0.25, 0.25, 0.5], [0.25, 0.25, 0.5]),
+    ]
+
+
+def check_residual_distribution(fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> CheckResult:
+    """Check a learner's ``residual(p, q)``: ``(vocab,)`` float64 probabilities -> norm(max(0, p - q))."""
+    return run_cases("check_residual_distribution", fn, residual_cases(), references=(residual_distribution,))
+
+
+__all__ = ["check_block_lookup", "check_cache_bytes", "check_per_channel_int8", "check_residual_distribution"]

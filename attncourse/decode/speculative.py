@@ -1,0 +1,234 @@
+"""Speculative decoding: a small draft model proposes, the target verifies in one pass.
+
+Each round, the draft model q samples k tokens d_1 .. d_k one after another
+(k cheap passes); the target p scores all of them in *one* pass over the k + 1
+positions. Draft token d_i is accepted with probability min(1, p_i(d_i) / q_i(d_i));
+at the first rejection the token is drawn instead from the residual
+
+    p'(x) = max(0, p_i(x) - q_i(x)) / sum_y max(0, p_i(y) - q_i(y))
+
+and the round ends; if all k are accepted, one more token comes free from
+p_{k+1}. Every emitted token is distributed exactly as the target's own next-token
+distribution (Leviathan et al. 2023, theorem 3.5; Chen et al. 2023, theorem 1):
+the token emitted at a position is x with probability
+
+    q(x) min(1, p(x) / q(x)) + (1 - sum_y min(p(y), q(y))) p'(x)
+      = min(p(x), q(x)) + max(0, p(x) - q(x)) = p(x),
+
+which :func:`emitted_distribution` computes term by term. A round costs one
+target pass and emits between 1 and k + 1 tokens.
+
+References
+----------
+Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via
+Speculative Decoding", section 3 (algorithm 1, theorem 3.5).
+Chen et al. (2023), "Accelerating Large Language Model Decoding with
+Speculative Sampling", algorithm 2 and theorem 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from attncourse.decode.generation import (
+    SUPPRESSED_IDS,
+    _check_prompt,
+    _suppress,
+    next_token_probs,
+)
+from attncourse.nn.gpt import GPT
+
+
+def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """norm(max(0, p - q)) over the last axis; zeros where p <= q everywhere (then it is never used).
+
+    ``p, q : (..., vocab_size)`` probabilities -> ``(..., vocab_size)``.
+    """
+    excess = (p - q).clamp(min=0)
+    total = excess.sum(-1, keepdim=True)
+    return torch.where(total > 0, excess / total.clamp(min=torch.finfo(p.dtype).tiny), excess)
+
+
+def emitted_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The distribution of the token the rule emits at one position, computed term by term.
+
+    P(x) = q(x) min(1, p(x) / q(x))  [proposed and accepted]
+         + (1 - sum_y q(y) min(1, p(y) / q(y))) norm(max(0, p - q))(x)  [rejected, redrawn]
+
+    Parameters
+    ----------
+    p, q : (..., vocab_size)
+        Target and draft probabilities at that position.
+
+    Returns
+    -------
+    (..., vocab_size)
+        Equal to ``p`` up to rounding (Leviathan et al. 2023, theorem 3.5).
+    """
+    ratio = torch.where(q > 0, p / q.clamp(min=torch.finfo(q.dtype).tiny), torch.ones_like(p))
+    accepted = q * ratio.clamp(max=1.0)
+    rejected = 1.0 - accepted.sum(-1, keepdim=True)
+    return accepted + rejected * residual_distribution(p, q)
+
+
+def speculative_token(p: torch.Tensor, q: torch.Tensor, generator: torch.Generator) -> tuple[int, bool]:
+    """One position of the rule: propose from q, accept with min(1, p/q), else draw from the residual.
+
+    ``p, q : (vocab_size,)``; returns ``(token, accepted)``. Used to check the rule by sampling.
+    """
+    proposed = int(torch.multinomial(q, 1, generator=generator))
+    if float(torch.rand((), generator=generator)) * float(q[proposed]) < float(p[proposed]):
+        return proposed, True
+    return int(torch.multinomial(residual_distribution(p, q), 1, generator=generator)), False
+
+
+@dataclass
+class SpeculativeStats:
+    """Counts of one :func:`speculative_generate` run.
+
+    Attributes
+    ----------
+    rounds : int
+        Target forward passes (one per round).
+    drafted : int
+        Draft tokens proposed (k per round).
+    examined : int
+        Draft tokens the rule decided on: the accepted ones and the first rejected one of a
+        round (those after a rejection are discarded unexamined).
+    accepted : int
+        Draft tokens accepted.
+    emitted : int
+        Tokens returned.
+    """
+
+    rounds: int = 0
+    drafted: int = 0
+    examined: int = 0
+    accepted: int = 0
+    emitted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        """accepted / examined: the estimated probability alpha that a draft token is accepted.
+
+        With acceptances independent at rate alpha, a round emits (1 - alpha^(k+1)) / (1 - alpha)
+        tokens (Leviathan et al. 2023, equation (1)).
+        """
+        return self.accepted / max(1, self.examined)
+
+    @property
+    def target_passes_per_token(self) -> float:
+        """Target passes per emitted token (1 without a draft model)."""
+        return self.rounds / max(1, self.emitted)
+
+
+def check_draft(target: GPT, draft: GPT, k: int) -> None:
+    """ValueError (one line) unless ``draft`` can propose for ``target``: same vocabulary size, k >= 1."""
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"the draft model has {draft.vocab_size} tokens, the target {target.vocab_size}: "
+                         "speculative decoding needs one vocabulary")
+    target_vocab, draft_vocab = getattr(target, "vocab", None), getattr(draft, "vocab", None)
+    if target_vocab is not None and draft_vocab is not None and target_vocab != draft_vocab:
+        raise ValueError("the draft and target models have different vocabularies (same size, other "
+                         "characters): speculative decoding needs one vocabulary")
+
+
+def _truncate(caches, length: int) -> None:
+    for cache in caches:
+        if hasattr(cache, "truncate"):
+            cache.truncate(length)
+        else:
+            cache.k, cache.v = cache.k[:, :, :length], cache.v[:, :, :length]
+
+
+@torch.no_grad()
+def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_tokens: int, k: int = 4,
+                         temperature: float = 1.0, top_k: int | None = None, seed: int = 0,
+                         suppress_ids=SUPPRESSED_IDS) -> tuple[torch.Tensor, SpeculativeStats]:
+    """Sample ``max_new_tokens`` tokens from ``target`` with ``draft`` proposing ``k`` per round.
+
+    Parameters
+    ----------
+    target, draft : GPT
+        Same vocabulary; both keep KV caches, cut back after a rejection.
+    prompt : (prompt_len,) int64
+    max_new_tokens : int
+    k : int
+        Draft tokens per round, >= 1.
+    temperature, top_k, suppress_ids
+        Applied to both models' distributions (:func:`~attncourse.decode.generation.next_token_probs`);
+        the tokens are samples of the target's distribution so modified.
+    seed : int
+
+    Returns
+    -------
+    tokens : (max_new_tokens,) int64, on the CPU
+    stats : SpeculativeStats
+
+    Raises
+    ------
+    ValueError
+        If ``k < 1``, the vocabularies differ, or the prompt is empty or does not fit.
+    """
+    check_draft(target, draft, k)
+    _check_prompt(target, prompt, max_new_tokens + k)
+    _check_prompt(draft, prompt, max_new_tokens + k)
+    target.eval()
+    draft.eval()
+    device = next(target.parameters()).device
+    draft_device = next(draft.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    committed = prompt.tolist()
+    n_prompt = len(committed)
+    target_caches, draft_caches = target.init_cache(1), draft.init_cache(1)
+    stats = SpeculativeStats()
+
+    def probs(logits: torch.Tensor) -> torch.Tensor:
+        return next_token_probs(_suppress(logits.float().cpu(), suppress_ids), temperature, top_k)
+
+    while len(committed) - n_prompt < max_new_tokens:
+        # the draft proposes k tokens, one pass each, starting from what it has not seen
+        drafted, q_rows = [], []
+        feed = committed[len(draft_caches[0]):]
+        for _ in range(k):
+            logits, _ = draft(torch.tensor([feed], device=draft_device), draft_caches)
+            q = probs(logits[0, -1])
+            token = int(torch.multinomial(q, 1, generator=generator))
+            drafted.append(token)
+            q_rows.append(q)
+            feed = [token]
+        # the target scores the unseen committed tokens and the k drafts in one pass
+        start = len(target_caches[0])
+        feed = committed[start:] + drafted
+        logits, _ = target(torch.tensor([feed], device=device), target_caches)
+        p_rows = probs(logits[0, -(k + 1):])  # p_1 .. p_{k+1}
+        stats.rounds += 1
+        stats.drafted += k
+        new = []
+        for i, token in enumerate(drafted):
+            p, q = p_rows[i], q_rows[i]
+            if float(torch.rand((), generator=generator)) * float(q[token]) < float(p[token]):
+                new.append(token)
+                continue
+            new.append(int(torch.multinomial(residual_distribution(p, q), 1, generator=generator)))
+            break
+        else:
+            new.append(int(torch.multinomial(p_rows[k], 1, generator=generator)))
+        stats.accepted += len(new) - 1  # the last is the redrawn or the free token
+        stats.examined += min(len(new), k)
+        committed += new
+        # keep in each cache only the committed tokens it holds (the last new token is unseen)
+        kept = len(committed) - 1
+        _truncate(target_caches, min(len(target_caches[0]), kept))
+        _truncate(draft_caches, min(len(draft_caches[0]), kept))
+    out = committed[n_prompt:n_prompt + max_new_tokens]
+    stats.emitted = len(out)
+    return torch.tensor(out, dtype=torch.long), stats
+
+
+__all__ = ["SpeculativeStats", "check_draft", "emitted_distribution", "residual_distribution",
+           "speculative_generate", "speculative_token"]
