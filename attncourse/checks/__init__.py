@@ -38,6 +38,7 @@ from attncourse.checks.flash_kernel import (
     check_flash_hbm_bytes,
 )
 from attncourse.checks.graded import graded
+from attncourse.checks.heads import check_copying_score, check_prefix_matching_score
 from attncourse.checks.image_attention import (
     check_doubly_stochastic_penalty,
     check_reinforce_loss,
@@ -62,6 +63,8 @@ __all__ = [
     "check_additive_score",
     "check_causal_early_exit",
     "check_causal_linear_attention",
+    "check_copying_score",
+    "check_prefix_matching_score",
     "check_flash_hbm_bytes",
     "check_online_softmax_update",
     "check_rescale_output",
