@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHIN_88 = ["02_bahdanau_attention", "03_attention_family", "07_decoder_only",
-             "08_attention_at_scale"]
+             "08_attention_at_scale", "09_what_heads_learn"]
 
 
 @pytest.mark.parametrize("chapter", WITHIN_88)

@@ -42,6 +42,17 @@ def test_book_walk_and_errors():
         InductionExplorer({}, [1, 2], 1)
     with pytest.raises(ValueError, match="expected"):
         InductionExplorer(fake_weights(n=5), [1, 2, 3, 1, 2, 3], 3)
+    with pytest.raises(ValueError, match="L3H1"):
+        InductionExplorer(fake_weights(), [1, 2, 3, 1, 2, 3], 3, book_heads=["L3H1"])
+
+
+def test_book_heads_limit_the_book_not_the_live_menu():
+    ex = InductionExplorer(fake_weights(), [1, 2, 3, 1, 2, 3], 3, book_heads=["L2H2"])
+    states = ex.book_states()
+    assert len(states) == 2 * (1 + 1)
+    assert [o for _, o in ex.head.options] == [ALL_HEADS, 0, 1, 2, 3]   # live: every head
+    html = ex.to_html()
+    assert "L2H2" in html and "L1H1</option>" not in html and "all heads" in html
 
 
 def test_from_models(tmp_path, monkeypatch):

@@ -91,13 +91,13 @@ class InductionConfig:
     context: int = 64
     min_segment: int = 4
     max_segment: int = 16
-    batch_size: int = 64
-    steps: int = 400
-    steps_per_epoch: int = 25
-    lr: float = 3e-3
+    batch_size: int = 32
+    steps: int = 200
+    steps_per_epoch: int = 10
+    lr: float = 5e-3
     weight_decay: float = 0.01
     clip_norm: float = 1.0
-    eval_size: int = 256
+    eval_size: int = 128
     seed: int = 0
     corpus: str = ""
 
@@ -162,9 +162,13 @@ def head_scores(model: GPT, tokens: torch.Tensor) -> dict[str, float]:
     """
     device = next(model.parameters()).device
     _, weights = model(tokens.to(device), need_weights=True)
+    return _scores_of(model, weights, tokens.to(device))
+
+
+def _scores_of(model: GPT, weights: Sequence[torch.Tensor], tokens: torch.Tensor) -> dict[str, float]:
     scores: dict[str, float] = {}
     for layer, w in enumerate(weights):
-        prefix = prefix_matching_score(w, tokens.to(device)).mean(0)
+        prefix = prefix_matching_score(w, tokens).mean(0)
         previous = previous_token_score(w).mean(0)
         for head in range(w.shape[1]):
             name = head_name(layer, head)
@@ -188,14 +192,17 @@ def induction_metrics(model: GPT, config: InductionConfig, batch: RepeatBatch) -
     """
     was_training = model.training
     model.eval()
-    losses = per_token_loss(model, batch.inputs, batch.targets)
+    device = next(model.parameters()).device
+    inputs = batch.inputs.to(device)
+    logits, weights = model(inputs, need_weights=True)   # one forward for losses and scores
+    losses = F.cross_entropy(logits.transpose(1, 2), batch.targets.to(device), reduction="none").cpu()
     early, late = config.icl_positions
     metrics = {
         "loss": float(losses.mean()),
         "loss_repeated": float(losses[batch.predictable].mean()),
         "loss_first": float(losses[~batch.predictable].mean()),
         "icl_score": float(in_context_learning_score(losses, early, late)),
-        **head_scores(model, batch.inputs),
+        **_scores_of(model, weights, inputs),
     }
     model.train(was_training)
     return metrics

@@ -47,6 +47,10 @@ class InductionExplorer(Explorer):
     scores : mapping of step -> dict, optional
         Per checkpoint, values shown in the caption: ``"loss_repeated"`` and
         ``"prefix_L2H1"``-style head scores (:func:`attncourse.recipes.induction.head_scores`).
+    book_heads : sequence of str, optional
+        The heads the book rendering pre-draws one by one, as labels (``"L2H1"``),
+        besides all heads together; default every head. In JupyterLab every head is
+        offered. Fewer heads keep the page small: each is one frame per checkpoint.
 
     Attributes
     ----------
@@ -61,13 +65,15 @@ class InductionExplorer(Explorer):
     Raises
     ------
     ValueError
-        If ``weights`` is empty, or a checkpoint's weights do not match ``tokens``.
+        If ``weights`` is empty, a checkpoint's weights do not match ``tokens``, or a
+        ``book_heads`` label names no head.
     """
 
     book_title = "Induction head explorer"
 
     def __init__(self, weights: Mapping[int, Sequence[Any]], tokens: Sequence[int], segment_len: int,
-                 scores: Mapping[int, Mapping[str, float]] | None = None) -> None:
+                 scores: Mapping[int, Mapping[str, float]] | None = None,
+                 book_heads: Sequence[str] | None = None) -> None:
         if not weights:
             raise ValueError("weights must hold at least one checkpoint")
         self.steps = sorted(int(s) for s in weights)
@@ -82,6 +88,11 @@ class InductionExplorer(Explorer):
         self.checkpoint = widgets.IntSlider(value=0, min=0, max=len(self.steps) - 1, description="Checkpoint",
                                             continuous_update=False)
         names = [(self.head_label(i), i) for i in range(self.num_layers * self.num_heads)]
+        flat = dict(names)
+        unknown = [h for h in (book_heads or ()) if h not in flat]
+        if unknown:
+            raise ValueError(f"book_heads {unknown} name no head; the heads are {list(flat)}")
+        self.book_heads = [ALL_HEADS] + [flat[h] for h in (book_heads if book_heads is not None else flat)]
         self.head = widgets.Dropdown(options=[("all heads", ALL_HEADS)] + names, value=ALL_HEADS,
                                      description="Head", layout=widgets.Layout(width="14em"))
         self._step_buttons(self.checkpoint)
@@ -93,7 +104,8 @@ class InductionExplorer(Explorer):
     @classmethod
     @torch.no_grad()
     def from_models(cls, models: Mapping[int, torch.nn.Module], tokens: torch.Tensor, segment_len: int,
-                    scores: Mapping[int, Mapping[str, float]] | None = None) -> InductionExplorer:
+                    scores: Mapping[int, Mapping[str, float]] | None = None,
+                    book_heads: Sequence[str] | None = None) -> InductionExplorer:
         """Build it from the model at each checkpoint, run once on ``tokens``.
 
         Parameters
@@ -106,23 +118,27 @@ class InductionExplorer(Explorer):
         segment_len : int
         scores : mapping of step -> dict, optional
             The captions' values, e.g. the run's history rows by their ``"step"``.
+        book_heads : sequence of str, optional
+            As in the constructor.
         """
         weights = {}
         for step, model in models.items():
             _, ws = model(tokens[None].to(next(model.parameters()).device), need_weights=True)
             weights[int(step)] = [w[0].cpu().numpy() for w in ws]
-        return cls(weights, tokens.tolist(), segment_len, scores)
+        return cls(weights, tokens.tolist(), segment_len, scores, book_heads)
 
     def head_label(self, flat: int) -> str:
         """``"L2H3"`` for the flat index of layer 2 (1-based), head 3."""
         return f"L{flat // self.num_heads + 1}H{flat % self.num_heads + 1}"
 
     def _book_axes(self) -> list[BookAxis]:
-        return [BookAxis(self.checkpoint), BookAxis(self.head)]
+        return [BookAxis(self.checkpoint), BookAxis(self.head, values=self.book_heads)]
 
     def _book_note(self, n_states: int) -> str:
-        return (f"Every checkpoint and head: {n_states} settings drawn in advance from the saved weights. "
-                "In JupyterLab the same explorer runs live.")
+        which = "Every checkpoint and head" if len(self.book_heads) > self.num_layers * self.num_heads \
+            else "Every checkpoint, all heads and the heads named in the text"
+        return (f"{which}: {n_states} settings drawn in advance from the saved weights. "
+                "In JupyterLab the same explorer runs live, with every head.")
 
     def _update(self) -> None:
         step = self.steps[self.checkpoint.value]
