@@ -99,7 +99,7 @@ class InductionConfig:
     lr: float = 5e-3
     weight_decay: float = 0.01
     clip_norm: float = 1.0
-    eval_size: int = 128
+    eval_size: int = 64
     seed: int = 0
     corpus: str = ""
 
