@@ -57,8 +57,10 @@ gpu:
 fresh-runs:
 	rm -rf $(ATTNCOURSE_RUNS)
 
+# One pytest-xdist worker per core, each test file on one worker (its module fixtures
+# built once); the tests run single-threaded (tests/conftest.py), so two cores halve the time.
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q --ignore=tests/browser
+	$(BIN)/python -m pytest tests -q --ignore=tests/browser -n auto --dist loadfile
 
 ## lint: ruff's lint and import-order checks (rules in pyproject.toml); seconds.
 lint: $(STAMP)
@@ -68,12 +70,13 @@ lint: $(STAMP)
 # scratch folder): each must run top to bottom, its stubs' checks saying "not passed yet"
 # without an error. The full chapters, solutions and their asserts included, already ran
 # in book-check. TQDM_DISABLE=1: no progress widgets, whose updates nbval would only read
-# after each cell.
+# after each cell. Two notebooks at a time (pytest-xdist; each notebook's cells stay in
+# order in one worker's kernel).
 nbval: $(STAMP)
 	rm -rf $(NBVAL_DIR)
 	$(BIN)/python -m attncourse student-edition $(NBVAL_DIR) --notebooks notebooks --no-nbgrader
 	cd $(NBVAL_DIR)/student && TQDM_DISABLE=1 ../../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax \
-	  --nbval-current-env --nbval-cell-timeout=900 --rootdir=. -q .
+	  --nbval-current-env --nbval-cell-timeout=900 --rootdir=. -q -n auto --dist loadfile .
 
 # A fresh build (empty execution cache, all pages re-read) so that a failing
 # notebook cannot pass from a stale cache; every warning is an error.

@@ -162,6 +162,8 @@ RULE_SCRIPT = """
 import os, sys
 if sys.argv[1] == "no-triton":
     sys.modules["triton"] = None   # import triton fails, as where it does not install
+if sys.argv[1] == "triton-first":
+    import triton.language  # before the package could choose the interpreter
 import torch
 import attncourse.kernels as kernels
 print(os.environ.get("TRITON_INTERPRET"), kernels.INTERPRETED, kernels.TRITON_AVAILABLE,
@@ -194,3 +196,7 @@ def test_interpreter_rule_and_missing_triton_in_fresh_processes():
     state, outcome = run_rule("no-triton")
     assert state.split()[2] == "False"
     assert outcome.startswith("RuntimeError: triton is not installed here")
+    # triton imported first, without a GPU: one line saying so, not the interpreter's error.
+    state, outcome = run_rule("triton-first")
+    if state.endswith("False"):
+        assert outcome.startswith("RuntimeError: triton was imported before attncourse.kernels")

@@ -20,6 +20,7 @@ marker). Elsewhere :data:`triton` is None, :data:`TRITON_AVAILABLE` is False, an
 from __future__ import annotations
 
 import os
+import sys
 import types
 
 import torch
@@ -27,7 +28,14 @@ import torch
 #: ``TRITON_INTERPRET`` as the user left it, before this module looked at it.
 _USER_SETTING = os.environ.get("TRITON_INTERPRET")
 
+#: Whether triton's language was imported (by other code) before this module could choose
+#: the interpreter. Its standard functions (``tl.max``, ``tl.cdiv``...) are ``@triton.jit``
+#: functions defined at that import, so they were compiled ones, and an interpreted kernel
+#: that calls them fails with "Cannot call @triton.jit'd outside of the scope of a kernel".
+_IMPORTED_TOO_EARLY = False
+
 if _USER_SETTING is None and not torch.cuda.is_available():
+    _IMPORTED_TOO_EARLY = "triton.language" in sys.modules
     os.environ["TRITON_INTERPRET"] = "1"
 
 try:
@@ -56,10 +64,16 @@ def require_triton() -> None:
     ------
     RuntimeError
         If ``import triton`` fails here, or if ``TRITON_INTERPRET`` was set to 0 on a
-        machine without a CUDA GPU (the kernels would compile for a GPU that is not there).
+        machine without a CUDA GPU (the kernels would compile for a GPU that is not there),
+        or if other code imported triton before this package set ``TRITON_INTERPRET=1``.
     """
     if triton is None:
         raise RuntimeError(MISSING_MESSAGE)
+    if _IMPORTED_TOO_EARLY:
+        raise RuntimeError(
+            "triton was imported before attncourse.kernels could set TRITON_INTERPRET=1 (no "
+            "CUDA GPU here): import attncourse.kernels first, or set TRITON_INTERPRET=1 "
+            "before starting Python")
     if not INTERPRETED and not torch.cuda.is_available():
         raise RuntimeError(
             f"no CUDA GPU here and TRITON_INTERPRET={_USER_SETTING!r} asks for compiled kernels: "

@@ -13,7 +13,10 @@ executor, into the cache the build then reads (``execute_notebooks: cache`` in
 - each runs in its own folder, with the timeout and ``allow_errors`` of ``_config.yml``,
   and with the book's variable for static explorers set, as in the build;
 - two chapters that need the same trained model do not train it twice: the second
-  waits for the first (:func:`attncourse.runtime.run_lock`).
+  waits for the first (:func:`attncourse.runtime.run_lock`);
+- the longest chapters start first, one notebook at a time per core (the times of
+  ``book/chapter_timings.json``): jupyter-cache's own pool hands out the notebooks two at
+  a time in file order, which left one core idle for minutes at the end.
 
 A notebook that fails is not cached: the build executes it again and reports the error
 where it belongs, on its page (or as a failure with ``-W``). The exit status is 1 then.
@@ -21,13 +24,20 @@ where it belongs, on its page (or as a failure with ``-W``). The exit status is 
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import os
 import sys
 from pathlib import Path
 
 import yaml
 from jupyter_cache import get_cache
-from jupyter_cache.executors import load_executor
+from jupyter_cache.executors.base import ExecutorRunResult
+from jupyter_cache.executors.basic import (
+    ExecutionWorkerLocalMProc,
+    JupyterExecutorLocalMproc,
+    ProcessData,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from attncourse_book import (
@@ -37,6 +47,27 @@ from attncourse_book import (
 ROOT = Path(__file__).resolve().parents[2]
 #: myst-nb's plugin for jupyter-cache: the same reader as the book build's.
 MYST_READER = {"type": "plugin", "name": "myst_nb_md"}
+#: Seconds each chapter took in `make test` (`make timings`); a new chapter counts as long.
+TIMINGS = ROOT / "book" / "chapter_timings.json"
+NEW_CHAPTER_SECONDS = 300
+
+
+class LongestFirstExecutor(JupyterExecutorLocalMproc):
+    """jupyter-cache's parallel executor, scheduling the longest notebook first, one at a time."""
+
+    def run_and_cache(self, *, filter_uris=None, filter_pks=None, timeout=30,
+                      allow_errors=False, force=False) -> ExecutorRunResult:
+        seconds = json.loads(TIMINGS.read_text())["seconds"] if TIMINGS.exists() else {}
+        records = sorted(self.get_records(filter_uris, filter_pks, clear_tracebacks=True),
+                         key=lambda r: -seconds.get(Path(r.uri).stem, NEW_CHAPTER_SECONDS))
+        work = [ProcessData(r.pk, r.uri, self.cache, timeout, allow_errors) for r in records]
+        with multiprocessing.Pool() as pool:
+            results = list(pool.imap_unordered(ExecutionWorkerLocalMProc(), work, chunksize=1))
+        return ExecutorRunResult(
+            succeeded=[uri for status, uri in results if status == 0],
+            excepted=[uri for status, uri in results if status == 1],
+            errored=[uri for status, uri in results if status == 2],
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -50,7 +81,7 @@ def main(argv: list[str]) -> int:
     for notebook in notebooks:
         cache.add_nb_to_project(str(notebook), read_data=MYST_READER)
     os.environ[BOOK_ENV] = "1"
-    executor = load_executor("local-parallel", cache)
+    executor = LongestFirstExecutor(cache)
     result = executor.run_and_cache(
         filter_uris=[str(nb) for nb in notebooks],
         timeout=execute["timeout"],
