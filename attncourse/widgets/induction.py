@@ -158,7 +158,7 @@ class InductionExplorer(Explorer):
         s = self.shown
         if s["head"] is None:
             fig, axes = plt.subplots(self.num_layers, self.num_heads, squeeze=False,
-                                     figsize=(2.2 * self.num_heads, 2.3 * self.num_layers + 0.4))
+                                     figsize=(2.2 * self.num_heads, 2.6 * self.num_layers + 0.6))
             for layer in range(self.num_layers):
                 for h in range(self.num_heads):
                     ax = axes[layer, h]
@@ -176,7 +176,7 @@ class InductionExplorer(Explorer):
             fig.colorbar(image, ax=ax, fraction=0.046, label="attention weight")
         fig.suptitle(f"step {s['step']}: rows = queries, columns = keys;\nthe segment repeats "
                      f"every {self.segment_len} tokens", fontsize=9)
-        fig.tight_layout()
+        fig.tight_layout(h_pad=1.5)   # room for the second row's titles
         return fig
 
     def _caption(self) -> str:
