@@ -38,6 +38,7 @@ from attncourse.checks.flash_kernel import (
     check_flash_hbm_bytes,
 )
 from attncourse.checks.graded import graded
+from attncourse.checks.heads import check_copying_score, check_prefix_matching_score
 from attncourse.checks.image_attention import (
     check_doubly_stochastic_penalty,
     check_reinforce_loss,
@@ -71,6 +72,7 @@ __all__ = [
     "check_causal_early_exit",
     "check_causal_linear_attention",
     "check_causal_mask",
+    "check_copying_score",
     "check_doubly_stochastic_penalty",
     "check_flash_hbm_bytes",
     "check_general_score",
@@ -85,6 +87,7 @@ __all__ = [
     "check_padding_mask",
     "check_per_channel_int8",
     "check_pixel_attention",
+    "check_prefix_matching_score",
     "check_receptive_field",
     "check_reinforce_loss",
     "check_repeat_kv",

@@ -154,7 +154,8 @@ def chapter_sections(found: list[Chapter]) -> str:
 #: chapter that no session names is added as a session of its own at the end. Each plan's
 #: title gets its session count and lengths from :func:`session_minutes`.
 PLANS = {
-    "A 2-week module": [["01"], ["02"], ["03"], ["03b"], ["04"], ["04b"], ["05"], ["06"], ["07"], ["08"], ["10"]],
+    "A 2-week module": [["01"], ["02"], ["03"], ["03b"], ["04"], ["04b"], ["05"], ["06"], ["07"], ["08"], ["09"],
+                        ["10"]],
     "A 1-day workshop": [["02"], ["04"], ["05"], ["06"]],
 }
 #: The rule of thumb: a session needs the notebooks' run time plus the exercises, and about

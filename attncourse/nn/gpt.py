@@ -18,7 +18,8 @@ with a final LayerNorm, and the output layer tied to the token embedding
 and ``"alibi"`` biases the scores, inside every attention layer
 (:mod:`attncourse.nn.gqa`). ``num_kv_heads`` selects multi-head, grouped-query
 or multi-query attention, ``window`` sliding-window attention, ``latent_dim``
-multi-head latent attention (:mod:`attncourse.nn.mla`, chapter 10).
+multi-head latent attention (:mod:`attncourse.nn.mla`, chapter 10), and
+``attention_only`` drops the FFN and the LayerNorms from every block (chapter 9).
 
 Generation feeds the prompt once, then one token at a time; each layer keeps
 its keys and values in chapter 6's :class:`~attncourse.nn.attention.KVCache`
@@ -29,6 +30,8 @@ References
 Radford, Narasimhan, Salimans, Sutskever (2018), "Improving Language Understanding
 by Generative Pre-Training", section 3.1.
 Radford et al. (2019), "Language Models are Unsupervised Multitask Learners", section 2.3.
+Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits", section 2
+(attention-only Transformers, ``attention_only=True``).
 Vaswani et al. (2017), sections 3.1-3.5.
 """
 
@@ -70,19 +73,24 @@ class DecoderOnlyBlock(nn.Module):
     latent_dim, rope_dim : int, optional
         With ``latent_dim``, multi-head latent attention
         (:class:`~attncourse.nn.mla.MultiHeadLatentAttention`) instead.
+    attention_only : bool
+        No FFN sublayer and no LayerNorm (``ffn`` and ``ffn_norm`` are None,
+        ``attn_norm`` is the identity): the block is ``x + CausalSelfAttention(x)``,
+        a sum of paths (Elhage et al. 2021, section 2).
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, num_kv_heads: int | None = None,
                  positional: str | None = None, causal: bool = True, window: int | None = None,
-                 dropout: float = 0.0, latent_dim: int | None = None, rope_dim: int = 0) -> None:
+                 dropout: float = 0.0, latent_dim: int | None = None, rope_dim: int = 0,
+                 attention_only: bool = False) -> None:
         super().__init__()
         if latent_dim is None:
             self.attn = CausalSelfAttention(d_model, num_heads, num_kv_heads, positional, causal, window)
         else:
             self.attn = MultiHeadLatentAttention(d_model, num_heads, latent_dim, rope_dim, causal)
-        self.ffn = PositionwiseFeedForward(d_model, d_ff)
-        self.attn_norm = nn.LayerNorm(d_model)
-        self.ffn_norm = nn.LayerNorm(d_model)
+        self.ffn = None if attention_only else PositionwiseFeedForward(d_model, d_ff)
+        self.attn_norm = nn.Identity() if attention_only else nn.LayerNorm(d_model)
+        self.ffn_norm = None if attention_only else nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: KVCache | None = None,
@@ -92,7 +100,8 @@ class DecoderOnlyBlock(nn.Module):
             x, lambda h: self.attn(h, mask, kv_cache, need_weights=need_weights, fast=fast),
             self.attn_norm, self.dropout, norm_first=True,
         )
-        x, _ = residual(x, lambda h: (self.ffn(h), None), self.ffn_norm, self.dropout, norm_first=True)
+        if self.ffn is not None:
+            x, _ = residual(x, lambda h: (self.ffn(h), None), self.ffn_norm, self.dropout, norm_first=True)
         return x, weights
 
 
@@ -131,6 +140,14 @@ class GPT(nn.Module):
         with ``positional="rope"``, and must be 0 or unset with the other schemes.
         Both keys enter :attr:`config` only when ``latent_dim`` is set, so earlier
         configs and checkpoints are unchanged.
+    attention_only : bool
+        The attention-only Transformer in which Elhage et al. (2021) and Olsson et
+        al. (2022) read what heads do (chapter 9): blocks without the FFN (``d_ff``
+        is then unused), no LayerNorm (``final_norm`` is the identity), and an
+        output layer of its own, not tied to the embedding, so that every logit is
+        a sum of linear paths. Measured in chapter 9: with the LayerNorms, 2-layer
+        models on the repeat task stalled near ln S for 600 steps without forming
+        induction heads; without them the heads formed by step 150.
 
     Attributes
     ----------
@@ -140,8 +157,9 @@ class GPT(nn.Module):
         Initialised N(0, 1/d_model) and scaled by sqrt(d_model), as in chapter 6.
     positional_encoding : SinusoidalPositionalEncoding, LearnedPositionalEncoding or None
     blocks : nn.ModuleList of DecoderOnlyBlock
-    final_norm : nn.LayerNorm
+    final_norm : nn.LayerNorm (nn.Identity if ``attention_only``)
     output_proj : nn.Linear(d_model, vocab_size, bias=False), its weight tied to ``embedding.weight``
+        (untied if ``attention_only``)
 
     Raises
     ------
@@ -158,7 +176,8 @@ class GPT(nn.Module):
     def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 8, num_layers: int = 2,
                  d_ff: int = 256, max_len: int = 256, positional: str = "rope",
                  num_kv_heads: int | None = None, causal: bool = True, window: int | None = None,
-                 dropout: float = 0.0, latent_dim: int | None = None, rope_dim: int | None = None) -> None:
+                 dropout: float = 0.0, latent_dim: int | None = None, rope_dim: int | None = None,
+                 attention_only: bool = False) -> None:
         super().__init__()
         if positional not in GPT_POSITIONAL:
             raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
@@ -180,6 +199,8 @@ class GPT(nn.Module):
         }
         if mla is not None:  # only when set: older configs keep their keys, hashes and folders
             self.config.update(latent_dim=mla[0], rope_dim=mla[1])
+        if attention_only:  # only when set, so that older configs and checkpoints keep their hash
+            self.config["attention_only"] = True
         self.d_model, self.max_len, self.positional = int(d_model), int(max_len), positional
         self.vocab_size = int(vocab_size)
         self.embedding = nn.Embedding(vocab_size, d_model)
@@ -189,13 +210,16 @@ class GPT(nn.Module):
         inside = positional if positional in ("rope", "alibi") else None
         self.blocks = nn.ModuleList(
             DecoderOnlyBlock(d_model, num_heads, d_ff, num_kv_heads, inside, causal, window, dropout,
-                             *(mla or (None, 0)))
+                             *(mla or (None, 0)), attention_only)
             for _ in range(num_layers)
         )
-        self.final_norm = nn.LayerNorm(d_model)
+        self.final_norm = nn.Identity() if attention_only else nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.output_proj = nn.Linear(d_model, vocab_size, bias=False)
-        self.output_proj.weight = self.embedding.weight
+        if attention_only:
+            nn.init.normal_(self.output_proj.weight, std=d_model**-0.5)
+        else:
+            self.output_proj.weight = self.embedding.weight
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> GPT:

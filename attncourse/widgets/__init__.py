@@ -10,6 +10,7 @@ from attncourse.widgets.bahdanau import BahdanauStepper
 from attncourse.widgets.decoder_only import DecoderOnlyExplorer
 from attncourse.widgets.explorer import AttentionExplorer
 from attncourse.widgets.flash import FlashAttentionExplorer
+from attncourse.widgets.induction import InductionExplorer
 from attncourse.widgets.local_window import LocalWindow
 from attncourse.widgets.paged_cache import PagedCacheExplorer
 from attncourse.widgets.positional import PositionalEncodingExplorer
@@ -21,6 +22,7 @@ __all__ = [
     "BahdanauStepper",
     "DecoderOnlyExplorer",
     "FlashAttentionExplorer",
+    "InductionExplorer",
     "LocalWindow",
     "PagedCacheExplorer",
     "PositionalEncodingExplorer",
