@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: Every explorer class the package offers: a chapter that displays one gets it on its page.
 EXPLORER_NAMES = sorted(name for name, obj in vars(widgets).items()
                         if isinstance(obj, type) and issubclass(obj, Explorer) and obj is not Explorer)
-EXPLORERS = re.compile(r"\b(" + "|".join(EXPLORER_NAMES) + r")\(")
+#: A call that builds one: the class itself, or one of its ``from_...`` constructors.
+EXPLORERS = re.compile(r"\b(" + "|".join(EXPLORER_NAMES) + r")(\.from_\w+)?\(")
 #: Schemes a page may use without leaving the machine.
 LOCAL = ("file:", "data:", "blob:", "about:", "chrome:", "devtools:")
 #: TeX left in the visible text: $...$, $$, \( or \[ (code, scripts and typeset maths removed first).
