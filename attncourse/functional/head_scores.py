@@ -31,9 +31,12 @@ from __future__ import annotations
 import torch
 
 
-def _square_weights(weights: torch.Tensor, name: str = "weights") -> int:
+def _square_weights(weights: torch.Tensor, name: str = "weights", needs_two: str = "") -> int:
+    """seq_len of ``(..., seq_len, seq_len)`` weights; ``needs_two``: the caller that needs seq_len >= 2."""
     if weights.dim() < 2 or weights.shape[-1] != weights.shape[-2]:
         raise ValueError(f"{name} must be (..., seq_len, seq_len), got {tuple(weights.shape)}")
+    if needs_two and weights.shape[-1] < 2:
+        raise ValueError(f"{needs_two} needs at least two positions")
     return weights.shape[-1]
 
 
@@ -128,9 +131,7 @@ def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     ValueError
         If the weights are not square or have fewer than two positions.
     """
-    n = _square_weights(weights)
-    if n < 2:
-        raise ValueError("previous_token_score needs at least two positions")
+    _square_weights(weights, needs_two="previous_token_score")
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)
 
 
@@ -157,9 +158,7 @@ def first_position_attention(weights: torch.Tensor) -> torch.Tensor:
     ----------
     Xiao et al. (2023), section 3.1 and figure 2 (attention on the initial tokens).
     """
-    n = _square_weights(weights)
-    if n < 2:
-        raise ValueError("first_position_attention needs at least two positions")
+    _square_weights(weights, needs_two="first_position_attention")
     return weights[..., 1:, 0].mean(-1)
 
 
