@@ -256,3 +256,11 @@ def test_train_induction_records_scores_and_snapshots(tmp_path, monkeypatch):
     assert "valid_loss" in text_run.history[-1]
     with pytest.raises(ValueError, match="corpus"):
         train_induction(InductionConfig(task="text"), progress=False)
+
+
+@pytest.mark.parametrize("score", [previous_token_score, first_position_attention])
+def test_scores_of_a_single_position_raise_one_line(score):
+    with pytest.raises(ValueError, match=f"{score.__name__} needs at least two positions"):
+        score(torch.ones(1, 1))
+    with pytest.raises(ValueError, match="must be"):
+        score(torch.ones(2, 3))
