@@ -71,11 +71,14 @@ lint: $(STAMP)
 # without an error. The full chapters, solutions and their asserts included, already ran
 # in book-check. TQDM_DISABLE=1: no progress widgets, whose updates nbval would only read
 # after each cell. Two notebooks at a time (pytest-xdist; each notebook's cells stay in
-# order in one worker's kernel).
+# order in one worker's kernel), each kernel on one thread: two kernels of two threads each
+# on 2 cores ran training steps 5.5 times slower than two of one thread (see
+# book/_ext/execute_chapters.py).
+ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 nbval: $(STAMP)
 	rm -rf $(NBVAL_DIR)
 	$(BIN)/python -m attncourse student-edition $(NBVAL_DIR) --notebooks notebooks --no-nbgrader
-	cd $(NBVAL_DIR)/student && TQDM_DISABLE=1 ../../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax \
+	cd $(NBVAL_DIR)/student && TQDM_DISABLE=1 $(ONE_THREAD) ../../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax \
 	  --nbval-current-env --nbval-cell-timeout=900 --rootdir=. -q -n auto --dist loadfile .
 
 # A fresh build (empty execution cache, all pages re-read) so that a failing

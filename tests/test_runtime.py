@@ -27,3 +27,38 @@ def test_pick_device_takes_the_cpu_and_names_bad_devices():
     assert pick_device("cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="'gpu' is not a device"):
         pick_device("gpu")
+
+
+def test_describe_device_counts_the_cpu_threads():
+    from attncourse.runtime import describe_device
+
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert describe_device(torch.device("cpu")) == "cpu (1 thread)"
+        torch.set_num_threads(2)
+        assert describe_device(torch.device("cpu")) == "cpu (2 threads)"
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_chapter_kernels_share_the_cores(monkeypatch):
+    """book/_ext/execute_chapters.py: N kernels at once get cores // N threads each."""
+    import importlib.util
+
+    path = CHECKOUT / "book" / "_ext" / "execute_chapters.py"
+    if not path.exists():
+        pytest.skip("an installed package, not a checkout")
+    spec = importlib.util.spec_from_file_location("execute_chapters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module.os, "cpu_count", lambda: 8)
+    for name in module.THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    module.share_threads(2)
+    assert {module.os.environ[name] for name in module.THREAD_VARIABLES} == {"4"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")     # the user's own setting stays
+    monkeypatch.delenv("MKL_NUM_THREADS")
+    module.share_threads(8)
+    assert module.os.environ["OMP_NUM_THREADS"] == "3"
+    assert module.os.environ["MKL_NUM_THREADS"] == "1"
