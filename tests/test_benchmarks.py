@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ def load(name: str):
     """Import ``benchmarks/<name>.py`` (a folder of scripts, not a package)."""
     spec = importlib.util.spec_from_file_location(f"benchmark_{name}", BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    # registered, as an imported module is: TorchDynamo looks up the module of a function it traces
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -95,3 +98,17 @@ def test_flash_attention_benchmark_checks_equality_and_reports_ratios_and_memory
     assert rows[2]["textbook_saved_mib"] > rows[2]["tiled_saved_mib"]
     assert "time / SDPA time" in capsys.readouterr().out
     assert json.loads(out.read_text())["benchmark"] == "flash_attention"
+
+
+def test_train_overhead_counts_syncs_and_graphs_apart_from_the_timing(tmp_path, capsys):
+    """The loop reads nothing back per step; with compile, one graph per bucket, none later."""
+    module = load("train_overhead")
+    row = module.measure(epochs=3, n_train=100, batch_size=16, compile=True)
+    # the last epoch's reads: 1 tolist (the batch order) and the epoch's totals, not per step
+    assert row["syncs_by_call"] == {"tolist": 1, "__float__": 2, "__int__": 2}
+    assert row["syncs_per_step"] == pytest.approx(5 / row["steps"])
+    assert 1 <= row["graphs_first_epoch"] <= row["batch_shapes"] <= 4
+    assert row["graphs_later_epochs"] == 0
+    assert row["host_ms_per_step"] > 0 and row["wall_ms_per_step"] > 0
+    with pytest.raises(ValueError, match="--epochs must be at least 3"):
+        module.measure(epochs=2)

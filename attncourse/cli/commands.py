@@ -106,6 +106,7 @@ from attncourse.train.distributed import (
 from attncourse.train.fit import (
     BEST_NAME,
     CHECKPOINT_NAME,
+    FUSED_DEVICES,
     best_epoch,
     check_resume,
     fit,
@@ -295,8 +296,8 @@ def _train(args: argparse.Namespace, world: Any) -> int:
         preset = f" (preset {args.preset})" if args.preset else ""
         print(f"attncourse: {args.model} model{preset}, {n_parameters:,} parameters, "
               f"{len(train_data)} training pairs, on {where}", flush=True)
-        if args.fused and device.type != "cuda":
-            print(f"attncourse: note: --fused works on CUDA only; the plain Adam kernel runs on {device.type}",
+        if args.fused and device.type not in FUSED_DEVICES:
+            print(f"attncourse: note: --fused works on CUDA and the CPU; the plain Adam kernel runs on {device.type}",
                   flush=True)
     software = {"torch_version": str(torch.__version__), "attncourse_version": attncourse.__version__,
                 "git_commit": git_commit() if main_rank else None}

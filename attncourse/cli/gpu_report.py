@@ -159,7 +159,7 @@ def benchmark_commands(device: str, smoke: bool, scratch: Path) -> list[tuple[st
                             "--batch", "1", "--d-model", "32", "--num-heads", "2", *tiny]),
             ("transformer_step", [b + "transformer_step.py", "--config", "small", "--device", device, "--batch",
                                   "2", "--src-len", "8", "--tgt-len", "8", "--vocab", "50", "--warmup", "1", *tiny]),
-            ("train_overhead", [b + "train_overhead.py", "--device", device, "--epochs", "2", "--n-train", "100"]),
+            ("train_overhead", [b + "train_overhead.py", "--device", device, "--epochs", "3", "--n-train", "100"]),
         ]
     else:
         # the paper's batch: about 25,000 target tokens (200 x 128), bfloat16
@@ -171,7 +171,7 @@ def benchmark_commands(device: str, smoke: bool, scratch: Path) -> list[tuple[st
             ("self_attention", [b + "self_attention.py", "--device", device]),
             ("flash_attention", [b + "flash_attention.py", "--device", device]),
             ("gqa_decode", [b + "gqa_decode.py", "--device", device]),
-            ("train_overhead", [b + "train_overhead.py", "--device", device, "--epochs", "2"]),
+            ("train_overhead", [b + "train_overhead.py", "--device", device, "--epochs", "4", "--compile"]),
             ("transformer_step", base),
             ("transformer_step_compiled", [*base, "--compile"]),
         ]

@@ -167,7 +167,7 @@ class Recipe:
         None, "'bf16': bfloat16 autocast of the forward passes (gpu preset; about 2x faster on recent GPUs, "
         "allowed but usually slower on CPUs); 'none': float32 (default)", choices=("bf16", "none"), preset=True)
     fused: bool = setting(
-        False, "fused Adam/AdamW kernel, CUDA only (gpu preset); ignored on other devices", preset=True)
+        False, "fused Adam/AdamW kernel, on CUDA and the CPU (gpu preset); ignored on other devices", preset=True)
     compile: bool = setting(
         False, "torch.compile the training forward pass (first epoch slower; off by default)", preset=True)
     time_budget: float | None = setting(
@@ -282,8 +282,9 @@ class FitConfig(Recipe):
     lr_scale : float
         Multiplies the ``"noam"`` rate (1.0 in the paper).
     fused : bool
-        Use the fused (single-kernel) Adam/AdamW implementation. CUDA only: on
-        other devices it is ignored (the result is the same, only slower).
+        Use the fused (single-kernel) Adam/AdamW implementation, on CUDA and
+        (torch >= 2.4) on the CPU; on other devices it is ignored (the result is
+        the same up to rounding, only slower).
     amp : {None, "bf16"}
         Automatic mixed precision: run the training forward passes under
         :func:`torch.autocast` with bfloat16, on CUDA or on the CPU. bfloat16
