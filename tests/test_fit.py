@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib
 import math
 import os
@@ -519,9 +520,29 @@ def test_optimizer_settings_reach_the_optimizer(data):
     assert isinstance(optimizer, torch.optim.AdamW)
     group = optimizer.param_groups[0]
     assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (1e-2, (0.8, 0.9), 1e-7, 0.05)
-    assert not group.get("fused")  # fused is CUDA only: ignored on the CPU
+    assert group["fused"]  # torch >= 2.4 has a fused CPU kernel
+    assert not fit_module.make_optimizer(model, config(fused=False), "cpu").param_groups[0].get("fused")
     assert type(fit_module.make_optimizer(model, config(), "cpu")) is torch.optim.Adam
     assert fit_module.make_optimizer(model, config(schedule="noam"), "cpu").param_groups[0]["lr"] == 1.0
+
+
+def test_fused_adamw_on_the_cpu_takes_the_same_steps_as_the_plain_one(data):
+    """The fused CPU kernel against torch's per-parameter AdamW, three steps of the same gradients."""
+    torch.manual_seed(0)
+    plain_model = new_model(data)
+    fused_model = copy.deepcopy(plain_model)
+    settings = dict(optimizer="adamw", weight_decay=0.01, lr=1e-2)
+    plain = fit_module.make_optimizer(plain_model, config(fused=False, **settings), "cpu")
+    fused = fit_module.make_optimizer(fused_model, config(fused=True, **settings), "cpu")
+    assert fused.param_groups[0]["fused"] and not plain.param_groups[0].get("fused")
+    for _ in range(3):
+        for model, optimizer in ((plain_model, plain), (fused_model, fused)):
+            optimizer.zero_grad()
+            sum(p.square().sum() for p in model.parameters()).backward()
+            optimizer.step()
+    for a, b in zip(plain_model.parameters(), fused_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert not torch.equal(next(plain_model.parameters()), next(new_model(data).parameters()))
 
 
 def test_bf16_autocast_trains_on_the_cpu(data):
