@@ -112,3 +112,36 @@ def test_sample_with_a_draft_reports_the_acceptance_rate(tmp_path, text_file, ca
     assert err.count("\n") == 1 and "--draft-tokens" in err
     assert main(["sample", str(target), "--draft", str(tmp_path / "none")]) == 2
     assert "--draft" in capsys.readouterr().err
+
+
+def test_train_lm_with_latent_attention_samples_the_same_with_and_without_the_cache(
+        tmp_path, text_file, capsys):
+    """--latent-dim trains an MLA model (chapter 10) whose checkpoint says so; its cache is exact."""
+    out = tmp_path / "mla"
+    argv = ["train-lm", "--text", str(text_file), "--out", str(out), *SMALL, "--positional", "rope",
+            "--latent-dim", "8", "--rope-dim", "4"]
+    assert main(argv) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["latent_dim"], config["rope_dim"]) == (8, 4), config
+    capsys.readouterr()
+    assert main(["sample", str(out), "--prompt", "hello", "--length", "20", "--seed", "1"]) == 0
+    cached = capsys.readouterr().out
+    assert main(["sample", str(out), "--prompt", "hello", "--length", "20", "--seed", "1", "--no-cache"]) == 0
+    assert capsys.readouterr().out == cached
+
+
+@pytest.mark.parametrize("extra, option", [
+    (["--rope-dim", "4"], "--rope-dim 4 is MLA's"),
+    (["--latent-dim", "8", "--num-kv-heads", "1"], "cannot be combined"),
+    (["--latent-dim", "8", "--window", "4"], "cannot be combined"),
+    (["--latent-dim", "8", "--positional", "alibi"], "cannot be combined"),
+    (["--latent-dim", "8", "--positional", "rope", "--rope-dim", "3"], "even number"),
+    (["--latent-dim", "8", "--positional", "learned", "--rope-dim", "4"], "needs --positional rope"),
+    (["--latent-dim", "99999"], "--latent-dim"),
+])
+def test_latent_attention_options_refused_in_one_line(extra, option, tmp_path, text_file, capsys):
+    out = tmp_path / "run"
+    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *SMALL, *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attncourse: error: ") and err.count("\n") == 1 and option in err, err
+    assert not out.exists()

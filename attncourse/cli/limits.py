@@ -36,7 +36,7 @@ _OTHER_LIMITS: dict[str, Limit] = {
     "context": Limit(1, 8192, "attention memory grows with its square"),
     "window": Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"),
     "draft_tokens": Limit(1, 64, "each round runs the draft model that many times"),
-    "latent_dim": Limit(1, 4096, SIZE),  # MLA (chapter 10): checkpoints only, no option yet
+    "latent_dim": Limit(1, 4096, SIZE),  # MLA (chapter 10)
     "rope_dim": Limit(0, 4096, SIZE),
     # data
     "max_tokens": Limit(1, 2048, "attention memory grows with the square of the length"),

@@ -80,6 +80,12 @@ def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_f
     lm.add_argument("--num-kv-heads", type=positive_int, metavar="G",
                     help="key/value heads: 1 multi-query, between grouped-query (default: --num-heads)")
     lm.add_argument("--window", type=positive_int, metavar="W", help="sliding-window attention over W tokens")
+    lm.add_argument("--latent-dim", type=positive_int, metavar="D",
+                    help="multi-head latent attention (chapter 10): cache a latent of D numbers per token "
+                         "(DeepSeek-V2); not with --num-kv-heads, --window or ALiBi")
+    lm.add_argument("--rope-dim", type=int, metavar="R",
+                    help="with --latent-dim and --positional rope: the rotary part of each query and key, "
+                         "even (default: half a head, rounded up to even)")
     for name, kind in (("d_model", positive_int), ("num_heads", positive_int), ("num_layers", positive_int),
                        ("d_ff", positive_int), ("max_len", positive_int), ("context", positive_int),
                        ("batch_size", positive_int), ("steps", positive_int), ("steps_per_epoch", positive_int),
@@ -148,6 +154,18 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         raise usage_error(f"--d-model {args.d_model} must be divisible by --num-heads {args.num_heads}")
     if args.num_kv_heads is not None and args.num_heads % args.num_kv_heads:
         raise usage_error(f"--num-heads {args.num_heads} must be a multiple of --num-kv-heads {args.num_kv_heads}")
+    if args.rope_dim is not None and args.latent_dim is None:
+        raise usage_error(f"--rope-dim {args.rope_dim} is MLA's: give --latent-dim too")
+    if args.latent_dim is not None:
+        if args.num_kv_heads not in (None, args.num_heads) or args.window is not None \
+                or args.positional == "alibi":
+            raise usage_error("--latent-dim (MLA) cannot be combined with --num-kv-heads, --window or "
+                              "--positional alibi")
+        if args.rope_dim is not None and (args.rope_dim < 0 or args.rope_dim % 2):
+            raise usage_error(f"--rope-dim must be an even number >= 0, got {args.rope_dim}")
+        if args.rope_dim is not None and (args.positional == "rope") != (args.rope_dim > 0):
+            raise usage_error(f"--rope-dim {args.rope_dim} with --positional {args.positional}: the rotary "
+                              "part needs --positional rope and --rope-dim > 0, or neither")
     if args.positional in ("sinusoidal", "learned") and args.context > args.max_len:
         raise usage_error(f"--context {args.context} does not fit --max-len {args.max_len} positions")
     problem = training_memory_problem(args) or out_dir_problem(
