@@ -90,14 +90,12 @@ book-check: $(STAMP)
 
 # Every page of the fresh book in headless Chromium, network blocked (tests/browser), and
 # the learner's path in JupyterLab: chapter 4 opened and its explorer run (test_lab.py).
-# One Chromium per core (pytest-xdist): the lab's tests stay together on one worker
-# (their xdist_group), the book's pages are shared out one test at a time.
 # Without chromium and chromedriver: one line saying so, and the rest of `make test`
 # goes on; ATTNCOURSE_REQUIRE_BROWSER=1 (set by .ci/run) makes that an error instead.
 browser: $(STAMP)
 	@if command -v chromedriver >/dev/null && { command -v chromium >/dev/null || command -v chromium-browser >/dev/null; }; then \
 	  rm -rf $(BROWSER_SHOTS); \
-	  ATTNCOURSE_BOOK_HTML=$(TEST_BOOK)/_build/html $(BIN)/python -m pytest -p no:cacheprovider -q -n auto --dist loadgroup tests/browser \
+	  ATTNCOURSE_BOOK_HTML=$(TEST_BOOK)/_build/html $(BIN)/python -m pytest -p no:cacheprovider -q tests/browser \
 	    && echo "Screenshots of the explorers and of JupyterLab: $(CURDIR)/$(BROWSER_SHOTS)/"; \
 	elif [ "$$ATTNCOURSE_REQUIRE_BROWSER" = 1 ]; then \
 	  echo "Browser tests: chromium or chromedriver is missing (apt-get install chromium chromium-driver)"; exit 1; \

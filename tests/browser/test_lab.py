@@ -39,10 +39,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-# One pytest-xdist worker runs this module's tests, in order, against its one JupyterLab
-# (`make browser` distributes the book's pages over the other workers: --dist loadgroup).
-pytestmark = pytest.mark.xdist_group("lab")
-
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention.md"
 #: Text of the code cell that shows the explorer (the cell the test runs up to).
