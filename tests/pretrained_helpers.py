@@ -83,7 +83,8 @@ def tiny_weights(tied: bool = True, seed: int = 0) -> dict[str, tuple[np.ndarray
 
 
 def write_tiny_gguf(path: Path, architecture: str = "llama", tied: bool = True, drop_key: str | None = None,
-                    weights: dict | None = None, pre: str = "smollm") -> dict[str, np.ndarray]:
+                    weights: dict | None = None, pre: str = "smollm", big_endian: bool = False,
+                    ) -> dict[str, np.ndarray]:
     """Write a GGUF file of a tiny Llama (a few tens of KB) with gguf.GGUFWriter.
 
     Returns GGUF name -> the bytes stored for it (uint8 for quantised types), for the
@@ -91,7 +92,8 @@ def write_tiny_gguf(path: Path, architecture: str = "llama", tied: bool = True, 
     """
     import gguf
 
-    writer = gguf.GGUFWriter(str(path), arch=architecture)
+    writer = gguf.GGUFWriter(str(path), arch=architecture,
+                             endianess=gguf.GGUFEndian.BIG if big_endian else gguf.GGUFEndian.LITTLE)
     tokens = tiny_tokens()
     keys = {
         "block_count": TINY["num_layers"], "context_length": TINY["max_len"],

@@ -3,6 +3,7 @@ the configuration and the tokenizer on a tiny GGUF file written at test time."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
 import numpy as np
@@ -246,8 +247,8 @@ def test_tensors_come_out_in_torchs_orientation_as_gguf_dequantises_them(tiny):
         assert np.abs(tensor.numpy() - array).max() <= step, name
 
 
+@needs_gguf
 def test_an_output_layer_of_its_own_unties_the_embeddings(tmp_path):
-    pytest.importorskip("gguf")
     path = tmp_path / "untied.gguf"
     write_tiny_gguf(path, tied=False)
     opened = open_gguf(path)
@@ -261,8 +262,8 @@ def one_line(error) -> str:
     return message
 
 
+@needs_gguf
 def test_a_file_of_another_architecture_is_refused(tmp_path):
-    pytest.importorskip("gguf")
     path = tmp_path / "gemma.gguf"
     write_tiny_gguf(path, architecture="gemma3")
     with pytest.raises(GGUFError) as error:
@@ -270,8 +271,8 @@ def test_a_file_of_another_architecture_is_refused(tmp_path):
     assert "'gemma3'" in one_line(error) and "llama" in one_line(error)
 
 
+@needs_gguf
 def test_a_missing_key_is_named(tmp_path):
-    pytest.importorskip("gguf")
     path = tmp_path / "nokey.gguf"
     write_tiny_gguf(path, drop_key="attention.head_count_kv")
     with pytest.raises(GGUFError) as error:
@@ -308,6 +309,19 @@ def test_a_file_that_is_not_gguf_is_refused(tmp_path, content):
     assert "model.bin is not a GGUF file" in one_line(error)
 
 
+def test_missing_packages_are_named_with_their_install_command(tmp_path, monkeypatch):
+    path = tmp_path / "any.gguf"
+    path.write_bytes(b"GGUF" + bytes(60))
+    monkeypatch.setitem(sys.modules, "gguf", None)
+    with pytest.raises(ModuleNotFoundError, match=r"gguf package: pip install gguf==0\.19\.0$"):
+        open_gguf(path)
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    metadata = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": [], "tokenizer.ggml.merges": [],
+                "tokenizer.ggml.bos_token_id": 0, "tokenizer.ggml.eos_token_id": 0}
+    with pytest.raises(ModuleNotFoundError, match=r"pip install tokenizers==0\.23\.3$"):
+        tokenizer_from_metadata(metadata)
+
+
 def test_a_missing_file_and_an_unread_type_are_named(tiny, tmp_path):
     with pytest.raises(FileNotFoundError, match="no GGUF file at"):
         open_gguf(tmp_path / "absent.gguf")
@@ -320,8 +334,17 @@ def test_a_missing_file_and_an_unread_type_are_named(tiny, tmp_path):
     assert "blk.1.ffn_up.weight is stored as Q4_0" in one_line(error)
 
 
+@needs_gguf
+def test_a_file_in_the_other_byte_order_is_refused(tmp_path):
+    path = tmp_path / "big.gguf"
+    write_tiny_gguf(path, big_endian=True)
+    with pytest.raises(GGUFError) as error:
+        open_gguf(path)
+    assert "big.gguf is written in the byte order opposite to this machine's" in one_line(error)
+
+
+@needs_gguf
 def test_a_tensor_of_the_wrong_shape_or_missing_is_named(tmp_path):
-    pytest.importorskip("gguf")
     weights = tiny_weights()
     weights["blk.0.ffn_down.weight"] = (weights["blk.0.ffn_up.weight"][0], "Q4_1")
     path = tmp_path / "shape.gguf"
@@ -339,6 +362,13 @@ def test_a_tensor_of_the_wrong_shape_or_missing_is_named(tmp_path):
 
 # --- The tokenizer on a tiny vocabulary ---------------------------------------------------
 
+needs_tokenizers = pytest.mark.skipif(
+    importlib.util.find_spec("tokenizers") is None,
+    reason="Hugging Face's tokenizers is not installed (pip install tokenizers==0.23.3)",
+)
+
+
+@needs_tokenizers
 def test_the_tiny_tokenizer_merges_splits_digits_and_keeps_control_tokens_whole(tiny):
     path, _ = tiny
     tokens = tiny_tokens()
@@ -351,14 +381,16 @@ def test_the_tiny_tokenizer_merges_splits_digits_and_keeps_control_tokens_whole(
     assert tok.decode(tok.encode("a<|im_end|>"), skip_special_tokens=True) == "a"
 
 
+@needs_tokenizers
+@needs_gguf
 def test_gpt2_pre_tokenisation_keeps_numbers_together(tmp_path):
-    pytest.importorskip("gguf")
     path = tmp_path / "gpt2.gguf"
     write_tiny_gguf(path, pre="gpt-2")
     tok = tokenizer_from_metadata(open_gguf(path).metadata)
     assert [tiny_tokens()[i] for i in tok.encode("12")] == ["12"]
 
 
+@needs_tokenizers
 def test_the_chat_template_renders_chatml(tiny):
     path, _ = tiny
     tok = tokenizer_from_metadata(open_gguf(path).metadata)
@@ -372,6 +404,7 @@ def test_the_chat_template_renders_chatml(tiny):
         tok.render_chat([{"role": "user"}])
 
 
+@needs_tokenizers
 def test_a_tokenizer_of_another_kind_is_refused(tiny):
     path, _ = tiny
     metadata = dict(open_gguf(path).metadata)

@@ -234,6 +234,9 @@ def open_gguf(path: str | os.PathLike) -> GGUFFile:
             f"{path.name} is truncated or damaged ({size:,} bytes; the gguf reader says: "
             f"{str(error).splitlines()[0] if str(error) else type(error).__name__})"
         ) from None
+    if reader.byte_order != "I":
+        raise GGUFError(f"{path.name} is written in the byte order opposite to this machine's; "
+                        "convert it with gguf-convert-endian")
     end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
     if size < end:
         raise GGUFError(
