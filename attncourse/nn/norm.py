@@ -69,6 +69,7 @@ class RMSNorm(nn.Module):
         return normed.to(x.dtype) * self.weight
 
     def extra_repr(self) -> str:
+        """Width and eps, as ``nn.LayerNorm`` prints them."""
         return f"{self.d_model}, eps={self.eps}"
 
 

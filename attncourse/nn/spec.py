@@ -133,12 +133,21 @@ class AttentionSpec:
         object.__setattr__(self, "options", options)
 
     def build(self, d_model: int, num_heads: int, causal: bool, positions: PositionSpec) -> nn.Module:
-        """The attention module of one block."""
+        """The attention module of one block, a :class:`~attncourse.nn.protocol.DecoderAttention`.
+
+        RoPE and ALiBi reach it as ``positional``; the schemes added to the embeddings as None.
+
+        Raises
+        ------
+        ValueError
+            If the variant refuses these sizes, options or position scheme.
+        """
         inside = positions.kind if positions.kind in INSIDE_ATTENTION else None
         return ATTENTION_VARIANTS[self.name].build(self.options, d_model=d_model, num_heads=num_heads,
                                                    causal=causal, positional=inside, rope_base=positions.base)
 
     def to_dict(self) -> dict[str, Any]:
+        """``{"name": ..., **options}``, plain values; ``AttentionSpec(d.pop("name"), d)`` rebuilds it."""
         return {"name": self.name, **dataclasses.asdict(self.options)}
 
 
@@ -191,6 +200,7 @@ class NormSpec:
             raise ValueError(f"norm eps must be > 0, got {self.eps!r}")
 
     def build(self, d_model: int) -> nn.Module:
+        """One normalisation layer of width ``d_model`` (nn.Identity for ``"none"``)."""
         return NORMS[self.kind](d_model, self.eps)
 
 
@@ -217,6 +227,7 @@ class FFNSpec:
         _check_size("d_ff", self.d_ff)
 
     def build(self, d_model: int) -> nn.Module | None:
+        """One FFN sublayer ``(batch, seq_len, d_model)`` -> same shape, or None for ``"none"``."""
         build = FFNS[self.kind]
         return None if build is None else build(d_model, self.d_ff, self.bias)
 
