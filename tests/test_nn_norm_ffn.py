@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from attncourse.nn.ffn import FFNS, SwiGLU, make_ffn
-from attncourse.nn.norm import NORMS, RMSNorm, make_norm
+from attncourse.nn.ffn import FFNS, SwiGLU
+from attncourse.nn.norm import NORMS, RMSNorm
+from attncourse.nn.spec import FFNSpec, NormSpec
 from attncourse.nn.transformer import PositionwiseFeedForward
 
 
@@ -76,13 +77,18 @@ def test_the_gelu_ffn_equals_the_formula_and_relu_stays_the_transformers():
         PositionwiseFeedForward(6, 8, "tanh")
 
 
-def test_the_registries_build_by_name_and_name_the_choices():
+def test_the_specs_build_by_name_and_name_the_choices():
     assert set(NORMS) == {"layernorm", "rmsnorm", "none"} and set(FFNS) == {"relu", "gelu", "swiglu", "none"}
-    assert isinstance(make_norm("rmsnorm", 8), RMSNorm) and isinstance(make_norm("none", 8), torch.nn.Identity)
-    layer_norm = make_norm("layernorm", 8, 1e-6)
+    assert isinstance(NormSpec("rmsnorm").build(8), RMSNorm)
+    assert isinstance(NormSpec("none").build(8), torch.nn.Identity)
+    layer_norm = NormSpec("layernorm", 1e-6).build(8)
     assert isinstance(layer_norm, torch.nn.LayerNorm) and layer_norm.eps == 1e-6
-    assert make_ffn("none", 8, 16) is None and isinstance(make_ffn("swiglu", 8, 16, False), SwiGLU)
+    assert FFNSpec("none", 16).build(8) is None
+    swiglu = FFNSpec("swiglu", 16, bias=False).build(8)
+    assert isinstance(swiglu, SwiGLU) and swiglu.w_up.bias is None
+    gelu = FFNSpec("gelu", 16).build(8)
+    assert gelu.activation is torch.nn.functional.gelu and gelu.w_1.bias is not None
     with pytest.raises(ValueError, match="norm must be one of"):
-        make_norm("batchnorm", 8)
+        NormSpec("batchnorm")
     with pytest.raises(ValueError, match="ffn must be one of"):
-        make_ffn("moe", 8, 16)
+        FFNSpec("moe")

@@ -73,7 +73,8 @@ class SwiGLU(nn.Module):
         return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
 
 
-#: Builders by name: ``(d_model, d_ff, bias) -> module``, or None for no FFN sublayer.
+#: Builders by name: ``(d_model, d_ff, bias) -> module``, or None for no FFN sublayer
+#: (:class:`~attncourse.nn.spec.FFNSpec` picks one).
 FFNS: dict[str, Callable[[int, int, bool], nn.Module] | None] = {
     "relu": lambda d_model, d_ff, bias: PositionwiseFeedForward(d_model, d_ff, bias=bias),
     "gelu": lambda d_model, d_ff, bias: PositionwiseFeedForward(d_model, d_ff, "gelu", bias),
@@ -82,18 +83,4 @@ FFNS: dict[str, Callable[[int, int, bool], nn.Module] | None] = {
 }
 
 
-def make_ffn(kind: str, d_model: int, d_ff: int, bias: bool = True) -> nn.Module | None:
-    """The FFN ``kind`` (a key of :data:`FFNS`), or None for ``"none"``.
-
-    Raises
-    ------
-    ValueError
-        If ``kind`` is not one of :data:`FFNS`.
-    """
-    if kind not in FFNS:
-        raise ValueError(f"ffn must be one of {tuple(FFNS)}, got {kind!r}")
-    build = FFNS[kind]
-    return None if build is None else build(d_model, d_ff, bias)
-
-
-__all__ = ["FFNS", "SwiGLU", "make_ffn"]
+__all__ = ["FFNS", "SwiGLU"]

@@ -72,6 +72,18 @@ class GQAOptions:
     bias: bool = False
 
 
+def check_call(mask: torch.Tensor | None, positions: torch.Tensor | None, batch: int, num_heads: int,
+               seq_len: int, offset: int, device) -> torch.Tensor:
+    """Check what every decoder attention takes besides ``x`` and its cache; return the positions.
+
+    ``mask`` must broadcast to ``(batch, num_heads, seq_len, offset + seq_len)`` (:func:`check_mask`),
+    ``positions`` be ``(seq_len,)`` integers or None (:func:`check_positions`, which gives the default).
+    """
+    if mask is not None:
+        check_mask(mask, (batch, num_heads, seq_len, offset + seq_len))
+    return check_positions(positions, seq_len, offset, device)
+
+
 def check_positions(positions: torch.Tensor | None, seq_len: int, offset: int, device) -> torch.Tensor:
     """The positions of ``seq_len`` new tokens: ``positions`` checked, or ``offset + arange(seq_len)``.
 
@@ -315,9 +327,7 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
                 raise ValueError(f"kv_cache must hold (batch={batch}, num_kv_heads={self.num_kv_heads}, "
                                  f"cache_len, d_k={self.d_k}) keys and values, got keys {cached} "
                                  f"and values {tuple(kv_cache.v.shape)}")
-        if mask is not None:
-            check_mask(mask, (batch, self.num_heads, seq_len, offset + seq_len))
-        positions = check_positions(positions, seq_len, offset, x.device)
+        positions = check_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
         q = split_heads(self.w_q(x), self.num_heads)  # (batch, h, seq_len, d_k)
         k = split_heads(self.w_k(x), self.num_kv_heads)  # (batch, g, seq_len, d_k)
         v = split_heads(self.w_v(x), self.num_kv_heads)

@@ -51,7 +51,7 @@ from torch import nn
 
 from attncourse.functional.torch_attention import masked_softmax
 from attncourse.nn.attention import merge_heads, split_heads
-from attncourse.nn.gqa import allowed_keys, check_mask, check_positions
+from attncourse.nn.gqa import allowed_keys, check_call
 from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import apply_rope
 
@@ -102,8 +102,6 @@ class LatentCache:
 
 class MultiHeadLatentAttention(nn.Module, DecoderAttention):
     """Causal self-attention whose keys and values are up-projected from a cached latent (MLA).
-
-    Implements :class:`~attncourse.nn.protocol.DecoderAttention` (variant ``"mla"``).
 
     Parameters
     ----------
@@ -262,9 +260,7 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
             raise ValueError(f"kv_cache must hold (batch={batch}, cache_len, d_c={self.latent_dim}) latents "
                              f"and (batch, cache_len, d_h^R={self.rope_dim}) keys, got "
                              f"{tuple(kv_cache.c_kv.shape)} and {tuple(kv_cache.k_rope.shape)}")
-        if mask is not None:
-            check_mask(mask, (batch, self.num_heads, seq_len, offset + seq_len))
-        positions = check_positions(positions, seq_len, offset, x.device)
+        positions = check_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
         q, q_rope = self._queries(x, positions)
         c_kv, k_rope = self._latents(x, positions)
         if kv_cache is not None:

@@ -73,7 +73,7 @@ class RMSNorm(nn.Module):
         return f"{self.d_model}, eps={self.eps}"
 
 
-#: Builders by name: ``(d_model, eps) -> module``.
+#: Builders by name: ``(d_model, eps) -> module`` (:class:`~attncourse.nn.spec.NormSpec` picks one).
 NORMS: dict[str, Callable[[int, float], nn.Module]] = {
     "layernorm": lambda d_model, eps: nn.LayerNorm(d_model, eps=eps),
     "rmsnorm": RMSNorm,
@@ -81,17 +81,4 @@ NORMS: dict[str, Callable[[int, float], nn.Module]] = {
 }
 
 
-def make_norm(kind: str, d_model: int, eps: float = 1e-5) -> nn.Module:
-    """The normalisation ``kind`` (a key of :data:`NORMS`) of width ``d_model``.
-
-    Raises
-    ------
-    ValueError
-        If ``kind`` is not one of :data:`NORMS`.
-    """
-    if kind not in NORMS:
-        raise ValueError(f"norm must be one of {tuple(NORMS)}, got {kind!r}")
-    return NORMS[kind](d_model, eps)
-
-
-__all__ = ["NORMS", "RMSNorm", "make_norm"]
+__all__ = ["NORMS", "RMSNorm"]

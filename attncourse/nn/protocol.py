@@ -185,6 +185,9 @@ class DecoderAttention(Protocol):
                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from each new position to the cached ones and to the allowed new ones.
 
+        Called once on a whole sequence (training, a prompt), or step by step with a
+        cache; the two give the same outputs, which is what generation relies on.
+
         Parameters
         ----------
         x : (batch, seq_len, d_model)

@@ -127,8 +127,7 @@ class AttentionSpec:
     options: Any = None
 
     def __post_init__(self) -> None:
-        if self.name not in ATTENTION_VARIANTS:
-            raise ValueError(f"attention must be one of {tuple(ATTENTION_VARIANTS)}, got {self.name!r}")
+        _check_kind("attention", self.name, ATTENTION_VARIANTS)
         options = _options(ATTENTION_VARIANTS[self.name].options, self.options, f"attention {self.name!r}")
         object.__setattr__(self, "options", options)
 
@@ -158,22 +157,15 @@ INSIDE_ATTENTION: tuple[str, ...] = ("rope", "alibi")
 
 @dataclass(frozen=True)
 class PositionSpec:
-    """How the model knows positions.
-
-    Attributes
-    ----------
-    kind : {"sinusoidal", "learned", "rope", "alibi"}
-    base : float
-        RoPE's base of theta_i = base^(-2i / d_k) (10000; SmolLM2: 100000); unused otherwise.
-    """
+    """How the model knows positions: ``kind`` is one of :data:`ADDED_TO_EMBEDDINGS` or
+    :data:`INSIDE_ATTENTION`, and ``base`` RoPE's base of theta_i = base^(-2i / d_k)
+    (10000; SmolLM2: 100000), unused by the other schemes."""
 
     kind: str = "rope"
     base: float = 10000.0
 
     def __post_init__(self) -> None:
-        kinds = ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION
-        if self.kind not in kinds:
-            raise ValueError(f"positions must be one of {kinds}, got {self.kind!r}")
+        _check_kind("positions", self.kind, dict.fromkeys(ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION))
         if not float(self.base) > 1:
             raise ValueError(f"RoPE's base must be > 1, got {self.base!r}")
         object.__setattr__(self, "base", float(self.base))
@@ -194,8 +186,7 @@ class NormSpec:
     eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        if self.kind not in NORMS:
-            raise ValueError(f"norm must be one of {tuple(NORMS)}, got {self.kind!r}")
+        _check_kind("norm", self.kind, NORMS)
         if not float(self.eps) > 0:
             raise ValueError(f"norm eps must be > 0, got {self.eps!r}")
 
@@ -222,14 +213,18 @@ class FFNSpec:
     bias: bool = True
 
     def __post_init__(self) -> None:
-        if self.kind not in FFNS:
-            raise ValueError(f"ffn must be one of {tuple(FFNS)}, got {self.kind!r}")
+        _check_kind("ffn", self.kind, FFNS)
         _check_size("d_ff", self.d_ff)
 
     def build(self, d_model: int) -> nn.Module | None:
         """One FFN sublayer ``(batch, seq_len, d_model)`` -> same shape, or None for ``"none"``."""
         build = FFNS[self.kind]
         return None if build is None else build(d_model, self.d_ff, self.bias)
+
+
+def _check_kind(what: str, kind: str, table: Mapping[str, Any]) -> None:
+    if kind not in table:
+        raise ValueError(f"{what} must be one of {tuple(table)}, got {kind!r}")
 
 
 def _check_size(name: str, value: Any) -> None:
