@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -73,6 +72,7 @@ from attncourse.cli.options import (
     length_hint,
     out_dir_problem,
 )
+from attncourse.cli.provenance import git_commit
 from attncourse.cli.rundir import (
     json_safe,
     record_file,
@@ -190,17 +190,6 @@ def _epoch_line(row: dict[str, float]) -> str:
         f"valid loss {row['valid_loss']:.3f} acc {row['valid_acc']:.3f} "
         f"exact {row['valid_exact_match']:.3f}  {row['seconds']:.1f} s"
     )
-
-
-def git_commit() -> str | None:
-    """``git rev-parse HEAD`` of the checkout attncourse is imported from, or None (no git, not a checkout)."""
-    try:
-        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(attncourse.__file__).resolve().parent,
-                              capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = proc.stdout.strip()
-    return commit if proc.returncode == 0 and len(commit) == 40 else None
 
 
 def _device_name(device: torch.device) -> str:

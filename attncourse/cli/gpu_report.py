@@ -46,6 +46,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from attncourse.cli.provenance import git_commit
+
 #: Default wall-clock budget of the whole report, seconds: one 10-minute command with room to spare.
 DEFAULT_BUDGET = 540.0
 #: Seconds kept for the evaluation after training (decoding 2,000 test sentences greedily and with beam 4).
@@ -270,8 +272,6 @@ def report_markdown(results: dict[str, Any]) -> str:
 
 def run_gpu_report(args: argparse.Namespace) -> int:
     """The ``gpu-report`` sub-command: every stage within ``args.budget``; 0 if all stages passed, else 1."""
-    from attncourse.cli.commands import git_commit
-
     start = time.perf_counter()
     deadline = start + args.budget
     out: Path = args.out

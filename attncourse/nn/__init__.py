@@ -13,10 +13,12 @@ from attncourse.nn.conv_attention import (
     AttentionCNN,
     PlainCNN,
     SelfAttention2d,
+    conv_stem,
     receptive_field,
 )
+from attncourse.nn.ffn import FFNS, SwiGLU
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL, DecoderOnlyBlock
-from attncourse.nn.gqa import CausalSelfAttention, allowed_keys, repeat_kv
+from attncourse.nn.gqa import CausalSelfAttention, GQAOptions, allowed_keys, repeat_kv
 from attncourse.nn.image_attention import (
     IMAGE_ATTENTION_KINDS,
     REWARD_KINDS,
@@ -36,11 +38,13 @@ from attncourse.nn.luong import (
     LuongSeq2Seq,
     LuongSeq2SeqOutput,
 )
+from attncourse.nn.mla import LatentCache, MLAOptions, MultiHeadLatentAttention
+from attncourse.nn.norm import NORMS, RMSNorm
 from attncourse.nn.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
 )
-from attncourse.nn.protocol import EncoderDecoder
+from attncourse.nn.protocol import DecoderAttention, DecoderCache, EncoderDecoder
 from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
 from attncourse.nn.rnn import (
     ATTENTION_KINDS,
@@ -53,6 +57,15 @@ from attncourse.nn.rnn import (
     reorder_batch,
 )
 from attncourse.nn.rope import apply_rope, rope_frequencies
+from attncourse.nn.spec import (
+    ATTENTION_VARIANTS,
+    AttentionSpec,
+    DecoderSpec,
+    FFNSpec,
+    NormSpec,
+    PositionSpec,
+    register_attention,
+)
 from attncourse.nn.transformer import (
     POSITIONAL_KINDS,
     DecoderLayer,
@@ -64,6 +77,24 @@ from attncourse.nn.transformer import (
 )
 
 __all__ = [
+    "ATTENTION_VARIANTS",
+    "AttentionSpec",
+    "DecoderAttention",
+    "DecoderCache",
+    "DecoderSpec",
+    "FFNS",
+    "FFNSpec",
+    "GQAOptions",
+    "LatentCache",
+    "MLAOptions",
+    "MultiHeadLatentAttention",
+    "NORMS",
+    "NormSpec",
+    "PositionSpec",
+    "RMSNorm",
+    "SwiGLU",
+    "conv_stem",
+    "register_attention",
     "CausalSelfAttention",
     "DecoderOnlyBlock",
     "EncoderDecoder",

@@ -259,8 +259,13 @@ class SelfAttention2d(nn.Module):
         return weights[:, row * width + col].reshape(-1, height, width)
 
 
-def _stem(in_channels: int, channels: int) -> list[nn.Module]:
-    """Two blocks of [3x3 convolution, ReLU, 2x2 max pooling]: image -> (channels, H/4, W/4)."""
+def conv_stem(in_channels: int, channels: int) -> list[nn.Module]:
+    """The classifiers' stem: two blocks of [3x3 convolution, ReLU, 2x2 max pooling].
+
+    An image ``(batch, in_channels, H, W)`` becomes ``(batch, channels, H/4, W/4)`` once the
+    layers are chained (``nn.Sequential(*conv_stem(...))``); the relation recipe
+    pretrains one and shares it between the two classifiers.
+    """
     return [
         nn.Conv2d(in_channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -273,7 +278,7 @@ class _Classifier(nn.Module):
     def __init__(self, mixer: nn.Module, in_channels: int, channels: int, num_classes: int) -> None:
         super().__init__()
         self.in_channels, self.channels, self.num_classes = in_channels, channels, num_classes
-        self.stem = nn.Sequential(*_stem(in_channels, channels))
+        self.stem = nn.Sequential(*conv_stem(in_channels, channels))
         self.mixer = mixer
         self.head = nn.Sequential(nn.Conv2d(channels, channels, 1), nn.ReLU())
         self.classifier = nn.Linear(channels, num_classes)

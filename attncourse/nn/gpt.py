@@ -21,6 +21,14 @@ or multi-query attention, ``window`` sliding-window attention, ``latent_dim``
 multi-head latent attention (:mod:`attncourse.nn.mla`, chapter 10), and
 ``attention_only`` drops the FFN and the LayerNorms from every block (chapter 9).
 
+Those keywords are one way to write a :class:`~attncourse.nn.spec.DecoderSpec`,
+the model's description as data, and ``GPT(spec=...)`` the other: there each
+part is a spec of its own (the attention by registered name with its own
+options, RMSNorm, SwiGLU, RoPE's base, biases, tying), so that a Llama-style
+model is a spec too. Either way the model is built from the spec alone, with no
+branch per variant; with the same seed the keywords build the same parameters,
+in the same order, as before specs existed (tests/fixtures/gpt/).
+
 Generation feeds the prompt once, then one token at a time; each layer keeps
 its keys and values in chapter 6's :class:`~attncourse.nn.attention.KVCache`
 (:meth:`GPT.init_cache`), so a step projects only the new token.
@@ -37,6 +45,7 @@ Vaswani et al. (2017), sections 3.1-3.5.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -44,60 +53,72 @@ import torch
 from torch import nn
 
 from attncourse.functional.sparse_masks import check_window
-from attncourse.nn.attention import KVCache
-from attncourse.nn.gqa import CausalSelfAttention
-from attncourse.nn.mla import LatentCache, MultiHeadLatentAttention
+from attncourse.nn.gqa import GQAOptions
+from attncourse.nn.mla import MLAOptions
 from attncourse.nn.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
 )
-from attncourse.nn.transformer import PositionwiseFeedForward, residual
+from attncourse.nn.protocol import DecoderCache
+from attncourse.nn.spec import (
+    ADDED_TO_EMBEDDINGS,
+    INSIDE_ATTENTION,
+    AttentionSpec,
+    DecoderSpec,
+    FFNSpec,
+    NormSpec,
+    PositionSpec,
+)
+from attncourse.nn.transformer import residual
 
 #: The values of ``GPT(positional=...)``.
-GPT_POSITIONAL: tuple[str, ...] = ("sinusoidal", "learned", "rope", "alibi")
+GPT_POSITIONAL: tuple[str, ...] = ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION
+
+#: Position tables added to the embeddings, by scheme.
+_POSITION_TABLES = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding}
 
 
 class DecoderOnlyBlock(nn.Module):
-    """Pre-norm causal self-attention and FFN, each in a residual connection.
+    """Pre-norm causal self-attention and FFN, each in a residual connection, as ``spec`` says.
 
     Parameters
     ----------
-    d_model, num_heads, d_ff : int
-    num_kv_heads : int, optional
-    positional : {None, "rope", "alibi"}
-        Passed to :class:`~attncourse.nn.gqa.CausalSelfAttention`.
-    causal : bool
-    window : int, optional
-    dropout : float
-        Residual dropout.
-    latent_dim, rope_dim : int, optional
-        With ``latent_dim``, multi-head latent attention
-        (:class:`~attncourse.nn.mla.MultiHeadLatentAttention`) instead.
-    attention_only : bool
-        No FFN sublayer and no LayerNorm (``ffn`` and ``ffn_norm`` are None,
-        ``attn_norm`` is the identity): the block is ``x + CausalSelfAttention(x)``,
-        a sum of paths (Elhage et al. 2021, section 2).
+    spec : DecoderSpec
+        Its attention, norm, FFN, positions, ``causal`` and ``dropout`` (residual dropout).
+
+    Attributes
+    ----------
+    attn : a :class:`~attncourse.nn.protocol.DecoderAttention`
+        Built by the spec's registered attention variant.
+    ffn : nn.Module or None
+        None with ``ffn="none"``.
+    attn_norm : nn.Module
+        nn.LayerNorm, RMSNorm, or nn.Identity with ``norm="none"``: with neither norm
+        nor FFN the block is ``x + attn(x)``, a sum of paths (Elhage et al. 2021, section 2).
+    ffn_norm : nn.Module or None
+        None when there is no FFN.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, num_kv_heads: int | None = None,
-                 positional: str | None = None, causal: bool = True, window: int | None = None,
-                 dropout: float = 0.0, latent_dim: int | None = None, rope_dim: int = 0,
-                 attention_only: bool = False) -> None:
+    def __init__(self, spec: DecoderSpec) -> None:
         super().__init__()
-        if latent_dim is None:
-            self.attn = CausalSelfAttention(d_model, num_heads, num_kv_heads, positional, causal, window)
-        else:
-            self.attn = MultiHeadLatentAttention(d_model, num_heads, latent_dim, rope_dim, causal)
-        self.ffn = None if attention_only else PositionwiseFeedForward(d_model, d_ff)
-        self.attn_norm = nn.Identity() if attention_only else nn.LayerNorm(d_model)
-        self.ffn_norm = None if attention_only else nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        # The creation order (attention, FFN, norms) fixes the seeded initialisation and the
+        # state_dict's order: checkpoints and chapters' numbers depend on it.
+        self.attn = spec.attention.build(spec.d_model, spec.num_heads, spec.causal, spec.positions)
+        self.ffn = spec.ffn.build(spec.d_model)
+        self.attn_norm = spec.norm.build(spec.d_model)
+        self.ffn_norm = None if self.ffn is None else spec.norm.build(spec.d_model)
+        self.dropout = nn.Dropout(spec.dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: KVCache | None = None,
-                need_weights: bool = False, fast: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``x (batch, seq_len, d_model)`` -> same shape, and the weights ``(batch, h, seq_len, src_len)`` or None."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: DecoderCache | None = None,
+                need_weights: bool = False, fast: bool = True,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x (batch, seq_len, d_model)`` -> same shape, and the weights ``(batch, h, seq_len, src_len)`` or None.
+
+        The arguments are those of :meth:`attncourse.nn.protocol.DecoderAttention.forward`.
+        """
         x, weights = residual(
-            x, lambda h: self.attn(h, mask, kv_cache, need_weights=need_weights, fast=fast),
+            x, lambda h: self.attn(h, mask, kv_cache, need_weights=need_weights, fast=fast,
+                                   positions=positions),
             self.attn_norm, self.dropout, norm_first=True,
         )
         if self.ffn is not None:
@@ -148,99 +169,100 @@ class GPT(nn.Module):
         a sum of linear paths. Measured in chapter 9: with the LayerNorms, 2-layer
         models on the repeat task stalled near ln S for 600 steps without forming
         induction heads; without them the heads formed by step 150.
+    spec : DecoderSpec or dict, keyword only
+        The whole model as a :class:`~attncourse.nn.spec.DecoderSpec` (or its
+        :meth:`~attncourse.nn.spec.DecoderSpec.to_dict`), instead of the keywords above,
+        which must then be left out.
 
     Attributes
     ----------
     config : dict
-        The constructor arguments; ``GPT.from_config(model.config)`` rebuilds the architecture.
+        The constructor arguments (``{"spec": spec.to_dict()}`` when built from a spec);
+        ``GPT.from_config(model.config)`` rebuilds the architecture.
+    spec : DecoderSpec
+        What the model was built from (the keywords become one).
     embedding : nn.Embedding(vocab_size, d_model)
         Initialised N(0, 1/d_model) and scaled by sqrt(d_model), as in chapter 6.
     positional_encoding : SinusoidalPositionalEncoding, LearnedPositionalEncoding or None
     blocks : nn.ModuleList of DecoderOnlyBlock
-    final_norm : nn.LayerNorm (nn.Identity if ``attention_only``)
+    final_norm : nn.LayerNorm (nn.Identity if ``attention_only``; the spec's norm)
     output_proj : nn.Linear(d_model, vocab_size, bias=False), its weight tied to ``embedding.weight``
-        (untied if ``attention_only``)
+        (untied if ``attention_only`` or ``tie_output=False``: then initialised N(0, 1/d_model))
 
     Raises
     ------
     ValueError
         If ``positional`` is unknown, a size is not a positive int, the heads do not
         divide, ``window`` is not a positive int (odd when not causal), or ``latent_dim``
-        is combined with fewer key/value heads, a window, ALiBi or a bad ``rope_dim``.
+        is combined with fewer key/value heads, a window, ALiBi or a bad ``rope_dim``;
+        or if the spec is invalid.
+    TypeError
+        If ``spec`` is given together with other arguments.
 
     References
     ----------
     Radford et al. (2018, 2019); Vaswani et al. (2017).
     """
 
-    def __init__(self, vocab_size: int, d_model: int = 64, num_heads: int = 8, num_layers: int = 2,
-                 d_ff: int = 256, max_len: int = 256, positional: str = "rope",
+    def __init__(self, vocab_size: int | None = None, d_model: int = 64, num_heads: int = 8,
+                 num_layers: int = 2, d_ff: int = 256, max_len: int = 256, positional: str = "rope",
                  num_kv_heads: int | None = None, causal: bool = True, window: int | None = None,
                  dropout: float = 0.0, latent_dim: int | None = None, rope_dim: int | None = None,
-                 attention_only: bool = False) -> None:
+                 attention_only: bool = False, *, spec: DecoderSpec | dict[str, Any] | None = None) -> None:
+        arguments = dict(locals())
         super().__init__()
-        if positional not in GPT_POSITIONAL:
-            raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
-        for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
-                            ("num_layers", num_layers), ("d_ff", d_ff), ("max_len", max_len)):
-            if isinstance(value, bool) or int(value) != value or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        if isinstance(num_kv_heads, bool) or int(num_kv_heads) != num_kv_heads or num_kv_heads < 1:
-            raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
-        num_kv_heads = int(num_kv_heads)
-        window = None if window is None else check_window(window, causal)
-        mla = _check_mla(latent_dim, rope_dim, positional, num_heads, num_kv_heads, window, d_model)
-        self.config: dict[str, Any] = {
-            "vocab_size": int(vocab_size), "d_model": int(d_model), "num_heads": int(num_heads),
-            "num_layers": int(num_layers), "d_ff": int(d_ff), "max_len": int(max_len),
-            "positional": positional, "num_kv_heads": num_kv_heads, "causal": bool(causal),
-            "window": window, "dropout": float(dropout),
-        }
-        if mla is not None:  # only when set: older configs keep their keys, hashes and folders
-            self.config.update(latent_dim=mla[0], rope_dim=mla[1])
-        if attention_only:  # only when set, so that older configs and checkpoints keep their hash
-            self.config["attention_only"] = True
-        self.d_model, self.max_len, self.positional = int(d_model), int(max_len), positional
-        self.vocab_size = int(vocab_size)
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        nn.init.normal_(self.embedding.weight, std=d_model**-0.5)
-        table = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding}
-        self.positional_encoding = table[positional](max_len, d_model) if positional in table else None
-        inside = positional if positional in ("rope", "alibi") else None
-        self.blocks = nn.ModuleList(
-            DecoderOnlyBlock(d_model, num_heads, d_ff, num_kv_heads, inside, causal, window, dropout,
-                             *(mla or (None, 0)), attention_only)
-            for _ in range(num_layers)
-        )
-        self.final_norm = nn.Identity() if attention_only else nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-        self.output_proj = nn.Linear(d_model, vocab_size, bias=False)
-        if attention_only:
-            nn.init.normal_(self.output_proj.weight, std=d_model**-0.5)
+        if spec is None:
+            if vocab_size is None:
+                raise TypeError("GPT needs vocab_size (or a whole spec=DecoderSpec(...))")
+            spec, self.config = _spec_from_keywords(
+                vocab_size, d_model, num_heads, num_layers, d_ff, max_len, positional, num_kv_heads, causal,
+                window, dropout, latent_dim, rope_dim, attention_only)
         else:
+            given = {k: v for k, v in arguments.items() if k in _KEYWORDS and v != _KEYWORDS[k]}
+            if given:
+                raise TypeError(f"GPT takes either spec= or the keyword sizes, not both (got {sorted(given)})")
+            spec = spec if isinstance(spec, DecoderSpec) else DecoderSpec(**spec)
+            self.config = {"spec": spec.to_dict()}
+        self.spec = spec
+        self.d_model, self.max_len, self.positional = spec.d_model, spec.max_len, spec.positions.kind
+        self.vocab_size = spec.vocab_size
+        # Creation order as before specs existed: embedding, positions, blocks, final norm, output.
+        self.embedding = nn.Embedding(spec.vocab_size, spec.d_model)
+        nn.init.normal_(self.embedding.weight, std=spec.d_model**-0.5)
+        table = _POSITION_TABLES.get(spec.positions.kind)
+        self.positional_encoding = None if table is None else table(spec.max_len, spec.d_model)
+        self.blocks = nn.ModuleList(DecoderOnlyBlock(spec) for _ in range(spec.num_layers))
+        self.final_norm = spec.norm.build(spec.d_model)
+        self.dropout = nn.Dropout(spec.dropout)
+        self.output_proj = nn.Linear(spec.d_model, spec.vocab_size, bias=False)
+        if spec.tie_output:
             self.output_proj.weight = self.embedding.weight
+        else:
+            nn.init.normal_(self.output_proj.weight, std=spec.d_model**-0.5)
+
+    @classmethod
+    def from_spec(cls, spec: DecoderSpec | dict[str, Any]) -> GPT:
+        """Build an (untrained) model from a :class:`~attncourse.nn.spec.DecoderSpec` or its dict."""
+        return cls(spec=spec)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> GPT:
         """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict."""
         return cls(**config)
 
-    def init_cache(self, batch: int) -> list[KVCache] | list[LatentCache]:
-        """One empty cache per block: :class:`KVCache` ``(batch, num_kv_heads, 0, d_k)``, or with MLA
-        :class:`~attncourse.nn.mla.LatentCache` ``(batch, 0, d_c)``."""
+    def init_cache(self, batch: int) -> list[DecoderCache]:
+        """One empty cache per block (each attention's ``empty_cache``): :class:`~attncourse.nn.attention.KVCache`
+        ``(batch, num_kv_heads, 0, d_k)``, or with MLA :class:`~attncourse.nn.mla.LatentCache`
+        ``(batch, 0, d_c)``."""
         return [block.attn.empty_cache(batch) for block in self.blocks]
 
     def cache_bytes_per_token(self) -> int:
-        """Bytes the KV cache grows by per token and sequence: ``2 * layers * num_kv_heads * d_k * bytes``,
-        or with MLA ``layers * (d_c + d_h^R) * bytes``."""
-        attn = self.blocks[0].attn
+        """Bytes the KV cache grows by per token and sequence: ``layers * cache_numbers_per_token * bytes``,
+        i.e. ``2 * layers * num_kv_heads * d_k * bytes``, or with MLA ``layers * (d_c + d_h^R) * bytes``."""
         element = self.embedding.weight.element_size()
-        if isinstance(attn, MultiHeadLatentAttention):
-            return len(self.blocks) * attn.cache_numbers_per_token() * element
-        return 2 * len(self.blocks) * attn.num_kv_heads * attn.d_k * element
+        return sum(block.attn.cache_numbers_per_token() for block in self.blocks) * element
 
-    def forward(self, tokens: torch.Tensor, kv_caches: list[KVCache] | None = None,
+    def forward(self, tokens: torch.Tensor, kv_caches: list[DecoderCache] | None = None,
                 mask: torch.Tensor | None = None, need_weights: bool = False,
                 fast: bool = True) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """Logits of the next token at every position.
@@ -249,14 +271,14 @@ class GPT(nn.Module):
         ----------
         tokens : (batch, seq_len) int
             Token ids; with ``kv_caches`` the positions after the cached ones.
-        kv_caches : list of KVCache, optional
+        kv_caches : list of KVCache (LatentCache, any DecoderCache), optional
             From :meth:`init_cache`; each layer's keys and values are appended in place.
         mask : bool tensor broadcastable to (batch, num_heads, seq_len, cache_len + seq_len), optional
             Extra mask, ``True`` = may attend (e.g. left padding), combined with the causal mask.
         need_weights : bool
             Return every layer's attention weights.
         fast : bool
-            See :meth:`attncourse.nn.gqa.CausalSelfAttention.forward`.
+            See :meth:`attncourse.nn.protocol.DecoderAttention.forward`.
 
         Returns
         -------
@@ -280,7 +302,9 @@ class GPT(nn.Module):
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             raise ValueError(f"kv_caches has {len(kv_caches)} entries for {len(self.blocks)} layers")
         offset = 0 if kv_caches is None else len(kv_caches[0])
-        x = self.embedding(tokens) * math.sqrt(self.d_model)
+        x = self.embedding(tokens)
+        if self.spec.scale_embedding:
+            x = x * math.sqrt(self.d_model)
         if self.positional_encoding is not None:
             x = self.positional_encoding(x, offset)
         x = self.dropout(x)
@@ -290,6 +314,48 @@ class GPT(nn.Module):
             x, weights = block(x, mask, cache, need_weights=need_weights, fast=fast)
             all_weights.append(weights)
         return self.output_proj(self.final_norm(x)), all_weights
+
+
+def _spec_from_keywords(vocab_size, d_model, num_heads, num_layers, d_ff, max_len, positional, num_kv_heads,
+                        causal, window, dropout, latent_dim, rope_dim,
+                        attention_only) -> tuple[DecoderSpec, dict[str, Any]]:
+    """The spec the keyword constructor describes, and its ``config`` (the keywords, as before specs)."""
+    if positional not in GPT_POSITIONAL:
+        raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
+    for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
+                        ("num_layers", num_layers), ("d_ff", d_ff), ("max_len", max_len)):
+        if isinstance(value, bool) or int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    if isinstance(num_kv_heads, bool) or int(num_kv_heads) != num_kv_heads or num_kv_heads < 1:
+        raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
+    num_kv_heads = int(num_kv_heads)
+    window = None if window is None else check_window(window, causal)
+    mla = _check_mla(latent_dim, rope_dim, positional, num_heads, num_kv_heads, window, d_model)
+    config: dict[str, Any] = {
+        "vocab_size": int(vocab_size), "d_model": int(d_model), "num_heads": int(num_heads),
+        "num_layers": int(num_layers), "d_ff": int(d_ff), "max_len": int(max_len),
+        "positional": positional, "num_kv_heads": num_kv_heads, "causal": bool(causal),
+        "window": window, "dropout": float(dropout),
+    }
+    if mla is not None:  # only when set: older configs keep their keys, hashes and folders
+        config.update(latent_dim=mla[0], rope_dim=mla[1])
+        attention = AttentionSpec("mla", MLAOptions(*mla))
+    else:
+        attention = AttentionSpec("gqa", GQAOptions(num_kv_heads, window))
+    if attention_only:  # only when set, so that older configs and checkpoints keep their hash
+        config["attention_only"] = True
+    spec = DecoderSpec(
+        config["vocab_size"], config["d_model"], config["num_heads"], config["num_layers"], config["max_len"],
+        config["causal"], config["dropout"], attention, PositionSpec(positional),
+        NormSpec("none" if attention_only else "layernorm"),
+        FFNSpec("none" if attention_only else "relu", config["d_ff"]), tie_output=not attention_only)
+    return spec, config
+
+
+#: The keyword constructor's arguments and defaults (left out when ``spec=`` is given).
+_KEYWORDS = {name: p.default for name, p in inspect.signature(GPT.__init__).parameters.items()
+             if name not in ("self", "spec")}
 
 
 def _check_mla(latent_dim, rope_dim, positional, num_heads, num_kv_heads, window, d_model):

@@ -21,7 +21,9 @@ It can also restrict each query to the last ``window`` keys (sliding-window
 attention; :func:`attncourse.functional.sliding_window_mask`, the same window of w keys).
 The cache is chapter
 6's :class:`~attncourse.nn.attention.KVCache`, holding the ``num_kv_heads`` heads
-(keys already rotated with RoPE), so its memory shrinks with them.
+(keys already rotated with RoPE), so its memory shrinks with them. It implements
+:class:`~attncourse.nn.protocol.DecoderAttention`, registered as ``"gqa"`` with its
+options in :class:`GQAOptions` (:mod:`attncourse.nn.spec`).
 
 References
 ----------
@@ -34,6 +36,7 @@ Vaswani et al. (2017), section 3.2.2 (multi-head attention), equation (1).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -43,10 +46,75 @@ from attncourse.functional.sparse_masks import check_window
 from attncourse.functional.torch_attention import masked_softmax
 from attncourse.nn.alibi import alibi_bias
 from attncourse.nn.attention import KVCache, merge_heads, split_heads
+from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import apply_rope
 
 #: What ``CausalSelfAttention(positional=...)`` accepts: schemes acting inside attention, or None.
 ATTENTION_POSITIONAL: tuple[str | None, ...] = (None, "rope", "alibi")
+
+
+@dataclass(frozen=True)
+class GQAOptions:
+    """The options of attention variant ``"gqa"`` (:class:`CausalSelfAttention`) in a model spec.
+
+    Attributes
+    ----------
+    num_kv_heads : int, optional
+        g key/value heads; None for h (multi-head attention), 1 for multi-query.
+    window : int, optional
+        Sliding window of ``window`` keys per query (see :func:`allowed_keys`).
+    bias : bool
+        Biases on the four projections (GPT-2 has them; Llama-style models do not).
+    """
+
+    num_kv_heads: int | None = None
+    window: int | None = None
+    bias: bool = False
+
+
+def check_call(mask: torch.Tensor | None, positions: torch.Tensor | None, batch: int, num_heads: int,
+               seq_len: int, offset: int, device) -> torch.Tensor:
+    """Check what every decoder attention takes besides ``x`` and its cache; return the positions.
+
+    ``mask`` must broadcast to ``(batch, num_heads, seq_len, offset + seq_len)`` (:func:`check_mask`),
+    ``positions`` be ``(seq_len,)`` integers or None (:func:`check_positions`, which gives the default).
+    """
+    if mask is not None:
+        check_mask(mask, (batch, num_heads, seq_len, offset + seq_len))
+    return check_positions(positions, seq_len, offset, device)
+
+
+def check_positions(positions: torch.Tensor | None, seq_len: int, offset: int, device) -> torch.Tensor:
+    """The positions of ``seq_len`` new tokens: ``positions`` checked, or ``offset + arange(seq_len)``.
+
+    Raises
+    ------
+    ValueError
+        If ``positions`` is not a ``(seq_len,)`` integer tensor.
+    """
+    if positions is None:
+        return torch.arange(offset, offset + seq_len, device=device)
+    if (not isinstance(positions, torch.Tensor) or positions.shape != (seq_len,)
+            or positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool):
+        shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be a (seq_len={seq_len},) integer tensor, got {shape}")
+    return positions.to(device)
+
+
+def check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
+    """Raise ValueError unless ``mask`` is a bool tensor broadcastable to ``scores_shape``
+    ``(batch, num_heads, seq_len, cache_len + seq_len)``."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a bool tensor (True = may attend), got {kind}")
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != torch.Size(scores_shape):
+        raise ValueError(f"mask {tuple(mask.shape)} does not broadcast to the scores' shape "
+                         f"(batch, num_heads, seq_len, cache_len + seq_len) = {scores_shape}")
+
 
 
 def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -120,8 +188,10 @@ def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | 
     return allowed
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(nn.Module, DecoderAttention):
     """Self-attention with ``num_heads`` query heads and ``num_kv_heads`` key/value heads.
+
+    Implements :class:`~attncourse.nn.protocol.DecoderAttention` (variant ``"gqa"``).
 
     Parameters
     ----------
@@ -191,6 +261,17 @@ class CausalSelfAttention(nn.Module):
         self.w_v = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
         self.w_o = nn.Linear(self.num_heads * self.d_k, d_model, bias=bias)
 
+    @classmethod
+    def from_options(cls, options: GQAOptions, *, d_model: int, num_heads: int, causal: bool,
+                     positional: str | None, rope_base: float) -> CausalSelfAttention:
+        """Build the ``"gqa"`` variant of a model spec (:mod:`attncourse.nn.spec`)."""
+        return cls(d_model, num_heads, options.num_kv_heads, positional, causal, options.window,
+                   rope_base, options.bias)
+
+    def cache_numbers_per_token(self) -> int:
+        """Numbers cached per token: a key and a value for each kv head, ``2 g d_k``."""
+        return 2 * self.num_kv_heads * self.d_k
+
     def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> KVCache:
         """A :class:`KVCache` with no entries, ``k, v: (batch, num_kv_heads, 0, d_k)``."""
         dtype = self.w_q.weight.dtype if dtype is None else dtype
@@ -199,7 +280,8 @@ class CausalSelfAttention(nn.Module):
         return KVCache(k=empty, v=empty.clone())
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: KVCache | None = None,
-                need_weights: bool = False, fast: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                need_weights: bool = False, fast: bool = True,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from each new position to the cached ones and to the new ones allowed by the mask.
 
         Parameters
@@ -216,6 +298,9 @@ class CausalSelfAttention(nn.Module):
             Return the weights (forces the written-out path).
         fast : bool
             Use ``scaled_dot_product_attention`` when the weights are not needed.
+        positions : (seq_len,) int tensor, optional
+            RoPE's position of each new token; default ``cache_len + arange(seq_len)``.
+            Unused by the other schemes (ALiBi's distances follow the cache's order).
 
         Returns
         -------
@@ -227,8 +312,9 @@ class CausalSelfAttention(nn.Module):
         ------
         ValueError
             If ``x`` is not ``(batch, seq_len, d_model)``, the cache is not
-            ``(batch, num_kv_heads, cache_len, d_k)``, or ``mask`` is not a bool tensor
-            broadcastable to ``(batch, num_heads, seq_len, cache_len + seq_len)``.
+            ``(batch, num_kv_heads, cache_len, d_k)``, ``mask`` is not a bool tensor
+            broadcastable to ``(batch, num_heads, seq_len, cache_len + seq_len)``, or
+            ``positions`` is not a ``(seq_len,)`` integer tensor.
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
@@ -241,13 +327,11 @@ class CausalSelfAttention(nn.Module):
                 raise ValueError(f"kv_cache must hold (batch={batch}, num_kv_heads={self.num_kv_heads}, "
                                  f"cache_len, d_k={self.d_k}) keys and values, got keys {cached} "
                                  f"and values {tuple(kv_cache.v.shape)}")
-        if mask is not None:
-            self._check_mask(mask, (batch, self.num_heads, seq_len, offset + seq_len))
+        positions = check_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
         q = split_heads(self.w_q(x), self.num_heads)  # (batch, h, seq_len, d_k)
         k = split_heads(self.w_k(x), self.num_kv_heads)  # (batch, g, seq_len, d_k)
         v = split_heads(self.w_v(x), self.num_kv_heads)
         if self.positional == "rope":
-            positions = torch.arange(offset, offset + seq_len, device=x.device)
             q, k = apply_rope(q, positions, self.rope_base), apply_rope(k, positions, self.rope_base)
         if kv_cache is not None:
             kv_cache.append(k, v)
@@ -271,19 +355,6 @@ class CausalSelfAttention(nn.Module):
                                and mask is None and offset == 0)
             weights = None
         return self.w_o(merge_heads(heads)), weights
-
-    @staticmethod
-    def _check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
-        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-            raise ValueError(f"mask must be a bool tensor (True = may attend), got {kind}")
-        try:
-            broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
-        except RuntimeError:
-            broadcast = None
-        if broadcast != torch.Size(scores_shape):
-            raise ValueError(f"mask {tuple(mask.shape)} does not broadcast to the scores' shape "
-                             f"(batch, num_heads, seq_len, cache_len + seq_len) = {scores_shape}")
 
     @staticmethod
     def _fast(q, k, v, allowed, bias, is_causal: bool) -> torch.Tensor:

@@ -29,6 +29,10 @@ Simplifications against the paper: the queries are not compressed (DeepSeek-V2
 also compresses them, eqs. 12-13, to save activation memory in training; this
 changes nothing in the cache), and there is no bias.
 
+:class:`MultiHeadLatentAttention` implements
+:class:`~attncourse.nn.protocol.DecoderAttention`, registered as ``"mla"`` with
+its options in :class:`MLAOptions` (:mod:`attncourse.nn.spec`).
+
 References
 ----------
 DeepSeek-AI (2024), "DeepSeek-V2: A Strong, Economical, and Efficient
@@ -47,8 +51,26 @@ from torch import nn
 
 from attncourse.functional.torch_attention import masked_softmax
 from attncourse.nn.attention import merge_heads, split_heads
-from attncourse.nn.gqa import allowed_keys
+from attncourse.nn.gqa import allowed_keys, check_call
+from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import apply_rope
+
+
+@dataclass(frozen=True)
+class MLAOptions:
+    """The options of attention variant ``"mla"`` (:class:`MultiHeadLatentAttention`) in a model spec.
+
+    Attributes
+    ----------
+    latent_dim : int, optional
+        d_c; None for 4 d_h, DeepSeek-V2's ratio (section 3.1.2: d_c = 512 for d_h = 128).
+    rope_dim : int, optional
+        d_h^R; None for d_h / 2 rounded up to even with RoPE (DeepSeek-V2's ratio),
+        0 without RoPE.
+    """
+
+    latent_dim: int | None = None
+    rope_dim: int | None = None
 
 
 @dataclass
@@ -78,7 +100,7 @@ class LatentCache:
         self.c_kv, self.k_rope = self.c_kv[:, :length], self.k_rope[:, :length]
 
 
-class MultiHeadLatentAttention(nn.Module):
+class MultiHeadLatentAttention(nn.Module, DecoderAttention):
     """Causal self-attention whose keys and values are up-projected from a cached latent (MLA).
 
     Parameters
@@ -148,6 +170,30 @@ class MultiHeadLatentAttention(nn.Module):
         self.w_kr = nn.Linear(d_model, self.rope_dim, bias=False) if self.rope_dim else None
         self.w_o = nn.Linear(h * self.d_k, d_model, bias=False)
 
+    @classmethod
+    def from_options(cls, options: MLAOptions, *, d_model: int, num_heads: int, causal: bool,
+                     positional: str | None, rope_base: float) -> MultiHeadLatentAttention:
+        """Build the ``"mla"`` variant of a model spec (:mod:`attncourse.nn.spec`).
+
+        Raises
+        ------
+        ValueError
+            With ALiBi (its bias is not part of MLA), or with a ``rope_dim`` that does
+            not match the scheme (RoPE needs ``rope_dim > 0``, the others 0).
+        """
+        if positional not in (None, "rope"):
+            raise ValueError(f"MLA has a decoupled RoPE key or no position inside attention; "
+                             f"positional={positional!r} is not supported")
+        d_h = d_model // num_heads if num_heads and d_model % num_heads == 0 else 0
+        latent_dim = 4 * d_h if options.latent_dim is None else options.latent_dim
+        rope_dim = options.rope_dim
+        if rope_dim is None:
+            rope_dim = d_h // 2 + (d_h // 2) % 2 if positional == "rope" else 0
+        if isinstance(rope_dim, int) and (positional == "rope") != (rope_dim > 0):
+            raise ValueError(f"rope_dim={rope_dim} with positional={positional!r}: MLA's rotary part needs "
+                             "positional='rope' and rope_dim > 0, or neither")
+        return cls(d_model, num_heads, latent_dim, rope_dim, causal, rope_base)
+
     def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> LatentCache:
         """A :class:`LatentCache` with no entries: ``c_kv (batch, 0, d_c)``, ``k_rope (batch, 0, d_h^R)``."""
         dtype = self.w_q.weight.dtype if dtype is None else dtype
@@ -176,7 +222,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 kv_cache: LatentCache | None = None, need_weights: bool = False,
-                fast: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                fast: bool = True, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """MLA from each new position to the cached and the allowed new ones.
 
         Parameters
@@ -190,6 +236,8 @@ class MultiHeadLatentAttention(nn.Module):
             Return the attention weights.
         fast : bool
             Use ``scaled_dot_product_attention`` in the plain form when no weights are asked for.
+        positions : (seq_len,) int tensor, optional
+            Positions of the new tokens for the rotary parts; default ``cache_len + arange(seq_len)``.
 
         Returns
         -------
@@ -199,7 +247,8 @@ class MultiHeadLatentAttention(nn.Module):
         Raises
         ------
         ValueError
-            If ``x`` is not ``(batch, seq_len, d_model)`` or the cache's shapes do not fit.
+            If ``x`` is not ``(batch, seq_len, d_model)``, the cache's shapes do not fit, or
+            ``positions`` is not a ``(seq_len,)`` integer tensor.
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
@@ -211,7 +260,7 @@ class MultiHeadLatentAttention(nn.Module):
             raise ValueError(f"kv_cache must hold (batch={batch}, cache_len, d_c={self.latent_dim}) latents "
                              f"and (batch, cache_len, d_h^R={self.rope_dim}) keys, got "
                              f"{tuple(kv_cache.c_kv.shape)} and {tuple(kv_cache.k_rope.shape)}")
-        positions = torch.arange(offset, offset + seq_len, device=x.device)
+        positions = check_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
         q, q_rope = self._queries(x, positions)
         c_kv, k_rope = self._latents(x, positions)
         if kv_cache is not None:
@@ -268,4 +317,4 @@ class MultiHeadLatentAttention(nn.Module):
         return torch.einsum("bhnc,hmc->bnm", heads, w_ov)
 
 
-__all__ = ["LatentCache", "MultiHeadLatentAttention"]
+__all__ = ["LatentCache", "MLAOptions", "MultiHeadLatentAttention"]

@@ -133,21 +133,9 @@ class LearnedPositionalEncoding(nn.Module):
     def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """Return x + P[pos] for positions ``offset .. offset + seq_len - 1``.
 
-        Parameters
-        ----------
-        x : (batch, seq_len, d_model)
-        offset : int
-            Position of the first token.
-
-        Returns
-        -------
-        (batch, seq_len, d_model)
-
-        Raises
-        ------
-        ValueError
-            If ``x`` is not ``(batch, seq_len, d_model)`` or a position is outside
-            ``[0, max_len)``.
+        Takes and returns what :meth:`SinusoidalPositionalEncoding.forward` does
+        (``x (batch, seq_len, d_model)``, the first position ``offset``), and raises
+        the same ValueError for a wrong shape or a position outside ``[0, max_len)``.
         """
         _check_input(x, offset, self.max_len, self.d_model)
         return x + self.embedding.weight[offset : offset + x.shape[1]]

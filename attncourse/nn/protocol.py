@@ -1,4 +1,5 @@
-"""The decoder protocol: what greedy and beam search need of an encoder-decoder.
+"""The protocols: what greedy and beam search need of an encoder-decoder, and what a
+decoder-only model needs of its attention and of that attention's cache.
 
 :func:`~attncourse.decode.search.greedy_decode` and
 :func:`~attncourse.decode.search.beam_search` decode any model that implements
@@ -13,6 +14,20 @@ then runs one step per output token (:meth:`EncoderDecoder.decode_step`), from
 the previous token y_{i-1} and a decoder state to the scores of y_i, exactly as
 the sequence is factorised in p(y | x) = prod_i p(y_i | y_<i, x) (Sutskever et
 al. 2014, eq. (1); Bahdanau et al. 2015, eq. (2)).
+
+A decoder-only model (:class:`~attncourse.nn.gpt.GPT`) stacks blocks around
+one self-attention each and never looks inside it: any module implementing
+:class:`DecoderAttention` can be plugged in by name
+(:mod:`attncourse.nn.spec`). Multi-head, grouped-query and multi-query
+attention with a window, RoPE or ALiBi
+(:class:`~attncourse.nn.gqa.CausalSelfAttention`) and multi-head latent
+attention (:class:`~attncourse.nn.mla.MultiHeadLatentAttention`) implement it;
+the attention-only Transformer of chapter 9 is a model spec (no FFN, no norms,
+untied output) around the first. Each keeps its own cache
+(:class:`DecoderCache`): the keys and values of every head, or one latent per
+token. tests/test_nn_decoder_attention.py holds every registered variant to the
+contract written here: cached decoding equals the full forward, shapes, masks,
+gradients.
 """
 
 from __future__ import annotations
@@ -125,4 +140,93 @@ class EncoderDecoder(Protocol):
 
     def reorder(self, obj: Any, indices: torch.Tensor) -> Any:
         """Select batch rows ``indices`` (new_batch,) of a decoder state or an encoder state (beam search)."""
+        ...
+
+
+@runtime_checkable
+class DecoderCache(Protocol):
+    """What a decoder attention keeps of earlier positions between decoding steps.
+
+    Chapter 6's :class:`~attncourse.nn.attention.KVCache` (keys and values per
+    head) and MLA's :class:`~attncourse.nn.mla.LatentCache` (one latent per
+    token) are examples. The attention that made the cache is the only reader of
+    its contents; the model reads only its length.
+    """
+
+    def __len__(self) -> int:
+        """The positions held, ``cache_len``; the next new position is number ``cache_len``."""
+        ...
+
+    def append(self, *new: torch.Tensor) -> None:
+        """Extend along the sequence axis with the new positions' entries (rebinding, not in-place writes)."""
+        ...
+
+
+@runtime_checkable
+class DecoderAttention(Protocol):
+    """Causal self-attention as a decoder-only block uses it, with a cache for generation.
+
+    Attributes
+    ----------
+    d_model : int
+        Width of the input and output.
+    num_heads : int
+        h, the number of query heads: the weights have one row of maps per head.
+    causal : bool
+        Whether position i sees only keys j <= i.
+    """
+
+    d_model: int
+    num_heads: int
+    causal: bool
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: DecoderCache | None = None,
+                need_weights: bool = False, fast: bool = True,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from each new position to the cached ones and to the allowed new ones.
+
+        Called once on a whole sequence (training, a prompt), or step by step with a
+        cache; the two give the same outputs, which is what generation relies on.
+
+        Parameters
+        ----------
+        x : (batch, seq_len, d_model)
+            The new positions; with ``kv_cache`` they follow its ``cache_len`` positions.
+        mask : bool tensor broadcastable to (batch, num_heads, seq_len, cache_len + seq_len), optional
+            Extra mask, ``True`` = may attend (e.g. left padding), combined with the
+            variant's own (causal, window). A query with no allowed key outputs zeros.
+        kv_cache : DecoderCache, optional
+            From :meth:`empty_cache` or earlier calls; this call's entries are appended
+            in place, so that decoding the positions one call at a time gives the
+            outputs of one call on them all.
+        need_weights : bool
+            Return the attention weights.
+        fast : bool
+            Allowed to use a fused kernel (``scaled_dot_product_attention``) when the
+            weights are not needed; the result is the same up to rounding.
+        positions : (seq_len,) int tensor, optional
+            Absolute position of each new token, for schemes that rotate by position
+            (RoPE); default ``cache_len + arange(seq_len)``. Masks, windows and ALiBi's
+            distances follow the cache's order (query i is key ``cache_len + i``).
+
+        Returns
+        -------
+        output : (batch, seq_len, d_model)
+        weights : (batch, num_heads, seq_len, cache_len + seq_len) or None
+            Each row sums to 1 over the allowed keys (all zeros for a query with none);
+            None unless ``need_weights``.
+
+        Raises
+        ------
+        ValueError
+            If ``x``, the cache, ``mask`` or ``positions`` do not fit (both shapes named).
+        """
+        ...
+
+    def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> DecoderCache:
+        """A cache with no positions for ``batch`` sequences; default dtype and device: the weights'."""
+        ...
+
+    def cache_numbers_per_token(self) -> int:
+        """Numbers the cache grows by per token and sequence (``2 g d_k`` for keys and values of g heads)."""
         ...

@@ -113,6 +113,11 @@ def residual(
     return norm(x + dropout(out)), weights
 
 
+#: The FFN's activations by name.
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": torch.relu,
+                                                                    "gelu": torch.nn.functional.gelu}
+
+
 class PositionwiseFeedForward(nn.Module):
     """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, the same two-layer MLP at every position.
 
@@ -122,25 +127,37 @@ class PositionwiseFeedForward(nn.Module):
         Input and output width.
     d_ff : int
         Inner width (2048 for d_model = 512 in the paper).
+    activation : {"relu", "gelu"}
+        max(0, .) as in the paper, or GELU (Hendrycks and Gimpel 2016) as in GPT-2.
+    bias : bool
+        Biases b_1, b_2.
 
     Attributes
     ----------
     w_1 : nn.Linear(d_model, d_ff)
     w_2 : nn.Linear(d_ff, d_model)
 
+    Raises
+    ------
+    ValueError
+        If ``activation`` is unknown.
+
     References
     ----------
     Vaswani et al. (2017), section 3.3, equation (2).
     """
 
-    def __init__(self, d_model: int, d_ff: int) -> None:
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", bias: bool = True) -> None:
         super().__init__()
-        self.w_1 = nn.Linear(d_model, d_ff)
-        self.w_2 = nn.Linear(d_ff, d_model)
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {activation!r}")
+        self.activation = _ACTIVATIONS[activation]
+        self.w_1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x: (batch, seq_len, d_model) -> (batch, seq_len, d_model)``."""
-        return self.w_2(torch.relu(self.w_1(x)))
+        return self.w_2(self.activation(self.w_1(x)))
 
 
 class EncoderLayer(nn.Module):

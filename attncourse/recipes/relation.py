@@ -64,7 +64,7 @@ from attncourse.data.canvases import (
     digit_canvas_task,
     digit_relation_task,
 )
-from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, _stem
+from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, conv_stem
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: The two models :func:`train_relation_classifier` knows.
@@ -213,7 +213,7 @@ class DigitProbe(nn.Module):
 
     def __init__(self, channels: int = 32, num_classes: int = NUM_DIGITS) -> None:
         super().__init__()
-        self.stem = nn.Sequential(*_stem(1, channels))
+        self.stem = nn.Sequential(*conv_stem(1, channels))
         self.probe = nn.Linear(channels, num_classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,315 @@
+"""A decoder-only model as data: one spec whose parts are specs, and the registry of attention variants.
+
+:class:`DecoderSpec` says everything :class:`~attncourse.nn.gpt.GPT` builds:
+the sizes, and one spec for each part of a block,
+
+- the attention (:class:`AttentionSpec`): a variant registered by name in
+  :data:`ATTENTION_VARIANTS`, with that variant's own options dataclass;
+- the positions (:class:`PositionSpec`): added to the embeddings (sinusoidal,
+  learned) or acting inside attention (RoPE with its base, ALiBi);
+- the normalisation (:class:`NormSpec`): LayerNorm, RMSNorm or none
+  (:mod:`attncourse.nn.norm`);
+- the FFN (:class:`FFNSpec`): ReLU, GELU, SwiGLU or none (:mod:`attncourse.nn.ffn`);
+
+and whether the output layer is tied to the embedding. The model reads the
+spec and looks each part up by name; it has no branch per variant.
+
+A new attention variant is one module, with a class implementing
+:class:`~attncourse.nn.protocol.DecoderAttention`, an options dataclass and a
+builder ``(options, *, d_model, num_heads, causal, positional, rope_base) ->
+module``, plus one line::
+
+    register_attention("mine", MyOptions, MyAttention.from_options)
+
+A Llama-style model (chapter 11's SmolLM2-135M) reads::
+
+    DecoderSpec(vocab_size=49152, d_model=576, num_heads=9, num_layers=30, max_len=8192,
+                attention=AttentionSpec("gqa", GQAOptions(num_kv_heads=3)),
+                positions=PositionSpec("rope", base=100000.0),
+                norm=NormSpec("rmsnorm", eps=1e-5), ffn=FFNSpec("swiglu", 1536, bias=False),
+                tie_output=True, scale_embedding=False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from attncourse.nn.ffn import FFNS
+from attncourse.nn.gqa import CausalSelfAttention, GQAOptions
+from attncourse.nn.mla import MLAOptions, MultiHeadLatentAttention
+from attncourse.nn.norm import NORMS
+
+
+@dataclass(frozen=True)
+class AttentionVariant:
+    """One registered attention variant: its options dataclass and its builder.
+
+    Attributes
+    ----------
+    name : str
+    options : type
+        A dataclass; its default instance must build.
+    build : callable
+        ``build(options, *, d_model, num_heads, causal, positional, rope_base)`` -> a module
+        implementing :class:`~attncourse.nn.protocol.DecoderAttention`; raises ValueError
+        for options or a position scheme it does not support.
+    """
+
+    name: str
+    options: type
+    build: Callable[..., nn.Module]
+
+
+#: The attention variants by name; :func:`register_attention` adds one.
+ATTENTION_VARIANTS: dict[str, AttentionVariant] = {}
+
+
+def register_attention(name: str, options: type, build: Callable[..., nn.Module]) -> AttentionVariant:
+    """Make an attention variant available to :class:`AttentionSpec` under ``name``.
+
+    Raises
+    ------
+    TypeError
+        If ``options`` is not a dataclass.
+    ValueError
+        If ``name`` already names another variant.
+    """
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise TypeError(f"the options of attention variant {name!r} must be a dataclass, got {options!r}")
+    variant = AttentionVariant(name, options, build)
+    if ATTENTION_VARIANTS.get(name, variant) != variant:
+        raise ValueError(f"attention variant {name!r} is already registered")
+    ATTENTION_VARIANTS[name] = variant
+    return variant
+
+
+def _options(cls: type, value: Any, what: str) -> Any:
+    """``value`` as an instance of dataclass ``cls``: None -> defaults, a dict -> its fields."""
+    if value is None:
+        return cls()
+    if isinstance(value, Mapping):
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - names)
+        if unknown:
+            raise ValueError(f"{what} has no option {unknown[0]!r}; its options are {sorted(names)}")
+        return cls(**value)
+    if not isinstance(value, cls):
+        raise TypeError(f"{what} takes options of type {cls.__name__}, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The attention of every block: a registered variant and its options.
+
+    Attributes
+    ----------
+    name : str
+        A key of :data:`ATTENTION_VARIANTS` (``"gqa"``: MHA, GQA, MQA, windows; ``"mla"``).
+    options : dataclass instance, dict or None
+        The variant's own options (e.g. :class:`~attncourse.nn.gqa.GQAOptions`); a dict
+        of its fields or None (its defaults) is converted.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not registered, or a dict names an option the variant lacks.
+    TypeError
+        If ``options`` is another variant's dataclass.
+    """
+
+    name: str = "gqa"
+    options: Any = None
+
+    def __post_init__(self) -> None:
+        _check_kind("attention", self.name, ATTENTION_VARIANTS)
+        options = _options(ATTENTION_VARIANTS[self.name].options, self.options, f"attention {self.name!r}")
+        object.__setattr__(self, "options", options)
+
+    def build(self, d_model: int, num_heads: int, causal: bool, positions: PositionSpec) -> nn.Module:
+        """The attention module of one block, a :class:`~attncourse.nn.protocol.DecoderAttention`.
+
+        RoPE and ALiBi reach it as ``positional``; the schemes added to the embeddings as None.
+
+        Raises
+        ------
+        ValueError
+            If the variant refuses these sizes, options or position scheme.
+        """
+        inside = positions.kind if positions.kind in INSIDE_ATTENTION else None
+        return ATTENTION_VARIANTS[self.name].build(self.options, d_model=d_model, num_heads=num_heads,
+                                                   causal=causal, positional=inside, rope_base=positions.base)
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"name": ..., **options}``, plain values; ``AttentionSpec(d.pop("name"), d)`` rebuilds it."""
+        return {"name": self.name, **dataclasses.asdict(self.options)}
+
+
+#: Position schemes: added to the embeddings, or acting inside attention.
+ADDED_TO_EMBEDDINGS: tuple[str, ...] = ("sinusoidal", "learned")
+INSIDE_ATTENTION: tuple[str, ...] = ("rope", "alibi")
+
+
+@dataclass(frozen=True)
+class PositionSpec:
+    """How the model knows positions: ``kind`` is one of :data:`ADDED_TO_EMBEDDINGS` or
+    :data:`INSIDE_ATTENTION`, and ``base`` RoPE's base of theta_i = base^(-2i / d_k)
+    (10000; SmolLM2: 100000), unused by the other schemes."""
+
+    kind: str = "rope"
+    base: float = 10000.0
+
+    def __post_init__(self) -> None:
+        _check_kind("positions", self.kind, dict.fromkeys(ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION))
+        if not float(self.base) > 1:
+            raise ValueError(f"RoPE's base must be > 1, got {self.base!r}")
+        object.__setattr__(self, "base", float(self.base))
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """The normalisation before each sublayer and at the end.
+
+    Attributes
+    ----------
+    kind : {"layernorm", "rmsnorm", "none"}
+    eps : float
+        Added to the variance (LayerNorm) or the mean square (RMSNorm).
+    """
+
+    kind: str = "layernorm"
+    eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        _check_kind("norm", self.kind, NORMS)
+        if not float(self.eps) > 0:
+            raise ValueError(f"norm eps must be > 0, got {self.eps!r}")
+
+    def build(self, d_model: int) -> nn.Module:
+        """One normalisation layer of width ``d_model`` (nn.Identity for ``"none"``)."""
+        return NORMS[self.kind](d_model, self.eps)
+
+
+@dataclass(frozen=True)
+class FFNSpec:
+    """The position-wise feed-forward sublayer.
+
+    Attributes
+    ----------
+    kind : {"relu", "gelu", "swiglu", "none"}
+    d_ff : int
+        Inner width (unused with ``"none"``).
+    bias : bool
+        Biases on its projections.
+    """
+
+    kind: str = "relu"
+    d_ff: int = 256
+    bias: bool = True
+
+    def __post_init__(self) -> None:
+        _check_kind("ffn", self.kind, FFNS)
+        _check_size("d_ff", self.d_ff)
+
+    def build(self, d_model: int) -> nn.Module | None:
+        """One FFN sublayer ``(batch, seq_len, d_model)`` -> same shape, or None for ``"none"``."""
+        build = FFNS[self.kind]
+        return None if build is None else build(d_model, self.d_ff, self.bias)
+
+
+def _check_kind(what: str, kind: str, table: Mapping[str, Any]) -> None:
+    if kind not in table:
+        raise ValueError(f"{what} must be one of {tuple(table)}, got {kind!r}")
+
+
+def _check_size(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """Everything a decoder-only model is built from (:class:`~attncourse.nn.gpt.GPT`).
+
+    Attributes
+    ----------
+    vocab_size, d_model, num_heads, num_layers : int
+        V, the width, h query heads (dividing ``d_model``), L blocks.
+    max_len : int
+        Rows of a sinusoidal or learned position table (RoPE and ALiBi take any length).
+    causal : bool
+    dropout : float
+        On the embeddings and on every sublayer's output, in [0, 1).
+    attention : AttentionSpec
+    positions : PositionSpec
+    norm : NormSpec
+        Before each sublayer (pre-norm) and after the last block.
+    ffn : FFNSpec
+    tie_output : bool
+        The output layer's weight is the embedding's (Press and Wolf 2017).
+    scale_embedding : bool
+        Multiply the embeddings by sqrt(d_model) (Vaswani et al. 2017, section 3.4; the
+        course's models); Llama-style models do not.
+
+    Each part may also be given as a dict of its fields (as :meth:`to_dict` writes them).
+
+    Raises
+    ------
+    ValueError
+        If a size is not a positive int, ``dropout`` is outside [0, 1), or a part is invalid.
+    """
+
+    vocab_size: int
+    d_model: int = 64
+    num_heads: int = 8
+    num_layers: int = 2
+    max_len: int = 256
+    causal: bool = True
+    dropout: float = 0.0
+    attention: AttentionSpec = field(default_factory=AttentionSpec)
+    positions: PositionSpec = field(default_factory=PositionSpec)
+    norm: NormSpec = field(default_factory=NormSpec)
+    ffn: FFNSpec = field(default_factory=FFNSpec)
+    tie_output: bool = True
+    scale_embedding: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
+            _check_size(name, getattr(self, name))
+        if self.d_model % self.num_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {self.dropout!r}")
+        for name, cls in (("attention", AttentionSpec), ("positions", PositionSpec), ("norm", NormSpec),
+                          ("ffn", FFNSpec)):
+            value = getattr(self, name)
+            if isinstance(value, Mapping) and cls is AttentionSpec:
+                options = dict(value)
+                value = AttentionSpec(options.pop("name", "gqa"), options)
+            elif isinstance(value, Mapping):
+                value = cls(**value)
+            if not isinstance(value, cls):
+                raise TypeError(f"{name} must be a {cls.__name__} or a dict, got {type(value).__name__}")
+            object.__setattr__(self, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values only (a checkpoint's ``model_config``); ``DecoderSpec(**d)`` rebuilds it."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["attention"] = self.attention.to_dict()
+        for name in ("positions", "norm", "ffn"):
+            out[name] = dataclasses.asdict(out[name])
+        return out
+
+
+register_attention("gqa", GQAOptions, CausalSelfAttention.from_options)
+register_attention("mla", MLAOptions, MultiHeadLatentAttention.from_options)
+
+__all__ = [
+    "ADDED_TO_EMBEDDINGS", "ATTENTION_VARIANTS", "INSIDE_ATTENTION", "AttentionSpec", "AttentionVariant",
+    "DecoderSpec", "FFNSpec", "NormSpec", "PositionSpec", "register_attention",
+]
