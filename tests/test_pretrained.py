@@ -415,3 +415,52 @@ def test_a_tokenizer_of_another_kind_is_refused(tiny):
     last = len(tiny_tokens()) - 1
     with pytest.raises(ValueError, match=f"token ids must be in 0..{last}, got {last + 1}"):
         tokenizer_from_metadata(metadata).decode([last + 1])
+
+
+# --- The loader on a tiny file ------------------------------------------------------------
+
+def rms(x, g, eps):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_loader_puts_every_tensor_where_a_written_out_llama_forward_reads_it(tmp_path, tied):
+    pytest.importorskip("gguf", reason=needs_gguf.kwargs["reason"])
+    pytest.importorskip("tokenizers", reason="tokenizers is not installed (pip install tokenizers==0.23.3)")
+    from attncourse.pretrained.model import load_gguf_model
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, tied=tied)
+    model, tokenizer = load_gguf_model(path)
+    t = open_gguf(path).tensors()
+    eps, base = open_gguf(path).config.rms_eps, TINY["rope_base"]
+    assert not model.training and tokenizer.vocab_size == len(tiny_tokens())
+    assert (model.output_proj.weight is model.embedding.weight) == tied
+    tokens = torch.tensor([[5, 70, 200, 9, 33, 120]])
+    n, h, g, d_k = tokens.shape[1], TINY["num_heads"], TINY["num_kv_heads"], TINY["d_model"] // TINY["num_heads"]
+    x = t["token_embd.weight"][tokens]  # Llama does not scale the embeddings
+    pos = torch.arange(n)
+    for i in range(TINY["num_layers"]):
+        w = {name.split(".")[2]: value for name, value in t.items() if name.startswith(f"blk.{i}.")}
+        a = rms(x, w["attn_norm"], eps)
+        q = apply_rope((a @ w["attn_q"].T).view(1, n, h, d_k).transpose(1, 2), pos, base)
+        k = apply_rope((a @ w["attn_k"].T).view(1, n, g, d_k).transpose(1, 2), pos, base)
+        v = (a @ w["attn_v"].T).view(1, n, g, d_k).transpose(1, 2)
+        k, v = k.repeat_interleave(h // g, 1), v.repeat_interleave(h // g, 1)
+        scores = q @ k.transpose(-1, -2) / d_k**0.5 + torch.full((n, n), float("-inf")).triu(1)
+        x = x + (scores.softmax(-1) @ v).transpose(1, 2).reshape(1, n, -1) @ w["attn_output"].T
+        f = rms(x, w["ffn_norm"], eps)
+        x = x + (torch.nn.functional.silu(f @ w["ffn_gate"].T) * (f @ w["ffn_up"].T)) @ w["ffn_down"].T
+    output = t["token_embd.weight"] if tied else t["output.weight"]
+    expected = rms(x, t["output_norm.weight"], eps) @ output.T
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens)[0], expected, rtol=0, atol=1e-4)
+
+
+def test_a_name_that_is_not_llamas_is_refused():
+    from attncourse.pretrained.model import course_name
+
+    assert course_name("blk.3.attn_q.weight") == "blocks.3.attn.w_q.weight"
+    assert course_name("token_embd.weight") == "embedding.weight"
+    with pytest.raises(KeyError, match="blk.0.attn_qkv.weight"):
+        course_name("blk.0.attn_qkv.weight")

@@ -255,3 +255,94 @@ def test_the_chat_template_renders_as_transformers_does(tokenizer, hf_tokenizer)
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
         "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+# --- The whole model in the course's GPT, against transformers' LlamaForCausalLM ------------
+
+@pytest.fixture(scope="module")
+def ours():
+    """SmolLM2 loaded into attncourse's GPT, and its tokenizer."""
+    pytest.importorskip("tokenizers", reason="tokenizers is not installed (pip install tokenizers==0.23.3)")
+    from attncourse.pretrained.model import load_smollm2
+
+    return load_smollm2()
+
+
+def prose_ids(tokenizer, n: int) -> list[int]:
+    """The first ``n`` tokens of chapter 7's prose (real English, not generated)."""
+    text = (ROOT / "notebooks" / "07_decoder_only.md").read_text(encoding="utf-8")
+    text = "\n".join(line for line in text.splitlines() if line and not line.startswith(("```", "---", "+++")))
+    ids = tokenizer.encode(text)
+    assert len(ids) >= n
+    return ids[:n]
+
+
+def test_the_loaded_model_is_smollm2_135m_in_the_courses_gpt(ours):
+    from attncourse.nn import GPT, RMSNorm, SwiGLU
+
+    model, _ = ours
+    assert isinstance(model, GPT) and not model.training
+    assert sum(p.numel() for p in model.parameters()) == 134_515_008
+    assert model.output_proj.weight is model.embedding.weight and not model.spec.scale_embedding
+    assert isinstance(model.blocks[0].ffn, SwiGLU) and isinstance(model.final_norm, RMSNorm)
+    assert model.blocks[0].attn.rope_base == 100000.0
+    assert model.cache_bytes_per_token() == 2 * 30 * 3 * 64 * 4  # 46,080 bytes in float32
+
+
+@needs_transformers
+@pytest.mark.parametrize("length", [1, 17, 300])
+def test_our_logits_equal_transformers_logits(ours, hf_model, length):
+    model, tokenizer = ours
+    ids = torch.tensor([prose_ids(tokenizer, length)])
+    with torch.no_grad():
+        logits = model(ids)[0]
+        reference = hf_model(ids).logits
+    difference = float((logits - reference).abs().max())
+    print(f"\n{length} tokens: max |our logits - transformers'| = {difference:.2e}")
+    # Measured: 0 for 1 token, 1.13e-4 for 17 and 300 tokens, on logits up to 34 (float32's
+    # spacing there is 3.8e-6). The rest is rounding: our Q/K rows are the permuted ones, so every
+    # q.k sums in another order, and transformers computes RoPE's angles in float32 (ours in
+    # float64). The weights themselves are bit-identical (test above).
+    assert difference <= 2e-4
+    assert torch.equal(logits.argmax(-1), reference.argmax(-1))
+
+
+@needs_transformers
+def test_greedy_continuations_of_32_tokens_are_identical(ours, hf_model):
+    model, tokenizer = ours
+    prompts = [tokenizer.encode_chat([{"role": "user", "content": "What is the capital of France?"}]),
+               prose_ids(tokenizer, 40)]
+    for prompt in prompts:
+        caches = model.init_cache(1)
+        ours_new, feed = [], prompt
+        theirs_new = []
+        with torch.no_grad():
+            for _ in range(32):  # ours with the KV cache, transformers' over the whole sequence
+                ours_new.append(int(model(torch.tensor([feed]), caches)[0][0, -1].argmax()))
+                feed = ours_new[-1:]
+                theirs_new.append(int(hf_model(torch.tensor([prompt + theirs_new])).logits[0, -1].argmax()))
+        assert ours_new == theirs_new, (tokenizer.decode(ours_new), tokenizer.decode(theirs_new))
+
+
+def test_the_chat_answer_and_cached_generation_equal_uncached(ours):
+    from attncourse.decode import generate
+
+    model, tokenizer = ours
+    chat = tokenizer.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+    caches, feed, answer = model.init_cache(1), chat, []
+    with torch.no_grad():
+        for _ in range(8):
+            answer.append(int(model(torch.tensor([feed]), caches)[0][0, -1].argmax()))
+            feed = answer[-1:]
+    assert tokenizer.decode(answer) == "The capital of France is Paris.<|im_end|>"
+    prompt = torch.tensor(prose_ids(tokenizer, 20))
+    cached = generate(model, prompt, 12, temperature=0.8, seed=3, use_cache=True, suppress_ids=())
+    uncached = generate(model, prompt, 12, temperature=0.8, seed=3, use_cache=False, suppress_ids=())
+    assert torch.equal(cached, uncached)
+    with torch.no_grad():
+        whole = model(torch.cat([prompt, cached])[None])[0]
+        caches = model.init_cache(1)
+        steps = [model(prompt[None], caches)[0]] + [model(cached[None, i:i + 1], caches)[0] for i in range(12)]
+    difference = float((torch.cat(steps, 1) - whole).abs().max())
+    print(f"\nmax |cached - uncached logits| over 32 positions: {difference:.2e}")
+    assert difference <= 1e-4
