@@ -10,14 +10,16 @@ model whose llama.cpp GGUF file the registry serves as a wheel
 - :mod:`~attncourse.pretrained.config`: the metadata as a :class:`LlamaConfig`, the tensors it implies;
 - :mod:`~attncourse.pretrained.quants`: Q4_1 and Q8_0 blocks back to float32;
 - :mod:`~attncourse.pretrained.rope_layout`: the rows of Q and K for interleaved and half-split RoPE;
-- :mod:`~attncourse.pretrained.tokenizer`: byte-level BPE and the chat template, from the metadata.
+- :mod:`~attncourse.pretrained.tokenizer`: byte-level BPE and the chat template, from the metadata;
+- :mod:`~attncourse.pretrained.model`: the file's model in the course's GPT (:func:`load_smollm2`).
 
-It reads files only; ``gguf``, ``tokenizers`` and ``jinja2`` are imported when first
+``gguf``, ``tokenizers`` and ``jinja2`` are imported when first
 needed, so importing this part needs none of them.
 """
 
 from attncourse.pretrained.config import GGUFError, LlamaConfig, expected_shapes
 from attncourse.pretrained.locate import MODELS, ModelNotInstalledError, gguf_path
+from attncourse.pretrained.model import llama_spec, load_gguf_model, load_smollm2
 from attncourse.pretrained.quants import (
     BlockParts,
     bits_per_weight,
@@ -49,6 +51,9 @@ __all__ = [
     "half_split_order",
     "half_split_to_interleaved",
     "interleaved_to_half_split",
+    "llama_spec",
+    "load_gguf_model",
+    "load_smollm2",
     "open_gguf",
     "q4_1_parts",
     "q8_0_parts",

@@ -27,7 +27,13 @@ import torch
 
 from attncourse.nn.gpt import GPT
 from attncourse.nn.gqa import GQAOptions
-from attncourse.nn.spec import AttentionSpec, DecoderSpec, FFNSpec, NormSpec, PositionSpec
+from attncourse.nn.spec import (
+    AttentionSpec,
+    DecoderSpec,
+    FFNSpec,
+    NormSpec,
+    PositionSpec,
+)
 from attncourse.pretrained.config import LlamaConfig
 from attncourse.pretrained.locate import gguf_path
 from attncourse.pretrained.reader import open_gguf
