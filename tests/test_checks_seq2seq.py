@@ -12,7 +12,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from check_helpers import assert_failed, own_copy
+from check_helpers import (
+    assert_failed,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+    own_copy,
+)
 
 from attncourse.checks.seq2seq import (
     GRU_LAYOUT_HINT,
@@ -30,6 +34,10 @@ from attncourse.functional import (
     padding_mask,
     softmax,
 )
+
+# Right and buggy answers built on library functions: the hand-off rules are tested in
+# test_checks_hand_offs.py.
+pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 # Learners' functions built on the package's maths use copies (the checks refuse the package's).
 own_softmax, own_masked_softmax = own_copy(softmax), own_copy(masked_softmax)

@@ -212,7 +212,10 @@ def check_causal_early_exit(kernel) -> CheckResult:
     if not TRITON_AVAILABLE:
         return CheckResult(name=name, passed=False, cases_passed=0, cases_total=4,
                            message=f"not run: {MISSING_MESSAGE}")
-    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
+    # A Triton kernel is an object of triton's own classes (JITFunction, or the
+    # interpreter's InterpretedFunction); anything else with `.fn` and `[grid]` is not one.
+    if not (hasattr(kernel, "__getitem__") and hasattr(kernel, "fn")
+            and type(kernel).__module__.startswith("triton.")):
         return CheckResult(name=name, passed=False, cases_passed=0, cases_total=4,
                            message=f"expected a @jit kernel, got {type(kernel).__name__}",
                            hint=EXIT_NOT_KERNEL_HINT)
@@ -220,7 +223,9 @@ def check_causal_early_exit(kernel) -> CheckResult:
     def causal_output(q, k, v, block_m, block_n):
         return launch_forward_kernel(kernel, q, k, v, block_m, block_n)
 
-    return run_cases(name, causal_output, early_exit_cases())
+    # The hand-off rules (attncourse.checks.hand_offs) also require that a Triton launcher
+    # ran, and look at the cells of the kernel's own function.
+    return run_cases(name, causal_output, early_exit_cases(), learner=kernel.fn)
 
 
 __all__ = ["check_causal_early_exit", "check_flash_hbm_bytes", "early_exit_cases", "hbm_bytes_cases",
