@@ -20,8 +20,12 @@ Three rules keep the feedback honest and useful:
 - *Unwritten is not wrong.* A stub (a body of ``...`` or ``pass``, or one raising
   ``NotImplementedError`` as nbgrader's released notebooks do) gets "not passed yet".
 - *A nudge first.* The first failed attempt of a check shows a nudge (the case's
-  ``nudge``, or a general one); from the second on, the full hint, which may spell out the
-  fix. ``result.hint`` always holds the full hint.
+  ``nudge``, or a general one); from the second on, the full hint, which gives the idea
+  of the fix but never its code (``tests/test_checks_hints.py``). ``result.hint`` always
+  holds the full hint.
+- *No hand-offs.* Besides the references, a check refuses any call (direct or not) to a
+  library function that does the exercise's job, to the package outside the checks, or
+  to a chapter's helper from another cell (:mod:`attncourse.checks.hand_offs`).
 """
 
 from __future__ import annotations

@@ -122,14 +122,15 @@ def check_flash_hbm_bytes(fn) -> CheckResult:
 # --------------------------------------------------------------------------- causal early exit
 
 EXIT_HINT = (
-    "Keep the kernel's arithmetic and masks as they were, and stop the loop over key blocks "
-    "at the end of the diagonal block: range(0, stop, BLOCK_N) with "
-    "stop = tl.minimum(N_K, (i + 1) * BLOCK_M) when CAUSAL (BLOCK_M: the query rows)."
+    "Keep the kernel's arithmetic and masks as they were, and end the loop over key blocks once "
+    "it has covered the diagonal block of this program's query rows: with CAUSAL, the loop's end "
+    'is computed in the kernel from the program id and the block size of the queries, never past '
+    'N_K.'
 )
 EXIT_NAN_HINT = (
-    "Your output has NaN: your kernel still loads key blocks after the diagonal. This case puts "
-    "NaN in the keys and values no query may see, and a loaded tile multiplies them by 0 "
-    "(0 * NaN = NaN). Stop the loop at tl.minimum(N_K, (i + 1) * BLOCK_M) when CAUSAL."
+    'Your output has NaN: your kernel still loads key blocks after the diagonal. This case puts '
+    'NaN in the keys and values no query may see, and a loaded tile multiplies them by 0 (0 * NaN'
+    " = NaN). With CAUSAL, end the loop at the last key of this program's query block."
 )
 EXIT_NOT_KERNEL_HINT = (
     "Pass your kernel itself, decorated with @jit (triton.jit): "
