@@ -251,3 +251,27 @@ def test_every_written_exercise_has_a_rubric_in_the_instructor_edition_only():
         assert "Rubric" not in _text(student_notebook(nb, path.stem))
     for rubric in RUBRICS.values():
         assert min(len(rubric.full), len(rubric.partial), len(rubric.none)) > 15
+
+
+def test_every_handed_out_copy_carries_the_licence_notice(tmp_path):
+    # Issue 36: title, authors, CC BY-SA 4.0 with its link for the text, MIT for the code.
+    import re as _re
+
+    from attncourse.course.editions import chapter_editions
+    from attncourse.course.nbgrader_source import source_notebook
+    from attncourse.course.notice import AUTHORS, CC_BY_SA, NOTICE, TITLE
+    from attncourse.course.slides import deck
+
+    config = (Path(__file__).resolve().parents[1] / "_config.yml").read_text(encoding="utf-8")
+    assert _re.search(r'^title: "(.*)"$', config, _re.M).group(1) == TITLE
+    assert _re.search(r"^author: (.*)$", config, _re.M).group(1) == AUTHORS
+    assert CC_BY_SA in NOTICE and "MIT" in NOTICE and "CC BY-SA 4.0" in NOTICE
+    chapter = Path(__file__).resolve().parents[1] / "notebooks" / "04_self_attention.md"
+    student, instructor = chapter_editions(chapter)
+    from attncourse.course.exercises import read_chapter
+
+    for nb in (student, instructor, source_notebook(read_chapter(chapter), chapter.stem)):
+        assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source == NOTICE
+    from attncourse.course.notice import NOTICE_TEXT
+
+    assert NOTICE_TEXT in deck(student).cells[0].source and CC_BY_SA in NOTICE_TEXT

@@ -19,6 +19,8 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from attncourse.course.notice import NOTICE_TEXT
+
 #: nbconvert's reveal.js template with nothing from a CDN: no jQuery, require.js or mermaid,
 #: reveal.js loaded by plain script tags, MathJax 3 (the offline copy) instead of MathJax 2.
 _TEMPLATE = """{%- extends 'reveal/index.html.j2' -%}
@@ -54,6 +56,7 @@ def deck(student: NotebookNode) -> NotebookNode:
         body = [_paragraph(title.source)]
         if goals is not None:
             body.append(goals.source.replace("> ", "").replace(">\n", "\n"))
+        body.append(f"<small>{NOTICE_TEXT}</small>")  # the licence notice a copy must carry
         slides.append(nbformat.v4.new_markdown_cell("\n\n".join(body)))
     for index, cell in enumerate(cells):
         heading = re.match(r"^## (.+)$", cell.source, re.M)
