@@ -275,3 +275,19 @@ def test_every_handed_out_copy_carries_the_licence_notice(tmp_path):
     from attncourse.course.notice import NOTICE_TEXT
 
     assert NOTICE_TEXT in deck(student).cells[0].source and CC_BY_SA in NOTICE_TEXT
+
+
+def test_the_nbgrader_source_holds_each_written_answers_rubric():
+    from attncourse.course.exercises import read_chapter
+    from attncourse.course.nbgrader_source import source_notebook
+    from attncourse.course.rubrics import RUBRICS
+
+    chapter = Path(__file__).resolve().parents[1] / "notebooks" / "04_self_attention.md"
+    nb = source_notebook(read_chapter(chapter), chapter.stem)
+    written = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+               and c.cell_type == "markdown"]
+    assert written
+    for cell in written:
+        label = cell.metadata["nbgrader"]["grade_id"].removesuffix("-answer")
+        rubric = RUBRICS[label].markdown()
+        assert cell.source.endswith(rubric) and cell.metadata["attncourse"]["rubric"] == rubric

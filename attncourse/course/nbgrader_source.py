@@ -5,7 +5,8 @@ In a chapter's source notebook each coding exercise becomes two cells: an answer
 ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and a read-only, graded test cell
 that runs the exercise's check and asserts it passed (:data:`CHECK_POINTS` points).
 A written exercise's ``{solution}`` becomes a manually graded markdown answer cell
-(:data:`WRITTEN_POINTS` points) holding the reference answer, which
+(:data:`WRITTEN_POINTS` points) holding the reference answer and its rubric (also in the
+cell's metadata, ``attncourse.rubric``), which
 ``nbgrader generate_assignment`` replaces with "YOUR ANSWER HERE". Everything else is
 the student edition.
 
@@ -28,6 +29,7 @@ from nbformat import NotebookNode
 
 from attncourse.course.editions import _bare, _whole_cells, cell_from_part
 from attncourse.course.exercises import Exercise, read_chapter, split_notebook
+from attncourse.course.rubrics import RUBRICS
 
 CHECK_POINTS = 1
 WRITTEN_POINTS = 1
@@ -165,9 +167,14 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
                 cell.metadata["attncourse"] = {"timeout": EXERCISE_LIMIT}
             cells += [answer, test]
         elif part.solution and part.role == "block":
-            answer = nbformat.v4.new_markdown_cell(part.source)
+            # The rubric follows the reference answer in the source (nbgrader's release
+            # replaces the whole cell with "YOUR ANSWER HERE"), and sits in its metadata.
+            rubric = RUBRICS[part.label].markdown() if part.label in RUBRICS else ""
+            answer = nbformat.v4.new_markdown_cell(part.source + (f"\n\n{rubric}" if rubric else ""))
             answer.metadata["nbgrader"] = _meta(f"{part.label}-answer", solution=True, grade=True,
                                                 points=WRITTEN_POINTS)
+            if rubric:
+                answer.metadata["attncourse"] = {"rubric": rubric}
             cells.append(answer)
         elif not part.solution:
             cell = cell_from_part(nb, part, part.cell in whole)
