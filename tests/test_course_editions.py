@@ -291,3 +291,18 @@ def test_the_nbgrader_source_holds_each_written_answers_rubric():
         label = cell.metadata["nbgrader"]["grade_id"].removesuffix("-answer")
         rubric = RUBRICS[label].markdown()
         assert cell.source.endswith(rubric) and cell.metadata["attncourse"]["rubric"] == rubric
+
+
+def test_links_between_chapters_point_at_the_sibling_assignment_folders():
+    # Issue 36: in nbgrader releases each chapter sits in its own assignment folder.
+    from attncourse.course.exercises import read_chapter
+    from attncourse.course.nbgrader_source import LINKS_NOTE, source_notebook
+
+    root = Path(__file__).resolve().parents[1] / "notebooks"
+    chapter = root / "06_transformer.md"
+    nb = source_notebook(read_chapter(chapter), chapter.stem)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    links = re.findall(r"\]\(([^)]+\.ipynb)\)", text)
+    assert links and all(re.fullmatch(r"\.\./(\w+)/\1\.ipynb", link) for link in links), links
+    assert all((root / f"{link.split('/')[1]}.md").exists() for link in links)
+    assert nb.cells[1].source == LINKS_NOTE

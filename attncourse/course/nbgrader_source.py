@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -181,7 +182,33 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
             if cell.cell_type == "code":
                 cell.metadata["attncourse"] = {"timeout": limit}
             cells.append(cell)
-    return _bare(nb, cells)
+    return assignment_links(_bare(nb, cells))
+
+
+#: Said once, under the licence notice, in a release that links to other chapters.
+LINKS_NOTE = ("Links to other chapters open your own copy of that chapter, which nbgrader "
+              "fetches into a folder beside this one (`../<chapter>/<chapter>.ipynb`). A "
+              "chapter you have not fetched yet opens nothing: fetch it first "
+              "(`nbgrader fetch_assignment <chapter>`), or read it in the course's book.")
+_CHAPTER_LINK = re.compile(r"\]\(([A-Za-z0-9_]+)\.ipynb\)")
+
+
+def assignment_links(nb: NotebookNode) -> NotebookNode:
+    """Point ``nb``'s links to other chapters at their nbgrader assignment folders.
+
+    Each chapter is its own assignment: a student's fetched copy of chapter X is
+    ``X/X.ipynb``, a sibling of this chapter's folder. A note after the first cell (the
+    licence notice) says so, and what to do when that chapter is not fetched yet.
+    """
+    found = False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            new = _CHAPTER_LINK.sub(lambda m: f"](../{m.group(1)}/{m.group(1)}.ipynb)", cell.source)
+            found |= new != cell.source
+            cell.source = new
+    if found:
+        nb.cells.insert(1, nbformat.v4.new_markdown_cell(LINKS_NOTE))
+    return nb
 
 
 def paste_solutions(released: NotebookNode, source: NotebookNode) -> NotebookNode:
