@@ -306,3 +306,15 @@ def test_links_between_chapters_point_at_the_sibling_assignment_folders():
     assert links and all(re.fullmatch(r"\.\./(\w+)/\1\.ipynb", link) for link in links), links
     assert all((root / f"{link.split('/')[1]}.md").exists() for link in links)
     assert nb.cells[1].source == LINKS_NOTE
+
+
+def test_decks_show_the_chapters_display_equations():
+    from attncourse.course.editions import chapter_editions
+    from attncourse.course.slides import deck
+
+    root = Path(__file__).resolve().parents[1] / "notebooks"
+    for name in ("04_self_attention", "08_attention_at_scale"):
+        student, _ = chapter_editions(root / f"{name}.md")
+        equations = re.findall(r"\$\$.+?\$\$", "\n".join(c.source for c in student.cells), re.S)
+        slides = "\n".join(c.source for c in deck(student).cells)
+        assert equations and equations[0] in slides, name
