@@ -24,6 +24,7 @@ from attncourse.cli.options import EXIT_USAGE, Parser
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
+from attncourse.course.notice import NOTICE
 from attncourse.course.rubrics import rubrics_markdown
 from attncourse.course.slides import write_decks
 
@@ -66,6 +67,9 @@ whole cycle with the exchange, command by command):
 The kernel that grades needs the course's package (`pip install -e` of the course, or
 PYTHONPATH), and the environment's `bin/` on PATH. Chapters: {chapters} ({n_ex} exercises:
 {n_coding} coding, {n_written} written).
+
+Licence: {notice} Every notebook here starts with this notice and every deck's title slide
+shows it: keep them in what you hand out.
 """
 
 
@@ -131,7 +135,8 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
     readme = README.format(
         source=args.notebooks, chapters=", ".join(p.stem for p in chapters), n_ex=len(exercises),
         n_coding=coding, n_written=len(exercises) - coding, check=CHECK_POINTS, written=WRITTEN_POINTS,
-        markdown=" With `--markdown`, the same as MyST `.md` files." if args.markdown else "")
+        markdown=" With `--markdown`, the same as MyST `.md` files." if args.markdown else "",
+        notice=NOTICE)
     (out / "README.md").write_text(readme, encoding="utf-8")
     return written + [out / "README.md"]
 
