@@ -46,10 +46,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -60,7 +64,7 @@ from tqdm.auto import tqdm
 
 import attncourse
 from attncourse.cli.gpu_report import check_gpu_report_args, run_gpu_report
-from attncourse.cli.limits import check_model_config
+from attncourse.cli.limits import check_finite, check_model_config
 from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
 from attncourse.cli.options import (
     EXIT_INTERRUPTED,
@@ -72,6 +76,13 @@ from attncourse.cli.options import (
     check_train_args,
     length_hint,
     out_dir_problem,
+)
+from attncourse.cli.outputs import (
+    RunLocked,
+    is_stdout,
+    locked_run_dir,
+    os_reason,
+    write_output,
 )
 from attncourse.cli.rundir import (
     json_safe,
@@ -92,7 +103,6 @@ from attncourse.recipes.experiment import (
 )
 from attncourse.runtime import describe_device, pick_device
 from attncourse.train.checkpoint import (
-    atomic_write_text,
     load_model,
     remove_temporaries,
     temporaries,
@@ -217,17 +227,30 @@ def run_train(args: argparse.Namespace) -> int:
     """
     world = init_distributed(args.device)
     try:
-        return _train(args, world)
+        with ExitStack() as stack:
+            return _train(args, world, stack)
     finally:
         teardown_distributed()
 
 
-def _train(args: argparse.Namespace, world: Any) -> int:
+def _claim(out: Path, stack: ExitStack, resume: bool, overwrite: bool, writes: tuple[str, ...] = TRAIN_WRITES,
+           command: str = "train") -> str | None:
+    """Lock ``out`` for this run (on ``stack``) and check it (:func:`out_dir_problem`); return the problem."""
+    if not (out.exists() and not out.is_dir()):
+        try:
+            stack.enter_context(locked_run_dir(out))
+        except RunLocked as err:
+            return str(err)
+    # checked again under the lock: another run may have written there since the options were checked
+    return out_dir_problem(out, resume, overwrite, writes, command)
+
+
+def _train(args: argparse.Namespace, world: Any, stack: ExitStack) -> int:
     started, started_at = time.perf_counter(), datetime.now(timezone.utc).isoformat(timespec="seconds")
     main_rank = world.is_main
     out: Path = args.out
     # Rank 0 decides, before any rank writes, and every rank stops alike.
-    problem = broadcast_object(out_dir_problem(out, args.resume, args.overwrite) if main_rank else None)
+    problem = broadcast_object(_claim(out, stack, args.resume, args.overwrite) if main_rank else None)
     if problem:
         raise ValueError(problem)
     # a run killed before its first checkpoint starts again from the beginning (--resume or not)
@@ -373,6 +396,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     path = args.dir / BEST_NAME
     model, checkpoint = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
+    check_finite(model, path)
     extra = checkpoint["extra"]
     if not isinstance(extra.get("src_vocab"), dict) or not isinstance(extra.get("tgt_vocab"), dict):
         raise ValueError(f"{args.dir / BEST_NAME} holds no vocabularies; was it written by 'attncourse train'?")
@@ -406,25 +430,34 @@ def _evaluate(args: argparse.Namespace) -> int:
         "decode_seconds": seconds,
         "sentences_per_second": len(test) / seconds if seconds > 0 else None,
     }
-    _write_json(args.json, report)
+    for path in getattr(args, "replaced", ()):
+        print(f"attncourse: note: replacing {path}, which evaluate did not write (--overwrite)", flush=True)
+    write_output(json.dumps(json_safe(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n", args.json)
     if args.json == args.dir / "metrics.json":
         record_file(args.dir, "metrics.json")
-    print(f"metrics written to {args.json}")
+    if not is_stdout(args.json):
+        print(f"metrics written to {args.json}")
     results_path = args.dir / "results.json"
     results = _read_json(results_path)
-    if results:  # a run trained by this version: keep its test scores with it
+    evaluations = results.get("evaluations", [])
+    if results and not isinstance(evaluations, list):
+        print(f"attncourse: note: {results_path} not updated: its 'evaluations' entry is not a list "
+              "(not a file written by attncourse train?)", flush=True)
+    elif results and results_path.is_file() and not results_path.is_symlink():
+        # a run trained by this version: keep its test scores with it
         summary = {k: report[k] for k in ("test", "epoch", "beam_size", "length_penalty", "overall",
                                           "decode_seconds", "sentences_per_second")}
         same = (summary["test"], summary["beam_size"], summary["length_penalty"])
-        kept = [e for e in results.get("evaluations", [])
+        kept = [e for e in evaluations
                 if isinstance(e, dict) and (e.get("test"), e.get("beam_size"), e.get("length_penalty")) != same]
         results["evaluations"] = kept + [summary]
         _write_json(results_path, results)
         print(f"test metrics added to {results_path}")
     if args.predictions is not None:
         lines = ["\t".join(row) + "\n" for row in zip(result["sources"], result["references"], result["hypotheses"])]
-        atomic_write_text("".join(lines), args.predictions)
-        print(f"predictions written to {args.predictions}")
+        write_output("".join(lines), args.predictions)
+        if not is_stdout(args.predictions):
+            print(f"predictions written to {args.predictions}")
     return 0
 
 
@@ -450,6 +483,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupted with Ctrl-C.
     """
     parser = build_parser()
+    with interrupt_handling():
+        return _main(parser, argv)
+
+
+def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    args = None
     try:
         args = parser.parse_args(None if argv is None else list(argv))
         if args.command == "train":
@@ -465,22 +504,74 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         print(f"attncourse: error: {err} (see 'attncourse {args.command} --help')", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as err:  # a path that cannot even be looked at: permission, a name too long
+        print(f"attncourse: error: {os_reason(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("attncourse: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     try:
         if args.command in LM_COMMANDS:
             return run_train_lm(args) if args.command == "train-lm" else run_sample(args)
         if args.command == "gpu-report":
             return run_gpu_report(args)
         return run_train(args) if args.command == "train" else run_evaluate(args)
-    except (ValueError, OSError, FloatingPointError) as err:
+    except OSError as err:
+        reason = _one_line(err) if isinstance(err, RunLocked) or err.filename is None else os_reason(err)
+        print(f"attncourse: error: {reason}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, FloatingPointError) as err:
         print(f"attncourse: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
     except MemoryError as err:
         reason = _one_line(err) if str(err) else "the machine ran out of memory"
         print(f"attncourse: error: {reason}; give smaller sizes", file=sys.stderr)
         return EXIT_USAGE
+    except RuntimeError as err:  # an allocation that failed anyway (torch raises RuntimeError, not MemoryError)
+        if not allocation_failed(err):
+            raise
+        print(f"attncourse: error: the machine ran out of memory ({_one_line(err)[:200]}); give smaller sizes",
+              file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"attncourse: interrupted{_resume_hint(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def allocation_failed(err: BaseException) -> bool:
+    """True if ``err`` is torch's way of saying that memory ran out (CPU or GPU)."""
+    if isinstance(err, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(err)
+    return any(words in text for words in ("can't allocate memory", "out of memory", "Out of memory",
+                                             "not enough memory", "std::bad_alloc"))
+
+
+@contextmanager
+def interrupt_handling() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt once (the command cleans up and exits 130); a second Ctrl-C
+    while it cleans up exits 130 at once, instead of killing Python by the signal (status -2)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def again(signum: int, frame: Any) -> None:
+        os.write(2, b"attncourse: interrupted again; exiting now\n")
+        os._exit(EXIT_INTERRUPTED)
+
+    def first(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, again)
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:  # SIGINT ignored, or handled by the caller: leave it
+        yield
+        return
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _resume_hint(args: argparse.Namespace) -> str:

@@ -174,6 +174,18 @@ def check_model_config(config: Any, where: str) -> None:
     check_memory(4 * estimate_parameters(config), f"the model of {where}")
 
 
+def check_finite(model: Any, where: Any) -> None:
+    """Raise ValueError naming the file and the first weight that holds NaN or an infinity.
+
+    Such a checkpoint (a diverged training, a damaged file) would otherwise end
+    in torch's "probability tensor contains either inf, nan" while sampling.
+    """
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
+            raise ValueError(f"{where} is broken: its weights hold NaN or infinite values ({name}); "
+                             "a training that diverged, or a damaged file")
+
+
 def estimate_parameters(config: Mapping[str, Any]) -> int:
     """A rough upper estimate of a model config's parameter count (embeddings, layers, positions)."""
 

@@ -21,7 +21,19 @@ import attncourse
 from attncourse.cli.gpu_report import add_gpu_report_command
 from attncourse.cli.limits import check_limits, document_limits, training_memory_problem
 from attncourse.cli.lm import add_lm_commands
-from attncourse.cli.rundir import foreign_files, read_config, run_command, unstarted_run
+from attncourse.cli.outputs import (
+    is_stdout,
+    json_written_by,
+    output_problem,
+    replaces_foreign,
+)
+from attncourse.cli.rundir import (
+    OWNED_FILES,
+    foreign_files,
+    read_config,
+    run_command,
+    unstarted_run,
+)
 from attncourse.data.pairs import LEVELS
 from attncourse.recipes.experiment import PRESETS, TASKS, Experiment, transformer_preset
 from attncourse.runtime import pick_device
@@ -130,6 +142,10 @@ EVALUATE_MAX_TOKENS = 512
 RUN_FILES = (CHECKPOINT_NAME, BEST_NAME, "config.json", "history.json", "results.json", "metrics.json")
 #: What a training run may write into --out: its files and a generated task's test.tsv.
 TRAIN_WRITES = RUN_FILES + ("test.tsv",)
+#: The files of a run directory (of train or train-lm): never an output of evaluate but its metrics.json.
+RUN_OWN_FILES = frozenset(name for names in OWNED_FILES.values() for name in names)
+#: A metrics file written by evaluate: a JSON object with these keys (replaced without --overwrite).
+METRICS_WRITTEN = json_written_by(("checkpoint", "epoch", "test", "overall", "buckets"))
 
 
 def _seed(text: str) -> int:
@@ -297,9 +313,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--length-penalty", type=_nonnegative_float, default=0.6, metavar="A",
                     help="alpha of the beam search's length penalty ((5 + |y|) / 6)^alpha (default 0.6)")
     ev.add_argument("--json", type=_path, metavar="OUT",
-                    help="where to write the metrics as JSON (default DIR/metrics.json)")
+                    help="where to write the metrics as JSON (default DIR/metrics.json; '-': print them)")
     ev.add_argument("--predictions", type=_path, metavar="OUT.tsv",
-                    help="also write 'source<TAB>reference<TAB>hypothesis' lines to this file")
+                    help="also write 'source<TAB>reference<TAB>hypothesis' lines to this file ('-': print them)")
+    ev.add_argument("--overwrite", action="store_true",
+                    help="replace an existing --json or --predictions file that evaluate did not write (the "
+                         "run's own files and the inputs are never replaced)")
     ev.add_argument("--edges", type=_positive_int, nargs="+", metavar="L",
                     help="left edges of the source-length buckets in tokens, e.g. '1 4 8 12' "
                          "(default: five equal-width buckets)")
@@ -464,11 +483,25 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         raise UsageError(problem)
     default_json = args.json is None
     args.json = args.dir / "metrics.json" if default_json else args.json
-    check_writable(args.json, "DIR" if default_json else "--json")
-    if args.predictions is not None:
-        check_writable(args.predictions, "--predictions")
-        if args.predictions.resolve() == args.json.resolve():
-            raise UsageError(f"--predictions and the metrics (--json) would both be written to {str(args.json)!r}")
+    inputs = (args.test, args.dir / BEST_NAME)
+    args.replaced = []  # existing files of other origins that --overwrite lets this command replace
+    for option, path, ours, run_files in (
+            ("DIR" if default_json else "--json", args.json, METRICS_WRITTEN, RUN_OWN_FILES - {"metrics.json"}),
+            ("--predictions", args.predictions, None, RUN_OWN_FILES)):
+        if path is None:
+            continue
+        problem = output_problem(path, option, inputs=inputs, run_dir=args.dir, run_files=run_files, ours=ours,
+                                 overwrite=args.overwrite)
+        if problem:
+            raise UsageError(problem)
+        if not is_stdout(path) and not path.is_char_device():
+            check_writable(path, option)
+        if replaces_foreign(path, ours):
+            args.replaced.append(path)
+    if args.predictions is not None and (
+            (is_stdout(args.predictions) and is_stdout(args.json))
+            or args.predictions.resolve() == args.json.resolve()):
+        raise UsageError(f"--predictions and the metrics (--json) would both be written to {str(args.json)!r}")
     results = args.dir / "results.json"
     if results.is_file():
         check_writable(results, "DIR")
