@@ -50,10 +50,11 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, redirect_stdout
 from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -142,16 +143,74 @@ def experiment_from_args(args: argparse.Namespace) -> Experiment:
     return Experiment(**values)
 
 
+#: Bytes a line of a TSV file may have per token of --max-tokens (both sides together): a line longer
+#: than that is refused (or skipped) before it is read, whatever its tokens, as the metrics (chrF) and
+#: the tokenizer take time and memory by character. 32 bytes a token is four times a long word.
+LINE_BYTES_PER_TOKEN = 32
+
+
+def long_lines(path: Path, limit: int) -> list[int]:
+    """1-based numbers of the lines of ``path`` longer than ``limit`` bytes; read 1 MB at a time."""
+    found, lineno, length = [], 1, 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            start = 0
+            while (end := block.find(b"\n", start)) != -1:
+                length += end - start
+                if length > limit:
+                    found.append(lineno)
+                lineno, length, start = lineno + 1, 0, end + 1
+            length += len(block) - start
+    if length > limit:
+        found.append(lineno)
+    return found
+
+
 def _read_pairs(path: Path, level: str, max_src: int, max_tgt: int, hint: str, too_long: str,
                 quiet: bool = False) -> PairDataset:
-    """:func:`~attncourse.data.pairs.read_tsv` with the command's limits; says how many pairs were left out."""
-    data, skipped = read_tsv(path, level, max_src_tokens=max_src, max_tgt_tokens=max_tgt,
-                             skip_long=too_long == "skip", hint=hint)
+    """:func:`~attncourse.data.pairs.read_tsv` with the command's limits; says how many pairs were left out.
+
+    Lines longer than :data:`LINE_BYTES_PER_TOKEN` x (``max_src`` + ``max_tgt``)
+    bytes are refused (or, with ``--too-long skip``, left out) before they are read.
+    """
+    limit = LINE_BYTES_PER_TOKEN * (max_src + max_tgt)
+    long = long_lines(path, limit)
+    if long and too_long != "skip":
+        raise ValueError(f"{path}, line {long[0]}: a line of more than {limit:,} bytes ({LINE_BYTES_PER_TOKEN} "
+                         f"per token of the length limits); {hint}")
+    with tempfile.TemporaryDirectory(prefix="attncourse-tsv-") as tmp:
+        source = path
+        if long:  # a copy with those lines blank: read_tsv skips blank lines, and line numbers stay
+            source = Path(tmp) / path.name
+            skip = set(long)
+            with open(path, "rb") as f, open(source, "wb") as copy:
+                for lineno, line in enumerate(_lines(f), 1):
+                    copy.write(b"\n" if lineno in skip else line)
+        try:
+            data, skipped = read_tsv(source, level, name=path.stem, max_src_tokens=max_src,
+                                     max_tgt_tokens=max_tgt, skip_long=too_long == "skip", hint=hint)
+        except ValueError as err:
+            raise ValueError(str(err).replace(str(source), str(path))) from None
+    skipped = sorted(set(skipped) | set(long))
     if skipped and not quiet:
         lines = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
         print(f"attncourse: note: left out {len(skipped)} pair(s) of {path} longer than the limit "
               f"(--too-long skip): line(s) {lines}", flush=True)
     return data
+
+
+def _lines(f: Any) -> Iterator[bytes]:
+    """The lines of a binary file, each with its end, 1 MB at a time (a long line is not held whole)."""
+    pending = b""
+    while block := f.read(1 << 20):
+        pending += block
+        *whole, pending = pending.split(b"\n")
+        for line in whole:
+            yield line + b"\n"
+        if len(pending) > 1 << 20:  # a long line: only blanked, so its bytes are not needed
+            pending = pending[-1:]
+    if pending:
+        yield pending
 
 
 def _load_data(args: argparse.Namespace, model_limit: int | None,
@@ -393,6 +452,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    # with an output on the standard output ('-'), it gets the data alone, the messages go to stderr
+    to_stdout = is_stdout(args.json) or (args.predictions is not None and is_stdout(args.predictions))
+    info = sys.stderr if to_stdout else sys.stdout
     device = pick_device(args.device)
     path = args.dir / BEST_NAME
     model, checkpoint = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
@@ -405,15 +467,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     level = args.level or extra.get("level", "word")
     positions = max_positions(model)
     src_limit, hint = length_hint(args.max_tokens, None if positions is None else positions - 1, sources_only=True)
-    test = _read_pairs(args.test, level, src_limit, args.max_tokens, hint, args.too_long)
+    with redirect_stdout(info):
+        test = _read_pairs(args.test, level, src_limit, args.max_tokens, hint, args.too_long)
     start = time.perf_counter()
     result = evaluate(model, test, src_vocab, tgt_vocab, beam_size=args.beam_size, batch_size=args.batch_size,
                       edges=args.edges, length_penalty=args.length_penalty)
     seconds = time.perf_counter() - start
     metrics = result["metrics"]
     decoding = "greedy" if args.beam_size == 1 else f"beam search, K={args.beam_size}"
-    print(f"{test.name}: {len(test)} pairs, {decoding}, model from epoch {checkpoint['epoch']}")
-    print(format_table(metrics))
+    print(f"{test.name}: {len(test)} pairs, {decoding}, model from epoch {checkpoint['epoch']}", file=info)
+    print(format_table(metrics), file=info)
     report = {
         "checkpoint": str(args.dir / BEST_NAME),
         "epoch": checkpoint["epoch"],
@@ -431,18 +494,19 @@ def _evaluate(args: argparse.Namespace) -> int:
         "sentences_per_second": len(test) / seconds if seconds > 0 else None,
     }
     for path in getattr(args, "replaced", ()):
-        print(f"attncourse: note: replacing {path}, which evaluate did not write (--overwrite)", flush=True)
+        print(f"attncourse: note: replacing {path}, which evaluate did not write (--overwrite)", file=info,
+              flush=True)
     write_output(json.dumps(json_safe(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n", args.json)
     if args.json == args.dir / "metrics.json":
         record_file(args.dir, "metrics.json")
     if not is_stdout(args.json):
-        print(f"metrics written to {args.json}")
+        print(f"metrics written to {args.json}", file=info)
     results_path = args.dir / "results.json"
     results = _read_json(results_path)
     evaluations = results.get("evaluations", [])
     if results and not isinstance(evaluations, list):
         print(f"attncourse: note: {results_path} not updated: its 'evaluations' entry is not a list "
-              "(not a file written by attncourse train?)", flush=True)
+              "(not a file written by attncourse train?)", file=info, flush=True)
     elif results and results_path.is_file() and not results_path.is_symlink():
         # a run trained by this version: keep its test scores with it
         summary = {k: report[k] for k in ("test", "epoch", "beam_size", "length_penalty", "overall",
@@ -452,12 +516,12 @@ def _evaluate(args: argparse.Namespace) -> int:
                 if isinstance(e, dict) and (e.get("test"), e.get("beam_size"), e.get("length_penalty")) != same]
         results["evaluations"] = kept + [summary]
         _write_json(results_path, results)
-        print(f"test metrics added to {results_path}")
+        print(f"test metrics added to {results_path}", file=info)
     if args.predictions is not None:
         lines = ["\t".join(row) + "\n" for row in zip(result["sources"], result["references"], result["hypotheses"])]
         write_output("".join(lines), args.predictions)
         if not is_stdout(args.predictions):
-            print(f"predictions written to {args.predictions}")
+            print(f"predictions written to {args.predictions}", file=info)
     return 0
 
 
@@ -559,7 +623,10 @@ def interrupt_handling() -> Iterator[None]:
         os.write(2, b"attncourse: interrupted again; exiting now\n")
         os._exit(EXIT_INTERRUPTED)
 
+    signalled = []
+
     def first(signum: int, frame: Any) -> None:
+        signalled.append(signum)
         signal.signal(signal.SIGINT, again)
         raise KeyboardInterrupt
 
@@ -571,7 +638,9 @@ def interrupt_handling() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        # after a Ctrl-C the command only exits: a second one, in Python's own shutdown (which would
+        # die of the signal, status -2), is ignored
+        signal.signal(signal.SIGINT, signal.SIG_IGN if signalled else previous)
 
 
 def _resume_hint(args: argparse.Namespace) -> str:

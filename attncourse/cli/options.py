@@ -70,6 +70,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"attncourse: error: {message} (see '{self.prog} --help')\n")
 
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # '--epochs=--': argparse drops the '--' and hands the option an empty list, unchecked
+        if "--" in arg_strings and action.option_strings and action.nargs in (None, argparse.OPTIONAL):
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
+
 
 def _parse(text: str, cast: type, what: str):
     """``cast(text)``, or the one-line argparse error that names what was expected."""

@@ -89,7 +89,7 @@ class CharCorpus:
 
 #: Characters encoded at a time: bounds the encoding's temporary arrays (about 30 bytes a character) to
 #: a few tens of MB whatever the text's length.
-ENCODE_CHUNK = 1 << 20
+ENCODE_CHUNK = 1 << 18
 
 
 def char_corpus(text: str, valid_fraction: float = 0.1, vocab: Vocabulary | None = None,
