@@ -379,7 +379,7 @@ def test_evaluate_refuses_an_overlong_line_quickly(run, tsv, tmp_path, capsys):
     assert main(evaluate(run, test)) == 2
     assert time.perf_counter() - start < 20
     line = one_error_line(capsys)
-    assert f"{test}, line 4: a line of more than 32,768 bytes (32 per token" in line
+    assert f"{test}, line 4: a line of more than 65,536 bytes (64 per token" in line
     assert main(evaluate(run, test, "--too-long", "skip")) == 0
     out = capsys.readouterr().out
     assert "left out 1 pair(s)" in out and "line(s) 4" in out and "12 pairs" in out

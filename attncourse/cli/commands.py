@@ -145,8 +145,8 @@ def experiment_from_args(args: argparse.Namespace) -> Experiment:
 
 #: Bytes a line of a TSV file may have per token of --max-tokens (both sides together): a line longer
 #: than that is refused (or skipped) before it is read, whatever its tokens, as the metrics (chrF) and
-#: the tokenizer take time and memory by character. 32 bytes a token is four times a long word.
-LINE_BYTES_PER_TOKEN = 32
+#: the tokenizer take time and memory by character. 64 bytes a token is eight times a long word.
+LINE_BYTES_PER_TOKEN = 64
 
 
 def long_lines(path: Path, limit: int) -> list[int]:
