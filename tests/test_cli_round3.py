@@ -332,6 +332,20 @@ def test_activation_memory_is_checked_before_training(tmp_path, capsys, sizes):
     assert not (tmp_path / "o").exists()
 
 
+def test_train_counts_logits_and_activations(tmp_path, capsys, monkeypatch):
+    wide = tmp_path / "wide.tsv"
+    wide.write_text("".join(" ".join(f"w{i}x{j}" for j in range(100)) + "\t"
+                            + " ".join(f"v{i}x{j}" for j in range(100)) + "\n" for i in range(40)))
+    monkeypatch.setattr("attncourse.cli.limits.available_memory", lambda: 2**28)  # a 256 MiB machine
+    assert main(["train", "--train", str(wide), "--valid", str(wide), "--out", str(tmp_path / "o"), "--model",
+                 "transformer", "--batch-size", "4096", "--epochs", "1", "--no-progress"]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith("attncourse: error: training with --batch-size 4096 on pairs of up to 100 and 100 "
+                           "tokens (a target vocabulary of 4,004; logits and activations) needs about "), line
+    assert line.endswith("GiB of memory, and this machine has 0.2 GiB available; give smaller sizes")
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_failed_allocation_is_one_line(run, tsv, capsys, monkeypatch):
     def no_memory(*args, **kwargs):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory: "

@@ -65,7 +65,12 @@ from tqdm.auto import tqdm
 
 import attncourse
 from attncourse.cli.gpu_report import check_gpu_report_args, run_gpu_report
-from attncourse.cli.limits import check_finite, check_model_config
+from attncourse.cli.limits import (
+    check_finite,
+    check_memory,
+    check_model_config,
+    seq2seq_training_bytes,
+)
 from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
 from attncourse.cli.options import (
     EXIT_INTERRUPTED,
@@ -318,6 +323,11 @@ def _train(args: argparse.Namespace, world: Any, stack: ExitStack) -> int:
     experiment = experiment_from_args(args)
     splits, train_data, valid_data, level = _load_data(args, max_tokens_per_side(experiment), quiet=not main_rank)
     src_vocab, tgt_vocab = build_vocabs(train_data)
+    longest = [max((len(p[side]) for p in (*train_data.pairs, *valid_data.pairs)), default=0) + 2
+               for side in (0, 1)]  # with <bos>/<eos>
+    check_memory(seq2seq_training_bytes(args, *longest, len(tgt_vocab), min(args.batch_size, len(train_data))),
+                 f"training with --batch-size {args.batch_size} on pairs of up to {longest[0] - 2} and "
+                 f"{longest[1] - 2} tokens (a target vocabulary of {len(tgt_vocab):,}; logits and activations)")
     torch.manual_seed(args.seed)
     model = build_model(experiment, src_vocab, tgt_vocab)
     # every FitConfig setting the options name (--lr, --seed, ...) comes from them
