@@ -78,22 +78,29 @@ def test_evaluate_refuses_an_input_or_a_file_of_the_run(run, tsv, capsys, option
 
 
 def test_evaluate_replaces_another_file_only_with_overwrite_and_says_so(run, tsv, tmp_path, capsys):
-    notes, mine = run / "notes.txt", run / "metrics.json"
+    notes, mine, theirs = run / "notes.txt", run / "metrics.json", tmp_path / "mine.tsv"
     notes.write_text("my notes")
     mine.write_text('{"mine": true}')
+    theirs.write_text("my predictions")
     assert main(evaluate(run, tsv["test"])) == 2  # the default --json is a user's own metrics.json
     assert "DIR '" in (line := one_error_line(capsys)) and "was not written by this command" in line
-    assert main(evaluate(run, tsv["test"], "--predictions", str(notes))) == 2
+    for flags in ([], ["--overwrite"]):  # any other file kept in the run is the run's
+        assert main(evaluate(run, tsv["test"], "--json", str(tmp_path / "m.json"), "--predictions", str(notes),
+                             *flags)) == 2
+        assert f"--predictions '{notes}' is a file of the run '{run}'" in one_error_line(capsys)
+    assert main(evaluate(run, tsv["test"], "--json", str(tmp_path / "m.json"), "--predictions", str(theirs))) == 2
     assert "pass --overwrite" in one_error_line(capsys)
     assert notes.read_text() == "my notes" and mine.read_text() == '{"mine": true}'
-    assert main(evaluate(run, tsv["test"], "--overwrite", "--predictions", str(notes))) == 0
+    assert theirs.read_text() == "my predictions"
+    assert main(evaluate(run, tsv["test"], "--overwrite", "--predictions", str(theirs))) == 0
     out = capsys.readouterr().out
     assert f"replacing {mine}, which evaluate did not write (--overwrite)" in out
-    assert f"replacing {notes}" in out and notes.read_text().count("\t") >= 24
+    assert f"replacing {theirs}" in out and theirs.read_text().count("\t") >= 24
     # what evaluate wrote itself it replaces again without the flag
     assert main(evaluate(run, tsv["test"], "--json", str(tmp_path / "m.json"))) == 0
     assert main(evaluate(run, tsv["test"], "--json", str(tmp_path / "m.json"))) == 0
     assert main(evaluate(run, tsv["test"])) == 0
+    assert main(evaluate(run, tsv["test"], "--predictions", str(run / "new.tsv"))) == 0  # new in the run: fine
 
 
 # --- 2. special files: written through or refused, never replaced --------------------------
@@ -143,6 +150,23 @@ def test_overwrite_keeps_lookalike_temporaries_and_ignores_a_forged_list(lm_run,
         assert (lm_run / name).read_bytes() == data, name
     assert json.loads((lm_run / "config.json").read_text())["files"] == [
         "config.json", "vocab.json", "checkpoint.pt", "history.json"]
+
+
+@pytest.mark.parametrize("command", ["train", "train-lm"])
+@pytest.mark.parametrize("flags", [[], ["--overwrite"], ["--resume"]])
+def test_a_linked_run_file_is_never_replaced(run, lm_run, tsv, text_file, tmp_path, capsys, command, flags):
+    out = run if command == "train" else lm_run
+    user = tmp_path / "user.json"
+    user.write_text("mine")
+    (out / "config.json").unlink()
+    (out / "config.json").symlink_to(user)
+    argv = train_args(tsv, out, epochs=2) if command == "train" else [
+        "train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL]
+    assert main([*argv, *flags]) == 2
+    assert one_error_line(capsys).startswith(
+        f"attncourse: error: --out '{out}' holds config.json that is a link or not a regular file; a run "
+        "replaces only regular files it wrote: move it away or choose another --out")
+    assert (out / "config.json").is_symlink() and user.read_text() == "mine"
 
 
 def test_forged_list_does_not_delete_a_users_file_on_a_plain_rerun(tmp_path, text_file, capsys):

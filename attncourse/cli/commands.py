@@ -557,7 +557,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupted with Ctrl-C.
     """
     parser = build_parser()
-    with interrupt_handling():
+    # the real command line (argv None) ends with the command: a Ctrl-C in Python's shutdown is ignored
+    with interrupt_handling(ending=argv is None):
         return _main(parser, argv)
 
 
@@ -591,7 +592,10 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
             return run_gpu_report(args)
         return run_train(args) if args.command == "train" else run_evaluate(args)
     except OSError as err:
-        reason = _one_line(err) if isinstance(err, RunLocked) or err.filename is None else os_reason(err)
+        if isinstance(err, RunLocked) or err.filename is None:
+            reason = " ".join((err.strerror or "").split()) if err.strerror and err.errno else _one_line(err)
+        else:
+            reason = os_reason(err)
         print(f"attncourse: error: {reason}", file=sys.stderr)
         return EXIT_USAGE
     except (ValueError, FloatingPointError) as err:
@@ -622,9 +626,14 @@ def allocation_failed(err: BaseException) -> bool:
 
 
 @contextmanager
-def interrupt_handling() -> Iterator[None]:
+def interrupt_handling(ending: bool = False) -> Iterator[None]:
     """Ctrl-C raises KeyboardInterrupt once (the command cleans up and exits 130); a second Ctrl-C
-    while it cleans up exits 130 at once, instead of killing Python by the signal (status -2)."""
+    while it cleans up exits 130 at once, instead of killing Python by the signal (status -2).
+
+    Afterwards SIGINT is ignored if a Ctrl-C came or the process ends with the
+    command (``ending``): Python's shutdown would otherwise die of it (status -2);
+    else the previous handler is restored.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -650,7 +659,7 @@ def interrupt_handling() -> Iterator[None]:
     finally:
         # after a Ctrl-C the command only exits: a second one, in Python's own shutdown (which would
         # die of the signal, status -2), is ignored
-        signal.signal(signal.SIGINT, signal.SIG_IGN if signalled else previous)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if signalled or ending else previous)
 
 
 def _resume_hint(args: argparse.Namespace) -> str:

@@ -28,7 +28,6 @@ from attncourse.cli.outputs import (
     replaces_foreign,
 )
 from attncourse.cli.rundir import (
-    OWNED_FILES,
     foreign_files,
     read_config,
     run_command,
@@ -148,8 +147,6 @@ EVALUATE_MAX_TOKENS = 512
 RUN_FILES = (CHECKPOINT_NAME, BEST_NAME, "config.json", "history.json", "results.json", "metrics.json")
 #: What a training run may write into --out: its files and a generated task's test.tsv.
 TRAIN_WRITES = RUN_FILES + ("test.tsv",)
-#: The files of a run directory (of train or train-lm): never an output of evaluate but its metrics.json.
-RUN_OWN_FILES = frozenset(name for names in OWNED_FILES.values() for name in names)
 #: A metrics file written by evaluate: a JSON object with these keys (replaced without --overwrite).
 METRICS_WRITTEN = json_written_by(("checkpoint", "epoch", "test", "overall", "buckets"))
 
@@ -491,13 +488,13 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
     args.json = args.dir / "metrics.json" if default_json else args.json
     inputs = (args.test, args.dir / BEST_NAME)
     args.replaced = []  # existing files of other origins that --overwrite lets this command replace
-    for option, path, ours, run_files in (
-            ("DIR" if default_json else "--json", args.json, METRICS_WRITTEN, RUN_OWN_FILES - {"metrics.json"}),
-            ("--predictions", args.predictions, None, RUN_OWN_FILES)):
+    for option, path, ours, run_outputs in (
+            ("DIR" if default_json else "--json", args.json, METRICS_WRITTEN, ("metrics.json",)),
+            ("--predictions", args.predictions, None, ())):
         if path is None:
             continue
-        problem = output_problem(path, option, inputs=inputs, run_dir=args.dir, run_files=run_files, ours=ours,
-                                 overwrite=args.overwrite)
+        problem = output_problem(path, option, inputs=inputs, run_dir=args.dir, run_outputs=run_outputs,
+                                 ours=ours, overwrite=args.overwrite)
         if problem:
             raise UsageError(problem)
         if not is_stdout(path) and not path.is_char_device():
@@ -527,6 +524,12 @@ def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str,
     """
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} exists and is not a directory"
+    # a link or a special file under a name the run writes would be replaced by the atomic rename
+    special = [n for n in sorted(set(writes) | {"config.json"}) if os.path.lexists(out / n)
+               and not ((out / n).is_file() and not (out / n).is_symlink())]
+    if special:
+        return (f"--out {str(out)!r} holds {', '.join(special)} that is a link or not a regular file; a run "
+                "replaces only regular files it wrote: move it away or choose another --out")
     leftovers = set(temporaries(out, tuple(writes) + RUN_FILES))
     if resume:
         other = run_command(read_config(out))

@@ -4,8 +4,9 @@ A file a user names as an output (``evaluate --json``, ``--predictions``) is
 checked before any work, and refused when writing it would destroy something
 the command did not create:
 
-* an input of the same command (the ``--test`` file, the checkpoint) or a file
-  of the run directory (``best.pt``, ``config.json``, ...): always refused;
+* an input of the same command (the ``--test`` file, the checkpoint) or an
+  existing file of the run directory (``best.pt``, ``config.json``, a user's
+  ``notes.txt``, ...) but the command's own output there (``metrics.json``): always refused;
 * anything that is not a regular file: a symbolic link (its target would be
   replaced by the atomic rename), a FIFO (writing to it blocks until a reader
   comes), a socket or a block device are refused; a character device
@@ -70,7 +71,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def output_problem(path: Path, option: str, *, inputs: Iterable[Path] = (), run_dir: Path | None = None,
-                   run_files: Iterable[str] = (), ours: Callable[[Path], bool] | None = None,
+                   run_outputs: Iterable[str] = (), ours: Callable[[Path], bool] | None = None,
                    overwrite: bool = False) -> str | None:
     """Why ``path`` must not receive an output, or None; see the module's docstring for the rules.
 
@@ -83,7 +84,8 @@ def output_problem(path: Path, option: str, *, inputs: Iterable[Path] = (), run_
     inputs : iterable of Path
         Files the same command reads.
     run_dir : Path, optional
-        The run directory the command works on; its files named in ``run_files`` are refused.
+        The run directory the command works on: an existing file there is refused (the run's own
+        files, and anything a user keeps with them), but those named in ``run_outputs``.
     ours : callable(Path) -> bool, optional
         True for an existing file this command wrote earlier (replaced without ``--overwrite``).
     overwrite : bool
@@ -104,7 +106,8 @@ def output_problem(path: Path, option: str, *, inputs: Iterable[Path] = (), run_
     for source in inputs:
         if _same_file(path, source):
             return f"{option} {shown!r} is {str(source)!r}, an input of this command; give another file"
-    if run_dir is not None and info is not None and _same_file(path.parent, run_dir) and path.name in set(run_files):
+    if run_dir is not None and info is not None and _same_file(path.parent, run_dir) \
+            and path.name not in set(run_outputs):
         return f"{option} {shown!r} is a file of the run {str(run_dir)!r}; give another file"
     if info is None:
         return None
@@ -141,8 +144,11 @@ def write_output(text: str, path: Path) -> None:
         return
     info = _lstat(path)
     if info is not None and stat.S_ISCHR(info.st_mode):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as err:  # /dev/full, say: name the device, not a file descriptor
+            raise OSError(err.errno, f"cannot write {str(path)!r}: {err.strerror or err}") from None
         return
     atomic_write_text(text, path)
 
