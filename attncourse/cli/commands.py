@@ -26,10 +26,15 @@ fast, and the learning curves of every segment of training, resumed or not) and,
 for a generated task, ``test.tsv``; ``config.json`` is written first and lists
 them. ``--out`` must be new or empty: a directory holding anything else is never
 written into unless ``--overwrite`` says so, and even then only the files an
-earlier run listed are deleted or replaced (:mod:`attncourse.cli.rundir`); every
-numeric option has a ceiling (:mod:`attncourse.cli.limits`).
+earlier run listed are deleted or replaced (:mod:`attncourse.cli.rundir`); a run
+locks ``--out`` while it writes there, so a second run into it stops with one line;
+every numeric option has a ceiling (:mod:`attncourse.cli.limits`), and the memory
+of the weights, logits and activations is checked before training.
 ``evaluate`` prints a table of metrics overall and by source length, writes
-them to ``metrics.json`` and adds them to ``results.json``.
+them to ``metrics.json`` and adds them to ``results.json``; ``--json`` and
+``--predictions`` never replace an input, a file of the run, a link or a special
+file, nor (without ``--overwrite``) a file evaluate did not write; ``-`` prints
+them (:mod:`attncourse.cli.outputs`).
 
 Lengths are limited, and the limits are stated: a TSV pair with a side longer
 than ``--max-tokens`` tokens (or than a Transformer's 512 positions take) stops

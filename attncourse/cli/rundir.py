@@ -2,7 +2,8 @@
 
 A ``train`` or ``train-lm`` run writes its ``config.json`` first, and that file
 lists (under ``"files"``) every file the run writes into ``--out``. ``--overwrite``
-deletes those files, and only those: a file of the same name that no run
+deletes those files, and only those, and only under the names the command owns
+(:data:`OWNED_FILES`: a forged or edited list deletes nothing else); a file of the same name that no run
 recorded (the user's own ``test.tsv``, say) is never deleted nor replaced; the
 command stops instead, before writing anything, and names it. Runs written
 before the list existed are recognised by their ``config.json`` (an
