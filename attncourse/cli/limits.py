@@ -149,6 +149,7 @@ def check_model_config(config: Any, where: str) -> None:
     """
     if not isinstance(config, Mapping):
         return  # load_model says what is wrong with it
+    config = _flat_spec(config)
     for key, value in config.items():
         option = _CONFIG_SIZES.get(key)
         if option is None and key not in (
@@ -172,6 +173,23 @@ def check_model_config(config: Any, where: str) -> None:
                 "refused before allocating it"
             )
     check_memory(4 * estimate_parameters(config), f"the model of {where}")
+
+
+def _flat_spec(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A spec-built GPT's config (``{"spec": {..., "ffn": {"d_ff": ...}}}``) with its sizes on one level.
+
+    Its parts' sizes (``d_ff`` in ``ffn``, ``num_kv_heads`` in ``attention``) count as the
+    keyword-built config's do; a part's size never overrides one of the spec's own.
+    """
+    spec = config.get("spec")
+    if not isinstance(spec, Mapping):
+        return config
+    flat = {key: value for key, value in spec.items() if not isinstance(value, Mapping)}
+    for part in spec.values():
+        if isinstance(part, Mapping):
+            for key, value in part.items():
+                flat.setdefault(key, value)
+    return flat
 
 
 def check_finite(model: Any, where: Any) -> None:
