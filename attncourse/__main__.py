@@ -4,6 +4,7 @@
 other command is the training command line (:mod:`attncourse.cli.commands`).
 """
 
+import os
 import sys
 
 
@@ -21,5 +22,8 @@ if __name__ == "__main__":
     try:
         sys.exit(_run())
     except KeyboardInterrupt:  # Ctrl-C while torch is imported, before main() catches it itself
-        print("attncourse: interrupted", file=sys.stderr)
-        sys.exit(130)
+        print("attncourse: interrupted", file=sys.stderr, flush=True)
+        # os._exit: nothing is written yet, and a Ctrl-C that cut an extension's import short can make
+        # Python's own shutdown kill the process by the signal (status -2) after sys.exit(130)
+        sys.stdout.flush()
+        os._exit(130)

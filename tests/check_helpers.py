@@ -2,7 +2,10 @@
 
 import types
 
+import pytest
+
 from attncourse.checks import CheckResult
+from attncourse.checks.guard import HandOffs
 
 
 def assert_failed(result: CheckResult, case_number: int, *hint_parts: str) -> None:
@@ -25,3 +28,19 @@ def own_copy(fn):
     copy = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     copy.__kwdefaults__ = fn.__kwdefaults__
     return copy
+
+
+@pytest.fixture
+def lenient_hand_offs(monkeypatch):
+    """The checks' hand-off rules switched off (but a kernel exercise's "a kernel ran").
+
+    The diagnostics tests build right and buggy answers from torch, SciPy and the
+    package's helpers to reach a given hint; whether such answers are refused as
+    hand-offs is the business of ``tests/test_checks_hand_offs.py``.
+    """
+    from attncourse.checks import hand_offs
+
+    for name, rules in list(hand_offs.HAND_OFFS.items()):
+        monkeypatch.setitem(hand_offs.HAND_OFFS, name, HandOffs(
+            rules.uses, package=False, namespace=False, must_call=rules.must_call,
+            must_call_message=rules.must_call_message))

@@ -13,7 +13,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from check_helpers import assert_failed
+from check_helpers import (
+    assert_failed,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+)
 
 from attncourse.checks import run_cases
 from attncourse.checks.attention_family import (
@@ -26,6 +29,10 @@ from attncourse.checks.attention_family import (
     temperature_softmax_cases,
 )
 from attncourse.functional.luong import luong_step
+
+# Right and buggy answers built on library functions: the hand-off rules are tested in
+# test_checks_hand_offs.py.
+pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 # ------------------------------------------------------------------ learners' general scores
 

@@ -1,8 +1,12 @@
 """Tests of attncourse.checks.decoder_only: right answers pass, typical bugs fail with the hint naming them."""
 
 import numpy as np
+import pytest
 import torch
-from check_helpers import assert_failed
+from check_helpers import (
+    assert_failed,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+)
 
 from attncourse.checks import check_left_padded_causal_mask, check_repeat_kv, check_rope
 from attncourse.checks.decoder_only import (
@@ -14,6 +18,10 @@ from attncourse.checks.decoder_only import (
     ROPE_HALVES_HINT,
     ROPE_SIGN_HINT,
 )
+
+# Right and buggy answers built on library functions: the hand-off rules are tested in
+# test_checks_hand_offs.py.
+pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 
 def mask_right(is_real):

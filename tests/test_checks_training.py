@@ -1,10 +1,16 @@
 """Checks of the Transformer chapter's training exercises: right answers pass, typical bugs get their hint."""
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
+from check_helpers import lenient_hand_offs  # noqa: F401  (a fixture)
 
 from attncourse.checks.training import check_label_smoothing, check_noam_schedule
+
+# Right and buggy answers built on library functions: the hand-off rules are tested in
+# test_checks_hand_offs.py.
+pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 
 def good_schedule(steps, d_model, warmup):

@@ -653,3 +653,19 @@ def test_sizes_within_ceilings_but_too_big_together_are_refused(tmp_path, capsys
     line = one_error_line(capsys)
     assert "GiB of memory" in line and "training with these model options" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_a_spec_built_config_is_size_checked_too():
+    from attncourse.nn.gpt import GPT
+    from attncourse.nn.spec import DecoderSpec
+
+    config = GPT(spec=DecoderSpec(10, d_model=32, num_heads=4, num_layers=1)).config
+    check_model_config(config, "x")  # a small spec passes
+    for part, key in ((None, "max_len"), ("ffn", "d_ff"), (None, "num_layers")):
+        huge = {**config["spec"]}
+        if part is None:
+            huge[key] = 10**9
+        else:
+            huge[part] = {**huge[part], key: 10**9}
+        with pytest.raises(ValueError, match=f"{key} 1,000,000,000"):
+            check_model_config({"spec": huge}, "x")

@@ -251,3 +251,70 @@ def test_every_written_exercise_has_a_rubric_in_the_instructor_edition_only():
         assert "Rubric" not in _text(student_notebook(nb, path.stem))
     for rubric in RUBRICS.values():
         assert min(len(rubric.full), len(rubric.partial), len(rubric.none)) > 15
+
+
+def test_every_handed_out_copy_carries_the_licence_notice(tmp_path):
+    # Issue 36: title, authors, CC BY-SA 4.0 with its link for the text, MIT for the code.
+    import re as _re
+
+    from attncourse.course.editions import chapter_editions
+    from attncourse.course.nbgrader_source import source_notebook
+    from attncourse.course.notice import AUTHORS, CC_BY_SA, NOTICE, TITLE
+    from attncourse.course.slides import deck
+
+    config = (Path(__file__).resolve().parents[1] / "_config.yml").read_text(encoding="utf-8")
+    assert _re.search(r'^title: "(.*)"$', config, _re.M).group(1) == TITLE
+    assert _re.search(r"^author: (.*)$", config, _re.M).group(1) == AUTHORS
+    assert CC_BY_SA in NOTICE and "MIT" in NOTICE and "CC BY-SA 4.0" in NOTICE
+    chapter = Path(__file__).resolve().parents[1] / "notebooks" / "04_self_attention.md"
+    student, instructor = chapter_editions(chapter)
+    from attncourse.course.exercises import read_chapter
+
+    for nb in (student, instructor, source_notebook(read_chapter(chapter), chapter.stem)):
+        assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source == NOTICE
+    from attncourse.course.notice import NOTICE_TEXT
+
+    assert NOTICE_TEXT in deck(student).cells[0].source and CC_BY_SA in NOTICE_TEXT
+
+
+def test_the_nbgrader_source_holds_each_written_answers_rubric():
+    from attncourse.course.exercises import read_chapter
+    from attncourse.course.nbgrader_source import source_notebook
+    from attncourse.course.rubrics import RUBRICS
+
+    chapter = Path(__file__).resolve().parents[1] / "notebooks" / "04_self_attention.md"
+    nb = source_notebook(read_chapter(chapter), chapter.stem)
+    written = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
+               and c.cell_type == "markdown"]
+    assert written
+    for cell in written:
+        label = cell.metadata["nbgrader"]["grade_id"].removesuffix("-answer")
+        rubric = RUBRICS[label].markdown()
+        assert cell.source.endswith(rubric) and cell.metadata["attncourse"]["rubric"] == rubric
+
+
+def test_links_between_chapters_point_at_the_sibling_assignment_folders():
+    # Issue 36: in nbgrader releases each chapter sits in its own assignment folder.
+    from attncourse.course.exercises import read_chapter
+    from attncourse.course.nbgrader_source import LINKS_NOTE, source_notebook
+
+    root = Path(__file__).resolve().parents[1] / "notebooks"
+    chapter = root / "06_transformer.md"
+    nb = source_notebook(read_chapter(chapter), chapter.stem)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    links = re.findall(r"\]\(([^)]+\.ipynb)\)", text)
+    assert links and all(re.fullmatch(r"\.\./(\w+)/\1\.ipynb", link) for link in links), links
+    assert all((root / f"{link.split('/')[1]}.md").exists() for link in links)
+    assert nb.cells[1].source == LINKS_NOTE
+
+
+def test_decks_show_the_chapters_display_equations():
+    from attncourse.course.editions import chapter_editions
+    from attncourse.course.slides import deck
+
+    root = Path(__file__).resolve().parents[1] / "notebooks"
+    for name in ("04_self_attention", "08_attention_at_scale"):
+        student, _ = chapter_editions(root / f"{name}.md")
+        equations = re.findall(r"\$\$.+?\$\$", "\n".join(c.source for c in student.cells), re.S)
+        slides = "\n".join(c.source for c in deck(student).cells)
+        assert equations and equations[0] in slides, name

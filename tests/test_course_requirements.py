@@ -23,5 +23,13 @@ def test_student_requirements_are_pinned_as_the_course_and_leave_out_the_instruc
         assert needed in student
 
 
+def test_student_requirements_carry_triton_with_the_courses_platform_marker():
+    # Chapter 8's kernel exercise needs it; pip skips it where triton has no wheels.
+    def line(path):
+        return next(row for row in path.read_text(encoding="utf-8").splitlines() if row.startswith("triton=="))
+
+    assert line(ROOT / "requirements-student.txt") == line(ROOT / "requirements.txt")
+
+
 def test_class_folders_with_solutions_are_ignored_by_git():
     assert "class/" in (ROOT / ".gitignore").read_text(encoding="utf-8").split()

@@ -72,6 +72,64 @@ def test_pool_errors_and_exhaustion():
         seq.write(0, torch.zeros(1, 1, 3, 2), torch.zeros(1, 1, 3, 2))
 
 
+def test_block_ids_outside_the_pool_and_double_release_are_refused():
+    pool = BlockPool(4, 2, 1, 1, 2)
+    a, b = pool.allocate(), pool.allocate()
+    for bad, words in ((-1, "blocks are 0 .. 3"), (4, "blocks are 0 .. 3"), (True, "ints"),
+                       (1.0, "ints"), (3, "it is free")):
+        for method in (pool.share, pool.release, pool.copy):
+            with pytest.raises(ValueError, match=words) as info:
+                method(bad)
+            assert "\n" not in str(info.value)
+    assert pool.ref_counts == [1, 1, 0, 0]  # nothing changed by the refused calls
+    pool.release(a)
+    with pytest.raises(ValueError, match="cannot release block 0: it is free"):
+        pool.release(a)  # twice: the count would go to -1 and the block be handed out twice
+    assert pool.ref_counts == [0, 1, 0, 0] and pool.allocate() == a and pool.allocate() == 2
+    assert b == 1
+
+
+def test_block_tables_are_checked_before_reading_or_writing():
+    pool = BlockPool(4, 2, 1, 1, 2)
+    victim, seq = PagedSequence(pool), PagedSequence(pool)
+    kv = torch.ones(1, 1, 2, 2)
+    victim.write(0, kv, kv)  # holds block 0
+    before = pool.k.clone()
+    for table, words in (([-1], "cannot read or write through block -1"),
+                         ([4], "blocks are 0 .. 3"), ([2], "block 2: it is free")):
+        seq.block_table = table
+        with pytest.raises(ValueError, match=words):
+            seq.write(0, 2 * kv, 2 * kv)  # -1 would wrap around onto another block
+        with pytest.raises(ValueError, match=words):
+            seq.read(0)
+    assert torch.equal(pool.k, before) and pool.ref_counts == [1, 0, 0, 0]
+    seq.block_table = []
+    seq.write(0, kv, kv)
+    seq.block_table = seq.block_table * 2
+    with pytest.raises(ValueError, match="holds a block twice"):
+        seq.read(0)
+    with pytest.raises(ValueError, match="position -1 is outside a block table of 3 blocks"):
+        block_lookup([7, 2, 9], -1, 4)
+    with pytest.raises(ValueError, match="position 12 is outside"):
+        block_lookup([7, 2, 9], 12, 4)
+    with pytest.raises(ValueError, match="block_size must be a positive int"):
+        block_lookup([7, 2, 9], 1, 0)
+
+
+def test_a_failed_batch_gives_every_block_back():
+    model = _gpt()
+    pool = BlockPool.for_model(model, num_blocks=5, block_size=4)
+    prompts = [torch.tensor([5, 6, 7, 8, 9]), torch.tensor([4, 5, 6])]
+    with pytest.raises(MemoryError, match="5 blocks of 4 tokens are all in use"):
+        serve_greedy(model, prompts, [20, 20], pool)
+    assert pool.used == 0 and sorted(pool._free) == list(range(5))
+    served = serve_greedy(model, prompts, [3, 3], pool)  # the pool serves again
+    assert torch.equal(served.tokens[0], greedy_with_logits(model, prompts[0], 3)[0])
+    with pytest.raises(MemoryError):  # with a shared prompt too
+        serve_greedy(model, [prompts[0]] * 3, [20] * 3, pool, share_prefix=True)
+    assert pool.used == 0 and all(c == 0 for c in pool.ref_counts)
+
+
 def test_int8_quantisation_error_is_at_most_half_a_step():
     torch.manual_seed(0)
     x = torch.randn(3, 16, 8, dtype=torch.float64) * torch.tensor([1.0] * 7 + [30.0], dtype=torch.float64)

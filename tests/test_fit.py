@@ -591,3 +591,16 @@ def test_gpu_recipe_bf16_fused_compile(data):
     result = run(data, model, cfg)
     assert result.device == "cuda" and all(math.isfinite(r["train_loss"]) for r in result.history)
     assert result.history[-1]["train_loss"] < result.history[0]["train_loss"]
+
+
+def test_noam_reads_d_model_of_a_spec_built_gpt():
+    from attncourse.nn.gpt import GPT
+    from attncourse.nn.spec import DecoderSpec
+    from attncourse.train.fit import make_scheduler
+
+    model = GPT(spec=DecoderSpec(10, d_model=32, num_heads=4, num_layers=1))
+    assert "d_model" not in model.config  # a spec-built GPT's config is {"spec": ...}
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = make_scheduler(optimizer, config(schedule="noam", warmup=4), model)
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(32**-0.5 * 1 * 4**-1.5)
+    assert scheduler is not None

@@ -133,12 +133,26 @@ def test_autograd_saves_inputs_output_and_lse_only():
     (lambda q, k, v: triton_flash_attention(q, k, v[..., :5, :]), ValueError, "same length"),
     (lambda q, k, v: triton_flash_attention(q, k, v[..., :16]), ValueError, "head width"),
     (lambda q, k, v: triton_flash_attention(q[..., :0, :], k, v), ValueError, "empty"),
+    (lambda q, k, v: triton_flash_attention(q, k, v, is_causal="no"), TypeError,
+     "is_causal must be True or False, got 'no'"),
+    (lambda q, k, v: triton_flash_attention(q, k, v, is_causal=1), TypeError, "got 1"),
 ])
 def test_unsupported_inputs_get_one_line_errors(call, error, words):
     q, k, v = (t.detach() for t in make_inputs(10, 10, 32))
     with pytest.raises(error) as info:
         call(q, k, v)
     assert words in str(info.value) and "\n" not in str(info.value)
+
+
+@needs_interpreter
+def test_double_backward_is_refused_with_one_line_error():
+    q, k, v = make_inputs(20, 20, 16, batch=1, heads=1)
+    out = triton_flash_attention(q, k, v, is_causal=True, block_q=16, block_k=16)
+    with pytest.raises(RuntimeError, match="no double backward") as info:
+        torch.autograd.grad(out.sum(), (q, k, v), create_graph=True)
+    assert "\n" not in str(info.value)
+    first = torch.autograd.grad(out.sum(), (q, k, v))  # a plain backward still works
+    assert all(g.shape == t.shape and not g.requires_grad for g, t in zip(first, (q, k, v)))
 
 
 def test_hbm_traffic_count():

@@ -69,3 +69,12 @@ def test_compiled_kernel_refuses_cpu_tensors_and_float64():
     q, k, v = (t.cuda().double() for t in (q, k, v))
     with pytest.raises(TypeError, match="float64 not supported compiled"):
         triton_flash_attention(q, k, v)
+
+
+def test_compiled_kernel_refuses_a_non_bool_mask_flag_and_double_backward():
+    q, k, v = make_inputs(1, 1, 40, 40, 16, torch.float32)
+    with pytest.raises(TypeError, match="is_causal must be True or False"):
+        triton_flash_attention(q, k, v, is_causal="no")
+    out = triton_flash_attention(q, k, v, is_causal=True)
+    with pytest.raises(RuntimeError, match="no double backward"):
+        torch.autograd.grad(out.sum(), (q, k, v), create_graph=True)

@@ -108,3 +108,29 @@ def test_unfrozen_stem_from_scratch_trains_every_weight():
     model = train_relation_classifier(config, progress=False, device="cpu").model
     assert not torch.equal(model.stem[0].weight, fresh.stem[0].weight)
     assert all(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("model", ["plain", "attention"])
+def test_frozen_stem_validation_equals_scoring_the_whole_model(monkeypatch, model):
+    # the stem's validation features are computed once: every epoch's score must be exactly
+    # relation_accuracy's, which runs the whole model (batches of 10: several, the last one short)
+    monkeypatch.setattr(relation, "_EVAL_BATCH", 10)
+    config = _tiny(model=model, n_valid=32)
+    valid_images, valid_labels = load_relation_canvases(config).valid.tensors()
+    scores = []
+    train_epochs = relation.train_epochs
+
+    def checked(name, settings, build, train_epoch, evaluate, *args, **kwargs):
+        if name != config.run_name:  # the stem's pretraining
+            return train_epochs(name, settings, build, train_epoch, evaluate, *args, **kwargs)
+
+        def both(net):
+            scores.append((evaluate(net)["valid_accuracy"],
+                           relation_accuracy(net, valid_images, valid_labels, batch_size=10)))
+            return {"valid_accuracy": scores[-1][0]}
+        return train_epochs(name, settings, build, train_epoch, both, *args, **kwargs)
+
+    monkeypatch.setattr(relation, "train_epochs", checked)
+    run = train_relation_classifier(config, progress=False, device="cpu")
+    assert len(scores) == 2 and all(cached == whole for cached, whole in scores)
+    assert [row["valid_accuracy"] for row in run.history] == [cached for cached, _ in scores]

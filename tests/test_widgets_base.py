@@ -1,5 +1,6 @@
 """Tests of attncourse.widgets.base.Explorer, the behaviour the explorers share."""
 
+import base64
 import doctest
 
 import matplotlib
@@ -109,14 +110,19 @@ def test_not_in_a_kernel_under_pytest():
     assert base._in_kernel() is False
 
 
-def test_render_path_of_a_kernel_displays_the_figure(monkeypatch):
-    # In a kernel the figure goes through clear_output and display into ``out``.
+def test_render_path_of_a_kernel_sets_the_outputs_state(monkeypatch):
+    # In a kernel the figure becomes out.outputs, one PNG replacing the last; nothing is
+    # displayed through the Output widget's capture (see test_widgets_headless.py).
     calls = []
     monkeypatch.setattr(base, "_in_kernel", lambda: True)
     monkeypatch.setattr(base, "display", lambda obj: calls.append(obj))
     c = Counter()
     c.n.value = 3
-    assert calls == [c.figure] and plt.get_fignums() == []
+    c.n.value = 4
+    assert calls == [] and plt.get_fignums() == [] and c.out.msg_id == ""
+    (output,) = c.out.outputs
+    assert output["output_type"] == "display_data"
+    assert base64.b64decode(output["data"]["image/png"])[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_render_path_of_a_kernel_runs_outside_one(monkeypatch):

@@ -44,9 +44,9 @@ UPDATE_OLD_MAX_HINT = (
     "a larger new score overflows."
 )
 UPDATE_NAN_HINT = (
-    "Your result has NaN where no key has been seen yet: with m = -inf and m_new = -inf, "
-    "m - m_new is NaN. Shift by 0 instead when m_new is -inf: "
-    "`shift = np.where(np.isfinite(m_new), m_new, 0.0)`."
+    'Your result has NaN where no key has been seen yet: with m = -inf and m_new = -inf, m - '
+    'm_new is NaN. Where the new maximum is still -inf, shift by a finite number instead (any: '
+    'every exponential there is 0).'
 )
 
 
@@ -122,9 +122,9 @@ def check_online_softmax_update(fn) -> CheckResult:
 # --------------------------------------------------------------------------- rescaling the output
 
 RESCALE_HINT = (
-    "acc_new = exp(m - m_new)[:, None] * acc + exp(scores - m_new[:, None]) @ v_block: the old "
-    "unnormalised output was summed under the old maximum, so rescale it, then add the new "
-    "block's weighted values (not yet divided by l)."
+    'The old unnormalised output was summed under the old maximum: rescale it to the new one (one'
+    " factor per row), then add the new block's values weighted by the exponentials of its scores"
+    ' taken under the new maximum; do not divide by l yet.'
 )
 RESCALE_NONE_HINT = (
     "You added the new block without rescaling the old output: multiply acc by exp(m - m_new) "

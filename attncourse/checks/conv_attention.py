@@ -69,10 +69,11 @@ _RTOL = 1e-4
 # --------------------------------------------------------------------- attention over pixels
 
 PA_RULE = (
-    "Number the positions row by row, i = r * W + c: `X = x.reshape(C, H * W).T` is (H*W, C), one "
-    "row per position. The 1x1 convolutions are matrices acting on each x_i, w_q of shape (d_k, C): "
-    "q = X @ w_q.T, k = X @ w_k.T, v = X @ w_v.T. weights = softmax of q @ k.T / sqrt(d_k) over each row (the "
-    "keys), (H*W, H*W); output = (weights @ v).T.reshape(d_v, H, W). Return `(output, weights)`."
+    'Number the positions row by row, i = r * W + c, and make a matrix X of shape (H*W, C), one '
+    'row per position. The 1x1 convolutions are matrices acting on each x_i, w_q of shape (d_k, '
+    'C): q_i = W_q x_i, and the same for keys and values. The weights are the softmax of the '
+    'scaled scores q_i . k_j / sqrt(d_k) over each row (the keys), (H*W, H*W); the output puts '
+    'sum_j alpha_ij v_j back on the (d_v, H, W) grid. Return the pair (output, weights).'
 )
 PA_PAIR_HINT = "Return both arrays, in this order: `return output, weights`."
 PA_ORDER_HINT = (
@@ -80,9 +81,9 @@ PA_ORDER_HINT = (
     "the (H*W, H*W) weights."
 )
 PA_FLATTEN_HINT = (
-    "Your positions are numbered column by column (i = c * H + r), as `x.T.reshape(-1, C)` or a "
-    "Fortran-order reshape does. Number them row by row, i = r * W + c: `x.reshape(C, H * W).T`, "
-    "which is also the order of torch's `x.flatten(-2)`."
+    'Your positions are numbered column by column (i = c * H + r), as a transpose before the '
+    'reshape or a Fortran-order reshape does. Number them row by row, i = r * W + c: the order in'
+    ' which a C-order reshape of the (H, W) grid reads the pixels.'
 )
 PA_NO_SCALE_HINT = (
     "The scores are not scaled: divide q_i . k_j by sqrt(d_k), d_k = w_q.shape[0], before the softmax "
@@ -143,8 +144,10 @@ PA_OVERFLOW_HINT = (
     "score before exponentiating (the softmax does not change), or use a stable softmax."
 )
 PA_SINGLE_HINT = (
-    "With a single position (H = W = 1) the only weight is alpha_00 = 1, and the output is that "
-    "position's value, W_v x_0, of shape (d_v, 1, 1). " + PA_RULE
+    'With a single position (H = W = 1) the only weight is alpha_00 = 1, and the output is that '
+    "position's value, W_v x_0, of shape (d_v, 1, 1). Number the positions row by row, i = r * W "
+    '+ c, one row of X (H*W, C) per position; q_i = W_q x_i, and the same for keys and values; '
+    'softmax of q_i . k_j / sqrt(d_k) over the keys; the output back on the (d_v, H, W) grid.'
 )
 
 

@@ -20,8 +20,12 @@ Three rules keep the feedback honest and useful:
 - *Unwritten is not wrong.* A stub (a body of ``...`` or ``pass``, or one raising
   ``NotImplementedError`` as nbgrader's released notebooks do) gets "not passed yet".
 - *A nudge first.* The first failed attempt of a check shows a nudge (the case's
-  ``nudge``, or a general one); from the second on, the full hint, which may spell out the
-  fix. ``result.hint`` always holds the full hint.
+  ``nudge``, or a general one); from the second on, the full hint, which gives the idea
+  of the fix but never its code (``tests/test_checks_hints.py``). ``result.hint`` always
+  holds the full hint.
+- *No hand-offs.* Besides the references, a check refuses any call (direct or not) to a
+  library function that does the exercise's job, to the package outside the checks, or
+  to a chapter's helper from another cell (:mod:`attncourse.checks.hand_offs`).
 """
 
 from __future__ import annotations
@@ -39,13 +43,17 @@ from typing import Any
 import numpy as np
 
 from attncourse.checks.guard import (
+    HandOff,
+    HandOffs,
     ReferenceCalled,
     is_reference,
     is_stub,
     reference_name,
     refused,
     unwrap,
+    watching,
 )
+from attncourse.checks.hand_offs import HAND_OFFS
 
 PASS_MARK = "✔"
 FAIL_MARK = "✘"
@@ -387,17 +395,24 @@ def _convert(got: Any, case: Case) -> Any:
     return to_numpy(got)
 
 
-def _call(fn: Callable, case: Case, references: Sequence[Any] = ()) -> tuple[Any, list[str]]:
+def _call(fn: Callable, case: Case, references: Sequence[Any] = (), hand_offs: HandOffs | None = None,
+          learner: Any = None) -> tuple[Any, list[str], list[HandOff]]:
     args = copy.deepcopy(tuple(case.args.values()))
     kwargs = copy.deepcopy(dict(case.kwargs))
     # Overflow warnings from a learner's exp() would print above the result box;
     # the result already says what went wrong.
     with warnings.catch_warnings(), np.errstate(all="ignore"), refused(references, fn) as calls:
         warnings.simplefilter("ignore")
-        try:
-            return fn(*args, **kwargs), calls
-        except ReferenceCalled:
-            return None, calls
+        with watching(hand_offs, learner if learner is not None else fn) as seen:
+            try:
+                result = fn(*args, **kwargs)
+            except ReferenceCalled:
+                result = None
+            except Exception:
+                if seen:  # a hand-off that then failed is refused as a hand-off
+                    return None, calls, seen
+                raise
+        return result, calls, seen
 
 
 def _not_yet(name: str, fn: Any, total: int) -> CheckResult:
@@ -409,15 +424,32 @@ def _not_yet(name: str, fn: Any, total: int) -> CheckResult:
              "the cell again.")
 
 
-def _refusal(name: str, total: int, ref_name: str, passed_itself: bool) -> CheckResult:
+def _refusal(name: str, total: int, ref_name: str, passed_itself: bool,
+             rules: HandOffs | None = None) -> CheckResult:
     how = "is" if passed_itself else "calls"
     return CheckResult(
         name=name, passed=False, cases_passed=0, cases_total=total,
         message=(f"not accepted: your function {how} `{ref_name}`, the course package's own "
                  "implementation of what this exercise asks you to write (the check runs your "
                  "function with it switched off)"),
-        hint="Write the computation yourself from NumPy or PyTorch operations: that is the "
-             "exercise.")
+        hint=f"Allowed: {rules.uses}" if rules is not None else
+             "Write the computation yourself from NumPy or PyTorch operations: that is the exercise.")
+
+
+def _hand_off_refusal(name: str, total: int, hand_off: HandOff, rules: HandOffs) -> CheckResult:
+    if hand_off.kind == "library":
+        why = (f"your function hands the work to `{hand_off.name}`, a library function that "
+               "computes what this exercise asks you to write")
+    elif hand_off.kind == "package":
+        why = (f"your function calls `{hand_off.name}` from the course package; this exercise "
+               "asks you to write the computation yourself")
+    elif hand_off.kind == "namespace":
+        why = (f"your function calls `{hand_off.name}`, defined in another cell of your notebook "
+               "(a chapter's helper); write the computation in the exercise's own cell")
+    else:
+        why = rules.must_call_message or "the computation the exercise asks for never ran"
+    return CheckResult(name=name, passed=False, cases_passed=0, cases_total=total,
+                       message=f"not accepted: {why}", hint=f"Allowed: {rules.uses}")
 
 
 def reset_attempts() -> None:
@@ -425,7 +457,8 @@ def reset_attempts() -> None:
     _failed_attempts.clear()
 
 
-def run_cases(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any] = ()) -> CheckResult:
+def run_cases(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any] = (),
+              hand_offs: HandOffs | None = None, learner: Any = None) -> CheckResult:
     """Run ``fn`` on each hidden case and report the first failure.
 
     Parameters
@@ -439,6 +472,12 @@ def run_cases(name: str, fn: Any, cases: Sequence[Case], references: Sequence[An
     references : sequence of callable
         The package's implementations of what the exercise asks for: ``fn`` fails if it
         is one of them or calls one (they raise while it runs, see :func:`refused`).
+    hand_offs : HandOffs, optional
+        The library, package and notebook functions ``fn`` may not call, directly or
+        indirectly, and what it may use (see :func:`attncourse.checks.guard.watching`).
+    learner : callable, optional
+        The learner's own function when ``fn`` is a check's wrapper around it (it tells
+        the namespace rule which cell is the learner's); default ``fn``.
 
     Returns
     -------
@@ -462,10 +501,12 @@ def run_cases(name: str, fn: Any, cases: Sequence[Case], references: Sequence[An
             message=f"expected your function itself, but got {describe_value(to_numpy(fn))}",
             hint=f"Pass the function without calling it: {name}(my_function), not {name}(my_function(...)).",
         )
+    if hand_offs is None:
+        hand_offs = HAND_OFFS.get(name)
     itself = is_reference(fn, references)
     if itself is not None:
-        return _refusal(name, total, reference_name(itself), passed_itself=True)
-    result = _run(name, fn, cases, references)
+        return _refusal(name, total, reference_name(itself), passed_itself=True, rules=hand_offs)
+    result = _run(name, fn, cases, references, hand_offs, learner)
     if result.passed or result.message.startswith(NOT_YET) or result.message.startswith("not accepted"):
         return result
     _failed_attempts[name] = _failed_attempts.get(name, 0) + 1
@@ -475,7 +516,8 @@ def run_cases(name: str, fn: Any, cases: Sequence[Case], references: Sequence[An
     return result
 
 
-def _run(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any]) -> CheckResult:
+def _run(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any],
+         hand_offs: HandOffs | None = None, learner: Any = None) -> CheckResult:
     total = len(cases)
     for number, case in enumerate(cases, start=1):
         header = f"case {number} of {total} ({case.description}) failed\n  inputs: {describe_inputs(case)}"
@@ -484,7 +526,7 @@ def _run(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any]) -
             args=tuple(case.args.values()), kwargs=dict(case.kwargs),
         )
         try:
-            raw, calls = _call(fn, case, references)
+            raw, calls, seen = _call(fn, case, references, hand_offs, learner)
         except NotImplementedError:
             return _not_yet(name, fn, total)
         except Exception as exc:  # the learner's bug, reported rather than re-raised
@@ -493,7 +535,9 @@ def _run(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any]) -
             return replace(failure, message=f"{header}\n  {describe_exception(exc)}",
                            hint=_exception_hint(exc, case))
         if calls:  # even when the learner's code caught the stand-in's exception
-            return _refusal(name, total, calls[0], passed_itself=False)
+            return _refusal(name, total, calls[0], passed_itself=False, rules=hand_offs)
+        if seen:
+            return _hand_off_refusal(name, total, seen[0], hand_offs)
         if raw is None and number == 1 and is_stub(fn):
             return _not_yet(name, fn, total)
         got = _convert(raw, case)

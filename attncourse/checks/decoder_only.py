@@ -32,16 +32,16 @@ MASK_EXPLAIN = (
     "Rows of padding queries then come out all False, which attention turns into zero outputs."
 )
 MASK_NO_PADDING_HINT = (
-    "That is the plain causal mask for every sentence: the padding keys at the left are still "
-    "attended to. AND it with is_real[:, None, :] (one row of keys per sentence)."
+    'That is the plain causal mask for every sentence: the padding keys at the left are still '
+    "attended to. Combine it with each sentence's is_real, laid along the keys (the last axis)."
 )
 MASK_NO_CAUSAL_HINT = (
     "That is only the padding mask: every query sees the future. AND it with the lower "
     "triangle np.tril(np.ones((seq_len, seq_len), bool))."
 )
 MASK_QUERY_AXIS_HINT = (
-    "The padding is applied to the queries (rows) instead of the keys (columns): use "
-    "is_real[:, None, :], not is_real[:, :, None]."
+    'The padding is applied to the queries (rows) instead of the keys (columns): is_real must '
+    'broadcast along the last axis, the keys.'
 )
 MASK_UPPER_HINT = "The triangle is the upper one: a query must see the keys *before* it (j <= i), np.tril."
 
@@ -74,9 +74,9 @@ REPEAT_EXPLAIN = (
     "(batch, num_heads, seq_len, d)."
 )
 REPEAT_TILE_HINT = (
-    "You tiled the kv heads (0, 1, 0, 1, ...) with .repeat: query head i then uses kv head "
-    "i % num_kv_heads. Grouped-query attention gives each kv head a *contiguous* group of query "
-    "heads (0, 0, 1, 1, ...): use .repeat_interleave(group, dim=1)."
+    'You tiled the kv heads (0, 1, 0, 1, ...): query head i then uses kv head i % num_kv_heads. '
+    'Grouped-query attention gives each kv head a *contiguous* group of query heads (0, 0, 1, 1, '
+    '...): each kv head must appear group times in a row.'
 )
 REPEAT_AXIS_HINT = "You repeated along the wrong axis: the heads are axis 1 of (batch, num_kv_heads, seq_len, d)."
 

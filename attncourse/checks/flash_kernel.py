@@ -122,14 +122,15 @@ def check_flash_hbm_bytes(fn) -> CheckResult:
 # --------------------------------------------------------------------------- causal early exit
 
 EXIT_HINT = (
-    "Keep the kernel's arithmetic and masks as they were, and stop the loop over key blocks "
-    "at the end of the diagonal block: range(0, stop, BLOCK_N) with "
-    "stop = tl.minimum(N_K, (i + 1) * BLOCK_M) when CAUSAL (BLOCK_M: the query rows)."
+    "Keep the kernel's arithmetic and masks as they were, and end the loop over key blocks once "
+    "it has covered the diagonal block of this program's query rows: with CAUSAL, the loop's end "
+    'is computed in the kernel from the program id and the block size of the queries, never past '
+    'N_K.'
 )
 EXIT_NAN_HINT = (
-    "Your output has NaN: your kernel still loads key blocks after the diagonal. This case puts "
-    "NaN in the keys and values no query may see, and a loaded tile multiplies them by 0 "
-    "(0 * NaN = NaN). Stop the loop at tl.minimum(N_K, (i + 1) * BLOCK_M) when CAUSAL."
+    'Your output has NaN: your kernel still loads key blocks after the diagonal. This case puts '
+    'NaN in the keys and values no query may see, and a loaded tile multiplies them by 0 (0 * NaN'
+    " = NaN). With CAUSAL, end the loop at the last key of this program's query block."
 )
 EXIT_NOT_KERNEL_HINT = (
     "Pass your kernel itself, decorated with @jit (triton.jit): "
@@ -212,7 +213,10 @@ def check_causal_early_exit(kernel) -> CheckResult:
     if not TRITON_AVAILABLE:
         return CheckResult(name=name, passed=False, cases_passed=0, cases_total=4,
                            message=f"not run: {MISSING_MESSAGE}")
-    if not hasattr(kernel, "__getitem__") or not hasattr(kernel, "fn"):
+    # A Triton kernel is an object of triton's own classes (JITFunction, or the
+    # interpreter's InterpretedFunction); anything else with `.fn` and `[grid]` is not one.
+    if not (hasattr(kernel, "__getitem__") and hasattr(kernel, "fn")
+            and type(kernel).__module__.startswith("triton.")):
         return CheckResult(name=name, passed=False, cases_passed=0, cases_total=4,
                            message=f"expected a @jit kernel, got {type(kernel).__name__}",
                            hint=EXIT_NOT_KERNEL_HINT)
@@ -220,7 +224,9 @@ def check_causal_early_exit(kernel) -> CheckResult:
     def causal_output(q, k, v, block_m, block_n):
         return launch_forward_kernel(kernel, q, k, v, block_m, block_n)
 
-    return run_cases(name, causal_output, early_exit_cases())
+    # The hand-off rules (attncourse.checks.hand_offs) also require that a Triton launcher
+    # ran, and look at the cells of the kernel's own function.
+    return run_cases(name, causal_output, early_exit_cases(), learner=kernel.fn)
 
 
 __all__ = ["check_causal_early_exit", "check_flash_hbm_bytes", "early_exit_cases", "hbm_bytes_cases",

@@ -1,9 +1,15 @@
-"""Guards of the exercise checks: the package's references refused, stubs recognised.
+"""Guards of the exercise checks: hand-offs and references refused, stubs recognised.
 
 A check names the course package's own implementations of what its exercise asks for.
 :func:`refused` replaces them, while the learner's function runs, by stand-ins that
 record the call and raise :class:`ReferenceCalled`, wherever the loaded ``attncourse``
 modules or the learner's namespace (a notebook's globals) hold them, under any name.
+:func:`watching` goes further: it follows every call made while the learner's function
+runs (``sys.setprofile``) and records the hand-offs a check's :class:`HandOffs` names: a
+library function that computes what the exercise asks for (``torch.softmax``,
+``scipy.special.softmax``, ``F.scaled_dot_product_attention``), any function of the course
+package outside the checks, and any function of the learner's namespace defined in another
+cell (a chapter's helper), directly or through other functions.
 :func:`is_stub` tells an unwritten exercise (``...``, ``pass``, ``raise
 NotImplementedError()``) from a wrong one.
 """
@@ -17,6 +23,7 @@ import inspect
 import sys
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -107,6 +114,167 @@ def refused(references: Sequence[Any], fn: Any) -> Iterator[list[str]]:
                 setattr(where, key, value)
 
 
+#: The function names of the course's coding exercises: a learner's earlier answer (their
+#: own ``my_softmax``) stays usable in a later exercise although it sits in another cell.
+#: A test keeps this equal to the chapters' exercises.
+EXERCISE_FUNCTIONS = frozenset({
+    "cache_bytes", "copying_score", "left_padded_causal_mask", "lookup", "my_additive_score",
+    "my_attention", "my_causal_kernel", "my_causal_linear", "my_causal_mask", "my_general_score",
+    "my_gru_cell", "my_kernel_bytes", "my_local_p_weights", "my_lrate", "my_masked_softmax",
+    "my_merge_heads", "my_padding_mask", "my_penalty", "my_pixel_attention", "my_receptive_field",
+    "my_reinforce_loss", "my_rescale", "my_smoothed_loss", "my_softmax", "my_split_heads",
+    "my_update", "per_channel_int8", "prefix_matching_score", "repeat_kv", "residual", "rope",
+})
+#: Library functions that compute a softmax: no exercise that asks for one may call them.
+SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:special_softmax",
+           "torch:Softmax", "scipy:softmax", "scipy:log_softmax", "scipy:logsumexp")
+#: Library attention: no exercise about attention weights or outputs may call it.
+ATTENTION = ("torch:scaled_dot_product_attention", "torch:multi_head_attention_forward",
+             "torch:MultiheadAttention", "torch:flex_attention", "torch:_scaled_dot_product_attention_math")
+
+
+@dataclass(frozen=True)
+class HandOffs:
+    """What a check refuses while the learner's function runs, besides its references.
+
+    Attributes
+    ----------
+    uses : str
+        What the learner may use, shown with every refusal ("NumPy operations: ...").
+    library : tuple of str
+        ``"origin:name"`` entries: a function of a module under ``origin`` (``torch``,
+        ``scipy``, ``numpy``), a method of its types (``Tensor.softmax``) or a class, whose
+        name (or class name) is ``name``.
+    package : bool
+        Refuse every function of the ``attncourse`` package outside ``attncourse.checks``
+        (but those in ``allow``).
+    allow : tuple of str
+        Package functions the statement allows, as ``module.qualname``; what they call is
+        not looked at.
+    namespace : bool
+        Refuse the functions of the learner's namespace (a notebook's globals) defined
+        outside the learner's function's own cell, except earlier exercise answers
+        (:data:`EXERCISE_FUNCTIONS`).
+    must_call : tuple of str
+        ``module.qualname`` of functions of which one at least must run (the Triton
+        launcher of a kernel exercise); empty: nothing required.
+    must_call_message : str
+        The refusal when none of ``must_call`` ran.
+    """
+
+    uses: str
+    library: tuple[str, ...] = ()
+    package: bool = True
+    allow: tuple[str, ...] = ()
+    namespace: bool = True
+    must_call: tuple[str, ...] = ()
+    must_call_message: str = ""
+
+
+def _origin(module: str) -> str:
+    return module.split(".", 1)[0]
+
+
+def _called(frame: Any, event: str, arg: Any) -> tuple[str, str]:
+    """``(module, qualname)`` of what a profile event calls (a Python frame or a C function)."""
+    if event == "call":
+        return frame.f_globals.get("__name__") or "", frame.f_code.co_qualname
+    module = getattr(arg, "__module__", None)
+    if not module:  # a method of a C type, e.g. Tensor.softmax: the module of its owner
+        owner = getattr(arg, "__self__", None)
+        module = type(owner).__module__ if owner is not None else ""
+    qualname = getattr(arg, "__qualname__", None) or getattr(arg, "__name__", "") or ""
+    return module, qualname.replace("_VariableFunctionsClass.", "")
+
+
+def _named(qualname: str, names: set[str]) -> bool:
+    parts = qualname.split(".")
+    return qualname in names or parts[0] in names or parts[-1] in names
+
+
+@dataclass
+class HandOff:
+    """A hand-off seen by :func:`watching`: what was called and which rule refuses it."""
+
+    kind: str  # "library", "package", "namespace" or "missing"
+    name: str
+
+
+@contextlib.contextmanager
+def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
+    """Record the hand-offs ``rules`` refuse among the calls made inside this block.
+
+    ``learner`` is the learner's own function (its globals and its cell's file name tell
+    the namespace rule which functions are the chapter's). The list yielded is filled
+    while the block runs; a ``"missing"`` entry is added at the end when none of
+    ``rules.must_call`` ran. A profiler already set (a coverage tool) is put back after.
+    """
+    seen: list[HandOff] = []
+    if rules is None:
+        yield seen
+        return
+    library: dict[str, set[str]] = {}
+    for entry in rules.library:
+        origin, name = entry.split(":", 1)
+        library.setdefault(origin, set()).add(name)
+    inner = unwrap(learner)
+    code = getattr(inner, "__code__", None)
+    own_globals = getattr(inner, "__globals__", None)
+    own_file = code.co_filename if code is not None else None
+    allowed: list[Any] = []  # frames of allowed package functions now running
+    ran: list[str] = []
+    must_call_origins = {_origin(name) for name in rules.must_call}
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        # Called on every call and return while the learner's function runs (a Triton
+        # kernel under the interpreter makes many): the common case returns early.
+        if event == "call":
+            module = frame.f_globals.get("__name__") or ""
+        elif event == "c_call":
+            module = getattr(arg, "__module__", None) or ""
+            if not module:  # a method of a C type, e.g. Tensor.softmax: its owner's module
+                owner = getattr(arg, "__self__", None)
+                module = type(owner).__module__ if owner is not None else ""
+        else:
+            if event == "return" and allowed and allowed[-1] is frame:
+                allowed.pop()
+            return
+        if allowed:
+            return
+        origin = module.partition(".")[0]
+        names = library.get(origin)
+        if names is None and origin != "attncourse" and not (
+                rules.namespace and event == "call" and frame.f_globals is own_globals) and not (
+                must_call_origins and origin in must_call_origins and not ran):
+            return
+        module, qualname = _called(frame, event, arg)
+        full = f"{module}.{qualname}"
+        if full in rules.must_call:
+            ran.append(full)
+        if names and _named(qualname, names):
+            seen.append(HandOff("library", full))
+        elif origin == "attncourse":
+            if full in rules.allow:
+                if event == "call":
+                    allowed.append(frame)
+            elif rules.package and not module.startswith("attncourse.checks"):
+                seen.append(HandOff("package", full))
+        elif (rules.namespace and event == "call" and own_globals is not None
+              and frame.f_globals is own_globals and frame.f_code.co_filename != own_file
+              and frame.f_code.co_name not in EXERCISE_FUNCTIONS
+              and frame.f_code.co_name not in ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")):
+            seen.append(HandOff("namespace", qualname))
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(previous)
+        if rules.must_call and not ran:
+            seen.append(HandOff("missing", ""))
+
+
 def is_stub(fn: Any) -> bool:
     """Whether ``fn``'s body is only ``...``, ``pass``, a docstring or ``raise NotImplementedError``."""
     try:
@@ -126,4 +294,5 @@ def is_stub(fn: Any) -> bool:
     return True
 
 
-__all__ = ["ReferenceCalled", "is_reference", "is_stub", "reference_name", "refused", "unwrap"]
+__all__ = ["ATTENTION", "EXERCISE_FUNCTIONS", "SOFTMAX", "HandOff", "HandOffs", "ReferenceCalled", "is_reference",
+           "is_stub", "reference_name", "refused", "unwrap", "watching"]

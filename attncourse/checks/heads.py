@@ -1,6 +1,6 @@
 """Checks for the exercises of the chapter "What attention heads learn".
 
-Two scores from Olsson et al. (2022, section 2) that are short to write and easy to
+Two scores from Olsson et al. (2022, heading "Key Concepts") that are short to write and easy to
 get subtly wrong: the prefix-matching score of a head (attention on the token
 *after* an earlier occurrence of the query's token, not on the occurrence itself)
 and the eigenvalue copying score of an OV circuit (Elhage et al. 2021). When a case
@@ -107,7 +107,7 @@ def check_prefix_matching_score(fn: Callable[[np.ndarray, np.ndarray], Any]) -> 
         Called as ``fn(weights, tokens)``: ``weights (n, n)`` float NumPy array, one head's
         causal attention (rows = queries); ``tokens (n,)`` int array; returns a float: the
         mean, over the queries whose token occurred before, of the attention on the keys
-        that follow an earlier occurrence (Olsson et al. 2022, section 2).
+        that follow an earlier occurrence (Olsson et al. 2022, "Key Concepts").
 
     Returns
     -------

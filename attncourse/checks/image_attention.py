@@ -68,16 +68,16 @@ _MESSAGE_LIMIT = 160
 # --------------------------------------------------------------------- doubly stochastic penalty (eq. (14))
 
 DS_RULE = (
-    "The penalty is sum_i (tau - sum_t alpha_ti)^2 (Xu et al. 2015, eq. (14)). First the coverage "
-    "of each location, c_i = sum_t alpha_ti: add the weights down the steps, `weights.sum(axis=0)`, "
-    "one number per location (shape (L,)). Then the squared gap (tau - c_i)^2 of each location, "
-    "added up over the L locations into a single number."
+    'The penalty is sum_i (tau - sum_t alpha_ti)^2 (Xu et al. 2015, eq. (14)). First the coverage'
+    ' of each location, c_i = sum_t alpha_ti: add the weights down the steps, one number per '
+    'location (shape (L,)). Then the squared gap (tau - c_i)^2 of each location, added up over '
+    'the L locations into a single number.'
 )
 DS_WRONG_AXIS_HINT = (
-    "You summed over the wrong axis: sum_t (tau - sum_i alpha_ti)^2 adds up each row, the weights "
-    "of one step, and every row sums to 1, so this number is the same whatever the weights. The "
-    "coverage of location i adds its weights over the steps: c_i = sum_t alpha_ti, "
-    "`weights.sum(axis=0)`, shape (L,)."
+    'You summed over the wrong axis: sum_t (tau - sum_i alpha_ti)^2 adds up each row, the weights'
+    ' of one step, and every row sums to 1, so this number is the same whatever the weights. The '
+    'coverage of location i adds its weights over the steps (the rows), one number per location, '
+    'shape (L,).'
 )
 DS_ABS_HINT = (
     "The square is missing: you added up the gaps |tau - c_i|. The penalty squares each gap, "
@@ -135,7 +135,12 @@ DS_SCALAR_HINT = (
     "Return a single number: a float, a 0-d array or a 0-d tensor (e.g. `float(...)`, or `.sum()` "
     "without keepdims), not an array that holds one entry."
 )
-DS_SHAPE_HINT = "Return a single number for the image. " + DS_RULE
+DS_SHAPE_HINT = (
+    'Return a single number for the image. The penalty is sum_i (tau - sum_t alpha_ti)^2 (Xu et '
+    'al. 2015, eq. (14)). First the coverage of each location, c_i = sum_t alpha_ti: add the '
+    'weights down the steps, one number per location (shape (L,)). Then the squared gap (tau - '
+    'c_i)^2 of each location, added up over the L locations into a single number.'
+)
 
 
 def _penalty_reference(weights: np.ndarray, tau: float) -> np.ndarray:
@@ -288,10 +293,10 @@ RF_NAME = "check_reinforce_loss"
 RF_OUTPUTS = ("loss", "gradient wrt log_probs", "gradient wrt rewards")
 
 RF_RULE = (
-    "loss = -(1/B) sum_b (R_b - b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - b, "
-    "held constant with `(rewards - baseline).detach()`, times the log-probability of all its "
-    "sampled locations, `log_probs.sum(dim=1)`; then the mean over the batch, with a minus sign "
-    "because the optimiser minimises the loss (Xu et al. 2015, eqs. (11)-(12); Williams 1992)."
+    'loss = -(1/B) sum_b (R_b - b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - '
+    'b, held constant (no gradient may flow through it), times the log-probability of its whole '
+    'sequence of sampled locations; then the mean over the batch, with a minus sign because the '
+    'optimiser minimises the loss (Xu et al. 2015, eqs. (11)-(12); Williams 1992).'
 )
 RF_SIGN_HINT = (
     "The sign is flipped. The optimiser minimises the loss, so the loss is minus the REINFORCE "
@@ -313,16 +318,16 @@ RF_SUM_BATCH_HINT = (
     "gradient step does not grow with the batch size."
 )
 RF_MEAN_STEPS_HINT = (
-    "You averaged the log-probabilities over the steps. log p(s | a) is the log-probability of the "
-    "whole sequence of locations, the product of the alpha_{t, s_t}: its log is the sum over the "
-    "steps, `log_probs.sum(dim=1)`."
+    'You averaged the log-probabilities over the steps. log p(s | a) is the log-probability of '
+    'the whole sequence of locations, the product of the alpha_{t, s_t}: its log adds the steps '
+    'up.'
 )
 RF_DETACH_HINT = (
-    "The gradient reaches the rewards: d loss / d rewards is not zero. In REINFORCE the advantage "
-    "R - b is a constant weight, so detach it, `(rewards - baseline).detach()`, and backward() "
-    "reaches log_probs only. (In the model R is the log-likelihood of the labels: without the "
-    "detach, backward() would also push the decoder to raise R, weighted by -log p(s), which is "
-    "not part of REINFORCE.)"
+    'The gradient reaches the rewards: d loss / d rewards is not zero. In REINFORCE the advantage'
+    ' R - b is a constant weight: cut it from the graph, so that backward() reaches log_probs '
+    'only. (In the model R is the log-likelihood of the labels: with the gradient flowing into '
+    'it, backward() would also push the decoder to raise R, weighted by -log p(s), which is not '
+    'part of REINFORCE.)'
 )
 RF_LOG_PROBS_CUT_HINT = (
     "No gradient reached log_probs: did you detach them? Detach only the advantage R - b; the "
@@ -340,17 +345,29 @@ RF_SCALAR_HINT = (
     "Return a scalar tensor, shape (): the mean over the batch of -(R_b - b) sum_t log alpha_{t, s_t}."
 )
 RF_GRAPH_HINT = (
-    "Return the loss as a torch tensor computed from log_probs with torch operations: `.item()`, "
-    "`float(...)`, `.numpy()` or `torch.tensor(...)` on the way cut it off from log_probs, and "
-    "backward() would have nothing to reach. " + RF_RULE
+    'Return the loss as a torch tensor computed from log_probs with torch operations: converting '
+    'to a Python number or a NumPy array on the way (or building a new tensor from one) cuts it '
+    'off from log_probs, and backward() would have nothing to reach. loss = -(1/B) sum_b (R_b - '
+    'b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - b, held constant, times the '
+    'log-probability of its whole sequence of sampled locations; then the mean over the batch, '
+    'with a minus sign because the optimiser minimises the loss (Xu et al. 2015, eqs. (11)-(12); '
+    'Williams 1992).'
 )
 RF_CUT_HINT = (
-    "Detach only the advantage R - b, not log_probs nor the whole loss, and do not compute it "
-    "under torch.no_grad(): backward() must reach log_probs. " + RF_RULE
+    'Hold only the advantage R - b constant, not log_probs nor the whole loss, and do not compute'
+    ' the loss with gradients switched off: backward() must reach log_probs. loss = -(1/B) sum_b '
+    '(R_b - b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - b, held constant, '
+    'times the log-probability of its whole sequence of sampled locations; then the mean over the'
+    ' batch, with a minus sign because the optimiser minimises the loss (Xu et al. 2015, eqs. '
+    '(11)-(12); Williams 1992).'
 )
 RF_BACKWARD_HINT = (
-    "Build the loss out of log_probs with ordinary torch operations, do not change log_probs in "
-    "place, and do not call backward() yourself: the check calls it on the loss you return. " + RF_RULE
+    'Build the loss out of log_probs with ordinary torch operations, do not change log_probs in '
+    'place, and do not call backward() yourself: the check calls it on the loss you return. loss '
+    '= -(1/B) sum_b (R_b - b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - b, '
+    'held constant, times the log-probability of its whole sequence of sampled locations; then '
+    'the mean over the batch, with a minus sign because the optimiser minimises the loss (Xu et '
+    'al. 2015, eqs. (11)-(12); Williams 1992).'
 )
 
 

@@ -35,19 +35,17 @@ SOFTMAX_FORMULA_HINT = (
     "along `axis`, so that every slice along `axis` sums to 1."
 )
 SOFTMAX_MAX_HINT = (
-    "exp() of a large logit overflows to inf, and inf / inf is NaN. Softmax does not change "
-    "when the same constant is subtracted from every logit along `axis`, so subtract the row "
-    "max first: `z = x - x.max(axis=axis, keepdims=True)`, then exponentiate z (the largest "
-    "term becomes exp(0) = 1)."
+    'exp() of a large logit overflows to inf, and inf / inf is NaN. Softmax does not change when '
+    'the same constant is subtracted from every logit along `axis`: choose, for each slice, the '
+    'constant that makes the largest exponential exp(0) = 1.'
 )
 SOFTMAX_GLOBAL_MAX_HINT = (
-    "You subtract a single max of the whole array, so a row far below it underflows to "
-    "exp(-1000) = 0 and gives 0 / 0 = NaN. Subtract each row's own max: "
-    "`x.max(axis=axis, keepdims=True)`."
+    'You subtract a single max of the whole array, so a row far below it underflows to exp(-1000)'
+    ' = 0 and gives 0 / 0 = NaN. Each slice along `axis` needs its own maximum.'
 )
 SOFTMAX_WHOLE_SUM_HINT = (
-    "Your result sums to 1 over the whole array instead of along `axis`. Sum along the axis "
-    "and keep it for broadcasting: `e.sum(axis=axis, keepdims=True)`."
+    'Your result sums to 1 over the whole array instead of along `axis`. Each slice along `axis` '
+    'must be divided by its own sum, kept in a shape that broadcasts against the array.'
 )
 SOFTMAX_AXIS_HINT = (
     "You normalised along the wrong axis. Use the `axis` argument for both the max and the "
@@ -58,8 +56,8 @@ SOFTMAX_NO_EXP_HINT = (
     + SOFTMAX_FORMULA_HINT
 )
 SOFTMAX_KEEPDIMS_HINT = (
-    "Reduce with keepdims=True: `e.sum(axis=axis, keepdims=True)` keeps a length-1 axis, so "
-    "each row is divided by its own sum; without it the sums broadcast along the wrong axis."
+    'Your sums broadcast along the wrong axis: a reduction drops the reduced axis unless told to '
+    'keep it with length 1, and only then is each slice divided by its own sum.'
 )
 SOFTMAX_SHAPE_HINT = (
     "softmax returns an array of the same shape as x; only the max and the sum inside it "

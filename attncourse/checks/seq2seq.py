@@ -45,10 +45,12 @@ GRU_EQUATIONS = (
     "W_hz h + b_hz), n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h_new = (1 - z) * n + z * h."
 )
 GRU_LAYOUT_HINT = (
-    "The weights are in torch's layout: w_ih is (3*hidden_dim, input_dim), w_hh is "
-    "(3*hidden_dim, hidden_dim), their rows stacked as [r; z; n]. Compute x @ w_ih.T + b_ih and "
-    "h @ w_hh.T + b_hh, each (batch, 3*hidden_dim), and split each into three chunks of "
-    "hidden_dim columns. " + GRU_EQUATIONS
+    "The weights are in torch's layout: w_ih is (3*hidden_dim, input_dim), w_hh is (3*hidden_dim,"
+    ' hidden_dim), their rows stacked as [r; z; n]. One product of the input with all of w_ih '
+    '(and one of the state with all of w_hh), biases added, gives the pre-activations of the '
+    "three gates side by side; cut each into three equal parts. torch's GRUCell: r = sigmoid(W_ir"
+    ' x + b_ir + W_hr h + b_hr), z = sigmoid(W_iz x + b_iz + W_hz h + b_hz), n = tanh(W_in x + '
+    'b_in + r * (W_hn h + b_hn)), h_new = (1 - z) * n + z * h.'
 )
 GRU_Z_SWAP_HINT = (
     "z and 1 - z are swapped. In torch's GRUCell, as in Cho et al. (2014) eq. (7), the update "
@@ -57,13 +59,13 @@ GRU_Z_SWAP_HINT = (
     "with torch's weights z must multiply h.)"
 )
 GRU_RESET_BIAS_HINT = (
-    "The reset gate must multiply the bias b_hn too: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)). "
-    "You computed r * (W_hn h) + b_hn. Take the n-chunk of h @ w_hh.T + b_hh, bias included, "
-    "and multiply all of it by r."
+    'The reset gate must multiply the bias b_hn too: n = tanh(W_in x + b_in + r * (W_hn h + '
+    "b_hn)). You computed r * (W_hn h) + b_hn: the state's candidate part, bias included, is what"
+    ' r scales.'
 )
 GRU_RESET_NO_BIAS_HINT = (
-    "The bias b_hn is missing from the candidate: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)). "
-    "Take the n-chunk of h @ w_hh.T + b_hh, bias included, and multiply all of it by r."
+    'The bias b_hn is missing from the candidate: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)). '
+    "The state's candidate part includes its bias, and r scales all of it."
 )
 GRU_RESET_BEFORE_HINT = (
     "You reset the state before the matrix product, W_hn (r * h) + b_hn, as Cho et al. (2014) "
@@ -632,9 +634,9 @@ MSM_AFTER_HINT = (
     "real positions share all the weight."
 )
 MSM_PRODUCT_HINT = (
-    "Multiplying the scores by the mask gives padded positions a score of 0, not a weight of 0: "
-    "exp(0) = 1 still takes weight. Set their scores to -inf before the softmax, "
-    "`np.where(mask, scores, -np.inf)`."
+    'Multiplying the scores by the mask gives padded positions a score of 0, not a weight of 0: '
+    "exp(0) = 1 still takes weight. A padded position's score must be one whose exponential is "
+    'exactly 0, set before the softmax.'
 )
 MSM_NO_MASK_HINT = (
     "The mask is ignored: padded positions (mask False) got weight. Set their scores to -inf "

@@ -89,9 +89,15 @@ def check_cache_bytes(fn: Callable[[dict], Any]) -> CheckResult:
 
 # --------------------------------------------------------------------------- block lookup
 
-LOOKUP_HINT = ("Token t lies in logical block t // block_size, at slot t % block_size; the block "
-               "table maps the logical block to the physical one: block_table[t // block_size].")
-LOOKUP_LOGICAL_HINT = "You returned the logical block t // block_size: look it up in block_table."
+LOOKUP_HINT = (
+    "A token's position tells which logical block of its sequence holds it, and which slot inside"
+    ' that block (integer division and remainder by the block size); the block table turns the '
+    'logical block into the physical one.'
+)
+LOOKUP_LOGICAL_HINT = (
+    'You returned the logical block: the cache stores it in the physical block the block table '
+    'names.'
+)
 
 
 def _lookup_diagnose(got: Any, case: Case) -> str | None:

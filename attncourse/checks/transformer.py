@@ -62,9 +62,10 @@ MERGE_EXPLAIN = (
     "in memory, so .view needs .contiguous() first; .reshape copies when it must."
 )
 MERGE_NO_TRANSPOSE_HINT = (
-    "Right shape, wrong numbers: you reshaped (batch, num_heads, seq_len, d_v) straight to "
-    "(batch, seq_len, num_heads * d_v). That reads head 1's rows first and glues positions of the "
-    "same head together. Swap the axes first: x.transpose(1, 2).reshape(batch, seq_len, num_heads * d_v)."
+    'Right shape, wrong numbers: you reshaped (batch, num_heads, seq_len, d_v) straight to '
+    "(batch, seq_len, num_heads * d_v). That reads head 1's rows first and glues positions of the"
+    " same head together. A reshape keeps memory order: bring the positions' axis before the "
+    "heads' axis first."
 )
 MERGE_STRIDED_HINT = (
     "The features are interleaved (head 1's first feature, head 2's first feature, ...) instead of "

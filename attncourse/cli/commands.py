@@ -26,10 +26,15 @@ fast, and the learning curves of every segment of training, resumed or not) and,
 for a generated task, ``test.tsv``; ``config.json`` is written first and lists
 them. ``--out`` must be new or empty: a directory holding anything else is never
 written into unless ``--overwrite`` says so, and even then only the files an
-earlier run listed are deleted or replaced (:mod:`attncourse.cli.rundir`); every
-numeric option has a ceiling (:mod:`attncourse.cli.limits`).
+earlier run listed are deleted or replaced (:mod:`attncourse.cli.rundir`); a run
+locks ``--out`` while it writes there, so a second run into it stops with one line;
+every numeric option has a ceiling (:mod:`attncourse.cli.limits`), and the memory
+of the weights, logits and activations is checked before training.
 ``evaluate`` prints a table of metrics overall and by source length, writes
-them to ``metrics.json`` and adds them to ``results.json``.
+them to ``metrics.json`` and adds them to ``results.json``; ``--json`` and
+``--predictions`` never replace an input, a file of the run, a link or a special
+file, nor (without ``--overwrite``) a file evaluate did not write; ``-`` prints
+them (:mod:`attncourse.cli.outputs`).
 
 Lengths are limited, and the limits are stated: a TSV pair with a side longer
 than ``--max-tokens`` tokens (or than a Transformer's 512 positions take) stops
@@ -46,9 +51,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager, redirect_stdout
 from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -59,7 +69,12 @@ from tqdm.auto import tqdm
 
 import attncourse
 from attncourse.cli.gpu_report import check_gpu_report_args, run_gpu_report
-from attncourse.cli.limits import check_model_config
+from attncourse.cli.limits import (
+    check_finite,
+    check_memory,
+    check_model_config,
+    seq2seq_training_bytes,
+)
 from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
 from attncourse.cli.options import (
     EXIT_INTERRUPTED,
@@ -71,6 +86,13 @@ from attncourse.cli.options import (
     check_train_args,
     length_hint,
     out_dir_problem,
+)
+from attncourse.cli.outputs import (
+    RunLocked,
+    is_stdout,
+    locked_run_dir,
+    os_reason,
+    write_output,
 )
 from attncourse.cli.provenance import git_commit
 from attncourse.cli.rundir import (
@@ -92,7 +114,6 @@ from attncourse.recipes.experiment import (
 )
 from attncourse.runtime import describe_device, pick_device
 from attncourse.train.checkpoint import (
-    atomic_write_text,
     load_model,
     remove_temporaries,
     temporaries,
@@ -132,16 +153,74 @@ def experiment_from_args(args: argparse.Namespace) -> Experiment:
     return Experiment(**values)
 
 
+#: Bytes a line of a TSV file may have per token of --max-tokens (both sides together): a line longer
+#: than that is refused (or skipped) before it is read, whatever its tokens, as the metrics (chrF) and
+#: the tokenizer take time and memory by character. 64 bytes a token is eight times a long word.
+LINE_BYTES_PER_TOKEN = 64
+
+
+def long_lines(path: Path, limit: int) -> list[int]:
+    """1-based numbers of the lines of ``path`` longer than ``limit`` bytes; read 1 MB at a time."""
+    found, lineno, length = [], 1, 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            start = 0
+            while (end := block.find(b"\n", start)) != -1:
+                length += end - start
+                if length > limit:
+                    found.append(lineno)
+                lineno, length, start = lineno + 1, 0, end + 1
+            length += len(block) - start
+    if length > limit:
+        found.append(lineno)
+    return found
+
+
 def _read_pairs(path: Path, level: str, max_src: int, max_tgt: int, hint: str, too_long: str,
                 quiet: bool = False) -> PairDataset:
-    """:func:`~attncourse.data.pairs.read_tsv` with the command's limits; says how many pairs were left out."""
-    data, skipped = read_tsv(path, level, max_src_tokens=max_src, max_tgt_tokens=max_tgt,
-                             skip_long=too_long == "skip", hint=hint)
+    """:func:`~attncourse.data.pairs.read_tsv` with the command's limits; says how many pairs were left out.
+
+    Lines longer than :data:`LINE_BYTES_PER_TOKEN` x (``max_src`` + ``max_tgt``)
+    bytes are refused (or, with ``--too-long skip``, left out) before they are read.
+    """
+    limit = LINE_BYTES_PER_TOKEN * (max_src + max_tgt)
+    long = long_lines(path, limit)
+    if long and too_long != "skip":
+        raise ValueError(f"{path}, line {long[0]}: a line of more than {limit:,} bytes ({LINE_BYTES_PER_TOKEN} "
+                         f"per token of the length limits); {hint}")
+    with tempfile.TemporaryDirectory(prefix="attncourse-tsv-") as tmp:
+        source = path
+        if long:  # a copy with those lines blank: read_tsv skips blank lines, and line numbers stay
+            source = Path(tmp) / path.name
+            skip = set(long)
+            with open(path, "rb") as f, open(source, "wb") as copy:
+                for lineno, line in enumerate(_lines(f), 1):
+                    copy.write(b"\n" if lineno in skip else line)
+        try:
+            data, skipped = read_tsv(source, level, name=path.stem, max_src_tokens=max_src,
+                                     max_tgt_tokens=max_tgt, skip_long=too_long == "skip", hint=hint)
+        except ValueError as err:
+            raise ValueError(str(err).replace(str(source), str(path))) from None
+    skipped = sorted(set(skipped) | set(long))
     if skipped and not quiet:
         lines = ", ".join(map(str, skipped[:5])) + (", ..." if len(skipped) > 5 else "")
         print(f"attncourse: note: left out {len(skipped)} pair(s) of {path} longer than the limit "
               f"(--too-long skip): line(s) {lines}", flush=True)
     return data
+
+
+def _lines(f: Any) -> Iterator[bytes]:
+    """The lines of a binary file, each with its end, 1 MB at a time (a long line is not held whole)."""
+    pending = b""
+    while block := f.read(1 << 20):
+        pending += block
+        *whole, pending = pending.split(b"\n")
+        for line in whole:
+            yield line + b"\n"
+        if len(pending) > 1 << 20:  # a long line: only blanked, so its bytes are not needed
+            pending = pending[-1:]
+    if pending:
+        yield pending
 
 
 def _load_data(args: argparse.Namespace, model_limit: int | None,
@@ -206,17 +285,30 @@ def run_train(args: argparse.Namespace) -> int:
     """
     world = init_distributed(args.device)
     try:
-        return _train(args, world)
+        with ExitStack() as stack:
+            return _train(args, world, stack)
     finally:
         teardown_distributed()
 
 
-def _train(args: argparse.Namespace, world: Any) -> int:
+def _claim(out: Path, stack: ExitStack, resume: bool, overwrite: bool, writes: tuple[str, ...] = TRAIN_WRITES,
+           command: str = "train") -> str | None:
+    """Lock ``out`` for this run (on ``stack``) and check it (:func:`out_dir_problem`); return the problem."""
+    if not (out.exists() and not out.is_dir()):
+        try:
+            stack.enter_context(locked_run_dir(out))
+        except RunLocked as err:
+            return str(err)
+    # checked again under the lock: another run may have written there since the options were checked
+    return out_dir_problem(out, resume, overwrite, writes, command)
+
+
+def _train(args: argparse.Namespace, world: Any, stack: ExitStack) -> int:
     started, started_at = time.perf_counter(), datetime.now(timezone.utc).isoformat(timespec="seconds")
     main_rank = world.is_main
     out: Path = args.out
     # Rank 0 decides, before any rank writes, and every rank stops alike.
-    problem = broadcast_object(out_dir_problem(out, args.resume, args.overwrite) if main_rank else None)
+    problem = broadcast_object(_claim(out, stack, args.resume, args.overwrite) if main_rank else None)
     if problem:
         raise ValueError(problem)
     # a run killed before its first checkpoint starts again from the beginning (--resume or not)
@@ -225,6 +317,11 @@ def _train(args: argparse.Namespace, world: Any) -> int:
     experiment = experiment_from_args(args)
     splits, train_data, valid_data, level = _load_data(args, max_tokens_per_side(experiment), quiet=not main_rank)
     src_vocab, tgt_vocab = build_vocabs(train_data)
+    longest = [max((len(p[side]) for p in (*train_data.pairs, *valid_data.pairs)), default=0) + 2
+               for side in (0, 1)]  # with <bos>/<eos>
+    check_memory(seq2seq_training_bytes(args, *longest, len(tgt_vocab), min(args.batch_size, len(train_data))),
+                 f"training with --batch-size {args.batch_size} on pairs of up to {longest[0] - 2} and "
+                 f"{longest[1] - 2} tokens (a target vocabulary of {len(tgt_vocab):,}; logits and activations)")
     torch.manual_seed(args.seed)
     model = build_model(experiment, src_vocab, tgt_vocab)
     # every FitConfig setting the options name (--lr, --seed, ...) comes from them
@@ -359,9 +456,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    # with an output on the standard output ('-'), it gets the data alone, the messages go to stderr
+    to_stdout = is_stdout(args.json) or (args.predictions is not None and is_stdout(args.predictions))
+    info = sys.stderr if to_stdout else sys.stdout
     device = pick_device(args.device)
     path = args.dir / BEST_NAME
     model, checkpoint = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
+    check_finite(model, path)
     extra = checkpoint["extra"]
     if not isinstance(extra.get("src_vocab"), dict) or not isinstance(extra.get("tgt_vocab"), dict):
         raise ValueError(f"{args.dir / BEST_NAME} holds no vocabularies; was it written by 'attncourse train'?")
@@ -370,15 +471,16 @@ def _evaluate(args: argparse.Namespace) -> int:
     level = args.level or extra.get("level", "word")
     positions = max_positions(model)
     src_limit, hint = length_hint(args.max_tokens, None if positions is None else positions - 1, sources_only=True)
-    test = _read_pairs(args.test, level, src_limit, args.max_tokens, hint, args.too_long)
+    with redirect_stdout(info):
+        test = _read_pairs(args.test, level, src_limit, args.max_tokens, hint, args.too_long)
     start = time.perf_counter()
     result = evaluate(model, test, src_vocab, tgt_vocab, beam_size=args.beam_size, batch_size=args.batch_size,
                       edges=args.edges, length_penalty=args.length_penalty)
     seconds = time.perf_counter() - start
     metrics = result["metrics"]
     decoding = "greedy" if args.beam_size == 1 else f"beam search, K={args.beam_size}"
-    print(f"{test.name}: {len(test)} pairs, {decoding}, model from epoch {checkpoint['epoch']}")
-    print(format_table(metrics))
+    print(f"{test.name}: {len(test)} pairs, {decoding}, model from epoch {checkpoint['epoch']}", file=info)
+    print(format_table(metrics), file=info)
     report = {
         "checkpoint": str(args.dir / BEST_NAME),
         "epoch": checkpoint["epoch"],
@@ -395,25 +497,35 @@ def _evaluate(args: argparse.Namespace) -> int:
         "decode_seconds": seconds,
         "sentences_per_second": len(test) / seconds if seconds > 0 else None,
     }
-    _write_json(args.json, report)
+    for path in getattr(args, "replaced", ()):
+        print(f"attncourse: note: replacing {path}, which evaluate did not write (--overwrite)", file=info,
+              flush=True)
+    write_output(json.dumps(json_safe(report), indent=2, ensure_ascii=False, allow_nan=False) + "\n", args.json)
     if args.json == args.dir / "metrics.json":
         record_file(args.dir, "metrics.json")
-    print(f"metrics written to {args.json}")
+    if not is_stdout(args.json):
+        print(f"metrics written to {args.json}", file=info)
     results_path = args.dir / "results.json"
     results = _read_json(results_path)
-    if results:  # a run trained by this version: keep its test scores with it
+    evaluations = results.get("evaluations", [])
+    if results and not isinstance(evaluations, list):
+        print(f"attncourse: note: {results_path} not updated: its 'evaluations' entry is not a list "
+              "(not a file written by attncourse train?)", file=info, flush=True)
+    elif results and results_path.is_file() and not results_path.is_symlink():
+        # a run trained by this version: keep its test scores with it
         summary = {k: report[k] for k in ("test", "epoch", "beam_size", "length_penalty", "overall",
                                           "decode_seconds", "sentences_per_second")}
         same = (summary["test"], summary["beam_size"], summary["length_penalty"])
-        kept = [e for e in results.get("evaluations", [])
+        kept = [e for e in evaluations
                 if isinstance(e, dict) and (e.get("test"), e.get("beam_size"), e.get("length_penalty")) != same]
         results["evaluations"] = kept + [summary]
         _write_json(results_path, results)
-        print(f"test metrics added to {results_path}")
+        print(f"test metrics added to {results_path}", file=info)
     if args.predictions is not None:
         lines = ["\t".join(row) + "\n" for row in zip(result["sources"], result["references"], result["hypotheses"])]
-        atomic_write_text("".join(lines), args.predictions)
-        print(f"predictions written to {args.predictions}")
+        write_output("".join(lines), args.predictions)
+        if not is_stdout(args.predictions):
+            print(f"predictions written to {args.predictions}", file=info)
     return 0
 
 
@@ -439,6 +551,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         interrupted with Ctrl-C.
     """
     parser = build_parser()
+    # the real command line (argv None) ends with the command: a Ctrl-C in Python's shutdown is ignored
+    with interrupt_handling(ending=argv is None):
+        return _main(parser, argv)
+
+
+def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    args = None
     try:
         args = parser.parse_args(None if argv is None else list(argv))
         if args.command == "train":
@@ -454,22 +573,87 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as err:
         print(f"attncourse: error: {err} (see 'attncourse {args.command} --help')", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as err:  # a path that cannot even be looked at: permission, a name too long
+        print(f"attncourse: error: {os_reason(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("attncourse: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     try:
         if args.command in LM_COMMANDS:
             return run_train_lm(args) if args.command == "train-lm" else run_sample(args)
         if args.command == "gpu-report":
             return run_gpu_report(args)
         return run_train(args) if args.command == "train" else run_evaluate(args)
-    except (ValueError, OSError, FloatingPointError) as err:
+    except OSError as err:
+        if isinstance(err, RunLocked) or err.filename is None:
+            reason = " ".join((err.strerror or "").split()) if err.strerror and err.errno else _one_line(err)
+        else:
+            reason = os_reason(err)
+        print(f"attncourse: error: {reason}", file=sys.stderr)
+        return EXIT_USAGE
+    except (ValueError, FloatingPointError) as err:
         print(f"attncourse: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
     except MemoryError as err:
         reason = _one_line(err) if str(err) else "the machine ran out of memory"
         print(f"attncourse: error: {reason}; give smaller sizes", file=sys.stderr)
         return EXIT_USAGE
+    except RuntimeError as err:  # an allocation that failed anyway (torch raises RuntimeError, not MemoryError)
+        if not allocation_failed(err):
+            raise
+        print(f"attncourse: error: the machine ran out of memory ({_one_line(err)[:200]}); give smaller sizes",
+              file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"attncourse: interrupted{_resume_hint(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def allocation_failed(err: BaseException) -> bool:
+    """True if ``err`` is torch's way of saying that memory ran out (CPU or GPU)."""
+    if isinstance(err, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    text = str(err)
+    return any(words in text for words in ("can't allocate memory", "out of memory", "Out of memory",
+                                             "not enough memory", "std::bad_alloc"))
+
+
+@contextmanager
+def interrupt_handling(ending: bool = False) -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt once (the command cleans up and exits 130); a second Ctrl-C
+    while it cleans up exits 130 at once, instead of killing Python by the signal (status -2).
+
+    Afterwards SIGINT is ignored if a Ctrl-C came or the process ends with the
+    command (``ending``): Python's shutdown would otherwise die of it (status -2);
+    else the previous handler is restored.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def again(signum: int, frame: Any) -> None:
+        os.write(2, b"attncourse: interrupted again; exiting now\n")
+        os._exit(EXIT_INTERRUPTED)
+
+    signalled = []
+
+    def first(signum: int, frame: Any) -> None:
+        signalled.append(signum)
+        signal.signal(signal.SIGINT, again)
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:  # SIGINT ignored, or handled by the caller: leave it
+        yield
+        return
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        # after a Ctrl-C the command only exits: a second one, in Python's own shutdown (which would
+        # die of the signal, status -2), is ignored
+        signal.signal(signal.SIGINT, signal.SIG_IGN if signalled or ending else previous)
 
 
 def _resume_hint(args: argparse.Namespace) -> str:

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from attncourse.cli.provenance import git_commit
+from attncourse.train.checkpoint import atomic_write_text
 
 #: Default wall-clock budget of the whole report, seconds: one 10-minute command with room to spare.
 DEFAULT_BUDGET = 540.0
@@ -96,18 +97,66 @@ def add_gpu_report_command(commands: Any, path_type: Any, positive_float: Any) -
     report.add_argument("--overwrite", action="store_true", help="replace the report files already in OUT")
 
 
+#: What each file an earlier report wrote starts with (report.md) or holds (the JSON files: their keys):
+#: --overwrite replaces a file only if it is recognisably a report's.
+_BENCHMARK_NAMES = {"attention", "self_attention", "flash_attention", "gqa_decode", "train_overhead",
+                    "transformer_step", "transformer_step_compiled"}
+_REPORT_MARKS: dict[str, Any] = {
+    "report.md": lambda text: text.startswith("# GPU report of attncourse"),
+    "results.json": lambda obj: isinstance(obj, dict) and {"stages", "machine", "budget", "smoke"} <= obj.keys(),
+    "metrics.json": lambda obj: isinstance(obj, dict) and obj.keys() <= {"greedy", "beam4"},
+    "benchmarks.json": lambda obj: isinstance(obj, dict) and obj.keys() <= _BENCHMARK_NAMES,
+}
+
+
+def _written_by_report(path: Path) -> bool:
+    """True if ``path`` (a regular file, not a link) is one of the files an earlier ``gpu-report`` wrote."""
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 20_000_000:
+            return False
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if path.suffix != ".json":
+        return _REPORT_MARKS[path.name](text)
+    try:
+        return _REPORT_MARKS[path.name](json.loads(text))
+    except ValueError:
+        return False
+
+
 def check_gpu_report_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
-    """Raise ``usage_error`` if OUT holds files this command would not write (nothing is overwritten)."""
+    """Raise ``usage_error`` before any stage runs: an option out of range, CUDA asked for on a machine
+    without it, or an OUT that holds files this command did not write (nothing is overwritten)."""
+    from attncourse.cli.limits import check_limits
+
+    problem = check_limits(args)
+    if problem:
+        raise usage_error(problem)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise usage_error("--device cuda: this machine has no CUDA GPU that torch can use; give "
+                              "--device cpu (with --smoke to check the command on a CPU)")
     out: Path = args.out
     if out.exists() and not out.is_dir():
         raise usage_error(f"OUT {str(out)!r} is a file, not a folder")
+    existing = next((p for p in (out, *out.parents) if p.exists()), Path.cwd())
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise usage_error(f"OUT {str(out)!r}: cannot write in {str(existing)!r} (permission denied)")
     if out.is_dir():
         others = sorted(p.name for p in out.iterdir() if p.name not in OUT_FILES)
         if others:
             raise usage_error(f"OUT {str(out)!r} holds other files ({', '.join(others[:3])}); give a new or "
                               "empty folder")
-        if not args.overwrite and any((out / name).exists() for name in OUT_FILES):
+        present = [name for name in OUT_FILES if os.path.lexists(out / name)]
+        if present and not args.overwrite:
             raise usage_error(f"OUT {str(out)!r} holds a report already; give --overwrite to replace it")
+        foreign = [name for name in present if not _written_by_report(out / name)]
+        if foreign:
+            raise usage_error(f"OUT {str(out)!r} holds {', '.join(foreign)} that gpu-report did not write; "
+                              "--overwrite replaces only an earlier report's files: give a new or empty folder")
 
 
 def _tail(text: str, chars: int = 3000) -> str:
@@ -133,15 +182,30 @@ def run_stage(stage: Stage, command: list[str], timeout: float, env: dict[str, s
         if proc.returncode != 0:
             stage.error = f"exit status {proc.returncode}"
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        _end_group(proc)
         output, _ = proc.communicate()
         stage.status, stage.error = "timeout", f"stopped after {timeout:.0f} s (its share of the budget)"
+    except BaseException:  # Ctrl-C: the stage is in its own session, so it got no SIGINT; end it too
+        _end_group(proc)
+        raise
     stage.seconds = time.perf_counter() - start
     stage.output_tail = _tail(output or "")
     if stage.status != "ok" and stage.output_tail:
         last = [line for line in stage.output_tail.splitlines() if line.strip()]
         stage.error = f"{stage.error}: {last[-1][:300]}" if last else stage.error
     return stage
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """Kill a stage's whole process group (pytest and its workers, torch's compile workers) and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 def benchmark_commands(device: str, smoke: bool, scratch: Path) -> list[tuple[str, list[str], Path]]:
@@ -279,7 +343,6 @@ def run_gpu_report(args: argparse.Namespace) -> int:
     root = repo_root()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
                TQDM_DISABLE="1", PYTHONUNBUFFERED="1")
-    python = sys.executable
     device, smoke = args.device, args.smoke
     results: dict[str, Any] = {
         "smoke": smoke, "budget": args.budget, "git_commit": git_commit(), "machine": gpu_info(device),
@@ -295,6 +358,30 @@ def run_gpu_report(args: argparse.Namespace) -> int:
         print(f"gpu-report: {stage.name}: {stage.status} ({stage.seconds:.1f} s)"
               + (f" - {stage.error}" if stage.error else ""), flush=True)
 
+    def terminated(signum: int, frame: Any) -> None:  # kill/SIGTERM: end the stage and clean up, as Ctrl-C
+        raise KeyboardInterrupt
+
+    previous_term = signal.signal(signal.SIGTERM, terminated) if _main_thread() else None
+    try:
+        _run_stages(args, out, root, env, results, stages, left, say)
+    finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+    return _finish(args, out, results, stages, start)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _run_stages(args: argparse.Namespace, out: Path, root: Path, env: dict[str, str], results: dict[str, Any],
+                stages: list[Stage], left: Any, say: Any) -> None:
+    """The four stages, in a scratch folder removed afterwards (on Ctrl-C too)."""
+    python = sys.executable
+    device, smoke = args.device, args.smoke
+    metrics: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="attncourse-gpu-report-") as tmp:
         scratch = Path(tmp)
         # 1. the CUDA tests, by file: pytest imports only these modules
@@ -321,7 +408,7 @@ def run_gpu_report(args: argparse.Namespace) -> int:
                               min(bench_end - time.perf_counter(), 90), env, root)
             benchmarks[name] = _read_json(json_path) if stage.status == "ok" else {"error": stage.error}
             say(stage)
-        (out / "benchmarks.json").write_text(json.dumps(benchmarks, indent=1) + "\n", encoding="utf-8")
+        atomic_write_text(json.dumps(benchmarks, indent=1) + "\n", out / "benchmarks.json")
         results["benchmarks"] = benchmarks
 
         # 3. training until the time that the evaluation leaves
@@ -340,7 +427,6 @@ def run_gpu_report(args: argparse.Namespace) -> int:
         say(stage)
 
         # 4. evaluation of the best weights: greedy and beam 4
-        metrics: dict[str, Any] = {}
         for decoding, beam in (("greedy", "1"), ("beam4", "4")):
             stage = Stage(f"evaluate {decoding}")
             path = scratch / f"metrics-{decoding}.json"
@@ -353,14 +439,18 @@ def run_gpu_report(args: argparse.Namespace) -> int:
             else:
                 stage.error = "no trained model (the train stage did not finish an epoch)"
             say(stage)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(json.dumps(metrics, indent=1) + "\n", out / "metrics.json")
     results["metrics"] = metrics
+
+
+def _finish(args: argparse.Namespace, out: Path, results: dict[str, Any], stages: list[Stage],
+            start: float) -> int:
     results["stages"] = [asdict(s) for s in stages]
     results["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     results["wall_seconds"] = time.perf_counter() - start
     results["summary"] = _summary(results)
-    (out / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    (out / "report.md").write_text(report_markdown(results), encoding="utf-8")
+    atomic_write_text(json.dumps(results, indent=1) + "\n", out / "results.json")
+    atomic_write_text(report_markdown(results), out / "report.md")
     failed = [s.name for s in stages if s.status != "ok"]
     print(f"gpu-report: {len(stages) - len(failed)} of {len(stages)} stages passed in {results['wall_seconds']:.0f} s"
           + (f"; not passed: {', '.join(failed)}" if failed else "") + f"; results in {out}", flush=True)

@@ -149,6 +149,7 @@ def check_model_config(config: Any, where: str) -> None:
     """
     if not isinstance(config, Mapping):
         return  # load_model says what is wrong with it
+    config = _flat_spec(config)
     for key, value in config.items():
         option = _CONFIG_SIZES.get(key)
         if option is None and key not in (
@@ -172,6 +173,35 @@ def check_model_config(config: Any, where: str) -> None:
                 "refused before allocating it"
             )
     check_memory(4 * estimate_parameters(config), f"the model of {where}")
+
+
+def _flat_spec(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A spec-built GPT's config (``{"spec": {..., "ffn": {"d_ff": ...}}}``) with its sizes on one level.
+
+    Its parts' sizes (``d_ff`` in ``ffn``, ``num_kv_heads`` in ``attention``) count as the
+    keyword-built config's do; a part's size never overrides one of the spec's own.
+    """
+    spec = config.get("spec")
+    if not isinstance(spec, Mapping):
+        return config
+    flat = {key: value for key, value in spec.items() if not isinstance(value, Mapping)}
+    for part in spec.values():
+        if isinstance(part, Mapping):
+            for key, value in part.items():
+                flat.setdefault(key, value)
+    return flat
+
+
+def check_finite(model: Any, where: Any) -> None:
+    """Raise ValueError naming the file and the first weight that holds NaN or an infinity.
+
+    Such a checkpoint (a diverged training, a damaged file) would otherwise end
+    in torch's "probability tensor contains either inf, nan" while sampling.
+    """
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
+            raise ValueError(f"{where} is broken: its weights hold NaN or infinite values ({name}); "
+                             "a training that diverged, or a damaged file")
 
 
 def estimate_parameters(config: Mapping[str, Any]) -> int:
@@ -228,6 +258,29 @@ def check_memory(needed: int, what: str) -> None:
     problem = memory_problem(needed, what)
     if problem:
         raise MemoryError(problem)
+
+
+def seq2seq_training_bytes(args: argparse.Namespace, src_len: int, tgt_len: int, tgt_vocab: int,
+                           batch: int | None = None) -> int:
+    """Rough bytes one ``train`` step holds besides the weights (float32), for the longest pairs.
+
+    Logits, their log-softmax and gradient: 3 x batch x target length x target
+    vocabulary. Per layer and token, what backpropagation keeps: about 12 d + 2 d_ff
+    numbers (a Transformer) or 8 hidden + 4 embedding numbers (an RNN, per step); and
+    a Transformer's attention weights, their softmax and dropout: 3 x heads x
+    length^2 per sequence (self-attention and cross-attention).
+    """
+    batch = int(args.batch_size) if batch is None else batch  # a batch holds at most the training pairs
+    tokens = batch * (src_len + tgt_len)
+    logits = 3 * batch * tgt_len * tgt_vocab
+    if getattr(args, "kind", None) == "transformer":
+        layers = 2 * int(args.num_layers)
+        per_layer = tokens * (12 * int(args.d_model) + 2 * int(args.d_ff)) \
+            + 3 * batch * int(args.num_heads) * (src_len + tgt_len) ** 2
+    else:
+        layers = 2
+        per_layer = tokens * (8 * int(args.hidden_dim) + 4 * int(args.emb_dim)) + batch * src_len * tgt_len
+    return 4 * (logits + layers * per_layer)
 
 
 def training_memory_problem(args: argparse.Namespace) -> str | None:

@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,15 @@ import torch
 
 from attncourse.cli.limits import (
     MAX_PROMPT_CHARS,
+    check_finite,
     check_limits,
     check_memory,
     check_model_config,
     training_memory_problem,
 )
+from attncourse.cli.outputs import locked_run_dir
 from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
-from attncourse.data.text import char_corpus, course_text, text_digest
+from attncourse.data.text import char_corpus, course_text, read_utf8, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.decode.generation import SUPPRESSED_IDS, generate
 from attncourse.decode.speculative import speculative_generate
@@ -70,7 +73,7 @@ def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_f
     lm.add_argument("--out", type=path_type, required=True, metavar="DIR",
                     help="run directory; must be new or empty, unless --resume or --overwrite")
     lm.add_argument("--max-chars", type=positive_int, default=MAX_CHARS, metavar="N",
-                    help=f"refuse a --text of more than N characters (default {MAX_CHARS:,}; memory: about 40 "
+                    help=f"refuse a --text of more than N characters (default {MAX_CHARS:,}; memory: about 4 "
                          "bytes per character)")
     lm.add_argument("--valid-fraction", type=float, default=0.1, metavar="F",
                     help="share of the text, at its end, held out (default 0.1)")
@@ -178,14 +181,10 @@ def _read_text(path: Path | None, max_chars: int) -> str:
     """The text of ``--text`` (default: the course's chapters), line ends as ``\\n``; one line for any problem."""
     if path is None:
         return course_text()
-    try:
-        with open(path, encoding="utf-8", newline="") as f:
-            text = f.read(max_chars + 1)
-    except UnicodeDecodeError as err:
-        raise ValueError(f"--text {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    text = read_utf8(path, 4 * (max_chars + 1), "--text")
     if len(text) > max_chars:
         raise ValueError(f"--text {str(path)!r} has more than --max-chars {max_chars:,} characters; raise "
-                         "--max-chars (memory: about 40 bytes per character)")
+                         "--max-chars (memory: about 4 bytes per character)")
     crlf = text.count("\r\n")
     if "\r" in text:
         lone = text.count("\r") - crlf
@@ -235,20 +234,43 @@ def _check_resume(out: Path, config: LMConfig, vocab: Vocabulary) -> None:
 def run_train_lm(args: argparse.Namespace) -> int:
     """The ``train-lm`` sub-command; returns the exit status.
 
-    Everything is checked (text, settings, the run to resume) before the first
-    file is written; ``config.json`` is written first and lists the run's files.
+    Everything is checked (text, settings, memory, the run to resume) before the
+    first file is written; ``config.json`` is written first and lists the run's
+    files. The run folder is locked while the run writes into it
+    (:func:`~attncourse.cli.outputs.locked_run_dir`): a second run into the same
+    ``--out`` stops with one line.
     """
+    from attncourse.cli.options import out_dir_problem  # options imports this module
+
     torch.set_num_threads(args.threads)
+    out: Path = args.out
+    with ExitStack() as stack:
+        if not (out.exists() and not out.is_dir()):
+            stack.enter_context(locked_run_dir(out))
+        # checked again under the lock: another run may have written there since the options were checked
+        problem = out_dir_problem(out, args.resume, args.overwrite, LM_RUN_FILES, "train-lm")
+        if problem:
+            raise ValueError(problem)
+        return _train_lm(args, out)
+
+
+def _train_lm(args: argparse.Namespace, out: Path) -> int:
     text = _read_text(args.text, args.max_chars)
-    check_memory(48 * len(text), f"--text ({len(text):,} characters)")
-    corpus = char_corpus(text, args.valid_fraction)
+    # the text (1-4 bytes a character), its ids (2 or 4 bytes) and the encoding's chunks
+    check_memory(TEXT_BYTES_PER_CHAR * len(text), f"--text ({len(text):,} characters)")
+    digest = text_digest(text)
+    n_chars = len(text)
+    corpus = char_corpus(text, args.valid_fraction, compact=True)
+    del text  # the ids are all training needs
     if corpus.train.numel() <= args.context or corpus.valid.numel() <= args.context:
-        raise ValueError(f"the text has {len(text)} characters: too few for windows of --context {args.context} "
+        raise ValueError(f"the text has {n_chars} characters: too few for windows of --context {args.context} "
                          f"in both its training and held-out parts")
     fields = {f.name for f in dataclasses.fields(LMConfig)}
     config = LMConfig(**{k: v for k, v in vars(args).items() if k in fields and k != "corpus"})
-    config = dataclasses.replace(config, corpus=text_digest(text))
-    out: Path = args.out
+    config = dataclasses.replace(config, corpus=digest)
+    check_memory(lm_training_bytes(config, len(corpus.vocab)),
+                 f"training with --batch-size {config.batch_size} and --context {config.context} "
+                 f"(a vocabulary of {len(corpus.vocab):,} characters; logits and activations)")
     fresh_start = unstarted_run(out, temporaries(out, LM_RUN_FILES))
     if args.resume:
         _check_resume(out, config, corpus.vocab)
@@ -261,13 +283,33 @@ def run_train_lm(args: argparse.Namespace) -> int:
         "command": "train-lm", "files": list(LM_RUN_FILES),
         "text": None if args.text is None else str(args.text)})
     atomic_write_text(json.dumps(corpus.vocab.to_dict(), ensure_ascii=False), out / VOCAB_NAME)
-    run = train_lm(config, corpus, text, progress=not args.no_progress, device=pick_device(args.device),
+    run = train_lm(config, corpus, None, progress=not args.no_progress, device=pick_device(args.device),
                    out_dir=out, extend=args.resume)
     write_json(out / "history.json", run.history)
     last = run.history[-1]
     print(f"step {last['step']:.0f}: train {bits_per_char(last['train_loss']):.3f}, held-out "
           f"{last['valid_bits_per_char']:.3f} bits/char; {run.seconds:.0f} s of training; run in {out}")
     return 0
+
+
+#: Bytes a character of --text may cost while train-lm holds it: the string (1-4 bytes), the training
+#: part's int16 ids, the held-out part's int64 ids, the encoding's bounded chunks. Measured on a 50 MB
+#: text: 2.6 bytes a character above the imports (main before issue 38: 24.5); checked with margin.
+TEXT_BYTES_PER_CHAR = 8
+
+
+def lm_training_bytes(config: LMConfig, vocab_size: int) -> int:
+    """Rough bytes one training step of the GPT of ``config`` holds, besides its weights (float32).
+
+    Logits, their log-softmax and gradient: 3 x batch x context x vocabulary. Per
+    layer, what backpropagation keeps: about 12 d_model + 2 d_ff numbers per token,
+    and the attention weights, their softmax and dropout: 3 x heads x context^2 per
+    sequence (the course's attention materialises them).
+    """
+    tokens = config.batch_size * config.context
+    per_layer = tokens * (12 * config.d_model + 2 * config.d_ff) \
+        + 3 * config.batch_size * config.num_heads * config.context ** 2
+    return 4 * (3 * tokens * vocab_size + config.num_layers * per_layer)
 
 
 def run_sample(args: argparse.Namespace) -> int:
@@ -314,6 +356,7 @@ def _load_lm(run: Path, device) -> tuple[GPT, Vocabulary]:
     """The GPT and vocabulary of a train-lm run directory; ValueError (one line) if they do not match."""
     path = run / CHECKPOINT_NAME
     model, _ = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
+    check_finite(model, path)
     if not isinstance(model, GPT):
         raise ValueError(f"{path} holds a {type(model).__name__}, not a model of train-lm")
     vocab = _read_vocab(run / VOCAB_NAME)

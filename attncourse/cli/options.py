@@ -21,7 +21,18 @@ import attncourse
 from attncourse.cli.gpu_report import add_gpu_report_command
 from attncourse.cli.limits import check_limits, document_limits, training_memory_problem
 from attncourse.cli.lm import add_lm_commands
-from attncourse.cli.rundir import foreign_files, read_config, run_command, unstarted_run
+from attncourse.cli.outputs import (
+    is_stdout,
+    json_written_by,
+    output_problem,
+    replaces_foreign,
+)
+from attncourse.cli.rundir import (
+    foreign_files,
+    read_config,
+    run_command,
+    unstarted_run,
+)
 from attncourse.data.pairs import LEVELS
 from attncourse.recipes.experiment import PRESETS, TASKS, Experiment, transformer_preset
 from attncourse.runtime import pick_device
@@ -57,6 +68,12 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"attncourse: error: {message} (see '{self.prog} --help')\n")
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # '--epochs=--': argparse drops the '--' and hands the option an empty list, unchecked
+        if "--" in arg_strings and action.option_strings and action.nargs in (None, argparse.OPTIONAL):
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got '--'")
+        return super()._get_values(action, arg_strings)
 
 
 def _parse(text: str, cast: type, what: str):
@@ -130,6 +147,8 @@ EVALUATE_MAX_TOKENS = 512
 RUN_FILES = (CHECKPOINT_NAME, BEST_NAME, "config.json", "history.json", "results.json", "metrics.json")
 #: What a training run may write into --out: its files and a generated task's test.tsv.
 TRAIN_WRITES = RUN_FILES + ("test.tsv",)
+#: A metrics file written by evaluate: a JSON object with these keys (replaced without --overwrite).
+METRICS_WRITTEN = json_written_by(("checkpoint", "epoch", "test", "overall", "buckets"))
 
 
 def _seed(text: str) -> int:
@@ -297,9 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--length-penalty", type=_nonnegative_float, default=0.6, metavar="A",
                     help="alpha of the beam search's length penalty ((5 + |y|) / 6)^alpha (default 0.6)")
     ev.add_argument("--json", type=_path, metavar="OUT",
-                    help="where to write the metrics as JSON (default DIR/metrics.json)")
+                    help="where to write the metrics as JSON (default DIR/metrics.json; '-': print them)")
     ev.add_argument("--predictions", type=_path, metavar="OUT.tsv",
-                    help="also write 'source<TAB>reference<TAB>hypothesis' lines to this file")
+                    help="also write 'source<TAB>reference<TAB>hypothesis' lines to this file ('-': print them)")
+    ev.add_argument("--overwrite", action="store_true",
+                    help="replace an existing --json or --predictions file that evaluate did not write (the "
+                         "run's own files and the inputs are never replaced)")
     ev.add_argument("--edges", type=_positive_int, nargs="+", metavar="L",
                     help="left edges of the source-length buckets in tokens, e.g. '1 4 8 12' "
                          "(default: five equal-width buckets)")
@@ -464,11 +486,25 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         raise UsageError(problem)
     default_json = args.json is None
     args.json = args.dir / "metrics.json" if default_json else args.json
-    check_writable(args.json, "DIR" if default_json else "--json")
-    if args.predictions is not None:
-        check_writable(args.predictions, "--predictions")
-        if args.predictions.resolve() == args.json.resolve():
-            raise UsageError(f"--predictions and the metrics (--json) would both be written to {str(args.json)!r}")
+    inputs = (args.test, args.dir / BEST_NAME)
+    args.replaced = []  # existing files of other origins that --overwrite lets this command replace
+    for option, path, ours, run_outputs in (
+            ("DIR" if default_json else "--json", args.json, METRICS_WRITTEN, ("metrics.json",)),
+            ("--predictions", args.predictions, None, ())):
+        if path is None:
+            continue
+        problem = output_problem(path, option, inputs=inputs, run_dir=args.dir, run_outputs=run_outputs,
+                                 ours=ours, overwrite=args.overwrite)
+        if problem:
+            raise UsageError(problem)
+        if not is_stdout(path) and not path.is_char_device():
+            check_writable(path, option)
+        if replaces_foreign(path, ours):
+            args.replaced.append(path)
+    if args.predictions is not None and (
+            (is_stdout(args.predictions) and is_stdout(args.json))
+            or args.predictions.resolve() == args.json.resolve()):
+        raise UsageError(f"--predictions and the metrics (--json) would both be written to {str(args.json)!r}")
     results = args.dir / "results.json"
     if results.is_file():
         check_writable(results, "DIR")
@@ -488,6 +524,12 @@ def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str,
     """
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} exists and is not a directory"
+    # a link or a special file under a name the run writes would be replaced by the atomic rename
+    special = [n for n in sorted(set(writes) | {"config.json"}) if os.path.lexists(out / n)
+               and not ((out / n).is_file() and not (out / n).is_symlink())]
+    if special:
+        return (f"--out {str(out)!r} holds {', '.join(special)} that is a link or not a regular file; a run "
+                "replaces only regular files it wrote: move it away or choose another --out")
     leftovers = set(temporaries(out, tuple(writes) + RUN_FILES))
     if resume:
         other = run_command(read_config(out))

@@ -2,7 +2,8 @@
 
 A ``train`` or ``train-lm`` run writes its ``config.json`` first, and that file
 lists (under ``"files"``) every file the run writes into ``--out``. ``--overwrite``
-deletes those files, and only those: a file of the same name that no run
+deletes those files, and only those, and only under the names the command owns
+(:data:`OWNED_FILES`: a forged or edited list deletes nothing else); a file of the same name that no run
 recorded (the user's own ``test.tsv``, say) is never deleted nor replaced; the
 command stops instead, before writing anything, and names it. Runs written
 before the list existed are recognised by their ``config.json`` (an
@@ -25,9 +26,10 @@ from attncourse.train.checkpoint import atomic_write_text
 
 CONFIG_NAME = "config.json"
 #: Files whose presence means that training has started (an epoch finished or a result was written).
+#: Not best.pt: an epoch writes it just before its checkpoint.pt, so a run interrupted between the two
+#: has no epoch to continue from, and starts again (the interrupt message says so).
 PROGRESS_FILES = (
     "checkpoint.pt",
-    "best.pt",
     "history.json",
     "results.json",
     "metrics.json",
@@ -43,6 +45,12 @@ LEGACY_FILES = {
         "metrics.json",
     ),
     "train-lm": ("checkpoint.pt", "vocab.json", "config.json", "history.json"),
+}
+#: Every name a command may write into its run directory: the only files ``--overwrite`` may ever
+#: delete or replace, whatever a config.json's list says (a list can be edited or forged).
+OWNED_FILES = {
+    "train": (*LEGACY_FILES["train"], "test.tsv"),
+    "train-lm": LEGACY_FILES["train-lm"],
 }
 
 
@@ -88,21 +96,21 @@ def run_command(config: dict[str, Any] | None) -> str | None:
 
 
 def recorded_files(out: Path) -> set[str]:
-    """Names of the files in ``out`` that a run wrote (its config.json's list), present or not."""
+    """Names of the files in ``out`` that a run wrote (its config.json's list), present or not.
+
+    Only names the command owns (:data:`OWNED_FILES`) count: a list naming any
+    other file (the user's ``notes.txt``) is not believed for that file.
+    """
     config = read_config(out)
     command = run_command(config)
     if command is None:
         return set()
     listed = config.get("files") if config is not None else None
     if isinstance(listed, list):
-        names = {
-            n
-            for n in listed
-            if isinstance(n, str) and n and Path(n).name == n and n not in (".", "..")
-        }
+        names = {n for n in listed if isinstance(n, str)}
     else:
         names = set(LEGACY_FILES[command])
-    return names | {CONFIG_NAME}
+    return (names & set(OWNED_FILES[command])) | {CONFIG_NAME}
 
 
 def foreign_files(out: Path, writes: Collection[str]) -> list[str]:

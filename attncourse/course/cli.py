@@ -16,14 +16,18 @@ are then replaced; nothing else is removed). Errors end with one line
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from attncourse.cli.options import EXIT_USAGE, Parser
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
+from attncourse.course.notice import NOTICE
 from attncourse.course.rubrics import rubrics_markdown
 from attncourse.course.slides import write_decks
 
@@ -66,7 +70,14 @@ whole cycle with the exchange, command by command):
 The kernel that grades needs the course's package (`pip install -e` of the course, or
 PYTHONPATH), and the environment's `bin/` on PATH. Chapters: {chapters} ({n_ex} exercises:
 {n_coding} coding, {n_written} written).
+
+Licence: {notice} Every notebook here starts with this notice and every deck's title slide
+shows it: keep them in what you hand out.
 """
+
+
+#: How a README.md this command wrote begins: --overwrite replaces no other README.md.
+README_FIRST_LINE = README.splitlines()[0]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,11 +123,18 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
         raise ValueError(f"OUT {str(out)!r} is not empty; pass --overwrite to replace the editions "
                          "in it, or choose another folder")
+    keep_readme = _foreign_readme(out / "README.md")
     written: list[Path] = []
     exercises = []
     students = {}
     for path in chapters:
-        student, instructor = chapter_editions(path)
+        try:
+            student, instructor = chapter_editions(path)
+        except yaml.YAMLError as err:  # front matter that is not YAML (unclosed, say)
+            mark = getattr(err, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            reason = " ".join(str(getattr(err, "problem", None) or err).split())[:200]
+            raise ValueError(f"{path}: its front matter is not valid YAML{where}: {reason}") from None
         students[path.stem] = student
         written += write_notebook(student, out / "student" / f"{path.stem}.ipynb", args.markdown)
         written += write_notebook(instructor, out / "instructor" / f"{path.stem}.ipynb")
@@ -131,9 +149,27 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
     readme = README.format(
         source=args.notebooks, chapters=", ".join(p.stem for p in chapters), n_ex=len(exercises),
         n_coding=coding, n_written=len(exercises) - coding, check=CHECK_POINTS, written=WRITTEN_POINTS,
-        markdown=" With `--markdown`, the same as MyST `.md` files." if args.markdown else "")
+        markdown=" With `--markdown`, the same as MyST `.md` files." if args.markdown else "",
+        notice=NOTICE)
+    if keep_readme:
+        print(f"attncourse: note: kept {out / 'README.md'}, which student-edition did not write "
+              "(--overwrite replaces only an earlier edition's README.md)", file=sys.stderr)
+        return written
     (out / "README.md").write_text(readme, encoding="utf-8")
     return written + [out / "README.md"]
+
+
+def _foreign_readme(path: Path) -> bool:
+    """True if ``path`` exists but is not a README.md this command wrote (never replaced, nor written through)."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        if path.is_symlink() or not path.is_file():
+            return True
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return not f.read(len(README_FIRST_LINE)) == README_FIRST_LINE
+    except OSError:
+        return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,5 +183,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as err:
         print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)
         return EXIT_USAGE
+
     print(f"wrote {len(written)} files into {args.out} (see {args.out / 'README.md'})")
     return 0

@@ -18,6 +18,7 @@ import nbformat
 from nbformat import NotebookNode
 
 from attncourse.course.exercises import Part, read_chapter, split_notebook
+from attncourse.course.notice import notice_cell
 from attncourse.course.plain import plain_cells
 from attncourse.course.rubrics import RUBRICS
 
@@ -26,7 +27,7 @@ def _bare(nb: NotebookNode, cells: list[NotebookNode]) -> NotebookNode:
     """A new notebook with ``cells`` in plain Markdown, ``nb``'s kernelspec, no jupytext pairing."""
     out = nbformat.v4.new_notebook()
     out.metadata = {k: copy.deepcopy(v) for k, v in nb.metadata.items() if k != "jupytext"}
-    out.cells = plain_cells(cells)
+    out.cells = [notice_cell(), *plain_cells(cells)]  # every handed-out copy carries its licence
     for cell in out.cells:
         if cell.cell_type == "code":
             cell.outputs = []

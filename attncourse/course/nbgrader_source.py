@@ -5,7 +5,8 @@ In a chapter's source notebook each coding exercise becomes two cells: an answer
 ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and a read-only, graded test cell
 that runs the exercise's check and asserts it passed (:data:`CHECK_POINTS` points).
 A written exercise's ``{solution}`` becomes a manually graded markdown answer cell
-(:data:`WRITTEN_POINTS` points) holding the reference answer, which
+(:data:`WRITTEN_POINTS` points) holding the reference answer and its rubric (also in the
+cell's metadata, ``attncourse.rubric``), which
 ``nbgrader generate_assignment`` replaces with "YOUR ANSWER HERE". Everything else is
 the student edition.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -28,6 +30,7 @@ from nbformat import NotebookNode
 
 from attncourse.course.editions import _bare, _whole_cells, cell_from_part
 from attncourse.course.exercises import Exercise, read_chapter, split_notebook
+from attncourse.course.rubrics import RUBRICS
 
 CHECK_POINTS = 1
 WRITTEN_POINTS = 1
@@ -165,16 +168,47 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
                 cell.metadata["attncourse"] = {"timeout": EXERCISE_LIMIT}
             cells += [answer, test]
         elif part.solution and part.role == "block":
-            answer = nbformat.v4.new_markdown_cell(part.source)
+            # The rubric follows the reference answer in the source (nbgrader's release
+            # replaces the whole cell with "YOUR ANSWER HERE"), and sits in its metadata.
+            rubric = RUBRICS[part.label].markdown() if part.label in RUBRICS else ""
+            answer = nbformat.v4.new_markdown_cell(part.source + (f"\n\n{rubric}" if rubric else ""))
             answer.metadata["nbgrader"] = _meta(f"{part.label}-answer", solution=True, grade=True,
                                                 points=WRITTEN_POINTS)
+            if rubric:
+                answer.metadata["attncourse"] = {"rubric": rubric}
             cells.append(answer)
         elif not part.solution:
             cell = cell_from_part(nb, part, part.cell in whole)
             if cell.cell_type == "code":
                 cell.metadata["attncourse"] = {"timeout": limit}
             cells.append(cell)
-    return _bare(nb, cells)
+    return assignment_links(_bare(nb, cells))
+
+
+#: Said once, under the licence notice, in a release that links to other chapters.
+LINKS_NOTE = ("Links to other chapters open your own copy of that chapter, which nbgrader "
+              "fetches into a folder beside this one (`../<chapter>/<chapter>.ipynb`). A "
+              "chapter you have not fetched yet opens nothing: fetch it first "
+              "(`nbgrader fetch_assignment <chapter>`), or read it in the course's book.")
+_CHAPTER_LINK = re.compile(r"\]\(([A-Za-z0-9_]+)\.ipynb\)")
+
+
+def assignment_links(nb: NotebookNode) -> NotebookNode:
+    """Point ``nb``'s links to other chapters at their nbgrader assignment folders.
+
+    Each chapter is its own assignment: a student's fetched copy of chapter X is
+    ``X/X.ipynb``, a sibling of this chapter's folder. A note after the first cell (the
+    licence notice) says so, and what to do when that chapter is not fetched yet.
+    """
+    found = False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            new = _CHAPTER_LINK.sub(lambda m: f"](../{m.group(1)}/{m.group(1)}.ipynb)", cell.source)
+            found |= new != cell.source
+            cell.source = new
+    if found:
+        nb.cells.insert(1, nbformat.v4.new_markdown_cell(LINKS_NOTE))
+    return nb
 
 
 def paste_solutions(released: NotebookNode, source: NotebookNode) -> NotebookNode:

@@ -160,7 +160,7 @@ RUBRICS: dict[str, Rubric] = {
     "ex-serving-sharing": Rubric(
         "62 full prompt blocks stored once, 40 x 13 blocks for each request's half block and "
         "own tokens: 582 blocks against 40 x 75 = 3,000 without sharing; the half block is "
-        "copied on write, 39 (or 40) copies.",
+        "copied on write, 39 copies (the last request keeps the original).",
         "The idea right (full blocks shared, last one copied) with an arithmetic slip, or the "
         "copies not counted.",
         "Shares nothing, or shares the partly filled block without copying it."),
@@ -225,7 +225,8 @@ RUBRICS: dict[str, Rubric] = {
     "ex-heads-fool": Rubric(
         "A sequence with two different successors of the same token (A B ... A C ... A); shows "
         "the induction heads' attention from the last A split over B and C and the probability "
-        "shared between them; explains that the repeat task never makes successors compete.",
+        "shared between them; explains that the repeat task rewards the successor S places back, "
+        "never the most recent occurrence's.",
         "The sequence and the measurement without the explanation, or the explanation without "
         "measuring.",
         "No sequence that makes two continuations compete."),

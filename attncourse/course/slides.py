@@ -2,7 +2,7 @@
 
 Made from the chapter's student edition (plain Markdown, no solutions) by nbconvert's
 slides exporter: one slide for the title and the learning goals, one per section (its
-heading and first paragraph), and one listing the exercises. Code cells are left out: the
+heading, first paragraph and display equations), and one listing the exercises. Code cells are left out: the
 notebook is where the code runs. The decks open from ``file://`` with no network:
 reveal.js comes from the ``sphinx-revealjs`` wheel and MathJax from
 ``sphinx-mathjax-offline``, both copied beside the decks. Written by ``python -m attncourse
@@ -18,6 +18,8 @@ from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
+
+from attncourse.course.notice import NOTICE_TEXT
 
 #: nbconvert's reveal.js template with nothing from a CDN: no jQuery, require.js or mermaid,
 #: reveal.js loaded by plain script tags, MathJax 3 (the offline copy) instead of MathJax 2.
@@ -38,6 +40,11 @@ Reveal.initialize({controls: true, progress: true, history: true, slideNumber: t
 """
 
 
+#: Display equations ``$$ ... $$`` of a section shown on its slide, at most.
+MAX_EQUATIONS = 2
+_DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
+
+
 def _paragraph(text: str) -> str:
     """The first paragraph of a markdown text (up to its first blank line)."""
     return text.strip().split("\n\n")[0]
@@ -54,17 +61,28 @@ def deck(student: NotebookNode) -> NotebookNode:
         body = [_paragraph(title.source)]
         if goals is not None:
             body.append(goals.source.replace("> ", "").replace(">\n", "\n"))
+        body.append(f"<small>{NOTICE_TEXT}</small>")  # the licence notice a copy must carry
         slides.append(nbformat.v4.new_markdown_cell("\n\n".join(body)))
+    section: NotebookNode | None = None  # the slide of the section being read
+    shown = 0  # its display equations so far
     for index, cell in enumerate(cells):
         heading = re.match(r"^## (.+)$", cell.source, re.M)
         found = re.findall(r"^### Exercise \d+: (.+?)(?: \([a-z0-9-]+\))?$", cell.source, re.M)
         exercises += found
-        if heading is None or heading.group(1) in ("Exercises", "References", "Works cited"):
-            continue
-        rest = cell.source[heading.end():].strip()
-        if not rest and index + 1 < len(cells):
-            rest = cells[index + 1].source
-        slides.append(nbformat.v4.new_markdown_cell(f"## {heading.group(1)}\n\n{_paragraph(rest)}"))
+        if heading is not None:
+            section, shown = None, 0
+            if heading.group(1) in ("Exercises", "References", "Works cited"):
+                continue
+            rest = cell.source[heading.end():].strip()
+            if not rest and index + 1 < len(cells):
+                rest = cells[index + 1].source
+            section = nbformat.v4.new_markdown_cell(f"## {heading.group(1)}\n\n{_paragraph(rest)}")
+            slides.append(section)
+        # The section's key equations: its display maths, at most MAX_EQUATIONS a slide.
+        for equation in _DISPLAY_MATH.findall(cell.source):
+            if section is not None and shown < MAX_EQUATIONS and equation not in section.source:
+                section.source += f"\n\n{equation}"
+                shown += 1
     if exercises:
         slides.append(nbformat.v4.new_markdown_cell(
             "## Exercises\n\n" + "\n".join(f"{i}. {name}" for i, name in enumerate(exercises, 1))))

@@ -68,8 +68,10 @@ class CharCorpus:
     ----------
     vocab : Vocabulary
         The characters of the training part (ids from 4; ``<unk>`` = 3).
-    train, valid : (n_train,), (n_valid,) int64 tensors
-        The first ``1 - valid_fraction`` of the text, and the rest.
+    train, valid : (n_train,), (n_valid,) integer tensors
+        The first ``1 - valid_fraction`` of the text, and the rest: int64, or
+        with ``char_corpus(..., compact=True)`` the training part as int16
+        (int32 for vocabularies of 32,768 characters or more).
     """
 
     vocab: Vocabulary
@@ -85,7 +87,13 @@ class CharCorpus:
         return "".join(self.vocab.decode([int(i) for i in ids]))
 
 
-def char_corpus(text: str, valid_fraction: float = 0.1, vocab: Vocabulary | None = None) -> CharCorpus:
+#: Characters encoded at a time: bounds the encoding's temporary arrays (about 30 bytes a character) to
+#: a few tens of MB whatever the text's length.
+ENCODE_CHUNK = 1 << 18
+
+
+def char_corpus(text: str, valid_fraction: float = 0.1, vocab: Vocabulary | None = None,
+                compact: bool = False) -> CharCorpus:
     """Split ``text`` by position and map characters to ids.
 
     Parameters
@@ -95,6 +103,11 @@ def char_corpus(text: str, valid_fraction: float = 0.1, vocab: Vocabulary | None
         Share of the text, at its end, held out; in (0, 1).
     vocab : Vocabulary, optional
         Reuse a vocabulary (e.g. a trained model's); default: built from the training part.
+    compact : bool
+        Keep the training part as int16 ids (int32 past 32,767 ids) instead of
+        int64: 2 bytes a character instead of 8, for large texts.
+        :func:`random_windows` returns int64 windows either way; the held-out
+        part stays int64.
 
     Returns
     -------
@@ -110,29 +123,74 @@ def char_corpus(text: str, valid_fraction: float = 0.1, vocab: Vocabulary | None
     cut = int(round(len(text) * (1.0 - valid_fraction)))
     if cut < 2 or len(text) - cut < 2:
         raise ValueError(f"the text has {len(text)} characters: too few to split into training and held-out text")
-    codes = _code_points(text)  # 4 bytes a character, instead of a Python list's ~60
     if vocab is None:
         # Vocabulary.build's order: most frequent first, ties by the character (= code point order)
-        chars, counts = np.unique(codes[:cut], return_counts=True)
-        vocab = Vocabulary([chr(c) for c in chars[np.lexsort((chars, -counts))]])
+        counts: dict[int, int] = {}
+        for start in range(0, cut, ENCODE_CHUNK):
+            chars, n = np.unique(_code_points(text[start:min(cut, start + ENCODE_CHUNK)]), return_counts=True)
+            for c, k in zip(chars.tolist(), n.tolist()):
+                counts[c] = counts.get(c, 0) + k
+        chars = np.array(sorted(counts), dtype=np.int64)
+        totals = np.array([counts[c] for c in chars.tolist()], dtype=np.int64)
+        vocab = Vocabulary([chr(c) for c in chars[np.lexsort((chars, -totals))]])
     table_chars = np.array([ord(t) for t in vocab.tokens if len(t) == 1], dtype=np.uint32)
     table_ids = np.array([vocab.id_of(chr(c)) for c in table_chars], dtype=np.int64)
     order = np.argsort(table_chars)
     table_chars, table_ids = table_chars[order], table_ids[order]
 
-    def encode(part: np.ndarray) -> torch.Tensor:
-        if table_chars.size == 0:
-            return torch.full((part.size,), Vocabulary.unk_id, dtype=torch.long)
-        where = np.minimum(np.searchsorted(table_chars, part), table_chars.size - 1)
-        ids = np.where(table_chars[where] == part, table_ids[where], Vocabulary.unk_id)
-        return torch.from_numpy(ids.astype(np.int64, copy=False))
+    def encode(first: int, last: int, dtype: np.dtype) -> torch.Tensor:
+        ids = np.empty(last - first, dtype=dtype)
+        for start in range(first, last, ENCODE_CHUNK):  # a chunk at a time: bounded temporaries
+            part = _code_points(text[start:min(last, start + ENCODE_CHUNK)])
+            if table_chars.size == 0:
+                ids[start - first:start - first + part.size] = Vocabulary.unk_id
+                continue
+            where = np.minimum(np.searchsorted(table_chars, part), table_chars.size - 1)
+            ids[start - first:start - first + part.size] = np.where(
+                table_chars[where] == part, table_ids[where], Vocabulary.unk_id)
+        return torch.from_numpy(ids)
 
-    return CharCorpus(vocab=vocab, train=encode(codes[:cut]), valid=encode(codes[cut:]))
+    small = np.int16 if len(vocab) <= np.iinfo(np.int16).max else np.int32
+    return CharCorpus(vocab=vocab, train=encode(0, cut, small if compact else np.int64),
+                      valid=encode(cut, len(text), np.int64))
 
 
 def _code_points(text: str) -> np.ndarray:
     """``(len(text),)`` uint32: the code point of each character (lone surrogates included)."""
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def read_utf8(path: str | Path, max_bytes: int | None = None, option: str = "the file") -> str:
+    """The UTF-8 text of a file, as read with ``newline=""`` (line ends kept as they are).
+
+    Parameters
+    ----------
+    path : str or path-like
+    max_bytes : int, optional
+        Read at most this many bytes (a longer file is cut there; a character cut
+        in two at the end is dropped).
+    option : str
+        Names the file in the message, e.g. ``"--text"``.
+
+    Raises
+    ------
+    ValueError
+        ``"--text 'big.txt' is not UTF-8 text (invalid start byte at byte 52,428,801, line 4,411)"``:
+        the offset counts from the start of the file, whatever its size.
+    OSError
+        If the file cannot be read.
+    """
+    with open(path, "rb") as f:
+        data = f.read() if max_bytes is None else f.read(max_bytes)
+    cut = max_bytes is not None and len(data) == max_bytes
+    try:
+        return data.decode("utf-8", "strict")
+    except UnicodeDecodeError as err:
+        if cut and err.start >= len(data) - 3 and err.reason == "unexpected end of data":
+            return data[:err.start].decode("utf-8")
+        line = data.count(b"\n", 0, err.start) + 1
+        raise ValueError(f"{option} {str(path)!r} is not UTF-8 text ({err.reason} at byte {err.start:,}, "
+                         f"line {line:,})") from None
 
 
 def random_windows(ids: torch.Tensor, context: int, batch_size: int,
@@ -152,7 +210,7 @@ def random_windows(ids: torch.Tensor, context: int, batch_size: int,
     if ids.numel() < context + 1:
         raise ValueError(f"a text of {ids.numel()} tokens holds no window of context + 1 = {context + 1}")
     starts = torch.randint(0, ids.numel() - context, (batch_size,), generator=generator)
-    windows = ids[starts[:, None] + torch.arange(context + 1)]
+    windows = ids[starts[:, None] + torch.arange(context + 1)].long()  # compact ids (int16) too
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -175,6 +233,7 @@ def bigram_bits_per_char(train: torch.Tensor, valid: torch.Tensor, vocab_size: i
     """
     if alpha <= 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
+    train, valid = train.long(), valid.long()  # compact ids too
     counts = torch.zeros(vocab_size, vocab_size, dtype=torch.float64)
     counts.index_put_((train[:-1], train[1:]), torch.ones(train.numel() - 1, dtype=torch.float64), accumulate=True)
     probs = (counts + alpha) / (counts.sum(1, keepdim=True) + alpha * vocab_size)

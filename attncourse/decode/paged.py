@@ -1,7 +1,10 @@
 """A paged KV cache: keys and values in fixed-size blocks of a shared pool, read through a block table.
 
-A contiguous KV cache reserves, for every request, room for the longest
-sequence it might reach; most of that room is never used. PagedAttention (Kwon
+The serving systems before vLLM reserve, for every request, one contiguous chunk
+with room for the longest sequence it might reach (Kwon et al. 2023, section 3);
+most of that room is never used. (Chapter 6's
+:class:`~attncourse.nn.attention.KVCache` reserves nothing but grows by
+``torch.cat``, copying the whole cache at every step.) PagedAttention (Kwon
 et al. 2023, section 4) manages the cache like virtual memory: a *pool* of
 physical blocks of ``block_size`` tokens each, allocated one at a time as a
 sequence grows, and per sequence a *block table* mapping its logical blocks
@@ -20,7 +23,13 @@ gives, per layer, a view with the interface of chapter 6's
 :class:`~attncourse.nn.attention.KVCache` (``k``, ``v``, ``append``, ``len``), so
 :class:`~attncourse.nn.gpt.GPT` runs unchanged on it. :func:`serve_greedy`
 serves a batch of requests step by step from one pool and records the pool's
-state at every step (for the explorer).
+state at every step (for the explorer); if a request fails (the pool runs out),
+it gives every block back before raising.
+
+The pool trusts no block id: ids outside ``0 .. num_blocks - 1`` (negative ones
+included, which Python would silently wrap around), sharing or copying a free block,
+releasing a block twice, and block tables holding such ids or one block twice all
+raise a one-line ``ValueError``.
 
 References
 ----------
@@ -30,6 +39,7 @@ Serving with PagedAttention", sections 4.1-4.4.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -61,7 +71,9 @@ class BlockPool:
     Raises
     ------
     ValueError
-        If a size is not a positive int (e.g. ``block_size=0``).
+        If a size is not a positive int (e.g. ``block_size=0``); from the methods, if a
+        block id is not one of the pool's, or names a free block (released twice, shared
+        or copied after its release).
     """
 
     def __init__(self, num_blocks: int, block_size: int, num_layers: int, num_kv_heads: int, d_k: int,
@@ -104,18 +116,48 @@ class BlockPool:
         self.ref_counts[block] = 1
         return block
 
+    def check_block(self, block: int, action: str = "use") -> int:
+        """``block`` as an int if it is one of the pool's blocks and held; else a one-line ValueError.
+
+        A negative id would index the storage from its end (another sequence's block)
+        and an id past the end would fail deep inside a list, so both are refused here.
+        """
+        try:
+            if isinstance(block, bool):
+                raise TypeError
+            block = operator.index(block)
+        except TypeError:
+            raise ValueError(f"cannot {action} block {block!r}: block ids are ints") from None
+        if not 0 <= block < self.num_blocks:
+            raise ValueError(f"cannot {action} block {block}: the pool's blocks are "
+                             f"0 .. {self.num_blocks - 1}")
+        if self.ref_counts[block] == 0:
+            raise ValueError(f"cannot {action} block {block}: it is free (released already, "
+                             "or never allocated)")
+        return block
+
+    def check_table(self, table: list[int]) -> None:
+        """A block table's ids: each held in this pool, none twice (one-line ValueError)."""
+        for block in table:
+            self.check_block(block, "read or write through")
+        if len(set(table)) != len(table):
+            raise ValueError(f"block table {table} holds a block twice: its sequences would "
+                             "overwrite each other")
+
     def share(self, block: int) -> None:
-        """One more sequence uses ``block``."""
-        self.ref_counts[block] += 1
+        """One more sequence uses ``block`` (a held block)."""
+        self.ref_counts[self.check_block(block, "share")] += 1
 
     def release(self, block: int) -> None:
-        """One sequence fewer uses ``block``; at 0 it returns to the free list."""
+        """One sequence fewer uses ``block``; at 0 it returns to the free list (twice: ValueError)."""
+        block = self.check_block(block, "release")
         self.ref_counts[block] -= 1
         if self.ref_counts[block] == 0:
             self._free.append(block)
 
     def copy(self, block: int) -> int:
         """Copy-on-write: a new block holding ``block``'s keys and values (every layer), released once."""
+        self.check_block(block, "copy")
         new = self.allocate()
         self.k[:, new] = self.k[:, block]
         self.v[:, new] = self.v[:, block]
@@ -124,7 +166,16 @@ class BlockPool:
 
 
 def block_lookup(block_table: list[int], position: int, block_size: int) -> tuple[int, int]:
-    """Where token ``position`` lies: ``(physical block, slot)`` = ``(table[t // B], t % B)``."""
+    """Where token ``position`` lies: ``(physical block, slot)`` = ``(table[t // B], t % B)``.
+
+    Raises ValueError if ``block_size < 1``, ``position < 0`` (Python would read the
+    table from its end) or the position lies past the table's last block.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if position < 0 or position // block_size >= len(block_table):
+        raise ValueError(f"position {position} is outside a block table of {len(block_table)} "
+                         f"blocks of {block_size} tokens")
     return block_table[position // block_size], position % block_size
 
 
@@ -173,6 +224,7 @@ class PagedSequence:
 
     def _reserve(self, start: int, count: int) -> None:
         """Blocks for positions start .. start + count - 1: allocated if missing, copied if shared."""
+        self.pool.check_table(self.block_table)
         size = self.pool.block_size
         while len(self.block_table) * size < start + count:
             self.block_table.append(self.pool.allocate())
@@ -194,6 +246,7 @@ class PagedSequence:
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``layer`` gathered through the table: ``(1, num_kv_heads, len, d_k)`` each."""
         n = self.lengths[layer]
+        self.pool.check_table(self.block_table)
         table = torch.tensor(self.block_table, dtype=torch.long, device=self.pool.k.device)
 
         def gather(store: torch.Tensor) -> torch.Tensor:
@@ -296,7 +349,8 @@ def serve_greedy(model: GPT, prompts: list[torch.Tensor], new_tokens: list[int],
     ValueError
         If the lists differ in length, a count is < 1, or ``share_prefix`` with different prompts.
     MemoryError
-        If the pool runs out of blocks.
+        If the pool runs out of blocks; every block the requests held is given back
+        first (as on any other error), so the pool can serve again.
     """
     if len(prompts) != len(new_tokens) or not prompts:
         raise ValueError(f"{len(prompts)} prompts for {len(new_tokens)} token counts")
@@ -319,30 +373,36 @@ def serve_greedy(model: GPT, prompts: list[torch.Tensor], new_tokens: list[int],
         served.states.append(PoolState(step, tables, lengths, list(pool.ref_counts)))
         served.peak_blocks = max(served.peak_blocks, pool.used)
 
-    for step in range(max(new_tokens)):
-        for r in range(n):
-            if step >= new_tokens[r]:
-                continue
-            if sequences[r] is None:
-                sequences[r] = PagedSequence(pool)
-                out, _ = model(feeds[r], sequences[r].layers())
-                if share_prefix:  # the prompt runs once; the other samples share its blocks
-                    shared = out
-                    for other in range(1, n):
-                        sequences[other] = sequences[r].fork()
-            elif share_prefix and step == 0:
-                out = shared
-            else:
-                out, _ = model(feeds[r], sequences[r].layers())
-            last = out[0, -1]
-            token = last.argmax()
-            tokens[r].append(int(token))
-            logits[r].append(last.cpu())
-            feeds[r] = token.view(1, 1)
-        record(step)  # before the requests that are done give their blocks back
-        for r in range(n):
-            if step + 1 == new_tokens[r]:
-                sequences[r].free()
+    try:
+        for step in range(max(new_tokens)):
+            for r in range(n):
+                if step >= new_tokens[r]:
+                    continue
+                if sequences[r] is None:
+                    sequences[r] = PagedSequence(pool)
+                    out, _ = model(feeds[r], sequences[r].layers())
+                    if share_prefix:  # the prompt runs once; the other samples share its blocks
+                        shared = out
+                        for other in range(1, n):
+                            sequences[other] = sequences[r].fork()
+                elif share_prefix and step == 0:
+                    out = shared
+                else:
+                    out, _ = model(feeds[r], sequences[r].layers())
+                last = out[0, -1]
+                token = last.argmax()
+                tokens[r].append(int(token))
+                logits[r].append(last.cpu())
+                feeds[r] = token.view(1, 1)
+            record(step)  # before the requests that are done give their blocks back
+            for r in range(n):
+                if step + 1 == new_tokens[r]:
+                    sequences[r].free()
+    except BaseException:  # a failed batch must not keep its blocks: the pool would leak
+        for sequence in sequences:
+            if sequence is not None:
+                sequence.free()
+        raise
     served.tokens = [torch.tensor(t, dtype=torch.long) for t in tokens]
     served.logits = [torch.stack(rows) for rows in logits]
     return served

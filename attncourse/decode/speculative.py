@@ -9,19 +9,21 @@ at the first rejection the token is drawn instead from the residual
 
 and the round ends; if all k are accepted, one more token comes free from
 p_{k+1}. Every emitted token is distributed exactly as the target's own next-token
-distribution (Leviathan et al. 2023, theorem 3.5; Chen et al. 2023, theorem 1):
+distribution (Leviathan et al. 2023, appendix A.1; Chen et al. 2023, theorem 1):
 the token emitted at a position is x with probability
 
     q(x) min(1, p(x) / q(x)) + (1 - sum_y min(p(y), q(y))) p'(x)
       = min(p(x), q(x)) + max(0, p(x) - q(x)) = p(x),
 
-which :func:`emitted_distribution` computes term by term. A round costs one
-target pass and emits between 1 and k + 1 tokens.
+which :func:`emitted_distribution` computes term by term. A draft token is
+accepted with probability beta = sum_x min(p(x), q(x)) (Leviathan et al.,
+theorem 3.5). A round costs one target pass and emits between 1 and k + 1 tokens.
 
 References
 ----------
 Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via
-Speculative Decoding", section 3 (algorithm 1, theorem 3.5).
+Speculative Decoding": algorithm 1 (the method), theorem 3.5 (the acceptance
+rate), appendix A.1 (the proof that the output follows the target).
 Chen et al. (2023), "Accelerating Large Language Model Decoding with
 Speculative Sampling", algorithm 2 and theorem 1.
 """
@@ -65,7 +67,7 @@ def emitted_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     Returns
     -------
     (..., vocab_size)
-        Equal to ``p`` up to rounding (Leviathan et al. 2023, theorem 3.5).
+        Equal to ``p`` up to rounding (Leviathan et al. 2023, appendix A.1).
     """
     ratio = torch.where(q > 0, p / q.clamp(min=torch.finfo(q.dtype).tiny), torch.ones_like(p))
     accepted = q * ratio.clamp(max=1.0)

@@ -3,18 +3,19 @@
 Chapter 9 opens trained attention-only Transformers and measures each head:
 
 * :func:`prefix_matching_score` -- how much a head attends to the token *after* an
-  earlier occurrence of the current token (Olsson et al. 2022, section 2, "prefix
-  matching"), the first half of an induction head;
+  earlier occurrence of the current token (Olsson et al. 2022, "Key Concepts",
+  "prefix matching"), the first half of an induction head;
 * :func:`previous_token_score` -- how much it attends to the position just before
   (the previous-token head an induction head composes with);
 * :func:`copying_score` -- whether its OV circuit raises the logit of the token it
   attends to: the share of the circuit's eigenvalues that are positive, weighted by
-  size (Elhage et al. 2021, "Detecting copying behavior"; Olsson et al. 2022, section 2,
-  "copying"), the second half of an induction head;
+  size (Elhage et al. 2021, "Detecting copying behavior"; Olsson et al. 2022, "Key
+  Concepts", "copying"), the second half of an induction head;
 * :func:`first_position_attention` -- how much attention lands on position 0, the
   "attention sink" of Xiao et al. (2023, section 3.1);
 * :func:`in_context_learning_score` -- the loss late in the context minus the loss
-  early in it (Olsson et al. 2022, section 2): negative when the model uses its context.
+  early in it (Olsson et al. 2022, "Key Concepts"): negative when the model uses its
+  context.
 
 Attention weights follow the course's layout ``(..., seq_len, seq_len)``: row i is
 query i, column j key j, each row sums to 1 (causal rows are zero above the diagonal).
@@ -22,7 +23,8 @@ query i, column j key j, each row sums to 1 (causal rows are zero above the diag
 References
 ----------
 Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits".
-Olsson et al. (2022), "In-context Learning and Induction Heads", section 2 (definitions).
+Olsson et al. (2022), "In-context Learning and Induction Heads", "Key Concepts"
+(definitions; the paper's headings are unnumbered).
 Xiao et al. (2023), "Efficient Streaming Language Models with Attention Sinks", section 3.1.
 """
 
@@ -95,7 +97,7 @@ def prefix_matching_score(weights: torch.Tensor, tokens: torch.Tensor) -> torch.
 
     References
     ----------
-    Olsson et al. (2022), section 2, "prefix matching".
+    Olsson et al. (2022), "Key Concepts", "prefix matching".
     """
     n = _square_weights(weights)
     if tokens.shape[-1] != n or tokens.dim() not in (1, 2):
@@ -195,7 +197,7 @@ def copying_score(ov: torch.Tensor) -> torch.Tensor:
     References
     ----------
     Elhage et al. (2021), "Detecting copying behavior" (positive eigenvalues of the OV
-    circuit); Olsson et al. (2022), section 2, "copying".
+    circuit); Olsson et al. (2022), "Key Concepts", "copying".
     """
     _square_weights(ov, "ov")
     eigenvalues = torch.linalg.eigvals(ov.double())
@@ -207,7 +209,8 @@ def in_context_learning_score(losses: torch.Tensor, early: int, late: int) -> to
     """Loss at position ``late`` minus loss at position ``early``, averaged over sequences.
 
     Olsson et al. (2022) take the 500th and the 50th token of 512-token contexts;
-    scaled to a context of n tokens that is about positions ``n // 10`` and ``n - 1``.
+    scaled to a context of n tokens that is positions ``49 * n // 512`` and
+    ``499 * n // 512`` (6 and 62 for n = 64, the positions chapter 9 passes).
     Negative means later tokens are predicted better: the model learns in context.
 
     Parameters
@@ -228,7 +231,7 @@ def in_context_learning_score(losses: torch.Tensor, early: int, late: int) -> to
 
     References
     ----------
-    Olsson et al. (2022), section 2, "in-context learning score".
+    Olsson et al. (2022), "Key Concepts", "In-context Learning".
     """
     n = losses.shape[-1]
     for name, value in (("early", early), ("late", late)):

@@ -3,11 +3,16 @@
 A value x is stored as the integer round(x / s) in -127 .. 127 with a scale
 s = max|x| / 127 shared by a group of values, and read back as s * q; the error
 of each value is at most s / 2. Which values share a scale matters: one large
-entry (an outlier) in a group makes s large and the other entries coarse. Keys
-of trained Transformers have a few *channels* with large magnitudes in every
-token, while values have no such structure; KIVI (Liu et al. 2024, section 3)
-therefore quantises keys per channel (one scale per channel over a group of
-tokens) and values per token (one scale per token over its channels).
+entry (an outlier) in a group makes s large and the other entries coarse. In
+large trained language models, keys have a few *channels* with large magnitudes
+in every token, while values have no such structure (KIVI, Liu et al. 2024,
+section 3; chapter 10's small model has no such channels); KIVI therefore
+quantises keys per channel (one scale per channel over a group of tokens) and
+values per token (one scale per token over its channels), down to 2 bits.
+
+An int8 code takes a quarter of a float32's bytes, but each group also stores its
+scale: the cache shrinks by less than 4 (chapter 10 measures 384 and 352 bytes per
+token against 1,024 with float32 scales, per-token and per-channel keys).
 
 References
 ----------

@@ -207,6 +207,11 @@ class FlashAttentionTriton(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out, _grad_lse):
+        # Under create_graph=True autograd runs this with grad mode on; the kernel's
+        # gradients carry no graph, so a second derivative would silently be missing.
+        if torch.is_grad_enabled():
+            raise RuntimeError("triton_flash_attention has no double backward (create_graph=True): "
+                               "use scaled_dot_product_attention for higher-order gradients")
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = _backward(q, k, v, out, lse, grad_out.contiguous(), *ctx.settings)
         return dq, dk, dv, None, None, None
@@ -299,19 +304,25 @@ def triton_flash_attention(
         If a tensor is not 4-D, the shapes do not fit (the message names all three), ``d``
         or a block size is not supported, or the tensors are on the wrong device.
     TypeError
-        If the dtypes differ or one is not supported here (bfloat16 under the interpreter).
+        If the dtypes differ or one is not supported here (bfloat16 under the interpreter),
+        or ``is_causal`` is not a bool.
+    RuntimeError
+        From the backward pass, if it is asked for a graph (``create_graph=True``): the
+        kernel has no double backward.
 
     References
     ----------
     Dao (2023), "FlashAttention-2", algorithms 1 and 2.
     """
     require_triton()
+    if not isinstance(is_causal, bool):  # bool("no") is True: a typo would silently mask
+        raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
     _check_inputs(query, key, value, block_q, block_k)
     default_q, default_k = default_blocks(query.shape[-1], query.dtype)
     block_q = default_q if block_q is None else block_q
     block_k = default_k if block_k is None else block_k
     q, k, v = (t.contiguous() for t in (query, key, value))
-    out, lse = FlashAttentionTriton.apply(q, k, v, bool(is_causal), int(block_q), int(block_k))
+    out, lse = FlashAttentionTriton.apply(q, k, v, is_causal, int(block_q), int(block_k))
     return (out, lse) if return_lse else out
 
 

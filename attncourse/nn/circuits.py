@@ -9,15 +9,16 @@ by ``W_E[a] W_V^h W_O^h W_U``, one row of the vocabulary-by-vocabulary matrix
 (:func:`attncourse.functional.head_scores.copying_score`).
 
 An ablation removes one head and measures what is lost (Olsson et al. 2022,
-section 4): :func:`ablate_heads` replaces the chosen heads' outputs (before
-``W_O``) with zeros, or with their mean over a reference batch
+"Argument 3", direct ablation): :func:`ablate_heads` replaces the chosen heads'
+outputs (before ``W_O``) with zeros, or with their mean over a reference batch
 (:func:`head_output_means`), for the duration of a ``with`` block.
 
 References
 ----------
 Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits",
 sections "Attention heads are independent and additive" and "OV and QK circuits".
-Olsson et al. (2022), "In-context Learning and Induction Heads", section 4 (ablations).
+Olsson et al. (2022), "In-context Learning and Induction Heads", heading "Argument 3"
+(direct ablation; the paper's headings are unnumbered).
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def ablate_heads(model: nn.Module, heads: Sequence[tuple[int, int]], mode: str =
 
     References
     ----------
-    Olsson et al. (2022), section 4 (ablations); Elhage et al. (2021).
+    Olsson et al. (2022), "Argument 3" (direct ablation); Elhage et al. (2021).
     """
     if mode not in ABLATIONS:
         raise ValueError(f"mode must be one of {ABLATIONS}, got {mode!r}")

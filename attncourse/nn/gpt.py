@@ -38,7 +38,7 @@ References
 Radford, Narasimhan, Salimans, Sutskever (2018), "Improving Language Understanding
 by Generative Pre-Training", section 3.1.
 Radford et al. (2019), "Language Models are Unsupervised Multitask Learners", section 2.3.
-Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits", section 2
+Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits", "Transformer Overview"
 (attention-only Transformers, ``attention_only=True``).
 Vaswani et al. (2017), sections 3.1-3.5.
 """
@@ -94,7 +94,7 @@ class DecoderOnlyBlock(nn.Module):
         None with ``ffn="none"``.
     attn_norm : nn.Module
         nn.LayerNorm, RMSNorm, or nn.Identity with ``norm="none"``: with neither norm
-        nor FFN the block is ``x + attn(x)``, a sum of paths (Elhage et al. 2021, section 2).
+        nor FFN the block is ``x + attn(x)``, a sum of paths (Elhage et al. 2021, "Transformer Overview").
     ffn_norm : nn.Module or None
         None when there is no FFN.
     """

@@ -7,11 +7,11 @@ keys and values of h heads. With the equations' numbers (section 2.1.2-2.1.3):
     c_t^KV = W^DKV h_t                                   (9)   (d_c,)
     k_t^C  = W^UK c_t^KV,   v_t^C = W^UV c_t^KV          (10, 11)   (h * d_h,)
     q_t^C  = W^Q h_t                                     (queries not compressed here)
-    q_t^R  = RoPE(W^QR h_t)                              (15)  (h * d_h^R,)
-    k_t^R  = RoPE(W^KR h_t)                              (16)  (d_h^R,), shared by all heads
-    q_{t,i} = [q_{t,i}^C; q_{t,i}^R],  k_{t,i} = [k_{t,i}^C; k_t^R]      (17, 18)
-    o_{t,i} = sum_j softmax_j(q_{t,i} . k_{j,i} / sqrt(d_h + d_h^R)) v_{j,i}^C   (19)
-    u_t = W^O [o_{t,1}; ...; o_{t,h}]
+    q_t^R  = RoPE(W^QR h_t)                              (14)  (h * d_h^R,)
+    k_t^R  = RoPE(W^KR h_t)                              (15)  (d_h^R,), shared by all heads
+    q_{t,i} = [q_{t,i}^C; q_{t,i}^R],  k_{t,i} = [k_{t,i}^C; k_t^R]      (16, 17)
+    o_{t,i} = sum_j softmax_j(q_{t,i} . k_{j,i} / sqrt(d_h + d_h^R)) v_{j,i}^C   (18)
+    u_t = W^O [o_{t,1}; ...; o_{t,h}]                    (19)
 
 RoPE cannot act on k^C (a rotation between W^UK and the query would stop W^UK
 from being absorbed), hence the *decoupled* rotary key k^R of width d_h^R,
@@ -124,9 +124,9 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
         W^UK, W^UV, eqs. (10)-(11).
     w_q : nn.Linear(d_model, h * d_h)
     w_qr : nn.Linear(d_model, h * d_h^R) or None
-        W^QR, eq. (15).
+        W^QR, eq. (14).
     w_kr : nn.Linear(d_model, d_h^R) or None
-        W^KR, eq. (16).
+        W^KR, eq. (15).
     w_o : nn.Linear(h * d_h, d_model)
     absorbed : bool
         With a cache, compute the absorbed form (default True); without a cache the
@@ -215,7 +215,7 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
     def _latents(self, x: torch.Tensor, positions: torch.Tensor):
         c_kv = self.w_dkv(x)  # (batch, seq_len, d_c), eq. (9)
         if self.rope_dim:
-            k_rope = apply_rope(self.w_kr(x), positions, self.rope_base)  # eq. (16)
+            k_rope = apply_rope(self.w_kr(x), positions, self.rope_base)  # eq. (15)
         else:
             k_rope = x.new_zeros(x.shape[0], x.shape[1], 0)
         return c_kv, k_rope
@@ -286,13 +286,13 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
         """
         k = split_heads(self.w_uk(c_kv), self.num_heads)  # (batch, h, m, d_h), eq. (10)
         v = split_heads(self.w_uv(c_kv), self.num_heads)  # eq. (11)
-        if self.rope_dim:  # eqs. (17)-(18): the shared rotary key joins every head
+        if self.rope_dim:  # eqs. (16)-(17): the shared rotary key joins every head
             q = torch.cat([q, q_rope], dim=-1)
             k = torch.cat([k, k_rope[:, None].expand(-1, self.num_heads, -1, -1)], dim=-1)
         if sdpa:  # its default scale is 1 / sqrt(d_h + d_h^R), the width of q
             out = F.scaled_dot_product_attention(q, k, v, is_causal=allowed is not None)
             return self.w_o(merge_heads(out)), None
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k + self.rope_dim)  # eq. (19)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k + self.rope_dim)  # eq. (18)
         weights = masked_softmax(scores, allowed)
         return self.w_o(merge_heads(weights @ v)), weights
 

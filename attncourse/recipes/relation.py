@@ -221,8 +221,18 @@ class DigitProbe(nn.Module):
         return self.probe(self.stem(images).amax(dim=(2, 3)))
 
 
+#: Canvases :func:`relation_accuracy` scores at once (and the batches of the validation features
+#: that :func:`train_relation_classifier` keeps for a frozen stem).
+_EVAL_BATCH = 1000
+
+
+def _above_stem(model: nn.Module, features: torch.Tensor) -> torch.Tensor:
+    """The model's logits from its stem's features: mixing block, 1x1 head, average pooling, classifier."""
+    return model.classifier(model.head(model.mixer(features)).mean(dim=(2, 3)))
+
+
 def relation_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                      batch_size: int = 1000) -> float:
+                      batch_size: int = _EVAL_BATCH) -> float:
     """Share of canvases whose predicted class (the argmax of the logits) is the label.
 
     Parameters
@@ -393,13 +403,22 @@ def train_relation_classifier(config: RelationConfig, progress: bool = True,
                 cache["features"] = torch.cat([model.stem(train_images[i:i + 1000].to(dev))
                                                for i in range(0, len(train_images), 1000)])
 
-        def top(features):
-            return model.classifier(model.head(model.mixer(features)).mean(dim=(2, 3)))
-
-        return _run_batches(epoch, cache["features"], labels, config.batch_size, top)
+        return _run_batches(epoch, cache["features"], labels, config.batch_size,
+                            lambda features: _above_stem(model, features))
 
     def evaluate(model):
-        return {"valid_accuracy": relation_accuracy(model, valid_images, valid_labels)}
+        if not frozen:
+            return {"valid_accuracy": relation_accuracy(model, valid_images, valid_labels)}
+        if "valid" not in cache:
+            # The frozen stem's validation features, computed once instead of every epoch (the stem
+            # was most of an evaluation's time), in relation_accuracy's batches: the same numbers.
+            dev = next(model.parameters()).device
+            cache["valid"] = [model.stem(valid_images[i:i + _EVAL_BATCH].to(dev))
+                              for i in range(0, len(valid_images), _EVAL_BATCH)]
+        right = sum(int((_above_stem(model, features).argmax(-1).cpu()
+                         == valid_labels[i * _EVAL_BATCH:(i + 1) * _EVAL_BATCH].cpu()).sum())
+                    for i, features in enumerate(cache["valid"]))
+        return {"valid_accuracy": right / len(valid_labels)}
 
     return train_epochs(config.run_name, dataclasses.asdict(config), build, train_epoch, evaluate,
                         config.epochs, seed=config.seed, progress=progress, device=device)

@@ -109,6 +109,11 @@ def _temporary_prefix(path: Path) -> str:
     return f".{path.name}."
 
 
+#: What :func:`tempfile.mkstemp` puts between our prefix and ".tmp": eight of its random characters.
+#: Only such names are ours; a user's ``.checkpoint.pt.mine.tmp`` is never listed nor removed.
+_TEMPORARY_SUFFIX = re.compile(r"[a-z0-9_]{8}\.tmp")
+
+
 def _write_error(path: Path, err: OSError) -> OSError:
     """The error of a failed write, naming the file asked for rather than the temporary one."""
     new = OSError(f"cannot write {str(path)!r}: {err.strerror or err}")
@@ -206,15 +211,18 @@ def temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
     Returns
     -------
     list of Path
-        Plain files (no links), sorted.
+        Plain files (no links) named exactly as :func:`tempfile.mkstemp` names ours
+        (``.<name>.`` then eight random characters of its alphabet then ``.tmp``), sorted.
     """
     directory = Path(directory)
     if not directory.is_dir():
         return []
     found = set()
     for name in names:
-        pattern = glob.escape(_temporary_prefix(directory / name)) + "*.tmp"
-        found |= {p for p in directory.glob(pattern) if p.is_file() and not p.is_symlink()}
+        prefix = _temporary_prefix(directory / name)
+        pattern = glob.escape(prefix) + "*.tmp"
+        found |= {p for p in directory.glob(pattern) if p.is_file() and not p.is_symlink()
+                  and _TEMPORARY_SUFFIX.fullmatch(p.name[len(prefix):])}
     return sorted(found)
 
 
@@ -477,6 +485,31 @@ def model_class(name: str) -> type[torch.nn.Module]:
     return getattr(module, class_name)
 
 
+def _check_shapes(cls: type[torch.nn.Module], checkpoint: Mapping[str, Any], path: Any) -> None:
+    """Raise ValueError if the saved weights' shapes differ from those of the model the config describes.
+
+    The model is built on the ``meta`` device (shapes, no memory), so that a
+    small file whose config asks for a huge model with small weights is refused
+    before gigabytes are allocated for it.
+    """
+    try:
+        with torch.device("meta"):
+            skeleton = cls.from_config(checkpoint["model_config"])
+    except Exception:  # a config from_config refuses: the real build below says why
+        return
+    state = checkpoint.get("model_state")
+    if not isinstance(state, Mapping):
+        return
+    saved = {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
+    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+    problems = differences(saved, expected, "parameter")
+    if problems:
+        shown = "; ".join(p.replace(" in this run", " in its model config") for p in problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise ValueError(f"{path} is not a readable attncourse checkpoint: its weights do not fit its model "
+                         f"config: {shown}{more}")
+
+
 def load_model(
     path: str | PathLike, map_location: str | torch.device | None = "cpu",
     check_config: Callable[[Any], None] | None = None,
@@ -522,6 +555,7 @@ def load_model(
         raise ValueError(f"{path} holds {err}") from None
     if check_config is not None:
         check_config(checkpoint["model_config"])
+    _check_shapes(cls, checkpoint, path)
     try:
         model = cls.from_config(checkpoint["model_config"])
         model.load_state_dict(checkpoint["model_state"])

@@ -198,13 +198,15 @@ def make_scheduler(
     ------
     ValueError
         If ``schedule="noam"`` and neither ``config.d_model_for_schedule`` nor
-        ``model.config["d_model"]`` gives d_model.
+        ``model.config["d_model"]`` nor ``model.d_model`` gives d_model.
     """
     if config.schedule is None:
         return None
     d_model = config.d_model_for_schedule
     if d_model is None:
         d_model = (getattr(model, "config", None) or {}).get("d_model")
+    if d_model is None:  # a GPT built from a spec keeps d_model in its spec, not its config
+        d_model = getattr(model, "d_model", None)
     if d_model is None:
         raise ValueError(
             f"schedule={config.schedule!r} needs d_model: set FitConfig.d_model_for_schedule "

@@ -20,8 +20,10 @@ the widget view for JupyterLab and ``text/html`` for the book.
 
 from __future__ import annotations
 
+import base64
 import copy
 import html
+import io
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -77,6 +79,23 @@ def _plain_text(caption: str) -> str:
 def _in_kernel() -> bool:
     """Whether this code runs in a Jupyter kernel, where widgets have a front end."""
     return getattr(get_ipython(), "kernel", None) is not None
+
+
+def _display_data(fig: Figure) -> dict[str, Any]:
+    """``fig`` as one ``display_data`` output, formatted as ``display(fig)`` formats it.
+
+    The kernel's display formatter gives the inline backend's PNG; where it has
+    none (no IPython, another backend) the PNG is drawn here, with a tight
+    bounding box as the inline backend draws it.
+    """
+    shell = get_ipython()
+    data, metadata = shell.display_formatter.format(fig) if shell is not None else ({}, {})
+    if "image/png" not in data:
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", bbox_inches="tight")
+        data = {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
+                "text/plain": repr(fig)}
+    return {"output_type": "display_data", "data": data, "metadata": metadata}
 
 
 class Explorer:
@@ -321,9 +340,14 @@ class Explorer:
         # Outside a kernel (a script, pytest) there is no front end to show
         # the figure, and IPython would print its repr instead.
         if _in_kernel() and not self._offline:
-            self.out.clear_output(wait=True)
-            with self.out:
-                display(fig)
+            # The figure replaces the widget's ``outputs`` state, set here in the kernel.
+            # Not ``with self.out: display(fig)``: that capture asks the front end to
+            # route the cell's outputs into the widget, and nbclient (nbgrader, nbval,
+            # jupyter execute), standing in for the front end, answers each captured
+            # output on the shell channel while it waits there for the cell's reply; now
+            # and then it then sees the reply only when the cell's time limit ends
+            # (jupyter/nbclient#312). Setting the state sends nothing back.
+            self.out.outputs = (_display_data(fig),)
         # The figure is closed in pyplot once shown: no figure piles up, and the
         # inline backend does not draw it a second time at the end of the cell.
         plt.close(fig)

@@ -1,0 +1,230 @@
+"""Where a command's output files may go, and the lock that keeps one run per folder.
+
+A file a user names as an output (``evaluate --json``, ``--predictions``) is
+checked before any work, and refused when writing it would destroy something
+the command did not create:
+
+* an input of the same command (the ``--test`` file, the checkpoint) or an
+  existing file of the run directory (``best.pt``, ``config.json``, a user's
+  ``notes.txt``, ...) but the command's own output there (``metrics.json``): always refused;
+* anything that is not a regular file: a symbolic link (its target would be
+  replaced by the atomic rename), a FIFO (writing to it blocks until a reader
+  comes), a socket or a block device are refused; a character device
+  (``/dev/null``, a terminal) is written through, never replaced; ``-`` and
+  ``/dev/stdout`` print to standard output;
+* an existing regular file that the command did not write before: replaced only
+  with ``--overwrite``, and the command says so.
+
+:func:`run_lock` holds an exclusive ``fcntl.flock`` on a run directory while a
+run writes into it, so that a second run started into the same ``--out`` stops
+with one line instead of mixing its files with the first one's.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from attncourse.train.checkpoint import atomic_write_text
+
+#: Output names that mean standard output.
+STDOUT_NAMES = ("-", "/dev/stdout")
+
+
+def is_stdout(path: Path | str) -> bool:
+    """True if ``path`` names standard output (``-`` or ``/dev/stdout``)."""
+    return str(path) in STDOUT_NAMES
+
+
+def os_reason(err: OSError) -> str:
+    """One line for an OSError: the path it concerns and the reason, without ``[Errno n]``."""
+    reason = err.strerror or " ".join(str(err).split()) or type(err).__name__
+    if err.errno == errno.ENAMETOOLONG:
+        reason += " (a name has at most 255 bytes, a path at most 4,096)"
+    name = err.filename
+    if name is None:
+        return " ".join(str(err).split()) or reason
+    shown = str(name)
+    shown = shown if len(shown) <= 120 else shown[:60] + "..." + shown[-40:]
+    return f"{shown!r}: {reason}"
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    """``os.lstat(path)``, or None if nothing is there; OSError (permission, overlong name) propagates."""
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def output_problem(path: Path, option: str, *, inputs: Iterable[Path] = (), run_dir: Path | None = None,
+                   run_outputs: Iterable[str] = (), ours: Callable[[Path], bool] | None = None,
+                   overwrite: bool = False) -> str | None:
+    """Why ``path`` must not receive an output, or None; see the module's docstring for the rules.
+
+    Parameters
+    ----------
+    path : Path
+        The output asked for.
+    option : str
+        The option that named it, for the message.
+    inputs : iterable of Path
+        Files the same command reads.
+    run_dir : Path, optional
+        The run directory the command works on: an existing file there is refused (the run's own
+        files, and anything a user keeps with them), but those named in ``run_outputs``.
+    ours : callable(Path) -> bool, optional
+        True for an existing file this command wrote earlier (replaced without ``--overwrite``).
+    overwrite : bool
+        ``--overwrite`` was given: other existing regular files may be replaced.
+
+    Raises
+    ------
+    OSError
+        If the path cannot even be looked at (permission, a name too long).
+    """
+    if is_stdout(path):
+        return None
+    shown = str(path) if len(str(path)) <= 120 else str(path)[:60] + "..." + str(path)[-40:]
+    info = _lstat(path)
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        return (f"{option} {shown!r} is a symbolic link; give the file itself (a link is never written "
+                "through, and replacing it would lose it)")
+    for source in inputs:
+        if _same_file(path, source):
+            return f"{option} {shown!r} is {str(source)!r}, an input of this command; give another file"
+    if run_dir is not None and info is not None and _same_file(path.parent, run_dir) \
+            and path.name not in set(run_outputs):
+        return f"{option} {shown!r} is a file of the run {str(run_dir)!r}; give another file"
+    if info is None:
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return f"{option} {shown!r} is a directory; give a file name"
+    if stat.S_ISCHR(info.st_mode):
+        return None if os.access(path, os.W_OK) else f"{option} {shown!r}: not writable (permission denied)"
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) \
+            else "a block device" if stat.S_ISBLK(info.st_mode) else "not a regular file"
+        return f"{option} {shown!r} is {kind}; give a regular file, or '-' for the standard output"
+    if overwrite or (ours is not None and ours(path)):
+        return None
+    return (f"{option} {shown!r} exists and was not written by this command; pass --overwrite to replace "
+            "it, or give another file")
+
+
+def replaces_foreign(path: Path, ours: Callable[[Path], bool] | None) -> bool:
+    """True if writing ``path`` replaces an existing regular file this command did not write."""
+    if is_stdout(path):
+        return False
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and not (ours is not None and ours(path))
+
+
+def write_output(text: str, path: Path) -> None:
+    """Write ``text`` to ``path``: standard output for ``-``, through a character device, else atomically."""
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    info = _lstat(path)
+    if info is not None and stat.S_ISCHR(info.st_mode):
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as err:  # /dev/full, say: name the device, not a file descriptor
+            raise OSError(err.errno, f"cannot write {str(path)!r}: {err.strerror or err}") from None
+        return
+    atomic_write_text(text, path)
+
+
+def json_written_by(keys: Iterable[str]) -> Callable[[Path], bool]:
+    """A test for :func:`output_problem`'s ``ours``: the file is a JSON object holding all of ``keys``."""
+    wanted = set(keys)
+
+    def ours(path: Path) -> bool:
+        try:
+            if os.path.getsize(path) > 50_000_000:
+                return False
+            obj = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(obj, dict) and wanted <= obj.keys()
+
+    return ours
+
+
+class RunLocked(OSError):
+    """Another process holds the lock of a run directory."""
+
+
+@contextmanager
+def run_lock(directory: Path, option: str = "--out") -> Iterator[None]:
+    """Hold an exclusive, non-blocking ``flock`` on ``directory`` (which must exist) while the block runs.
+
+    The lock is taken on the directory itself (no lock file is left behind) and
+    is released by the kernel whatever way the process ends.
+
+    Raises
+    ------
+    RunLocked
+        ``"--out 'runs/lm' is in use by another attncourse run (...)"`` if another process holds it.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, as before
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunLocked(f"{option} {str(directory)!r} is in use by another attncourse run that is "
+                                "writing into it; wait for it to finish, or choose another folder") from None
+            raise
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def locked_run_dir(out: Path, option: str = "--out") -> Iterator[None]:
+    """Create ``out`` (with its parents) if needed and hold :func:`run_lock` on it while the block runs.
+
+    If the block fails (an error, Ctrl-C) and ``out`` is still empty, the
+    folders this call created are removed again: a refused or interrupted
+    command leaves no empty run folder behind.
+    """
+    created = []
+    for folder in (out, *out.parents):
+        if folder.exists():
+            break
+        created.append(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with run_lock(out, option):
+            yield
+    except BaseException:
+        for folder in created:  # deepest first; stops at the first that is not empty
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise

@@ -1,0 +1,162 @@
+"""nbgrader autogrades a submission of every chapter, and no cell waits on a widget.
+
+Issue 36: autograding froze after cells that display an explorer until the cell's limit
+(300 s, 120 s) ran out (the cause and the fix: ``tests/test_widgets_headless.py``). Here
+every chapter becomes an nbgrader assignment as the course's command writes it, cut to
+stay quick (the training is left out): its imports, the cells that display an explorer and
+need nothing else, and its exercises. Every cell gets a limit of :data:`LIMIT` seconds, far
+below the guide's (60 s for an exercise cell, 120 s and more for the chapter's own), and
+one student submits the reference answers: every check must score, and no cell may be
+stopped by its limit. The seconds per chapter are printed (``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from attncourse.course.nbgrader_source import paste_solutions, write_course
+
+pytest.importorskip("nbgrader")
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
+#: Seconds any cell may run: enough for a check (a few seconds, the Triton interpreter's
+#: included), far too little for a cell left waiting on a front end.
+LIMIT = 30
+EXPLORERS = ("Explorer(", "Stepper(")
+
+
+def _names(source: str) -> tuple[set[str], set[str]]:
+    """Names a cell binds (imports, assignments, definitions) and names it reads."""
+    tree = ast.parse(source)
+    bound, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.Name):
+            (bound if isinstance(node.ctx, ast.Store) else read).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+    return bound, read
+
+
+def quick(nb):
+    """The chapter's imports, its explorers that need nothing else, then its exercises."""
+    start = next(i for i, c in enumerate(nb.cells)
+                 if c.cell_type == "markdown" and c.source.startswith("### Exercise"))
+    imports, explorers, known = [], [], set(dir(builtins))
+    for cell in nb.cells[:start]:
+        if cell.cell_type != "code" or cell.source.lstrip().startswith("%"):
+            continue
+        tree = ast.parse(cell.source)
+        lines = cell.source.split("\n")
+        found = [line for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for line in lines[node.lineno - 1:node.end_lineno]]
+        if found:
+            imports.append(nbformat.v4.new_code_cell("\n".join(found)))
+            known |= _names("\n".join(found))[0]
+        if any(marker in cell.source for marker in EXPLORERS):
+            explorers.append(cell)
+    runnable = []
+    for cell in explorers:
+        bound, read = _names(cell.source)
+        if read <= known | bound:
+            runnable.append(cell)
+    nb.cells = imports + runnable + nb.cells[start:]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.metadata["attncourse"] = {"timeout": LIMIT}
+    return nb
+
+
+def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def build_course(root: Path) -> Path:
+    """A course directory whose sources are the chapters cut by :func:`quick`."""
+    course = root / "course"
+    write_course(CHAPTERS, course)
+    for chapter in CHAPTERS:
+        source_path = course / "source" / chapter.stem / f"{chapter.stem}.ipynb"
+        nbformat.write(quick(nbformat.read(source_path, as_version=4)), source_path)
+    return course
+
+
+def submit_solutions(course: Path, name: str) -> None:
+    """Student ``solved`` submits the released ``name`` with the reference answers."""
+    released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+    source = nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4)
+    target = course / "submitted" / "solved" / name / f"{name}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(paste_solutions(released, source), target)
+
+
+def assert_graded_in_time(course: Path, name: str) -> None:
+    """Every check of ``name`` scored full marks, and no cell was stopped by its limit."""
+    from nbgrader.api import Gradebook
+
+    graded = nbformat.read(course / "autograded" / "solved" / name / f"{name}.ipynb", as_version=4)
+    stopped = [cell.source.split("\n")[0] for cell in graded.cells if cell.cell_type == "code"
+               for out in cell.get("outputs", []) if out.get("ename") == "CellTimeoutError"]
+    assert not stopped, (name, stopped)
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        notebook = gb.find_submission_notebook(name, name, "solved")
+        checks = [g for g in notebook.grades if g.name.endswith("-check")]
+        assert checks and all(g.score == g.max_score for g in checks), (
+            name, [(g.name, g.score) for g in checks])
+
+
+def test_every_chapter_autogrades_without_waiting(tmp_path, monkeypatch):
+    # All chapters in one assignment, so that one nbgrader run and one kernel grade them
+    # (one assignment per chapter costs about 25 s each on a loaded 2-core machine).
+    monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path / "runs"))
+    course = build_course(tmp_path)
+    name = "every_chapter"
+    cells, checks = [], 0
+    for chapter in CHAPTERS:
+        nb = nbformat.read(course / "source" / chapter.stem / f"{chapter.stem}.ipynb", as_version=4)
+        cells += nb.cells
+        checks += sum(c.metadata.get("nbgrader", {}).get("grade_id", "").endswith("-check") for c in nb.cells)
+    combined = nbformat.v4.new_notebook(cells=[nbformat.from_dict({**c, "id": f"c{i}"})
+                                               for i, c in enumerate(cells)], metadata=nb.metadata)
+    explorers = sum(any(m in c.source for m in EXPLORERS) for c in cells if c.cell_type == "code")
+    assert explorers >= 3 and checks >= 30  # the explorers of chapters 4, 5 and 8
+    (course / "source" / name).mkdir()
+    nbformat.write(combined, course / "source" / name / f"{name}.ipynb")
+    nbgrader(course, "generate_assignment", name, "--force")
+    submit_solutions(course, name)
+    start = time.perf_counter()
+    nbgrader(course, "autograde", name, "--create", "--force")
+    print(f"\nevery chapter's exercises and explorers: {time.perf_counter() - start:.1f} s")
+    assert_graded_in_time(course, name)
+
+
+@pytest.mark.skipif(not os.environ.get("ATTNCOURSE_AUTOGRADE_EACH"),
+                    reason="one assignment per chapter (5-6 min): set ATTNCOURSE_AUTOGRADE_EACH=1")
+def test_each_chapter_autogrades_without_waiting(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path / "runs"))
+    course = build_course(tmp_path)
+    nbgrader(course, "generate_assignment", "*", "--force")
+    seconds = {}
+    for chapter in CHAPTERS:
+        submit_solutions(course, chapter.stem)
+        start = time.perf_counter()
+        nbgrader(course, "autograde", chapter.stem, "--create", "--force")
+        seconds[chapter.stem] = time.perf_counter() - start
+        assert_graded_in_time(course, chapter.stem)
+    print("\n" + "\n".join(f"{name}: {s:.1f} s" for name, s in seconds.items()))
