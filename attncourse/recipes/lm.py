@@ -33,7 +33,8 @@ import torch.nn.functional as F
 
 from attncourse.data.text import CharCorpus, random_windows, text_digest
 from attncourse.data.vocab import Vocabulary
-from attncourse.nn.gpt import GPT
+from attncourse.nn.gpt import GPT, GPT_POSITIONAL
+from attncourse.train.config import FLOAT32, SIZE, TIME, Limit, setting
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
@@ -75,28 +76,57 @@ class LMConfig:
         keep their folders.
     """
 
-    positional: str = "rope"
-    num_kv_heads: int | None = None
-    causal: bool = True
-    window: int | None = None
-    d_model: int = 64
-    num_heads: int = 8
-    num_layers: int = 2
-    d_ff: int = 256
-    max_len: int = 256
-    context: int = 64
-    batch_size: int = 32
-    steps: int = 300
-    steps_per_epoch: int = 100
-    lr: float = 3e-3
-    warmup: int = 30
-    weight_decay: float = 0.01
-    clip_norm: float = 1.0
-    dropout: float = 0.0
-    seed: int = 0
+    # Each field but ``corpus`` is also an option of ``train-lm`` (:func:`~attncourse.train.config.setting`).
+    positional: str = setting("rope", "position scheme (default rope)", choices=GPT_POSITIONAL, group="model")
+    num_kv_heads: int | None = setting(
+        None, "key/value heads: 1 multi-query, between grouped-query (default: --num-heads)",
+        check="positive_int", limit=Limit(1, 64, SIZE), group="model", metavar="G")
+    causal: bool = setting(
+        True, "the causal mask (default); --no-causal trains without it, to see the model peek (chapter 7)",
+        group="model")
+    window: int | None = setting(
+        None, "sliding-window attention over W tokens", check="positive_int",
+        limit=Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"), group="model",
+        metavar="W")
+    d_model: int = setting(64, "width of the embeddings and of every block (default 64)", check="positive_int",
+                           limit=Limit(1, 4096, SIZE), group="model", metavar="N")
+    num_heads: int = setting(8, "attention heads; must divide --d-model (default 8)", check="positive_int",
+                             limit=Limit(1, 64, SIZE), group="model", metavar="N")
+    num_layers: int = setting(2, "decoder blocks (default 2)", check="positive_int", limit=Limit(1, 48, SIZE),
+                              group="model", metavar="N")
+    d_ff: int = setting(256, "inner width of the feed-forward layers (default 256)", check="positive_int",
+                        limit=Limit(1, 16384, SIZE), group="model", metavar="N")
+    max_len: int = setting(
+        256, "positions of a sinusoidal or learned table (default 256)", check="positive_int",
+        limit=Limit(1, 8192, "positions; attention memory grows with its square"), group="model", metavar="N")
+    context: int = setting(64, "training window, in characters (default 64)", check="positive_int",
+                           limit=Limit(1, 8192, "attention memory grows with its square"), metavar="N")
+    batch_size: int = setting(32, "windows per step (default 32)", check="positive_int", limit=Limit(1, 4096, SIZE),
+                              metavar="N")
+    steps: int = setting(300, "optimiser steps in all; a multiple of --steps-per-epoch (default 300)",
+                         check="positive_int", limit=Limit(1, 100_000_000, TIME), metavar="N")
+    steps_per_epoch: int = setting(100, "steps between checkpoints and validation (default 100)",
+                                   check="positive_int", limit=Limit(1, 100_000_000, TIME), metavar="N")
+    lr: float = setting(3e-3, "AdamW's learning rate, constant after the warmup (default 0.003)",
+                        check="positive_float", limit=Limit(0.0, 10.0, FLOAT32, open_low=True), metavar="LR")
+    warmup: int = setting(30, "steps of linear warmup of the rate (default 30)", check="positive_int",
+                          limit=Limit(1, 100_000_000, TIME), metavar="N")
+    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay (default 0.01)",
+                                  check="nonnegative_float", limit=Limit(0.0, 10.0, FLOAT32), metavar="W")
+    clip_norm: float = setting(1.0, "clip the gradient's global norm to C (default 1.0)", check="positive_float",
+                               limit=Limit(0.0, 1e6, FLOAT32, open_low=True), metavar="C")
+    dropout: float = setting(0.0, "dropout in every block (default 0)", check="dropout", group="model",
+                             metavar="P")
+    seed: int = setting(0, "initial weights and batches (default 0)", check="seed", metavar="S")
+    #: Not an option: train_lm sets it to the text's digest (--text names the text).
     corpus: str = ""
-    latent_dim: int | None = None
-    rope_dim: int | None = None
+    latent_dim: int | None = setting(
+        None, "multi-head latent attention (chapter 10): cache a latent of D numbers per token (DeepSeek-V2); "
+        "not with --num-kv-heads, --window or ALiBi", check="positive_int", limit=Limit(1, 4096, SIZE),
+        group="model", metavar="D")
+    rope_dim: int | None = setting(
+        None, "with --latent-dim and --positional rope: the rotary part of each query and key, even (default: "
+        "half a head, rounded up to even)", check="int", limit=Limit(0, 4096, SIZE), group="model", metavar="R")
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run

@@ -11,8 +11,10 @@ things are derived from these fields, so that adding a setting is one edit:
 - :class:`FitConfig` (how :func:`~attncourse.train.fit.fit` trains) is
   :class:`Recipe` plus what only the engine needs;
 - the ``train`` command's options are made from the fields of both
-  (:func:`attncourse.cli.options.add_settings`), with their limits
-  (:data:`attncourse.cli.limits.LIMITS`).
+  (:func:`attncourse.cli.parsing.add_fields`), with their limits; the other
+  commands' options are made the same way from their own dataclasses
+  (:class:`~attncourse.recipes.lm.LMConfig` for ``train-lm``, and
+  :data:`attncourse.cli.spec.COMMANDS`).
 
 References
 ----------
@@ -72,25 +74,31 @@ TIME = "a run that long would not end"
 
 def setting(default: Any, help: str, *, check: str | None = None, limit: Limit | None = None,
             group: str = "training", flag: str | None = None, metavar: str | tuple[str, ...] | None = None,
-            choices: tuple[str, ...] | None = None, nargs: int | None = None, preset: bool = False,
-            only: str | None = None) -> Any:
-    """A dataclass field that is also an option of the ``train`` command.
+            choices: tuple[str, ...] | None = None, nargs: int | str | None = None, preset: bool = False,
+            only: str | None = None, positional: bool = False, required: bool = False,
+            negatable: bool = True) -> Any:
+    """A dataclass field that is also an option of a command (``train``, ``train-lm``, ``sample``...).
+
+    The command line's parsers are generated from these fields
+    (:func:`attncourse.cli.parsing.add_fields`; the commands' fields are listed in
+    :data:`attncourse.cli.spec.COMMANDS`): adding an option is adding a field.
 
     Parameters
     ----------
     default : Any
         The field's default (for the command line see ``preset``).
     help : str
-        The option's ``--help`` text.
+        The option's ``--help`` text (its range is appended from ``limit``).
     check : str, optional
         How the command line reads the value: ``"positive_int"``, ``"seed"``,
-        ``"probability"``... (:data:`attncourse.cli.options.CHECKS`); None for
-        ``choices`` and booleans (``--x/--no-x``).
+        ``"probability"``, ``"path"``, ``"text"``... (:data:`attncourse.cli.parsing.CHECKS`);
+        None for ``choices`` and booleans.
     limit : Limit, optional
         The range of the value, checked after parsing (one line naming the
         option) and written into ``--help``.
-    group : {"data", "model", "training"}
-        The ``--help`` section.
+    group : str
+        The ``--help`` section (``"data"``, ``"model"``, ``"training"`` for the
+        commands that have sections).
     flag, metavar, choices, nargs
         As argparse's; ``flag`` defaults to ``--`` and the name with dashes.
     preset : bool
@@ -98,9 +106,16 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
         preset or, for the RNNs, from the field's default.
     only : {"rnn", "transformer"}, optional
         The option applies to this model family only.
+    positional : bool
+        An argument without a flag (``DIR``, ``PROMPT``), read in field order.
+    required : bool
+        The option must be given.
+    negatable : bool
+        For a boolean: ``--x/--no-x`` (True) or a switch ``--x`` alone (False).
     """
     metadata = {"help": help, "check": check, "limit": limit, "group": group, "flag": flag,
-                "metavar": metavar, "choices": choices, "nargs": nargs, "preset": preset, "only": only}
+                "metavar": metavar, "choices": choices, "nargs": nargs, "preset": preset, "only": only,
+                "positional": positional, "required": required, "negatable": negatable}
     return field(default=default, metadata=metadata)
 
 
