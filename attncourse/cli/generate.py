@@ -147,15 +147,15 @@ def run_generate(args: argparse.Namespace) -> int:
         prompt_ids = tokenizer.encode(args.prompt)
     if not prompt_ids:
         raise ValueError("PROMPT is empty: give at least one character")
-    extra = 0 if args.draft is None else args.draft_tokens  # a round may run k tokens past the end
-    if len(prompt_ids) + args.max_tokens + extra > model.max_len:
-        what = "with the chat template" if args.chat else "tokens"
-        raise ValueError(f"PROMPT has {len(prompt_ids):,} tokens ({what}); with --max-tokens {args.max_tokens:,}"
-                         f"{f' and --draft-tokens {extra}' if extra else ''} that is more than the model's "
-                         f"context of {model.max_len:,} tokens: shorten PROMPT or lower --max-tokens")
     if args.draft is not None and args.draft >= len(model.blocks):
         raise ValueError(f"--draft {args.draft}: the draft must have fewer layers than the model's "
                          f"{len(model.blocks)}")
+    extra = 0 if args.draft is None else args.draft_tokens  # a round may run k tokens past the end
+    if len(prompt_ids) + args.max_tokens + extra > model.max_len:
+        what = " with the chat template" if args.chat else ""
+        raise ValueError(f"PROMPT has {len(prompt_ids):,} tokens{what}; with --max-tokens {args.max_tokens:,}"
+                         f"{f' and --draft-tokens {extra}' if extra else ''} that is more than the model's "
+                         f"context of {model.max_len:,} tokens: shorten PROMPT or lower --max-tokens")
     stops = {tokenizer.eos_id, tokenizer.tokenizer.token_to_id(END_OF_TEXT)} - {None}
     if not args.chat:
         sys.stdout.write(args.prompt)

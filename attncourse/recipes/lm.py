@@ -149,18 +149,25 @@ class LMConfig:
         return f"lm/{self.positional}-kv{kv}{mla}-{mask}{window}-seed{self.seed}"
 
 
+#: The fields every run's settings hold: :class:`LMConfig`'s before ``latent_dim``. A field added after
+#: runs existed (``latent_dim``, ``rope_dim`` and any later one) is in the settings only when it is not at
+#: its default, so that adding a setting (one field, one option of train-lm) keeps earlier runs' folders.
+SAVED_FIELDS = ("positional", "num_kv_heads", "causal", "window", "d_model", "num_heads", "num_layers", "d_ff",
+                "max_len", "context", "batch_size", "steps", "steps_per_epoch", "lr", "warmup", "weight_decay",
+                "clip_norm", "dropout", "seed", "corpus")
 #: Fields of :class:`LMConfig` added after runs existed: in the settings only when set.
-OPTIONAL_FIELDS = ("latent_dim", "rope_dim")
+OPTIONAL_FIELDS = tuple(f.name for f in dataclasses.fields(LMConfig) if f.name not in SAVED_FIELDS)
 
 
 def lm_settings(config: LMConfig) -> dict:
-    """``dataclasses.asdict(config)`` without the :data:`OPTIONAL_FIELDS` left unset (None).
+    """``dataclasses.asdict(config)`` without the :data:`OPTIONAL_FIELDS` left at their defaults.
 
     What names a run (its folder's hash) and what ``train-lm --resume`` compares: a run
     trained before those fields existed keeps its name.
     """
+    defaults = {f.name: f.default for f in dataclasses.fields(LMConfig)}
     return {k: v for k, v in dataclasses.asdict(config).items()
-            if not (k in OPTIONAL_FIELDS and v is None)}
+            if not (k in OPTIONAL_FIELDS and v == defaults[k])}
 
 
 def build_lm(config: LMConfig, vocab_size: int) -> GPT:
