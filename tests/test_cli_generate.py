@@ -109,6 +109,23 @@ def test_sampling_is_seeded_and_chat_uses_the_template(tiny, capsys):
     assert not capsys.readouterr().out.startswith("hi")  # the answer alone
 
 
+@needs_gguf
+def test_sample_model_is_generate_and_drafts_with_the_first_layers(tiny, capsys):
+    common = ["--temperature", "1.5", "--top-k", "50", "--seed", "4"]
+    assert main(["generate", "--model", str(tiny), "--top-p", "1", "--max-tokens", "10", *common, "the"]) == 0
+    generated = capsys.readouterr().out
+    assert main(["sample", "--model", str(tiny), "--prompt", "the", "--length", "10", *common]) == 0
+    assert capsys.readouterr().out == generated
+    assert main(["sample", "--model", str(tiny), "--prompt", "the", "--length", "10", "--draft", "1"]) == 0
+    drafted = capsys.readouterr()
+    assert drafted.out.startswith("the") and "first 1 layers as draft" in drafted.err
+    for argv, words in ((["--draft", "x"], "the number N of the model's first layers"),
+                        (["--no-cache"], "--no-cache applies to train-lm runs"),
+                        (["DIR"], "not both")):
+        assert main(["sample", "--model", str(tiny), *argv]) == 2
+        assert words in _one_line(capsys)
+
+
 def test_top_p_keeps_the_smallest_nucleus():
     probs = torch.tensor([0.15, 0.5, 0.05, 0.3])
     kept = top_p_probs(probs.log(), temperature=1.0, top_p=0.8)

@@ -9,8 +9,10 @@ BPE, so a character split over two tokens appears whole; generation stops at
 end of the assistant's turn with ``--chat``).
 
 Sampling: the logits divided by ``--temperature`` (0: greedy, the most probable
-token), then top-p (nucleus) sampling, Holtzman et al. (2020): the most probable
-tokens whose probabilities first reach ``--top-p`` are kept and renormalised.
+token), optionally restricted to the ``--top-k`` largest, then top-p (nucleus)
+sampling, Holtzman et al. (2020): the most probable tokens whose probabilities
+first reach ``--top-p`` are kept and renormalised. ``sample --model`` runs the same
+code (:func:`attncourse.cli.lm.pretrained_sample_args`).
 
 ``--draft N``: speculative decoding (Leviathan et al. 2023, chapter 10) with a
 draft made of the model's own first N layers, its final norm and output layer
@@ -168,8 +170,8 @@ def run_generate(args: argparse.Namespace) -> int:
     else:
         temperature = args.temperature or GREEDY_TEMPERATURE
         tokens, stats = speculative_generate(model, self_draft(model, args.draft), prompt, args.max_tokens,
-                                             k=args.draft_tokens, temperature=temperature, seed=args.seed,
-                                             suppress_ids=())
+                                             k=args.draft_tokens, temperature=temperature, top_k=args.top_k,
+                                             seed=args.seed, suppress_ids=())
         generated = 0
         for token in tokens.tolist():
             if token in stops:
@@ -199,6 +201,9 @@ def _sample(model: GPT, prompt: torch.Tensor, args: argparse.Namespace, stops: s
         if args.temperature == 0:
             token = int(last.argmax())
         else:
+            if args.top_k is not None:  # top-k first, then the nucleus within it
+                kth = last.topk(min(args.top_k, last.numel())).values[-1]
+                last = last.masked_fill(last < kth, float("-inf"))
             token = int(torch.multinomial(top_p_probs(last, args.temperature, args.top_p), 1, generator=generator))
         if token in stops:
             return step

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from attncourse.cli.generate import check_generate_args, run_generate
 from attncourse.cli.limits import (
     check_finite,
     check_limits,
@@ -66,7 +67,13 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
     problem = check_limits(args)
     if problem:
         raise usage_error(problem)
+    if args.command == "sample" and args.model is not None:
+        args.generate = pretrained_sample_args(args, usage_error)
+        return
     if args.command == "sample":
+        if args.dir is None:
+            raise usage_error("give DIR (a directory written by 'attncourse train-lm') or --model (a pretrained "
+                              "model)")
         for name, run in (("DIR", args.dir), ("--draft", args.draft)):
             if run is not None and not ((run / CHECKPOINT_NAME).is_file() and (run / VOCAB_NAME).is_file()):
                 raise usage_error(f"{name} {str(run)!r} holds no {CHECKPOINT_NAME} and {VOCAB_NAME} "
@@ -111,6 +118,28 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         args.out, args.resume, args.overwrite, LM_RUN_FILES, "train-lm")
     if problem:
         raise usage_error(problem)
+
+
+def pretrained_sample_args(args: argparse.Namespace, usage_error: type[Exception]) -> argparse.Namespace:
+    """``sample --model``: the ``generate`` command that samples the same way (``--length`` tokens, top-k,
+    ``--draft N``: a draft of the model's first N layers), checked."""
+    if args.dir is not None:
+        raise usage_error("give DIR (a train-lm run) or --model (a pretrained model), not both")
+    if args.no_cache:
+        raise usage_error("--no-cache applies to train-lm runs; a pretrained model samples with its cache")
+    draft = None
+    if args.draft is not None:
+        try:
+            draft = int(str(args.draft))
+        except ValueError:
+            raise usage_error(f"--draft with --model: the number N of the model's first layers that draft, got "
+                              f"{str(args.draft)!r}") from None
+    pretrained = argparse.Namespace(
+        command="generate", prompt=args.prompt, model=args.model, chat=False, temperature=args.temperature,
+        top_p=1.0, top_k=args.top_k, max_tokens=args.length, seed=args.seed, draft=draft,
+        draft_tokens=args.draft_tokens, device=args.device)
+    check_generate_args(pretrained, usage_error)
+    return pretrained
 
 
 def _read_text(path: Path | None, max_chars: int) -> str:
@@ -255,6 +284,8 @@ def run_sample(args: argparse.Namespace) -> int:
     (:func:`~attncourse.cli.limits.check_model_config`); characters the model
     never saw are refused, and it never generates ``<unk>``.
     """
+    if getattr(args, "generate", None) is not None:  # sample --model: a pretrained model
+        return run_generate(args.generate)
     device = pick_device(args.device or "cpu")
     model, vocab = _load_lm(args.dir, device)
     draft = None

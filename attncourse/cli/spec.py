@@ -159,8 +159,12 @@ class TrainLMOptions:
 class SampleOptions:
     """``sample``'s options: a train-lm run, what to continue, how to sample."""
 
-    dir: Path = setting(None, "a directory written by 'attncourse train-lm'", check="path", metavar="DIR",
-                        positional=True)
+    dir: Path | None = setting(None, "a directory written by 'attncourse train-lm' (or give --model)",
+                               check="path", metavar="DIR", positional=True, nargs="?")
+    model: str | None = setting(
+        None, "sample a pretrained model instead of DIR's: 'smollm2' or a Llama GGUF file (chapter 11); "
+        "--length then counts tokens, and --draft N drafts with the model's first N layers (see 'generate')",
+        check="text", metavar="NAME|FILE.gguf")
     prompt: str = setting(
         "\n", f"text to continue (default: a newline); at most {MAX_PROMPT_CHARS:,} characters with --length, of "
         "characters seen in training", check="text")
@@ -176,8 +180,8 @@ class SampleOptions:
     device: str | None = setting(None, "default: the CPU", check="device", metavar="DEV")
     draft: Path | None = setting(
         None, "speculative decoding (chapter 10): a smaller train-lm run of the same text proposes tokens that "
-        "DIR's model verifies; the text is still a sample of DIR's model, and the acceptance rate is reported",
-        check="path", metavar="RUN")
+        "DIR's model verifies; the text is still a sample of DIR's model, and the acceptance rate is reported; "
+        "with --model: N, a draft of the model's own first N layers", check="path", metavar="RUN|N")
     draft_tokens: int = setting(4, "with --draft: tokens proposed per round (default 4)", check="positive_int",
                                 limit=DRAFT_TOKENS, metavar="K")
 
@@ -204,6 +208,8 @@ class GenerateOptions:
     max_tokens: int = setting(
         128, "tokens to generate at most (default 128); it stops earlier at the end of the text",
         check="positive_int", limit=Limit(1, 8192, "with the prompt, at most the model's context"), metavar="N")
+    top_k: int | None = setting(None, "sample among the K most probable only", check="positive_int",
+                                limit=Limit(1, 1_000_000, "a vocabulary's size"), metavar="K")
     seed: int = setting(0, "sampling seed (default 0)", check="seed", metavar="S")
     draft: int | None = setting(
         None, "speculative decoding with a draft made of the model's own first N layers (its final norm and "
@@ -287,11 +293,12 @@ COMMANDS: dict[str, Command] = {
         (TrainLMOptions, LMConfig), ("data", "model", "training")),
     "sample": Command(
         "generate text from a model trained with train-lm",
-        "Sample characters from DIR/checkpoint.pt written by 'attncourse train-lm'.", (SampleOptions,)),
+        "Sample characters from DIR/checkpoint.pt written by 'attncourse train-lm', or tokens from a pretrained "
+        "model (--model).", (SampleOptions,)),
     "generate": Command(
         "generate text with a pretrained model (SmolLM2-135M, chapter 11), token by token",
-        "Continue PROMPT (or answer it, with --chat) with a pretrained Llama model read from its GGUF file into "
-        "the course's GPT; the tokens are printed as they come.", (GenerateOptions,),
+        "Continue PROMPT (or answer it, with --chat) with a pretrained Llama model read from its GGUF\n"
+        "file into the course's GPT; the tokens are printed as they come.", (GenerateOptions,),
         epilog="examples:\n  python -m attncourse generate --chat \"What is the capital of France?\"\n"
                "  python -m attncourse generate --temperature 0 --draft 24 \"Once upon a time\""),
     "gpu-report": Command(
