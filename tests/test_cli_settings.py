@@ -131,3 +131,20 @@ def test_a_new_lmconfig_field_at_its_default_keeps_run_names():
 def test_every_command_has_help(command):
     for action in _actions(command).values():
         assert action.help, (command, action.dest)
+
+
+#: Options of one name that mean another quantity in one command: generate's --max-tokens counts tokens
+#: to generate (train's and evaluate's: a pair's length), its --temperature takes 0 (greedy).
+OWN_RANGES = {("generate", "max_tokens"), ("generate", "temperature")}
+
+
+def test_an_option_of_several_commands_has_its_range_declared_once():
+    seen: dict[str, tuple[str, Limit]] = {}
+    for name, command in spec.COMMANDS.items():
+        for f in command.fields():
+            limit = f.metadata["limit"]
+            if limit is None or (name, f.name) in OWN_RANGES:
+                continue
+            first = seen.setdefault(f.name, (name, limit))
+            assert first[1] is limit, f"{name} --{f.name}: another Limit than {first[0]}'s"
+    assert {"batch_size", "lr", "warmup", "d_model", "num_heads", "threads", "draft_tokens"} <= set(seen)

@@ -78,6 +78,7 @@ from attncourse.cli.generate import check_generate_args, run_generate
 from attncourse.cli.gpu_report import check_gpu_report_args, run_gpu_report
 from attncourse.cli.limits import (
     check_finite,
+    check_limits,
     check_memory,
     check_model_config,
     seq2seq_training_bytes,
@@ -572,6 +573,9 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         elif args.command in LM_COMMANDS:
             check_lm_args(args, UsageError, out_dir_problem)
         elif args.command == "gpu-report":
+            problem = check_limits(args)
+            if problem:
+                raise UsageError(problem)
             check_gpu_report_args(args, UsageError)
         elif args.command == "generate":
             check_generate_args(args, UsageError)

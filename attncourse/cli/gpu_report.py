@@ -109,13 +109,9 @@ def _written_by_report(path: Path) -> bool:
 
 
 def check_gpu_report_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
-    """Raise ``usage_error`` before any stage runs: an option out of range, CUDA asked for on a machine
-    without it, or an OUT that holds files this command did not write (nothing is overwritten)."""
-    from attncourse.cli.limits import check_limits
-
-    problem = check_limits(args)
-    if problem:
-        raise usage_error(problem)
+    """Raise ``usage_error`` before any stage runs: CUDA asked for on a machine without it, or an OUT
+    that holds files this command did not write (nothing is overwritten). The options' ranges are
+    checked before, from their fields (:func:`attncourse.cli.limits.check_limits`)."""
     if args.device == "cuda":
         import torch
 

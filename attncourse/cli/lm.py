@@ -35,6 +35,7 @@ from attncourse.cli.limits import (
     check_model_config,
     training_memory_problem,
 )
+from attncourse.cli.options import out_dir_problem
 from attncourse.cli.outputs import locked_run_dir
 from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
 from attncourse.cli.spec import MAX_PROMPT_CHARS
@@ -205,8 +206,6 @@ def run_train_lm(args: argparse.Namespace) -> int:
     (:func:`~attncourse.cli.outputs.locked_run_dir`): a second run into the same
     ``--out`` stops with one line.
     """
-    from attncourse.cli.options import out_dir_problem  # options imports this module
-
     torch.set_num_threads(args.threads)
     out: Path = args.out
     with ExitStack() as stack:

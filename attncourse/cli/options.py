@@ -24,24 +24,25 @@ from attncourse.cli.outputs import (
     output_problem,
     replaces_foreign,
 )
-from attncourse.cli.parsing import CHECKS, EXIT_USAGE, MAX_SEED, Parser, add_fields
+from attncourse.cli.parsing import (  # noqa: F401 (read from here too)
+    CHECKS,
+    EXIT_USAGE,
+    Parser,
+    add_fields,
+)
 from attncourse.cli.rundir import (
     foreign_files,
     read_config,
     run_command,
     unstarted_run,
 )
-from attncourse.cli.spec import COMMANDS, EVALUATE_MAX_TOKENS, MODELS, TRAIN_MAX_TOKENS
+from attncourse.cli.spec import COMMANDS, MODELS, TRAIN_MAX_TOKENS
 from attncourse.recipes.experiment import Experiment, transformer_preset
 from attncourse.train.checkpoint import temporaries
 from attncourse.train.config import FitConfig, settings
 from attncourse.train.distributed import env_world_size
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
 
-#: Kept here for the callers of the command line's internals (course/cli.py, the tests).
-__all__ = ["CHECKS", "EVALUATE_MAX_TOKENS", "EXIT_USAGE", "MAX_SEED", "MODELS", "Parser", "TRAIN_MAX_TOKENS",
-           "UsageError", "add_settings", "build_parser", "check_evaluate_args", "check_train_args",
-           "out_dir_problem"]
 EXIT_INTERRUPTED = 130
 
 #: The settings that are ``train`` options, once each: Experiment's (task, model, recipe), then FitConfig's.

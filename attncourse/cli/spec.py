@@ -22,7 +22,15 @@ from attncourse.cli.gpu_report import DEFAULT_BUDGET
 from attncourse.data.pairs import LEVELS
 from attncourse.recipes.experiment import PRESETS, TASKS, Experiment
 from attncourse.recipes.lm import LMConfig
-from attncourse.train.config import FLOAT32, SIZE, FitConfig, Limit, setting, settings
+from attncourse.train.config import (
+    BATCH,
+    FLOAT32,
+    SECONDS,
+    FitConfig,
+    Limit,
+    setting,
+    settings,
+)
 
 #: --model choices of ``train``: (Experiment.model, Experiment.attention)
 MODELS = {"rnn": ("rnn", None), "bahdanau": ("rnn", "bahdanau"), "transformer": ("transformer", None)}
@@ -39,8 +47,8 @@ MAX_PROMPT_CHARS = 8192
 # Ranges shared by several commands' options (one range per option name).
 MAX_TOKENS = Limit(1, 2048, "attention memory grows with the square of the length")
 THREADS = Limit(1, 256, "torch's thread pool")
-BATCH = Limit(1, 4096, SIZE)
 DRAFT_TOKENS = Limit(1, 64, "each round runs the draft model that many times")
+TOP_K = Limit(1, 1_000_000, "a vocabulary's size")
 TOO_LONG_HELP = ("what a pair above the limit does: 'error' stops with its line number (default), 'skip' leaves "
                  "it out and prints how many were left out")
 OVERWRITE_RUN_HELP = ("replace the run in --out: the files it wrote (listed in its config.json) are deleted, no "
@@ -174,7 +182,7 @@ class SampleOptions:
         1.0, "(default 1.0)", check="positive_float",
         limit=Limit(0.01, 100.0, "logits divided by it overflow or flatten float32 beyond it"), metavar="T")
     top_k: int | None = setting(None, "sample among the K most probable only", check="positive_int",
-                                limit=Limit(1, 1_000_000, "a vocabulary's size"), metavar="K")
+                                limit=TOP_K, metavar="K")
     seed: int = setting(0, "sampling seed (default 0)", check="seed", metavar="S")
     no_cache: bool = setting(False, "recompute the prefix at each step (slower)", negatable=False)
     device: str | None = setting(None, "default: the CPU", check="device", metavar="DEV")
@@ -209,7 +217,7 @@ class GenerateOptions:
         128, "tokens to generate at most (default 128); it stops earlier at the end of the text",
         check="positive_int", limit=Limit(1, 8192, "with the prompt, at most the model's context"), metavar="N")
     top_k: int | None = setting(None, "sample among the K most probable only", check="positive_int",
-                                limit=Limit(1, 1_000_000, "a vocabulary's size"), metavar="K")
+                                limit=TOP_K, metavar="K")
     seed: int = setting(0, "sampling seed (default 0)", check="seed", metavar="S")
     draft: int | None = setting(
         None, "speculative decoding with a draft made of the model's own first N layers (its final norm and "
@@ -228,7 +236,7 @@ class GpuReportOptions:
                         positional=True)
     budget: float = setting(DEFAULT_BUDGET, f"wall-clock seconds for everything (default {DEFAULT_BUDGET:g})",
                             check="positive_float",
-                            limit=Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True),
+                            limit=SECONDS,
                             metavar="SECONDS")
     device: str = setting("cuda", "where to run (default cuda; cpu with --smoke checks the command on a CPU)",
                           choices=("cuda", "cpu"))

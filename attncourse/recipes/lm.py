@@ -34,7 +34,20 @@ import torch.nn.functional as F
 from attncourse.data.text import CharCorpus, random_windows, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
-from attncourse.train.config import FLOAT32, SIZE, TIME, Limit, setting
+from attncourse.train.config import (
+    BATCH,
+    CLIP_NORM,
+    FFN_WIDTH,
+    HEADS,
+    LAYERS,
+    LEARNING_RATE,
+    SIZE,
+    STEPS,
+    WEIGHT_DECAY,
+    WIDTH,
+    Limit,
+    setting,
+)
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
@@ -80,7 +93,7 @@ class LMConfig:
     positional: str = setting("rope", "position scheme (default rope)", choices=GPT_POSITIONAL, group="model")
     num_kv_heads: int | None = setting(
         None, "key/value heads: 1 multi-query, between grouped-query (default: --num-heads)",
-        check="positive_int", limit=Limit(1, 64, SIZE), group="model", metavar="G")
+        check="positive_int", limit=HEADS, group="model", metavar="G")
     causal: bool = setting(
         True, "the causal mask (default); --no-causal trains without it, to see the model peek (chapter 7)",
         group="model")
@@ -89,32 +102,32 @@ class LMConfig:
         limit=Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"), group="model",
         metavar="W")
     d_model: int = setting(64, "width of the embeddings and of every block (default 64)", check="positive_int",
-                           limit=Limit(1, 4096, SIZE), group="model", metavar="N")
+                           limit=WIDTH, group="model", metavar="N")
     num_heads: int = setting(8, "attention heads; must divide --d-model (default 8)", check="positive_int",
-                             limit=Limit(1, 64, SIZE), group="model", metavar="N")
-    num_layers: int = setting(2, "decoder blocks (default 2)", check="positive_int", limit=Limit(1, 48, SIZE),
+                             limit=HEADS, group="model", metavar="N")
+    num_layers: int = setting(2, "decoder blocks (default 2)", check="positive_int", limit=LAYERS,
                               group="model", metavar="N")
     d_ff: int = setting(256, "inner width of the feed-forward layers (default 256)", check="positive_int",
-                        limit=Limit(1, 16384, SIZE), group="model", metavar="N")
+                        limit=FFN_WIDTH, group="model", metavar="N")
     max_len: int = setting(
         256, "positions of a sinusoidal or learned table (default 256)", check="positive_int",
         limit=Limit(1, 8192, "positions; attention memory grows with its square"), group="model", metavar="N")
     context: int = setting(64, "training window, in characters (default 64)", check="positive_int",
                            limit=Limit(1, 8192, "attention memory grows with its square"), metavar="N")
-    batch_size: int = setting(32, "windows per step (default 32)", check="positive_int", limit=Limit(1, 4096, SIZE),
+    batch_size: int = setting(32, "windows per step (default 32)", check="positive_int", limit=BATCH,
                               metavar="N")
     steps: int = setting(300, "optimiser steps in all; a multiple of --steps-per-epoch (default 300)",
-                         check="positive_int", limit=Limit(1, 100_000_000, TIME), metavar="N")
+                         check="positive_int", limit=STEPS, metavar="N")
     steps_per_epoch: int = setting(100, "steps between checkpoints and validation (default 100)",
-                                   check="positive_int", limit=Limit(1, 100_000_000, TIME), metavar="N")
+                                   check="positive_int", limit=STEPS, metavar="N")
     lr: float = setting(3e-3, "AdamW's learning rate, constant after the warmup (default 0.003)",
-                        check="positive_float", limit=Limit(0.0, 10.0, FLOAT32, open_low=True), metavar="LR")
+                        check="positive_float", limit=LEARNING_RATE, metavar="LR")
     warmup: int = setting(30, "steps of linear warmup of the rate (default 30)", check="positive_int",
-                          limit=Limit(1, 100_000_000, TIME), metavar="N")
+                          limit=STEPS, metavar="N")
     weight_decay: float = setting(0.01, "AdamW's decoupled weight decay (default 0.01)",
-                                  check="nonnegative_float", limit=Limit(0.0, 10.0, FLOAT32), metavar="W")
+                                  check="nonnegative_float", limit=WEIGHT_DECAY, metavar="W")
     clip_norm: float = setting(1.0, "clip the gradient's global norm to C (default 1.0)", check="positive_float",
-                               limit=Limit(0.0, 1e6, FLOAT32, open_low=True), metavar="C")
+                               limit=CLIP_NORM, metavar="C")
     dropout: float = setting(0.0, "dropout in every block (default 0)", check="dropout", group="model",
                              metavar="P")
     seed: int = setting(0, "initial weights and batches (default 0)", check="seed", metavar="S")
@@ -122,7 +135,7 @@ class LMConfig:
     corpus: str = ""
     latent_dim: int | None = setting(
         None, "multi-head latent attention (chapter 10): cache a latent of D numbers per token (DeepSeek-V2); "
-        "not with --num-kv-heads, --window or ALiBi", check="positive_int", limit=Limit(1, 4096, SIZE),
+        "not with --num-kv-heads, --window or ALiBi", check="positive_int", limit=WIDTH,
         group="model", metavar="D")
     rope_dim: int | None = setting(
         None, "with --latent-dim and --positional rope: the rotary part of each query and key, even (default: "
