@@ -14,6 +14,12 @@ The decoder-only language model of chapter 7 has its own two sub-commands,
     python -m attncourse train-lm --text corpus.txt --out runs/lm --steps 2000
     python -m attncourse sample runs/lm --prompt "The attention" --length 200 --top-k 10
 
+and the pretrained model of chapter 11 generates with ``generate`` (:mod:`attncourse.cli.generate`)::
+
+    python -m attncourse generate --chat "What is the capital of France?"
+
+Every command's options are the fields of dataclasses (:mod:`attncourse.cli.spec`).
+
 Several GPUs (or CPU processes) train one model together under ``torchrun``::
 
     torchrun --nproc_per_node 4 -m attncourse train --task numbers-en-fr --model transformer \
@@ -68,9 +74,11 @@ import torch
 from tqdm.auto import tqdm
 
 import attncourse
+from attncourse.cli.generate import check_generate_args, run_generate
 from attncourse.cli.gpu_report import check_gpu_report_args, run_gpu_report
 from attncourse.cli.limits import (
     check_finite,
+    check_limits,
     check_memory,
     check_model_config,
     seq2seq_training_bytes,
@@ -565,7 +573,12 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         elif args.command in LM_COMMANDS:
             check_lm_args(args, UsageError, out_dir_problem)
         elif args.command == "gpu-report":
+            problem = check_limits(args)
+            if problem:
+                raise UsageError(problem)
             check_gpu_report_args(args, UsageError)
+        elif args.command == "generate":
+            check_generate_args(args, UsageError)
         else:
             check_evaluate_args(args)
     except SystemExit as done:  # --help, --version and usage errors
@@ -584,6 +597,8 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
             return run_train_lm(args) if args.command == "train-lm" else run_sample(args)
         if args.command == "gpu-report":
             return run_gpu_report(args)
+        if args.command == "generate":
+            return run_generate(args)
         return run_train(args) if args.command == "train" else run_evaluate(args)
     except OSError as err:
         if isinstance(err, RunLocked) or err.filename is None:

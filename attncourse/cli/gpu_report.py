@@ -80,23 +80,6 @@ def repo_root() -> Path:
     return Path(attncourse.__file__).resolve().parent.parent
 
 
-def add_gpu_report_command(commands: Any, path_type: Any, positive_float: Any) -> None:
-    """Add ``gpu-report`` to the ``attncourse`` sub-parsers (option types from the CLI's options)."""
-    report = commands.add_parser(
-        "gpu-report", help="the GPU chapter's tests, benchmarks, training and evaluation in one command",
-        description="Run the CUDA tests, the CUDA benchmarks, the gpu preset's training until a time budget "
-                    "and its evaluation, within one wall-clock budget; write results.json, metrics.json, "
-                    "benchmarks.json and report.md (no weights) into OUT.")
-    report.add_argument("out", type=path_type, metavar="OUT", help="folder for the results; must be new or empty")
-    report.add_argument("--budget", type=positive_float, default=DEFAULT_BUDGET, metavar="SECONDS",
-                        help=f"wall-clock seconds for everything (default {DEFAULT_BUDGET:g})")
-    report.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="where to run (default cuda; cpu with --smoke checks the command on a CPU)")
-    report.add_argument("--smoke", action="store_true",
-                        help="every stage at tiny sizes (seconds): checks that the command works")
-    report.add_argument("--overwrite", action="store_true", help="replace the report files already in OUT")
-
-
 #: What each file an earlier report wrote starts with (report.md) or holds (the JSON files: their keys):
 #: --overwrite replaces a file only if it is recognisably a report's.
 _BENCHMARK_NAMES = {"attention", "self_attention", "flash_attention", "gqa_decode", "train_overhead",
@@ -126,13 +109,9 @@ def _written_by_report(path: Path) -> bool:
 
 
 def check_gpu_report_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
-    """Raise ``usage_error`` before any stage runs: an option out of range, CUDA asked for on a machine
-    without it, or an OUT that holds files this command did not write (nothing is overwritten)."""
-    from attncourse.cli.limits import check_limits
-
-    problem = check_limits(args)
-    if problem:
-        raise usage_error(problem)
+    """Raise ``usage_error`` before any stage runs: CUDA asked for on a machine without it, or an OUT
+    that holds files this command did not write (nothing is overwritten). The options' ranges are
+    checked before, from their fields (:func:`attncourse.cli.limits.check_limits`)."""
     if args.device == "cuda":
         import torch
 
@@ -457,5 +436,5 @@ def _finish(args: argparse.Namespace, out: Path, results: dict[str, Any], stages
     return 1 if failed else 0
 
 
-__all__ = ["DEFAULT_BUDGET", "OUT_FILES", "Stage", "add_gpu_report_command", "benchmark_commands",
+__all__ = ["DEFAULT_BUDGET", "OUT_FILES", "Stage", "benchmark_commands",
            "check_gpu_report_args", "report_markdown", "run_gpu_report", "run_stage"]

@@ -5,9 +5,10 @@ ends up as a tensor size, a float32 scalar, a seed or a loop count. Past some
 value each of them either allocates more memory than any machine has, overflows
 float32 (3.4e38) or int64, or runs for years; before this module such values
 ended in a traceback or an out-of-memory kill. :data:`LIMITS` states one range
-per option, with the reason; :func:`check_limits` checks a parsed command
-against it (one line naming the option), :func:`document_limits` writes the
-ranges into ``--help``, and :func:`check_model_config` holds a checkpoint's
+per option, with the reason, gathered from the ``limit`` each option's field
+declares (:data:`attncourse.cli.spec.COMMANDS`; :func:`~attncourse.cli.parsing.add_fields`
+writes the ranges into ``--help``); :func:`check_limits` checks a parsed command
+against its fields (one line naming the option), and :func:`check_model_config` holds a checkpoint's
 model sizes to the same ceilings *before* the model is built, so that an
 untrusted file cannot choose how much memory is allocated.
 
@@ -22,67 +23,44 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from attncourse.recipes.experiment import Experiment
-from attncourse.train.config import FLOAT32, SIZE, TIME, FitConfig, Limit, settings
-from attncourse.train.config import format_number as _fmt
+from attncourse.cli.parsing import option_name
+from attncourse.cli.spec import COMMANDS, MAX_PROMPT_CHARS, command_fields
+from attncourse.train.config import Limit
 
-#: The ranges of the options that are not settings of a training run (those are declared with their
-#: fields, :func:`~attncourse.train.config.setting`'s ``limit``). The same dest has the same range in every
-#: sub-command.
-_OTHER_LIMITS: dict[str, Limit] = {
-    # model sizes (train-lm; and the sizes in a checkpoint's config)
-    "num_kv_heads": Limit(1, 64, SIZE),
-    "max_len": Limit(1, 8192, "positions; attention memory grows with its square"),
-    "context": Limit(1, 8192, "attention memory grows with its square"),
-    "window": Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"),
-    "draft_tokens": Limit(1, 64, "each round runs the draft model that many times"),
-    "latent_dim": Limit(1, 4096, SIZE),  # MLA (chapter 10)
-    "rope_dim": Limit(0, 4096, SIZE),
-    # data
-    "max_tokens": Limit(1, 2048, "attention memory grows with the square of the length"),
-    "max_value": Limit(1, 10**9, "number words are generated up to nine digits"),
-    "max_chars": Limit(1, 10**9, "the text is held in memory"),
-    "valid_fraction": Limit(0.0, 1.0, "a share of the text", open_low=True),
-    # budget
-    "steps": Limit(1, 100_000_000, TIME),
-    "steps_per_epoch": Limit(1, 100_000_000, TIME),
-    "budget": Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True),
-    # decoding
-    "beam_size": Limit(1, 64, "memory grows with it"),
-    "length_penalty": Limit(0.0, 10.0, FLOAT32),
-    "length": Limit(1, 8192, "characters to generate, with the prompt"),
-    "top_k": Limit(1, 1_000_000, "a vocabulary's size"),
-    "temperature": Limit(0.01, 100.0, "logits divided by it overflow or flatten float32 beyond it"),
-    # machine
-    "threads": Limit(1, 256, "torch's thread pool"),
-}
-#: Option (argparse dest) -> its range: the training settings' (model sizes, data, budget, optimiser) and
-#: the other options'.
-LIMITS: dict[str, Limit] = {
-    **{f.name: f.metadata["limit"] for f in settings(Experiment, FitConfig) if f.metadata["limit"]},
-    **_OTHER_LIMITS,
-}
-#: Characters of a ``sample --prompt``: the prompt is one forward pass with a (length x length) mask.
-MAX_PROMPT_CHARS = 8192
+
+def _all_limits() -> dict[str, Limit]:
+    """Option (argparse dest) -> its range, from every command's fields (``train``'s first)."""
+    limits: dict[str, Limit] = {}
+    for command in COMMANDS.values():
+        for f in command.fields():
+            if f.metadata["limit"] is not None:
+                limits.setdefault(f.name, f.metadata["limit"])
+    return limits
+
+
+#: Option (argparse dest) -> its range, as the commands' fields declare it (``limit`` of
+#: :func:`~attncourse.train.config.setting`); a checkpoint's sizes are held to the same ranges.
+LIMITS: dict[str, Limit] = _all_limits()
 
 
 def check_limits(
     args: argparse.Namespace, flag: Callable[[str], str] | None = None
 ) -> str | None:
-    """The first option of a parsed command out of its range in :data:`LIMITS`, as one line; or None.
+    """The first option of a parsed command out of its field's range, as one line; or None.
 
-    ``flag`` spells an argparse dest as the command's option (``train`` writes
-    ``num_heads`` as ``--heads``); default ``--`` and the dest with dashes.
+    The command's fields (:func:`~attncourse.cli.spec.command_fields`) give each
+    option's range and flag (``train`` writes ``num_heads`` as ``--heads``);
+    ``flag``, if given, spells an option instead.
     """
-    flag = flag or (lambda dest: "--" + dest.replace("_", "-"))
-    for dest, limit in LIMITS.items():
-        value = getattr(args, dest, None)
-        if value is None or isinstance(value, (bool, str)):
+    for f in command_fields(args):
+        limit = f.metadata["limit"]
+        value = getattr(args, f.name, None)
+        if limit is None or value is None or isinstance(value, (bool, str)):
             continue
         problem = limit.problem(value)
         if problem:
             shown = f"{value:g}" if isinstance(value, float) else str(value)
-            return f"{flag(dest)} {problem}, got {shown}"
+            return f"{flag(f.name) if flag else option_name(f)} {problem}, got {shown}"
     for beta in getattr(args, "betas", None) or ():
         if isinstance(beta, float) and not (0.0 <= beta < 1.0):
             return f"--betas must lie in [0, 1), got {beta:g}"
@@ -90,23 +68,12 @@ def check_limits(
     if any(edge > LIMITS["max_tokens"].high for edge in edges):
         return f"--edges must be at most {LIMITS['max_tokens'].high} (the longest source --max-tokens allows)"
     prompt = getattr(args, "prompt", None)
-    if isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS:
+    if getattr(args, "command", None) == "sample" and isinstance(prompt, str) and len(prompt) > MAX_PROMPT_CHARS:
         return (
             f"--prompt has {len(prompt):,} characters, at most {MAX_PROMPT_CHARS:,} are taken "
             "(the prompt is read in one pass whose attention memory grows with its square)"
         )
     return None
-
-
-def document_limits(parser: argparse.ArgumentParser) -> None:
-    """Append each option's range to its ``--help`` line, in every sub-command of ``parser``."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                document_limits(sub)
-        elif action.dest in LIMITS and action.help not in (None, argparse.SUPPRESS):
-            limit = LIMITS[action.dest]
-            action.help = f"{action.help} [at most {_fmt(limit.high)}]"
 
 
 #: Keys of a checkpoint's model config that size a tensor, and the option each corresponds to.

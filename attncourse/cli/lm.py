@@ -27,21 +27,23 @@ from typing import Any
 
 import torch
 
+from attncourse.cli.generate import check_generate_args, run_generate
 from attncourse.cli.limits import (
-    MAX_PROMPT_CHARS,
     check_finite,
     check_limits,
     check_memory,
     check_model_config,
     training_memory_problem,
 )
+from attncourse.cli.options import out_dir_problem
 from attncourse.cli.outputs import locked_run_dir
 from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
+from attncourse.cli.spec import MAX_PROMPT_CHARS
 from attncourse.data.text import char_corpus, course_text, read_utf8, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.decode.generation import SUPPRESSED_IDS, generate
 from attncourse.decode.speculative import speculative_generate
-from attncourse.nn.gpt import GPT, GPT_POSITIONAL
+from attncourse.nn.gpt import GPT
 from attncourse.recipes.lm import LMConfig, bits_per_char, lm_settings, train_lm
 from attncourse.runtime import pick_device
 from attncourse.train.checkpoint import (
@@ -59,70 +61,6 @@ LM_COMMANDS = ("train-lm", "sample")
 VOCAB_NAME = "vocab.json"
 #: What ``train-lm`` writes into ``--out`` (listed in its config.json); ``--overwrite`` removes them first.
 LM_RUN_FILES = ("config.json", VOCAB_NAME, CHECKPOINT_NAME, "history.json")
-#: Default ``--max-chars``: 100 times the course's own text, about 1 GB of memory at most.
-MAX_CHARS = 20_000_000
-
-
-def add_lm_commands(commands: Any, path_type: Any, positive_int: Any, positive_float: Any,
-                    seed_type: Any, device_type: Any) -> None:
-    """Add ``train-lm`` and ``sample`` to the ``attncourse`` sub-parsers (option types from cli_options)."""
-    lm = commands.add_parser("train-lm", help="train a character-level decoder-only model (GPT) on a text file",
-                             description="Train the decoder-only language model of chapter 7 on a UTF-8 text file.")
-    lm.add_argument("--text", type=path_type, metavar="FILE",
-                    help="UTF-8 text to learn (default: chapters 1-6 of the course, in a source checkout)")
-    lm.add_argument("--out", type=path_type, required=True, metavar="DIR",
-                    help="run directory; must be new or empty, unless --resume or --overwrite")
-    lm.add_argument("--max-chars", type=positive_int, default=MAX_CHARS, metavar="N",
-                    help=f"refuse a --text of more than N characters (default {MAX_CHARS:,}; memory: about 4 "
-                         "bytes per character)")
-    lm.add_argument("--valid-fraction", type=float, default=0.1, metavar="F",
-                    help="share of the text, at its end, held out (default 0.1)")
-    defaults = LMConfig()
-    lm.add_argument("--positional", choices=GPT_POSITIONAL, default=defaults.positional,
-                    help=f"position scheme (default {defaults.positional})")
-    lm.add_argument("--num-kv-heads", type=positive_int, metavar="G",
-                    help="key/value heads: 1 multi-query, between grouped-query (default: --num-heads)")
-    lm.add_argument("--window", type=positive_int, metavar="W", help="sliding-window attention over W tokens")
-    lm.add_argument("--latent-dim", type=positive_int, metavar="D",
-                    help="multi-head latent attention (chapter 10): cache a latent of D numbers per token "
-                         "(DeepSeek-V2); not with --num-kv-heads, --window or ALiBi")
-    lm.add_argument("--rope-dim", type=int, metavar="R",
-                    help="with --latent-dim and --positional rope: the rotary part of each query and key, "
-                         "even (default: half a head, rounded up to even)")
-    for name, kind in (("d_model", positive_int), ("num_heads", positive_int), ("num_layers", positive_int),
-                       ("d_ff", positive_int), ("max_len", positive_int), ("context", positive_int),
-                       ("batch_size", positive_int), ("steps", positive_int), ("steps_per_epoch", positive_int),
-                       ("warmup", positive_int), ("lr", positive_float)):
-        lm.add_argument("--" + name.replace("_", "-"), type=kind, default=getattr(defaults, name),
-                        metavar="N", help=f"(default {getattr(defaults, name)})")
-    lm.add_argument("--seed", type=seed_type, default=0, metavar="S", help="initial weights and batches (default 0)")
-    lm.add_argument("--device", type=device_type, metavar="DEV", help="'cpu', 'cuda', 'mps'; default: best available")
-    lm.add_argument("--threads", type=positive_int, default=1, metavar="N", help="CPU threads for torch (default 1)")
-    lm.add_argument("--resume", action="store_true", help="continue the run in --out, with the same settings")
-    lm.add_argument("--overwrite", action="store_true",
-                    help="replace the run in --out: the files it wrote (listed in its config.json) are deleted, "
-                         "no other file is deleted or replaced")
-    lm.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-    sample = commands.add_parser("sample", help="generate text from a model trained with train-lm",
-                                 description="Sample characters from DIR/checkpoint.pt written by "
-                                             "'attncourse train-lm'.")
-    sample.add_argument("dir", type=path_type, metavar="DIR", help="a directory written by 'attncourse train-lm'")
-    sample.add_argument("--prompt", default="\n",
-                        help=f"text to continue (default: a newline); at most {MAX_PROMPT_CHARS:,} characters "
-                             "with --length, of characters seen in training")
-    sample.add_argument("--length", type=positive_int, default=200, metavar="N", help="characters to generate")
-    sample.add_argument("--temperature", type=positive_float, default=1.0, metavar="T", help="(default 1.0)")
-    sample.add_argument("--top-k", type=positive_int, metavar="K", help="sample among the K most probable only")
-    sample.add_argument("--seed", type=seed_type, default=0, metavar="S", help="sampling seed (default 0)")
-    sample.add_argument("--no-cache", action="store_true", help="recompute the prefix at each step (slower)")
-    sample.add_argument("--device", type=device_type, metavar="DEV", help="default: the CPU")
-    sample.add_argument("--draft", type=path_type, metavar="RUN",
-                        help="speculative decoding (chapter 10): a smaller train-lm run of the same text "
-                             "proposes tokens that DIR's model verifies; the text is still a sample of DIR's "
-                             "model, and the acceptance rate is reported")
-    sample.add_argument("--draft-tokens", type=positive_int, default=4, metavar="K",
-                        help="with --draft: tokens proposed per round (default 4)")
 
 
 def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_dir_problem: Any) -> None:
@@ -130,7 +68,13 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
     problem = check_limits(args)
     if problem:
         raise usage_error(problem)
+    if args.command == "sample" and args.model is not None:
+        args.generate = pretrained_sample_args(args, usage_error)
+        return
     if args.command == "sample":
+        if args.dir is None:
+            raise usage_error("give DIR (a directory written by 'attncourse train-lm') or --model (a pretrained "
+                              "model)")
         for name, run in (("DIR", args.dir), ("--draft", args.draft)):
             if run is not None and not ((run / CHECKPOINT_NAME).is_file() and (run / VOCAB_NAME).is_file()):
                 raise usage_error(f"{name} {str(run)!r} holds no {CHECKPOINT_NAME} and {VOCAB_NAME} "
@@ -175,6 +119,28 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         args.out, args.resume, args.overwrite, LM_RUN_FILES, "train-lm")
     if problem:
         raise usage_error(problem)
+
+
+def pretrained_sample_args(args: argparse.Namespace, usage_error: type[Exception]) -> argparse.Namespace:
+    """``sample --model``: the ``generate`` command that samples the same way (``--length`` tokens, top-k,
+    ``--draft N``: a draft of the model's first N layers), checked."""
+    if args.dir is not None:
+        raise usage_error("give DIR (a train-lm run) or --model (a pretrained model), not both")
+    if args.no_cache:
+        raise usage_error("--no-cache applies to train-lm runs; a pretrained model samples with its cache")
+    draft = None
+    if args.draft is not None:
+        try:
+            draft = int(str(args.draft))
+        except ValueError:
+            raise usage_error(f"--draft with --model: the number N of the model's first layers that draft, got "
+                              f"{str(args.draft)!r}") from None
+    pretrained = argparse.Namespace(
+        command="generate", prompt=args.prompt, model=args.model, chat=False, temperature=args.temperature,
+        top_p=1.0, top_k=args.top_k, max_tokens=args.length, seed=args.seed, draft=draft,
+        draft_tokens=args.draft_tokens, device=args.device)
+    check_generate_args(pretrained, usage_error)
+    return pretrained
 
 
 def _read_text(path: Path | None, max_chars: int) -> str:
@@ -240,8 +206,6 @@ def run_train_lm(args: argparse.Namespace) -> int:
     (:func:`~attncourse.cli.outputs.locked_run_dir`): a second run into the same
     ``--out`` stops with one line.
     """
-    from attncourse.cli.options import out_dir_problem  # options imports this module
-
     torch.set_num_threads(args.threads)
     out: Path = args.out
     with ExitStack() as stack:
@@ -319,6 +283,8 @@ def run_sample(args: argparse.Namespace) -> int:
     (:func:`~attncourse.cli.limits.check_model_config`); characters the model
     never saw are refused, and it never generates ``<unk>``.
     """
+    if getattr(args, "generate", None) is not None:  # sample --model: a pretrained model
+        return run_generate(args.generate)
     device = pick_device(args.device or "cpu")
     model, vocab = _load_lm(args.dir, device)
     draft = None

@@ -11,21 +11,24 @@ exit status 2.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from dataclasses import Field, fields
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import attncourse
-from attncourse.cli.gpu_report import add_gpu_report_command
-from attncourse.cli.limits import check_limits, document_limits, training_memory_problem
-from attncourse.cli.lm import add_lm_commands
+from attncourse.cli.limits import check_limits, training_memory_problem
 from attncourse.cli.outputs import (
     is_stdout,
     json_written_by,
     output_problem,
     replaces_foreign,
+)
+from attncourse.cli.parsing import (  # noqa: F401 (read from here too)
+    CHECKS,
+    EXIT_USAGE,
+    Parser,
+    add_fields,
 )
 from attncourse.cli.rundir import (
     foreign_files,
@@ -33,17 +36,13 @@ from attncourse.cli.rundir import (
     run_command,
     unstarted_run,
 )
-from attncourse.data.pairs import LEVELS
-from attncourse.recipes.experiment import PRESETS, TASKS, Experiment, transformer_preset
-from attncourse.runtime import pick_device
+from attncourse.cli.spec import COMMANDS, MODELS, TRAIN_MAX_TOKENS
+from attncourse.recipes.experiment import Experiment, transformer_preset
 from attncourse.train.checkpoint import temporaries
 from attncourse.train.config import FitConfig, settings
 from attncourse.train.distributed import env_world_size
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
 
-#: --model choices: (Experiment.model, Experiment.attention)
-MODELS = {"rnn": ("rnn", None), "bahdanau": ("rnn", "bahdanau"), "transformer": ("transformer", None)}
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 #: The settings that are ``train`` options, once each: Experiment's (task, model, recipe), then FitConfig's.
@@ -63,119 +62,12 @@ RNN_OPTIONS = tuple(f.name for f in SETTINGS if f.metadata.get("only") == "rnn")
 PRESET_OPTIONS = tuple(f.name for f in _PRESET if f.metadata.get("only") != "rnn" and f.name != "lr")
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but errors are one line (no usage block), in the same form as our own errors."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"attncourse: error: {message} (see '{self.prog} --help')\n")
-
-    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
-        # '--epochs=--': argparse drops the '--' and hands the option an empty list, unchecked
-        if "--" in arg_strings and action.option_strings and action.nargs in (None, argparse.OPTIONAL):
-            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got '--'")
-        return super()._get_values(action, arg_strings)
-
-
-def _parse(text: str, cast: type, what: str):
-    """``cast(text)``, or the one-line argparse error that names what was expected."""
-    try:
-        return cast(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-
-
-def _positive_int(text: str) -> int:
-    value = _parse(text, int, "a whole number")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
-
-
-def _nonnegative_int(text: str) -> int:
-    value = _parse(text, int, "a whole number")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _parse(text, float, "a number")
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
-    return value
-
-
-def _probability(text: str) -> float:
-    value = _parse(text, float, "a number")
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text}")
-    return value
-
-
-def _dropout(text: str) -> float:
-    value = _probability(text)
-    if value >= 1.0:
-        raise argparse.ArgumentTypeError(f"dropout must be below 1, got {text}")
-    return value
-
-
-def _below_one(text: str) -> float:
-    value = _probability(text)
-    if value >= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
-    return value
-
-
-def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
-    return value
-
-
-#: Seeds go to torch (64-bit) and NumPy; fit adds the process's rank, so stay well inside 64 bits.
-MAX_SEED = 2**63 - 1
-#: --max-tokens defaults. Training keeps a whole batch's activations for backpropagation: memory grows
-#: with batch size x length (x length again for attention); 256 tokens stays within a few GB for the
-#: default models. Evaluation keeps no activations, its memory grows with the length alone.
-TRAIN_MAX_TOKENS = 256
-EVALUATE_MAX_TOKENS = 512
 #: What a training run writes into --out, besides test.tsv; --overwrite removes them before it starts.
 RUN_FILES = (CHECKPOINT_NAME, BEST_NAME, "config.json", "history.json", "results.json", "metrics.json")
 #: What a training run may write into --out: its files and a generated task's test.tsv.
 TRAIN_WRITES = RUN_FILES + ("test.tsv",)
 #: A metrics file written by evaluate: a JSON object with these keys (replaced without --overwrite).
 METRICS_WRITTEN = json_written_by(("checkpoint", "epoch", "test", "overall", "buckets"))
-
-
-def _seed(text: str) -> int:
-    value = _parse(text, int, "a whole number")
-    if not 0 <= value <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2**63 - 1 ({MAX_SEED}), got {text}")
-    return value
-
-
-def _path(text: str) -> Path:
-    if not text.strip():  # Path("") is the current directory
-        raise argparse.ArgumentTypeError("expected a path, got an empty string")
-    return Path(text)
-
-
-def _device(text: str) -> str:
-    try:
-        pick_device(text)
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-    return text
-
-
-#: How the command line reads a setting's value (:func:`~attncourse.train.config.setting`'s ``check``).
-CHECKS = {"positive_int": _positive_int, "nonnegative_int": _nonnegative_int, "positive_float": _positive_float,
-          "nonnegative_float": _nonnegative_float, "probability": _probability, "below_one": _below_one,
-          "dropout": _dropout, "seed": _seed, "device": _device, "path": _path}
 
 
 def flag(dest: str) -> str:
@@ -188,154 +80,34 @@ def add_settings(group: Any, name: str, of: tuple[Field, ...] = SETTINGS) -> Non
     """Add the settings ``of`` (default :data:`SETTINGS`) in ``--help`` section ``name`` to ``group`` as options.
 
     A setting the preset fills in (``preset``) defaults to None on the command
-    line; a boolean is a ``--x/--no-x`` pair.
+    line; a boolean is a ``--x/--no-x`` pair (:func:`~attncourse.cli.parsing.add_fields`).
     """
-    for f in of:
-        meta = f.metadata
-        if meta["group"] != name:
-            continue
-        default = None if meta["preset"] else f.default
-        options: dict[str, Any] = {"dest": f.name, "default": default, "help": meta["help"]}
-        if isinstance(f.default, bool):
-            options["action"] = argparse.BooleanOptionalAction
-        elif meta["choices"]:
-            options["choices"] = meta["choices"]
-        else:
-            options.update(type=CHECKS[meta["check"]], metavar=meta["metavar"])
-            if meta["nargs"]:
-                options["nargs"] = meta["nargs"]
-        group.add_argument(flag(f.name), **options)
-
-
-def _add_length_options(group: Any, max_tokens: int | None, max_tokens_help: str) -> None:
-    """--max-tokens and --too-long; ``max_tokens`` None: filled in later (train: for TSV files only)."""
-    group.add_argument("--max-tokens", type=_positive_int, default=max_tokens, metavar="N", help=max_tokens_help)
-    group.add_argument("--too-long", choices=("error", "skip"), default=None if max_tokens is None else "error",
-                       help="what a pair above the limit does: 'error' stops with its line number (default), "
-                            "'skip' leaves it out and prints how many were left out")
-
-
-TRAIN_EPILOG = """\
-presets (--model transformer; every option you do not give comes from the preset):
-  cpu  d_model 128, 4 heads, 2+2 layers, d_ff 512, dropout 0.1, label smoothing 0.1,
-       Adam(0.9, 0.98, 1e-9), warmup schedule (warmup 400, rate x0.5), batches of 64, 12 epochs,
-       10,000 generated training pairs: minutes on a laptop (the default preset)
-  gpu  the base model of Vaswani et al. (2017): d_model 512, 8 heads, 6+6 layers,
-       d_ff 2048, dropout 0.1, label smoothing 0.1, fused AdamW(0.9, 0.98, 1e-9) without
-       weight decay, warmup 4000, no clipping, bf16 autocast, batches of 512 sentences
-       (128 for dates), 200,000 generated training pairs (33,000 for dates)
-
-several GPUs or processes (data parallel, gradients averaged by DistributedDataParallel):
-  torchrun --nproc_per_node 4 -m attncourse train --task numbers-en-fr \\
-      --model transformer --preset gpu --out runs/base
-  Each process trains on its share of the batches (--batch-size is per process); rank 0
-  validates, prints and writes the files. Without GPUs the processes use the CPU ('gloo').
-
-examples:
-  python -m attncourse train --task numbers-en-fr --model bahdanau --out runs/fr
-  python -m attncourse train --task dates --model transformer --preset cpu --epochs 5 --out runs/tf
-"""
+    add_fields(group, [f for f in of if f.metadata["group"] == name])
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``attncourse`` argument parser, with ``train``, ``evaluate``, ``train-lm`` and ``sample`` sub-commands."""
+    """The ``attncourse`` argument parser: every sub-command of :data:`~attncourse.cli.spec.COMMANDS`.
+
+    Each sub-command's options are generated from its classes' setting fields
+    (:func:`~attncourse.cli.parsing.add_fields`), in ``--help`` sections where it has them.
+    """
     parser = Parser(
         prog="attncourse",
         description="Train and evaluate the course's models: RNNs (with or without Bahdanau "
-                    "attention), the Transformer, and the decoder-only language model (train-lm, sample).",
+                    "attention), the Transformer, the decoder-only language model (train-lm, sample), "
+                    "and generate with a pretrained model (generate).",
         epilog="Instructors: 'attncourse student-edition OUT' writes the chapters' student editions "
                "(see 'attncourse student-edition --help').",
     )
     parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",
                         help="print the version and exit")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
-    train = commands.add_parser(
-        "train", help="train a model on a generated task or on TSV files",
-        description="Train a sequence-to-sequence model; give either --task, or --train and --valid.",
-        epilog=TRAIN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    data = train.add_argument_group("data")
-    data.add_argument("--task", choices=TASKS,
-                      help="generate a task: English number words to French or German words "
-                           "(word level), or dates in many formats to ISO 8601 (character level)")
-    data.add_argument("--train", metavar="FILE.tsv", type=_path,
-                      help="training pairs, one 'source<TAB>target' per line (UTF-8)")
-    data.add_argument("--valid", metavar="FILE.tsv", type=_path,
-                      help="validation pairs in the same format (required with --train)")
-    data.add_argument("--level", choices=LEVELS,
-                      help="tokens of the TSV files: 'word' (split on spaces, the default) or 'char' "
-                           "(every character); generated tasks set it themselves")
-    _add_length_options(data, None, f"TSV files: a pair whose source or target has more than N tokens is not "
-                                    f"loaded (default {TRAIN_MAX_TOKENS}; a Transformer takes at most 511): training "
-                                    "memory grows with the batch size times the length, and the length again for "
-                                    "attention")
-    add_settings(data, "data")
-    data.add_argument("--max-value", type=_positive_int, metavar="N",
-                      help="numbers tasks: numbers are drawn below N (default 10**9, up to nine digits)")
-
-    model = train.add_argument_group("model")
-    model.add_argument("--model", choices=tuple(MODELS), default="bahdanau",
-                       help="'rnn': encoder-decoder whose decoder sees only the encoder's final state; "
-                            "'bahdanau': with additive attention (default); 'transformer': Vaswani et al. (2017)")
-    model.add_argument("--preset", choices=PRESETS,
-                       help="transformer only: 'cpu' (small, the default) or 'gpu' (the base model); "
-                            "it sets every model and training option you do not give (see below)")
-    add_settings(model, "model")
-
-    run = train.add_argument_group("training")
-    run.add_argument("--out", type=_path, required=True, metavar="DIR",
-                     help="directory for checkpoint.pt, best.pt, config.json, history.json, results.json "
-                          "(and test.tsv); it must be new or empty, unless --resume or --overwrite")
-    run.add_argument("--overwrite", action="store_true",
-                     help="train into --out even though it holds other files or an earlier run: the files the "
-                          "earlier run wrote (listed in its config.json) are deleted, other files are kept and "
-                          "never replaced (a test.tsv of yours stops the run instead)")
-    add_settings(run, "training")
-    run.add_argument("--no-clip", action="store_true", help="do not clip the gradient")
-    run.add_argument("--threads", type=_positive_int, default=1, metavar="N",
-                     help="CPU threads for torch (default 1: faster than more for these small models)")
-    run.add_argument("--resume", action="store_true",
-                     help="continue the run in --out from its checkpoint.pt, with the same data and settings")
-    run.add_argument("--no-progress", action="store_true", help="no progress bars, only one line per epoch")
-
-    ev = commands.add_parser(
-        "evaluate", help="score a trained model (DIR/best.pt) on a TSV test file",
-        description="Decode a TSV test file with DIR/best.pt and print exact match, token accuracy, "
-                    "BLEU and chrF overall and by source length.",
-    )
-    ev.add_argument("dir", type=_path, metavar="DIR", help="a directory written by 'attncourse train'")
-    ev.add_argument("--test", type=_path, required=True, metavar="FILE.tsv",
-                    help="test pairs, one 'source<TAB>target' per line (UTF-8)")
-    _add_length_options(ev, EVALUATE_MAX_TOKENS, f"a pair whose source or target has more than N tokens is not "
-                                                 f"loaded (default {EVALUATE_MAX_TOKENS}); a Transformer's sources "
-                                                 "are limited to its positions (511 tokens) too; outputs are cut at "
-                                                 "the model's positions and scored as they are")
-    ev.add_argument("--beam-size", type=_positive_int, default=1, metavar="K",
-                    help="1: greedy decoding (default); K > 1: beam search keeping K hypotheses")
-    ev.add_argument("--length-penalty", type=_nonnegative_float, default=0.6, metavar="A",
-                    help="alpha of the beam search's length penalty ((5 + |y|) / 6)^alpha (default 0.6)")
-    ev.add_argument("--json", type=_path, metavar="OUT",
-                    help="where to write the metrics as JSON (default DIR/metrics.json; '-': print them)")
-    ev.add_argument("--predictions", type=_path, metavar="OUT.tsv",
-                    help="also write 'source<TAB>reference<TAB>hypothesis' lines to this file ('-': print them)")
-    ev.add_argument("--overwrite", action="store_true",
-                    help="replace an existing --json or --predictions file that evaluate did not write (the "
-                         "run's own files and the inputs are never replaced)")
-    ev.add_argument("--edges", type=_positive_int, nargs="+", metavar="L",
-                    help="left edges of the source-length buckets in tokens, e.g. '1 4 8 12' "
-                         "(default: five equal-width buckets)")
-    ev.add_argument("--level", choices=LEVELS,
-                    help="tokens of the test file (default: the level the model was trained on)")
-    ev.add_argument("--batch-size", type=_positive_int, default=256, metavar="B",
-                    help="sentences decoded at once (default 256)")
-    ev.add_argument("--device", type=_device, metavar="DEV",
-                    help="'cpu', 'cuda', 'mps'; default: CUDA, then MPS, then the CPU")
-    ev.add_argument("--threads", type=_positive_int, default=1, metavar="N",
-                    help="CPU threads for torch (default 1)")
-    add_lm_commands(commands, _path, _positive_int, _positive_float, _seed, _device)
-    add_gpu_report_command(commands, _path, _positive_float)
-    document_limits(parser)
+    for name, command in COMMANDS.items():
+        sub = commands.add_parser(name, help=command.help, description=command.description, epilog=command.epilog,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter if command.epilog
+                                  else argparse.HelpFormatter)
+        sections = {section: sub.add_argument_group(section) for section in command.sections}
+        add_fields(sub, command.fields(), sections)
     return parser
 
 

@@ -264,7 +264,8 @@ class GPT(nn.Module):
 
     def forward(self, tokens: torch.Tensor, kv_caches: list[DecoderCache] | None = None,
                 mask: torch.Tensor | None = None, need_weights: bool = False,
-                fast: bool = True) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+                fast: bool = True, positions: torch.Tensor | None = None,
+                ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """Logits of the next token at every position.
 
         Parameters
@@ -279,6 +280,15 @@ class GPT(nn.Module):
             Return every layer's attention weights.
         fast : bool
             See :meth:`attncourse.nn.protocol.DecoderAttention.forward`.
+        positions : (batch, seq_len) or (seq_len,) int tensor, optional
+            Absolute position of each token, from 0; default ``cache_len + arange(seq_len)``
+            (the tokens follow the cached ones), which gives bit-identical logits when passed
+            explicitly. A sinusoidal or learned table adds its rows at these positions (one
+            row per sequence allowed); RoPE rotates queries and keys by them, one row for the
+            whole batch, so a (batch, seq_len) tensor must then have equal rows. ALiBi's
+            distances and the masks follow the cache's order
+            (:meth:`~attncourse.nn.protocol.DecoderAttention.forward`), so with ALiBi the
+            positions must be the default ones.
 
         Returns
         -------
@@ -290,8 +300,9 @@ class GPT(nn.Module):
         ------
         ValueError
             If ``tokens`` is not a 2-D integer tensor, a token id lies outside
-            ``0 .. vocab_size - 1``, the caches do not match the layers, or a position
-            does not fit a sinusoidal/learned table of ``max_len`` rows.
+            ``0 .. vocab_size - 1``, the caches do not match the layers, a position
+            does not fit a sinusoidal/learned table of ``max_len`` rows, or ``positions``
+            has another shape, is not integer, is negative, or is not one the scheme can take.
         """
         if tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex():
             raise ValueError(f"tokens must be a (batch, seq_len) integer tensor, got {tuple(tokens.shape)} "
@@ -302,18 +313,57 @@ class GPT(nn.Module):
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             raise ValueError(f"kv_caches has {len(kv_caches)} entries for {len(self.blocks)} layers")
         offset = 0 if kv_caches is None else len(kv_caches[0])
+        positions = self._check_positions(positions, tokens.shape, offset)
         x = self.embedding(tokens)
         if self.spec.scale_embedding:
             x = x * math.sqrt(self.d_model)
         if self.positional_encoding is not None:
-            x = self.positional_encoding(x, offset)
+            if positions is None:
+                x = self.positional_encoding(x, offset)
+            else:  # the table's rows at the given positions: the same numbers as its slice for the default
+                table = getattr(self.positional_encoding, "pe", None)
+                x = x + (self.positional_encoding.embedding.weight if table is None else table)[positions]
         x = self.dropout(x)
+        # the attention layers take one (seq_len,) row of positions (the rows were checked equal)
+        rows = None if positions is None or self.positional_encoding is not None else positions.reshape(
+            -1, tokens.shape[1])[0]
         all_weights = []
         for i, block in enumerate(self.blocks):
             cache = None if kv_caches is None else kv_caches[i]
-            x, weights = block(x, mask, cache, need_weights=need_weights, fast=fast)
+            x, weights = block(x, mask, cache, need_weights=need_weights, fast=fast, positions=rows)
             all_weights.append(weights)
         return self.output_proj(self.final_norm(x)), all_weights
+
+
+    def _check_positions(self, positions: torch.Tensor | None, shape: torch.Size,
+                         offset: int) -> torch.Tensor | None:
+        """``forward``'s ``positions`` checked (on the embedding's device), or None for the default."""
+        if positions is None:
+            return None
+        batch, seq_len = shape
+        if (not isinstance(positions, torch.Tensor) or positions.shape not in ((seq_len,), (batch, seq_len))
+                or positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool):
+            got = (f"{tuple(positions.shape)} {positions.dtype}" if isinstance(positions, torch.Tensor)
+                   else type(positions).__name__)
+            raise ValueError(f"positions must be a (seq_len={seq_len},) or (batch={batch}, seq_len={seq_len}) "
+                             f"integer tensor, got {got}")
+        positions = positions.to(self.embedding.weight.device, torch.long)
+        if positions.numel() and int(positions.min()) < 0:
+            raise ValueError(f"positions must be >= 0, got {int(positions.min())}")
+        if self.positional_encoding is not None:
+            if positions.numel() and int(positions.max()) >= self.max_len:
+                raise ValueError(f"position {int(positions.max())} does not fit the {self.positional} table of "
+                                 f"max_len={self.max_len} rows")
+            return positions
+        rows = positions.reshape(-1, seq_len)
+        if not bool((rows == rows[0]).all()):
+            raise ValueError("positions differ between the sequences of the batch; the attention layers "
+                             f"({self.positional}) take one row of positions for the whole batch")
+        default = torch.arange(offset, offset + seq_len, device=rows.device)
+        if self.positional == "alibi" and not torch.equal(rows[0], default):
+            raise ValueError(f"ALiBi's distances follow the cache's order: positions must be {offset} .. "
+                             f"{offset + seq_len - 1} here, got {rows[0].tolist()[:8]}")
+        return positions
 
 
 def _spec_from_keywords(vocab_size, d_model, num_heads, num_layers, d_ff, max_len, positional, num_kv_heads,

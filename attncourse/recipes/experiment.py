@@ -35,7 +35,10 @@ from attncourse.nn.rnn import Seq2Seq
 from attncourse.nn.transformer import Transformer
 from attncourse.runtime import run_lock, runs_dir
 from attncourse.train.config import (
-    SIZE,
+    FFN_WIDTH,
+    HEADS,
+    LAYERS,
+    WIDTH,
     FitConfig,
     Limit,
     Recipe,
@@ -181,10 +184,10 @@ class Experiment(Recipe):
                           "2000)", check="nonnegative_int", limit=_PAIRS, group="data", metavar="N", preset=True)
     max_train_src_len: int | None = None
     emb_dim: int = setting(64, "rnn/bahdanau: width of the token embeddings (default 64)", check="positive_int",
-                           limit=Limit(1, 4096, SIZE), group="model", metavar="D", preset=True, only="rnn")
+                           limit=WIDTH, group="model", metavar="D", preset=True, only="rnn")
     hidden_dim: int = setting(
         128, "rnn/bahdanau: width of the GRU states and of the attention MLP (default 128)", check="positive_int",
-        limit=Limit(1, 4096, SIZE), group="model", metavar="D", preset=True, only="rnn")
+        limit=WIDTH, group="model", metavar="D", preset=True, only="rnn")
     epochs: int = redefault(Recipe, "epochs", 12)
     lr: float = redefault(Recipe, "lr", 3e-3)
     data_seed: int = setting(
@@ -194,17 +197,17 @@ class Experiment(Recipe):
     model: str = "rnn"
     d_model: int = setting(
         128, "transformer: width of embeddings and of every sub-layer's output (cpu 128, gpu 512)",
-        check="positive_int", limit=Limit(1, 4096, SIZE), group="model", metavar="D", preset=True,
+        check="positive_int", limit=WIDTH, group="model", metavar="D", preset=True,
         only="transformer")
     num_heads: int = setting(
         4, "transformer: attention heads; must divide --d-model (cpu 4, gpu 8)", check="positive_int",
-        limit=Limit(1, 64, SIZE), group="model", flag="--heads", metavar="H", preset=True, only="transformer")
+        limit=HEADS, group="model", flag="--heads", metavar="H", preset=True, only="transformer")
     num_layers: int = setting(
         2, "transformer: layers of the encoder and of the decoder, each (cpu 2, gpu 6)", check="positive_int",
-        limit=Limit(1, 48, SIZE), group="model", flag="--layers", metavar="N", preset=True, only="transformer")
+        limit=LAYERS, group="model", flag="--layers", metavar="N", preset=True, only="transformer")
     d_ff: int = setting(
         512, "transformer: inner width of the position-wise feed-forward layers (cpu 512, gpu 2048)",
-        check="positive_int", limit=Limit(1, 16384, SIZE), group="model", metavar="D", preset=True,
+        check="positive_int", limit=FFN_WIDTH, group="model", metavar="D", preset=True,
         only="transformer")
     norm_first: bool = setting(
         False, "transformer: layer norm before each sub-layer (pre-norm) instead of after it (post-norm, the "

@@ -33,7 +33,21 @@ import torch.nn.functional as F
 
 from attncourse.data.text import CharCorpus, random_windows, text_digest
 from attncourse.data.vocab import Vocabulary
-from attncourse.nn.gpt import GPT
+from attncourse.nn.gpt import GPT, GPT_POSITIONAL
+from attncourse.train.config import (
+    BATCH,
+    CLIP_NORM,
+    FFN_WIDTH,
+    HEADS,
+    LAYERS,
+    LEARNING_RATE,
+    SIZE,
+    STEPS,
+    WEIGHT_DECAY,
+    WIDTH,
+    Limit,
+    setting,
+)
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
@@ -75,28 +89,57 @@ class LMConfig:
         keep their folders.
     """
 
-    positional: str = "rope"
-    num_kv_heads: int | None = None
-    causal: bool = True
-    window: int | None = None
-    d_model: int = 64
-    num_heads: int = 8
-    num_layers: int = 2
-    d_ff: int = 256
-    max_len: int = 256
-    context: int = 64
-    batch_size: int = 32
-    steps: int = 300
-    steps_per_epoch: int = 100
-    lr: float = 3e-3
-    warmup: int = 30
-    weight_decay: float = 0.01
-    clip_norm: float = 1.0
-    dropout: float = 0.0
-    seed: int = 0
+    # Each field but ``corpus`` is also an option of ``train-lm`` (:func:`~attncourse.train.config.setting`).
+    positional: str = setting("rope", "position scheme (default rope)", choices=GPT_POSITIONAL, group="model")
+    num_kv_heads: int | None = setting(
+        None, "key/value heads: 1 multi-query, between grouped-query (default: --num-heads)",
+        check="positive_int", limit=HEADS, group="model", metavar="G")
+    causal: bool = setting(
+        True, "the causal mask (default); --no-causal trains without it, to see the model peek (chapter 7)",
+        group="model")
+    window: int | None = setting(
+        None, "sliding-window attention over W tokens", check="positive_int",
+        limit=Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"), group="model",
+        metavar="W")
+    d_model: int = setting(64, "width of the embeddings and of every block (default 64)", check="positive_int",
+                           limit=WIDTH, group="model", metavar="N")
+    num_heads: int = setting(8, "attention heads; must divide --d-model (default 8)", check="positive_int",
+                             limit=HEADS, group="model", metavar="N")
+    num_layers: int = setting(2, "decoder blocks (default 2)", check="positive_int", limit=LAYERS,
+                              group="model", metavar="N")
+    d_ff: int = setting(256, "inner width of the feed-forward layers (default 256)", check="positive_int",
+                        limit=FFN_WIDTH, group="model", metavar="N")
+    max_len: int = setting(
+        256, "positions of a sinusoidal or learned table (default 256)", check="positive_int",
+        limit=Limit(1, 8192, "positions; attention memory grows with its square"), group="model", metavar="N")
+    context: int = setting(64, "training window, in characters (default 64)", check="positive_int",
+                           limit=Limit(1, 8192, "attention memory grows with its square"), metavar="N")
+    batch_size: int = setting(32, "windows per step (default 32)", check="positive_int", limit=BATCH,
+                              metavar="N")
+    steps: int = setting(300, "optimiser steps in all; a multiple of --steps-per-epoch (default 300)",
+                         check="positive_int", limit=STEPS, metavar="N")
+    steps_per_epoch: int = setting(100, "steps between checkpoints and validation (default 100)",
+                                   check="positive_int", limit=STEPS, metavar="N")
+    lr: float = setting(3e-3, "AdamW's learning rate, constant after the warmup (default 0.003)",
+                        check="positive_float", limit=LEARNING_RATE, metavar="LR")
+    warmup: int = setting(30, "steps of linear warmup of the rate (default 30)", check="positive_int",
+                          limit=STEPS, metavar="N")
+    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay (default 0.01)",
+                                  check="nonnegative_float", limit=WEIGHT_DECAY, metavar="W")
+    clip_norm: float = setting(1.0, "clip the gradient's global norm to C (default 1.0)", check="positive_float",
+                               limit=CLIP_NORM, metavar="C")
+    dropout: float = setting(0.0, "dropout in every block (default 0)", check="dropout", group="model",
+                             metavar="P")
+    seed: int = setting(0, "initial weights and batches (default 0)", check="seed", metavar="S")
+    #: Not an option: train_lm sets it to the text's digest (--text names the text).
     corpus: str = ""
-    latent_dim: int | None = None
-    rope_dim: int | None = None
+    latent_dim: int | None = setting(
+        None, "multi-head latent attention (chapter 10): cache a latent of D numbers per token (DeepSeek-V2); "
+        "not with --num-kv-heads, --window or ALiBi", check="positive_int", limit=WIDTH,
+        group="model", metavar="D")
+    rope_dim: int | None = setting(
+        None, "with --latent-dim and --positional rope: the rotary part of each query and key, even (default: "
+        "half a head, rounded up to even)", check="int", limit=Limit(0, 4096, SIZE), group="model", metavar="R")
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
@@ -119,18 +162,25 @@ class LMConfig:
         return f"lm/{self.positional}-kv{kv}{mla}-{mask}{window}-seed{self.seed}"
 
 
+#: The fields every run's settings hold: :class:`LMConfig`'s before ``latent_dim``. A field added after
+#: runs existed (``latent_dim``, ``rope_dim`` and any later one) is in the settings only when it is not at
+#: its default, so that adding a setting (one field, one option of train-lm) keeps earlier runs' folders.
+SAVED_FIELDS = ("positional", "num_kv_heads", "causal", "window", "d_model", "num_heads", "num_layers", "d_ff",
+                "max_len", "context", "batch_size", "steps", "steps_per_epoch", "lr", "warmup", "weight_decay",
+                "clip_norm", "dropout", "seed", "corpus")
 #: Fields of :class:`LMConfig` added after runs existed: in the settings only when set.
-OPTIONAL_FIELDS = ("latent_dim", "rope_dim")
+OPTIONAL_FIELDS = tuple(f.name for f in dataclasses.fields(LMConfig) if f.name not in SAVED_FIELDS)
 
 
 def lm_settings(config: LMConfig) -> dict:
-    """``dataclasses.asdict(config)`` without the :data:`OPTIONAL_FIELDS` left unset (None).
+    """``dataclasses.asdict(config)`` without the :data:`OPTIONAL_FIELDS` left at their defaults.
 
     What names a run (its folder's hash) and what ``train-lm --resume`` compares: a run
     trained before those fields existed keeps its name.
     """
+    defaults = {f.name: f.default for f in dataclasses.fields(LMConfig)}
     return {k: v for k, v in dataclasses.asdict(config).items()
-            if not (k in OPTIONAL_FIELDS and v is None)}
+            if not (k in OPTIONAL_FIELDS and v == defaults[k])}
 
 
 def build_lm(config: LMConfig, vocab_size: int) -> GPT:

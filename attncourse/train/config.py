@@ -11,8 +11,10 @@ things are derived from these fields, so that adding a setting is one edit:
 - :class:`FitConfig` (how :func:`~attncourse.train.fit.fit` trains) is
   :class:`Recipe` plus what only the engine needs;
 - the ``train`` command's options are made from the fields of both
-  (:func:`attncourse.cli.options.add_settings`), with their limits
-  (:data:`attncourse.cli.limits.LIMITS`).
+  (:func:`attncourse.cli.parsing.add_fields`), with their limits; the other
+  commands' options are made the same way from their own dataclasses
+  (:class:`~attncourse.recipes.lm.LMConfig` for ``train-lm``, and
+  :data:`attncourse.cli.spec.COMMANDS`).
 
 References
 ----------
@@ -68,29 +70,46 @@ def format_number(value: float) -> str:
 SIZE = "memory grows with it"
 FLOAT32 = "float32 overflows or the optimiser diverges at once beyond it"
 TIME = "a run that long would not end"
+#: Ranges that several settings (of several commands) share, declared once.
+WIDTH = Limit(1, 4096, SIZE)
+HEADS = Limit(1, 64, SIZE)
+LAYERS = Limit(1, 48, SIZE)
+FFN_WIDTH = Limit(1, 16384, SIZE)
+BATCH = Limit(1, 4096, SIZE)
+STEPS = Limit(1, 100_000_000, TIME)
+LEARNING_RATE = Limit(0.0, 10.0, FLOAT32, open_low=True)
+WEIGHT_DECAY = Limit(0.0, 10.0, FLOAT32)
+CLIP_NORM = Limit(0.0, 1e6, FLOAT32, open_low=True)
+SECONDS = Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True)
 
 
 def setting(default: Any, help: str, *, check: str | None = None, limit: Limit | None = None,
             group: str = "training", flag: str | None = None, metavar: str | tuple[str, ...] | None = None,
-            choices: tuple[str, ...] | None = None, nargs: int | None = None, preset: bool = False,
-            only: str | None = None) -> Any:
-    """A dataclass field that is also an option of the ``train`` command.
+            choices: tuple[str, ...] | None = None, nargs: int | str | None = None, preset: bool = False,
+            only: str | None = None, positional: bool = False, required: bool = False,
+            negatable: bool = True) -> Any:
+    """A dataclass field that is also an option of a command (``train``, ``train-lm``, ``sample``...).
+
+    The command line's parsers are generated from these fields
+    (:func:`attncourse.cli.parsing.add_fields`; the commands' fields are listed in
+    :data:`attncourse.cli.spec.COMMANDS`): adding an option is adding a field.
 
     Parameters
     ----------
     default : Any
         The field's default (for the command line see ``preset``).
     help : str
-        The option's ``--help`` text.
+        The option's ``--help`` text (its range is appended from ``limit``).
     check : str, optional
         How the command line reads the value: ``"positive_int"``, ``"seed"``,
-        ``"probability"``... (:data:`attncourse.cli.options.CHECKS`); None for
-        ``choices`` and booleans (``--x/--no-x``).
+        ``"probability"``, ``"path"``, ``"text"``... (:data:`attncourse.cli.parsing.CHECKS`);
+        None for ``choices`` and booleans.
     limit : Limit, optional
         The range of the value, checked after parsing (one line naming the
         option) and written into ``--help``.
-    group : {"data", "model", "training"}
-        The ``--help`` section.
+    group : str
+        The ``--help`` section (``"data"``, ``"model"``, ``"training"`` for the
+        commands that have sections).
     flag, metavar, choices, nargs
         As argparse's; ``flag`` defaults to ``--`` and the name with dashes.
     preset : bool
@@ -98,9 +117,16 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
         preset or, for the RNNs, from the field's default.
     only : {"rnn", "transformer"}, optional
         The option applies to this model family only.
+    positional : bool
+        An argument without a flag (``DIR``, ``PROMPT``), read in field order.
+    required : bool
+        The option must be given.
+    negatable : bool
+        For a boolean: ``--x/--no-x`` (True) or a switch ``--x`` alone (False).
     """
     metadata = {"help": help, "check": check, "limit": limit, "group": group, "flag": flag,
-                "metavar": metavar, "choices": choices, "nargs": nargs, "preset": preset, "only": only}
+                "metavar": metavar, "choices": choices, "nargs": nargs, "preset": preset, "only": only,
+                "positional": positional, "required": required, "negatable": negatable}
     return field(default=default, metadata=metadata)
 
 
@@ -131,16 +157,16 @@ class Recipe:
         "for dates)", check="positive_int", limit=Limit(1, 100_000, TIME), metavar="N", preset=True)
     batch_size: int = setting(
         64, "sentence pairs per batch, per process (default 64; gpu preset 512, 128 for dates)",
-        check="positive_int", limit=Limit(1, 4096, SIZE), metavar="B", preset=True)
+        check="positive_int", limit=BATCH, metavar="B", preset=True)
     lr: float = setting(
         1e-3, "constant learning rate (default 0.001); not with --schedule noam, use --lr-scale",
-        check="positive_float", limit=Limit(0.0, 10.0, FLOAT32, open_low=True), preset=True)
+        check="positive_float", limit=LEARNING_RATE, preset=True)
     schedule: str | None = setting(
         None, "'constant': --lr throughout (rnn default); 'noam': linear warmup then 1/sqrt(step) decay, "
         "Vaswani et al. eq. (3), set every batch (transformer presets)", choices=("constant", "noam"), preset=True)
     warmup: int = setting(
         4000, "--schedule noam: optimizer steps (batches) of warmup, where the rate peaks (presets: cpu 400, "
-        "gpu 4000)", check="positive_int", limit=Limit(1, 100_000_000, TIME), metavar="STEPS", preset=True)
+        "gpu 4000)", check="positive_int", limit=STEPS, metavar="STEPS", preset=True)
     lr_scale: float = setting(
         1.0, "--schedule noam: multiply the rate of eq. (3) by S (default 1); for an rnn its d_model is "
         "--hidden-dim", check="positive_float", limit=Limit(0.0, 1000.0, FLOAT32, open_low=True), metavar="S",
@@ -156,13 +182,13 @@ class Recipe:
         limit=Limit(0.0, 1.0, FLOAT32, open_low=True), flag="--adam-eps", metavar="E", preset=True)
     weight_decay: float = setting(
         0.0, "weight decay (default 0; with --optimizer adam an L2 penalty, with adamw decoupled)",
-        check="nonnegative_float", limit=Limit(0.0, 10.0, FLOAT32), metavar="W", preset=True)
+        check="nonnegative_float", limit=WEIGHT_DECAY, metavar="W", preset=True)
     label_smoothing: float = setting(
         0.0, "label smoothing epsilon in [0, 1) (default 0; transformer presets 0.1); the reported losses stay "
         "the plain cross-entropy", check="below_one", metavar="EPS", preset=True)
     clip_norm: float | None = setting(
         1.0, "clip the gradient's global norm to C (default 1.0; gpu preset: no clipping)",
-        check="positive_float", limit=Limit(0.0, 1e6, FLOAT32, open_low=True), metavar="C", preset=True)
+        check="positive_float", limit=CLIP_NORM, metavar="C", preset=True)
     amp: str | None = setting(
         None, "'bf16': bfloat16 autocast of the forward passes (gpu preset; about 2x faster on recent GPUs, "
         "allowed but usually slower on CPUs); 'none': float32 (default)", choices=("bf16", "none"), preset=True)
@@ -173,7 +199,7 @@ class Recipe:
     time_budget: float | None = setting(
         None, "stop training after SECONDS of wall-clock time (validation included), with a checkpoint; the "
         "learning rate cools down to 0 over the last fifth (gpu preset: 360; default: none)",
-        check="positive_float", limit=Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True),
+        check="positive_float", limit=SECONDS,
         metavar="SECONDS", preset=True)
     #: Not an option: the presets set it (fixed batch shapes for torch.compile).
     length_buckets: int | None = field(default=None, metadata={"preset": True})

