@@ -299,12 +299,44 @@ def test_our_logits_equal_transformers_logits(ours, hf_model, length):
         reference = hf_model(ids).logits
     difference = float((logits - reference).abs().max())
     print(f"\n{length} tokens: max |our logits - transformers'| = {difference:.2e}")
-    # Measured: 0 for 1 token, 1.13e-4 for 17 and 300 tokens, on logits up to 34 (float32's
-    # spacing there is 3.8e-6). The rest is rounding: our Q/K rows are the permuted ones, so every
-    # q.k sums in another order, and transformers computes RoPE's angles in float32 (ours in
-    # float64). The weights themselves are bit-identical (test above).
+    # Measured: 0 for 1 token, 1.13e-4 for 17 and 300 tokens, on logits up to 37 (float32's
+    # spacing there is 3.8e-6). The issue asked for 1e-4; the 1.13e-4 is float32 rounding, and
+    # most of it is transformers' own (next test): against the same model computed in float64,
+    # transformers' float32 logits are off by 1.11e-4, ours by 6.4e-5 (17 tokens) and 7.2e-5
+    # (300). Between the two, the residual stream drifts apart layer by layer, from 1e-5 after
+    # block 0 to 5e-4 after block 28 (17 tokens; that stream holds values up to 27,000 from
+    # block 11 on). Causes found: our Q/K rows are the permuted ones, so every q.k sums in
+    # another order, and transformers rounds RoPE's angles to float32 (ours in float64:
+    # 2.4e-5 of the gap at 300 tokens, in float64). Neither is a mistake to fix: matching
+    # transformers' rounding would move our logits *away* from the exact values.
     assert difference <= 2e-4
     assert torch.equal(logits.argmax(-1), reference.argmax(-1))
+
+
+@needs_transformers
+def test_the_gap_to_transformers_is_float32_rounding_mostly_theirs(ours, hf_model):
+    """Both float32 forwards against the exact one: our model in float64 (every op, RoPE and RMSNorm
+    included). In float64 the two models agree to 2.4e-5 (transformers keeps RMSNorm and RoPE's
+    angles in float32 even there)."""
+    import copy
+
+    model, tokenizer = ours
+    exact = copy.deepcopy(model).double()
+    theirs64 = copy.deepcopy(hf_model).double()
+    for length in (1, 17, 300):
+        ids = torch.tensor([prose_ids(tokenizer, length)])
+        with torch.no_grad():
+            truth = exact(ids)[0]
+            our_error = float((model(ids)[0].double() - truth).abs().max())
+            their_error = float((hf_model(ids).logits.double() - truth).abs().max())
+            both64 = float((theirs64(ids).logits - truth).abs().max())
+        print(f"\n{length} tokens: float32 - float64: ours {our_error:.2e}, transformers' {their_error:.2e}; "
+              f"float64, ours - transformers' {both64:.2e}")
+        # Measured: ours 1.9e-5 / 6.4e-5 / 7.2e-5, transformers' 1.9e-5 / 1.1e-4 / 1.1e-4, float64 gap
+        # 1.3e-5 / 1.6e-5 / 2.4e-5 for 1 / 17 / 300 tokens.
+        assert our_error <= 1e-4 and both64 <= 5e-5
+        assert their_error >= our_error
+    del exact, theirs64
 
 
 @needs_transformers

@@ -205,6 +205,8 @@ def benchmark_commands(device: str, smoke: bool, scratch: Path) -> list[tuple[st
             ("transformer_step", [b + "transformer_step.py", "--config", "small", "--device", device, "--batch",
                                   "2", "--src-len", "8", "--tgt-len", "8", "--vocab", "50", "--warmup", "1", *tiny]),
             ("train_overhead", [b + "train_overhead.py", "--device", device, "--epochs", "3", "--n-train", "100"]),
+            ("real_model_speed", [b + "real_model_speed.py", "--device", device, "--tiny", "--prompt", "16",
+                                  "--decode", "4", "--repeats", "1"]),
         ]
     else:
         # the paper's batch: about 25,000 target tokens (200 x 128), bfloat16
@@ -219,6 +221,8 @@ def benchmark_commands(device: str, smoke: bool, scratch: Path) -> list[tuple[st
             ("train_overhead", [b + "train_overhead.py", "--device", device, "--epochs", "4", "--compile"]),
             ("transformer_step", base),
             ("transformer_step_compiled", [*base, "--compile"]),
+            # SmolLM2 in the course's GPT against transformers' Llama; skips itself without either
+            ("real_model_speed", [b + "real_model_speed.py", "--device", device]),
         ]
     return [(name, [*args, "--json", str(scratch / f"{name}.json")], scratch / f"{name}.json")
             for name, args in runs]

