@@ -117,7 +117,7 @@ class RopeScaling:
     Each method replaces theta_i = base^(-2i / d) (``d = d_k``) by theta'_i, for a scale
     factor s = ``factor`` (the new length over the training length):
 
-    - ``"pi"``, position interpolation (Chen et al. 2023, section 2.2, equation (4)):
+    - ``"pi"``, position interpolation (Chen et al. 2023, section 2.2):
       theta'_i = theta_i / s, every position m is read as m / s;
     - ``"ntk"``, "NTK-aware" scaling (bloc97 2023; Peng et al. 2023, section 3.1): a larger
       base, b' = b s^(d / (d - 2)), so that the fastest pair keeps its frequency and the
