@@ -43,6 +43,11 @@ from attncourse.checks.image_attention import (
     check_doubly_stochastic_penalty,
     check_reinforce_loss,
 )
+from attncourse.checks.long_context import (
+    check_alibi_far_bias,
+    check_stretched_frequencies,
+    check_yarn_frequencies,
+)
 from attncourse.checks.real_model import (
     check_q4_1_block,
     check_rms_norm,
@@ -72,6 +77,7 @@ __all__ = [
     "Case",
     "CheckResult",
     "check_additive_score",
+    "check_alibi_far_bias",
     "check_block_lookup",
     "check_cache_bytes",
     "check_causal_early_exit",
@@ -104,8 +110,10 @@ __all__ = [
     "check_scaled_dot_product",
     "check_softmax",
     "check_split_heads",
+    "check_stretched_frequencies",
     "check_temperature_softmax",
     "check_top_p",
+    "check_yarn_frequencies",
     "graded",
     "run_cases",
     "to_numpy",

@@ -125,6 +125,7 @@ EXERCISE_FUNCTIONS = frozenset({
     "my_reinforce_loss", "my_rescale", "my_smoothed_loss", "my_softmax", "my_split_heads",
     "my_update", "per_channel_int8", "prefix_matching_score", "repeat_kv", "residual", "rope",
     "dequantize_q4_1", "rms_norm", "top_p",
+    "alibi_far_bias", "stretched_frequencies", "yarn_frequencies",
 })
 #: Library functions that compute a softmax: no exercise that asks for one may call them.
 SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:special_softmax",

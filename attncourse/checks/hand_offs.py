@@ -107,6 +107,11 @@ HAND_OFFS: dict[str, HandOffs] = {
     "check_top_p": HandOffs(
         "NumPy operations: np.argsort, np.cumsum, comparisons, indexing and a sum.",
         library=("torch:multinomial",)),
+    # Chapter 12
+    "check_stretched_frequencies": HandOffs("NumPy operations: np.arange, powers and division."),
+    "check_yarn_frequencies": HandOffs(
+        "NumPy operations: np.arange, powers, np.pi, np.clip and arithmetic."),
+    "check_alibi_far_bias": HandOffs("NumPy operations: np.arange, powers and products."),
 }
 
 __all__ = ["HAND_OFFS", "TRITON_LAUNCH"]

@@ -63,6 +63,7 @@ from attncourse.nn.protocol import DecoderCache
 from attncourse.nn.spec import (
     ADDED_TO_EMBEDDINGS,
     INSIDE_ATTENTION,
+    NO_POSITIONS,
     AttentionSpec,
     DecoderSpec,
     FFNSpec,
@@ -72,7 +73,7 @@ from attncourse.nn.spec import (
 from attncourse.nn.transformer import residual
 
 #: The values of ``GPT(positional=...)``.
-GPT_POSITIONAL: tuple[str, ...] = ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION
+GPT_POSITIONAL: tuple[str, ...] = ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION + NO_POSITIONS
 
 #: Position tables added to the embeddings, by scheme.
 _POSITION_TABLES = {"sinusoidal": SinusoidalPositionalEncoding, "learned": LearnedPositionalEncoding}
@@ -142,7 +143,8 @@ class GPT(nn.Module):
     max_len : int
         Positions of the sinusoidal or learned table; inputs longer than this raise.
         RoPE and ALiBi have no table and take any length.
-    positional : {"sinusoidal", "learned", "rope", "alibi"}
+    positional : {"sinusoidal", "learned", "rope", "alibi", "none"}
+        ``"none"``: no position information (NoPE; only the causal mask tells positions apart).
     num_kv_heads : int, optional
         Key/value heads g (default h): h multi-head, 1 multi-query, between grouped.
     causal : bool

@@ -47,7 +47,7 @@ from attncourse.functional.torch_attention import masked_softmax
 from attncourse.nn.alibi import alibi_bias
 from attncourse.nn.attention import KVCache, merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
-from attncourse.nn.rope import apply_rope
+from attncourse.nn.rope import RopeScaling, apply_rope
 
 #: What ``CausalSelfAttention(positional=...)`` accepts: schemes acting inside attention, or None.
 ATTENTION_POSITIONAL: tuple[str | None, ...] = (None, "rope", "alibi")
@@ -213,6 +213,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         theta's base for RoPE (10000).
     bias : bool
         Biases on the four projections.
+    rope_scaling : RopeScaling, optional
+        RoPE stretched past its training length (PI, NTK-aware, YaRN; chapter 12).
 
     Attributes
     ----------
@@ -235,7 +237,7 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
                  positional: str | None = None, causal: bool = True, window: int | None = None,
-                 rope_base: float = 10000.0, bias: bool = False) -> None:
+                 rope_base: float = 10000.0, bias: bool = False, rope_scaling: RopeScaling | None = None) -> None:
         super().__init__()
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
         for name, value in (("d_model", d_model), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
@@ -255,7 +257,7 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         if positional == "rope" and self.d_k % 2:
             raise ValueError(f"RoPE rotates feature pairs: d_k = d_model / num_heads = {self.d_k} must be even")
         self.positional, self.causal, self.window = positional, bool(causal), window
-        self.rope_base = float(rope_base)
+        self.rope_base, self.rope_scaling = float(rope_base), rope_scaling
         self.w_q = nn.Linear(d_model, self.num_heads * self.d_k, bias=bias)
         self.w_k = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
         self.w_v = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
@@ -263,10 +265,11 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
 
     @classmethod
     def from_options(cls, options: GQAOptions, *, d_model: int, num_heads: int, causal: bool,
-                     positional: str | None, rope_base: float) -> CausalSelfAttention:
+                     positional: str | None, rope_base: float,
+                     rope_scaling: RopeScaling | None = None) -> CausalSelfAttention:
         """Build the ``"gqa"`` variant of a model spec (:mod:`attncourse.nn.spec`)."""
         return cls(d_model, num_heads, options.num_kv_heads, positional, causal, options.window,
-                   rope_base, options.bias)
+                   rope_base, options.bias, rope_scaling)
 
     def cache_numbers_per_token(self) -> int:
         """Numbers cached per token: a key and a value for each kv head, ``2 g d_k``."""
@@ -332,7 +335,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         k = split_heads(self.w_k(x), self.num_kv_heads)  # (batch, g, seq_len, d_k)
         v = split_heads(self.w_v(x), self.num_kv_heads)
         if self.positional == "rope":
-            q, k = apply_rope(q, positions, self.rope_base), apply_rope(k, positions, self.rope_base)
+            q = apply_rope(q, positions, self.rope_base, self.rope_scaling)
+            k = apply_rope(k, positions, self.rope_base, self.rope_scaling)
         if kv_cache is not None:
             kv_cache.append(k, v)
             k, v = kv_cache.k, kv_cache.v
@@ -354,7 +358,15 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
             heads = self._fast(q, k, v, allowed, bias, is_causal=self.causal and self.window is None
                                and mask is None and offset == 0)
             weights = None
-        return self.w_o(merge_heads(heads)), weights
+        return self.output(x, heads), weights
+
+    def output(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+        """W^O applied to the merged heads ``(batch, h, seq_len, d_k)`` -> ``(batch, seq_len, d_model)``.
+
+        ``x`` is the attention's input; a subclass may read it (the gate of
+        :class:`~attncourse.nn.gated.GatedSelfAttention`).
+        """
+        return self.w_o(merge_heads(heads))
 
     @staticmethod
     def _fast(q, k, v, allowed, bias, is_causal: bool) -> torch.Tensor:

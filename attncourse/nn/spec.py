@@ -17,7 +17,8 @@ spec and looks each part up by name; it has no branch per variant.
 A new attention variant is one module, with a class implementing
 :class:`~attncourse.nn.protocol.DecoderAttention`, an options dataclass and a
 builder ``(options, *, d_model, num_heads, causal, positional, rope_base) ->
-module``, plus one line::
+module`` (which may also take ``rope_scaling``, passed only when the positions stretch
+RoPE), plus one line::
 
     register_attention("mine", MyOptions, MyAttention.from_options)
 
@@ -33,6 +34,7 @@ A Llama-style model (chapter 11's SmolLM2-135M) reads::
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,9 +42,11 @@ from typing import Any
 from torch import nn
 
 from attncourse.nn.ffn import FFNS
+from attncourse.nn.gated import GatedOptions, GatedSelfAttention
 from attncourse.nn.gqa import CausalSelfAttention, GQAOptions
 from attncourse.nn.mla import MLAOptions, MultiHeadLatentAttention
 from attncourse.nn.norm import NORMS
+from attncourse.nn.rope import RopeScaling
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,9 @@ class AttentionVariant:
     build : callable
         ``build(options, *, d_model, num_heads, causal, positional, rope_base)`` -> a module
         implementing :class:`~attncourse.nn.protocol.DecoderAttention`; raises ValueError
-        for options or a position scheme it does not support.
+        for options or a position scheme it does not support. A builder that takes a
+        ``rope_scaling`` keyword (:class:`~attncourse.nn.rope.RopeScaling`) gets it when the
+        positions stretch RoPE; others are refused then.
     """
 
     name: str
@@ -110,7 +116,8 @@ class AttentionSpec:
     Attributes
     ----------
     name : str
-        A key of :data:`ATTENTION_VARIANTS` (``"gqa"``: MHA, GQA, MQA, windows; ``"mla"``).
+        A key of :data:`ATTENTION_VARIANTS` (``"gqa"``: MHA, GQA, MQA, windows; ``"mla"``;
+        ``"gated"``: ``"gqa"`` with a sigmoid gate on each head's output).
     options : dataclass instance, dict or None
         The variant's own options (e.g. :class:`~attncourse.nn.gqa.GQAOptions`); a dict
         of its fields or None (its defaults) is converted.
@@ -142,8 +149,15 @@ class AttentionSpec:
             If the variant refuses these sizes, options or position scheme.
         """
         inside = positions.kind if positions.kind in INSIDE_ATTENTION else None
-        return ATTENTION_VARIANTS[self.name].build(self.options, d_model=d_model, num_heads=num_heads,
-                                                   causal=causal, positional=inside, rope_base=positions.base)
+        build = ATTENTION_VARIANTS[self.name].build
+        extra = {}
+        if positions.scaling is not None:  # only then: builders written before scaling existed still work
+            if "rope_scaling" not in inspect.signature(build).parameters:
+                raise ValueError(f"attention {self.name!r} does not support rope_scaling "
+                                 f"(got {positions.rope_scaling!r})")
+            extra["rope_scaling"] = positions.scaling
+        return build(self.options, d_model=d_model, num_heads=num_heads, causal=causal, positional=inside,
+                     rope_base=positions.base, **extra)
 
     def to_dict(self) -> dict[str, Any]:
         """``{"name": ..., **options}``, plain values; ``AttentionSpec(d.pop("name"), d)`` rebuilds it."""
@@ -153,22 +167,60 @@ class AttentionSpec:
 #: Position schemes: added to the embeddings, or acting inside attention.
 ADDED_TO_EMBEDDINGS: tuple[str, ...] = ("sinusoidal", "learned")
 INSIDE_ATTENTION: tuple[str, ...] = ("rope", "alibi")
+#: No position information at all ("NoPE"): a causal model still tells positions apart (chapter 12).
+NO_POSITIONS: tuple[str, ...] = ("none",)
 
 
 @dataclass(frozen=True)
 class PositionSpec:
-    """How the model knows positions: ``kind`` is one of :data:`ADDED_TO_EMBEDDINGS` or
-    :data:`INSIDE_ATTENTION`, and ``base`` RoPE's base of theta_i = base^(-2i / d_k)
-    (10000; SmolLM2: 100000), unused by the other schemes."""
+    """How the model knows positions: ``kind`` is one of :data:`ADDED_TO_EMBEDDINGS`,
+    :data:`INSIDE_ATTENTION` or :data:`NO_POSITIONS`, and ``base`` RoPE's base of
+    theta_i = base^(-2i / d_k) (10000; SmolLM2: 100000), unused by the other schemes.
+
+    ``rope_scaling`` (``"pi"``, ``"ntk"``, ``"yarn"``; None) stretches RoPE by ``rope_factor``
+    for a model trained on ``original_len`` positions (YaRN needs it): see
+    :class:`~attncourse.nn.rope.RopeScaling`, which :attr:`scaling` returns.
+
+    Raises
+    ------
+    ValueError
+        For an unknown kind, ``base <= 1``, scaling without RoPE, or a bad scaling option.
+    """
 
     kind: str = "rope"
     base: float = 10000.0
+    rope_scaling: str | None = None
+    rope_factor: float = 1.0
+    original_len: int | None = None
 
     def __post_init__(self) -> None:
-        _check_kind("positions", self.kind, dict.fromkeys(ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION))
+        _check_kind("positions", self.kind, dict.fromkeys(ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION + NO_POSITIONS))
         if not float(self.base) > 1:
             raise ValueError(f"RoPE's base must be > 1, got {self.base!r}")
         object.__setattr__(self, "base", float(self.base))
+        if self.rope_scaling is None:
+            if self.rope_factor != 1.0:
+                raise ValueError(f"rope_factor={self.rope_factor!r} needs rope_scaling ('pi', 'ntk' or 'yarn')")
+            return
+        if self.kind != "rope":
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} stretches RoPE, got positions {self.kind!r}")
+        RopeScaling(self.rope_scaling, self.rope_factor, self.original_len)  # checks the options
+        object.__setattr__(self, "rope_factor", float(self.rope_factor))
+
+    @property
+    def scaling(self) -> RopeScaling | None:
+        """The :class:`~attncourse.nn.rope.RopeScaling` of these options, or None."""
+        if self.rope_scaling is None:
+            return None
+        return RopeScaling(self.rope_scaling, self.rope_factor, self.original_len)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values; the scaling options only when set (older checkpoints' dicts are unchanged)."""
+        out = dataclasses.asdict(self)
+        if self.rope_scaling is None:
+            for name in ("rope_scaling", "rope_factor", "original_len"):
+                out.pop(name)
+        return out
 
 
 @dataclass(frozen=True)
@@ -301,15 +353,17 @@ class DecoderSpec:
         """Plain values only (a checkpoint's ``model_config``); ``DecoderSpec(**d)`` rebuilds it."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["attention"] = self.attention.to_dict()
-        for name in ("positions", "norm", "ffn"):
+        out["positions"] = self.positions.to_dict()
+        for name in ("norm", "ffn"):
             out[name] = dataclasses.asdict(out[name])
         return out
 
 
 register_attention("gqa", GQAOptions, CausalSelfAttention.from_options)
 register_attention("mla", MLAOptions, MultiHeadLatentAttention.from_options)
+register_attention("gated", GatedOptions, GatedSelfAttention.from_options)
 
 __all__ = [
-    "ADDED_TO_EMBEDDINGS", "ATTENTION_VARIANTS", "INSIDE_ATTENTION", "AttentionSpec", "AttentionVariant",
-    "DecoderSpec", "FFNSpec", "NormSpec", "PositionSpec", "register_attention",
+    "ADDED_TO_EMBEDDINGS", "ATTENTION_VARIANTS", "INSIDE_ATTENTION", "NO_POSITIONS", "AttentionSpec",
+    "AttentionVariant", "DecoderSpec", "FFNSpec", "NormSpec", "PositionSpec", "register_attention",
 ]
