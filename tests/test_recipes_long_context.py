@@ -9,18 +9,16 @@ from attncourse.data.text import char_corpus
 from attncourse.nn.gated import GatedSelfAttention
 from attncourse.nn.gpt import GPT
 from attncourse.nn.spec import PositionSpec
-from attncourse.recipes.lm import LMConfig, build_lm
+from attncourse.recipes.lm import LMConfig, build_lm, lm_spec, with_spec
 from attncourse.recipes.long_context import (
     PasskeyConfig,
     first_token_share,
     largest_activation,
-    lm_spec,
     outer_product_recall,
     passkey_accuracy,
     train_lm_variant,
     train_passkey,
     uniform_first_token_share,
-    with_spec,
 )
 
 

@@ -44,7 +44,13 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.decode.generation import SUPPRESSED_IDS, generate
 from attncourse.decode.speculative import speculative_generate
 from attncourse.nn.gpt import GPT
-from attncourse.recipes.lm import LMConfig, bits_per_char, lm_settings, train_lm
+from attncourse.recipes.lm import (
+    LMConfig,
+    bits_per_char,
+    lm_settings,
+    train_lm,
+    with_spec,
+)
 from attncourse.runtime import pick_device
 from attncourse.train.checkpoint import (
     atomic_write_text,
@@ -72,6 +78,8 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         args.generate = pretrained_sample_args(args, usage_error)
         return
     if args.command == "sample":
+        if args.rope_factor != 1.0 and args.rope_scaling is None:
+            raise usage_error(f"--rope-factor {args.rope_factor:g} needs --rope-scaling (pi, ntk or yarn)")
         if args.dir is None:
             raise usage_error("give DIR (a directory written by 'attncourse train-lm') or --model (a pretrained "
                               "model)")
@@ -115,6 +123,10 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
                               "part needs --positional rope and --rope-dim > 0, or neither")
     if args.positional in ("sinusoidal", "learned") and args.context > args.max_len:
         raise usage_error(f"--context {args.context} does not fit --max-len {args.max_len} positions")
+    try:  # the clashes LMConfig itself refuses (--rope-scaling, --rope-factor, --gate), in its words
+        LMConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LMConfig) if f.name != "corpus"})
+    except ValueError as error:
+        raise usage_error(str(error)) from None
     problem = training_memory_problem(args) or out_dir_problem(
         args.out, args.resume, args.overwrite, LM_RUN_FILES, "train-lm")
     if problem:
@@ -128,6 +140,8 @@ def pretrained_sample_args(args: argparse.Namespace, usage_error: type[Exception
         raise usage_error("give DIR (a train-lm run) or --model (a pretrained model), not both")
     if args.no_cache:
         raise usage_error("--no-cache applies to train-lm runs; a pretrained model samples with its cache")
+    if args.rope_scaling is not None:
+        raise usage_error("--rope-scaling applies to train-lm runs; a pretrained model keeps its own positions")
     draft = None
     if args.draft is not None:
         try:
@@ -286,10 +300,10 @@ def run_sample(args: argparse.Namespace) -> int:
     if getattr(args, "generate", None) is not None:  # sample --model: a pretrained model
         return run_generate(args.generate)
     device = pick_device(args.device or "cpu")
-    model, vocab = _load_lm(args.dir, device)
+    model, vocab = _load_lm(args.dir, device, args.rope_scaling, args.rope_factor)
     draft = None
     if args.draft is not None:
-        draft, draft_vocab = _load_lm(args.draft, device)
+        draft, draft_vocab = _load_lm(args.draft, device, args.rope_scaling, args.rope_factor)
         if draft_vocab != vocab:
             raise ValueError(f"--draft {str(args.draft)!r} has another vocabulary than {str(args.dir)!r} "
                              f"({len(draft_vocab)} and {len(vocab)} tokens): train both on the same text")
@@ -318,15 +332,40 @@ def run_sample(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_lm(run: Path, device) -> tuple[GPT, Vocabulary]:
-    """The GPT and vocabulary of a train-lm run directory; ValueError (one line) if they do not match."""
+def _load_lm(run: Path, device, rope_scaling: str | None = None,
+             rope_factor: float = 1.0) -> tuple[GPT, Vocabulary]:
+    """The GPT and vocabulary of a train-lm run directory; ValueError (one line) if they do not match.
+
+    With ``rope_scaling``, its RoPE stretched zero-shot by ``rope_factor`` (chapter 12) for the
+    run's training length (its config.json's ``context``); ValueError if it has no RoPE.
+    """
     path = run / CHECKPOINT_NAME
     model, _ = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
     check_finite(model, path)
     if not isinstance(model, GPT):
         raise ValueError(f"{path} holds a {type(model).__name__}, not a model of train-lm")
     vocab = _read_vocab(run / VOCAB_NAME)
-    if len(vocab) != model.config.get("vocab_size"):
+    if len(vocab) != model.spec.vocab_size:
         raise ValueError(f"{run / VOCAB_NAME} holds {len(vocab)} tokens, the model of {path} "
-                         f"{model.config.get('vocab_size')}: they are not of the same run")
+                         f"{model.spec.vocab_size}: they are not of the same run")
+    if rope_scaling is not None:
+        if model.spec.positions.kind != "rope":
+            raise ValueError(f"--rope-scaling {rope_scaling}: the model of {path} has "
+                             f"{model.spec.positions.kind!r} positions, not rotary ones")
+        context = _read_context(run)
+        positions = dataclasses.replace(model.spec.positions, rope_scaling=rope_scaling, rope_factor=rope_factor,
+                                        original_len=context)
+        model = with_spec(model, positions=positions)
     return model, vocab
+
+
+def _read_context(run: Path) -> int:
+    """The training window of a train-lm run, from its config.json; ValueError (one line) if absent."""
+    try:
+        context = json.loads((run / "config.json").read_text(encoding="utf-8"))["context"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(f"--rope-scaling needs the training length: {run / 'config.json'} does not give "
+                         "its 'context'") from None
+    if not isinstance(context, int) or context < 1:
+        raise ValueError(f"{run / 'config.json'}: 'context' must be a positive integer, got {context!r}")
+    return context

@@ -20,11 +20,13 @@ from pathlib import Path
 
 from attncourse.cli.gpu_report import DEFAULT_BUDGET
 from attncourse.data.pairs import LEVELS
+from attncourse.nn.rope import ROPE_SCALINGS
 from attncourse.recipes.experiment import PRESETS, TASKS, Experiment
 from attncourse.recipes.lm import LMConfig
 from attncourse.train.config import (
     BATCH,
     FLOAT32,
+    ROPE_FACTOR,
     SECONDS,
     FitConfig,
     Limit,
@@ -192,6 +194,12 @@ class SampleOptions:
         "with --model: N, a draft of the model's own first N layers", check="path", metavar="RUN|N")
     draft_tokens: int = setting(4, "with --draft: tokens proposed per round (default 4)", check="positive_int",
                                 limit=DRAFT_TOKENS, metavar="K")
+    rope_scaling: str | None = setting(
+        None, "stretch DIR's rotary positions zero-shot past its training length (chapter 12): position "
+        "interpolation, NTK-aware base, or YaRN", choices=ROPE_SCALINGS)
+    rope_factor: float = setting(
+        1.0, "with --rope-scaling: the scale factor s = target length / training length (default 1)",
+        check="positive_float", limit=ROPE_FACTOR, metavar="S")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,10 @@ import torch.nn.functional as F
 
 from attncourse.data.text import CharCorpus, random_windows, text_digest
 from attncourse.data.vocab import Vocabulary
+from attncourse.nn.gated import GatedOptions
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
+from attncourse.nn.rope import ROPE_SCALINGS
+from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
 from attncourse.train.config import (
     BATCH,
     CLIP_NORM,
@@ -41,6 +44,7 @@ from attncourse.train.config import (
     HEADS,
     LAYERS,
     LEARNING_RATE,
+    ROPE_FACTOR,
     SIZE,
     STEPS,
     WEIGHT_DECAY,
@@ -85,8 +89,24 @@ class LMConfig:
         Digest of the text (:func:`~attncourse.data.text.text_digest`), set by :func:`train_lm`.
     latent_dim, rope_dim : int or None
         Multi-head latent attention (chapter 10; :class:`~attncourse.nn.gpt.GPT`'s options).
-        Unset, they stay out of the run's settings (:func:`lm_settings`), so earlier runs
-        keep their folders.
+    rope_scaling : {"pi", "ntk", "yarn"} or None
+        Stretch RoPE by ``rope_factor`` for a model trained on ``context`` positions
+        (chapter 12; :class:`~attncourse.nn.rope.RopeScaling`).
+    rope_factor : float
+        The scale factor s >= 1 (target length / training length); 1 without ``rope_scaling``.
+    gate : bool
+        Qiu et al.'s (2025) sigmoid gate on every head's output (chapter 12;
+        :mod:`attncourse.nn.gated`).
+
+    ``latent_dim`` and the fields after it, unset, stay out of the run's settings
+    (:func:`lm_settings`), so earlier runs keep their folders.
+
+    Raises
+    ------
+    ValueError
+        For a step count that is not a multiple of ``steps_per_epoch``, a context past a
+        position table, or options that clash (scaling without RoPE, a factor without a
+        scaling, the gate with latent attention); one line naming the options.
     """
 
     # Each field but ``corpus`` is also an option of ``train-lm`` (:func:`~attncourse.train.config.setting`).
@@ -140,6 +160,17 @@ class LMConfig:
     rope_dim: int | None = setting(
         None, "with --latent-dim and --positional rope: the rotary part of each query and key, even (default: "
         "half a head, rounded up to even)", check="int", limit=Limit(0, 4096, SIZE), group="model", metavar="R")
+    rope_scaling: str | None = setting(
+        None, "stretch RoPE past the training length --context (chapter 12): position interpolation, "
+        "NTK-aware base, or YaRN (by frequency band, with its attention temperature)", choices=ROPE_SCALINGS,
+        group="model")
+    rope_factor: float = setting(
+        1.0, "with --rope-scaling: the scale factor s = target length / --context (default 1)",
+        check="positive_float", limit=ROPE_FACTOR, group="model",
+        metavar="S")
+    gate: bool = setting(
+        False, "a sigmoid gate on every head's output, from the layer's input (Qiu et al. 2025; chapter 12); "
+        "not with --latent-dim", group="model", negatable=False)
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
@@ -151,6 +182,13 @@ class LMConfig:
             raise ValueError(f"context and batch_size must be positive, got {self.context}, {self.batch_size}")
         if self.positional in ("sinusoidal", "learned") and self.context > self.max_len:
             raise ValueError(f"context={self.context} does not fit max_len={self.max_len} positions")
+        if self.rope_scaling is not None and self.positional != "rope":
+            raise ValueError(f"--rope-scaling {self.rope_scaling} stretches rotary positions: it needs "
+                             f"--positional rope, not {self.positional!r}")
+        if self.rope_factor != 1.0 and self.rope_scaling is None:
+            raise ValueError(f"--rope-factor {self.rope_factor:g} needs --rope-scaling (pi, ntk or yarn)")
+        if self.gate and self.latent_dim is not None:
+            raise ValueError("--gate goes on grouped-query attention: not with --latent-dim")
 
     @property
     def run_name(self) -> str:
@@ -159,7 +197,9 @@ class LMConfig:
         mask = "causal" if self.causal else "nomask"
         window = "" if self.window is None else f"-w{self.window}"
         mla = "" if self.latent_dim is None else f"-mla{self.latent_dim}"
-        return f"lm/{self.positional}-kv{kv}{mla}-{mask}{window}-seed{self.seed}"
+        scaling = "" if self.rope_scaling is None else f"-{self.rope_scaling}{self.rope_factor:g}"
+        gate = "-gated" if self.gate else ""
+        return f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}-{mask}{window}-seed{self.seed}"
 
 
 #: The fields every run's settings hold: :class:`LMConfig`'s before ``latent_dim``. A field added after
@@ -183,12 +223,81 @@ def lm_settings(config: LMConfig) -> dict:
             if not (k in OPTIONAL_FIELDS and v == defaults[k])}
 
 
-def build_lm(config: LMConfig, vocab_size: int) -> GPT:
-    """The untrained :class:`~attncourse.nn.gpt.GPT` of ``config``."""
+def _keyword_lm(config: LMConfig, vocab_size: int) -> GPT:
     return GPT(vocab_size, d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
                d_ff=config.d_ff, max_len=config.max_len, positional=config.positional,
                num_kv_heads=config.num_kv_heads, causal=config.causal, window=config.window,
                dropout=config.dropout, latent_dim=config.latent_dim, rope_dim=config.rope_dim)
+
+
+def build_lm(config: LMConfig, vocab_size: int) -> GPT:
+    """The untrained :class:`~attncourse.nn.gpt.GPT` of ``config``.
+
+    Without ``rope_scaling`` and ``gate`` it is built from the GPT's keywords (chapter 7's
+    models, initialised as they always were); with either, from :func:`lm_spec`.
+    """
+    if config.rope_scaling is None and not config.gate:
+        return _keyword_lm(config, vocab_size)
+    return GPT(spec=lm_spec(config, vocab_size))
+
+
+def lm_spec(config: LMConfig, vocab_size: int, positions: PositionSpec | None = None,
+            gate: bool | None = None) -> DecoderSpec:
+    """The :class:`~attncourse.nn.spec.DecoderSpec` of ``config``'s model, with other positions or the gate.
+
+    Parameters
+    ----------
+    config : LMConfig
+    vocab_size : int
+    positions : PositionSpec, optional
+        Default: ``config.positional``'s, stretched by ``config.rope_scaling`` if set (for a
+        model trained on ``config.context`` positions).
+    gate : bool, optional
+        Default: ``config.gate``.
+
+    Raises
+    ------
+    ValueError
+        If the gate is combined with MLA (``config.latent_dim``).
+    """
+    # Building the keyword model draws its initial weights: chapter 12's seeded runs count on it.
+    spec = _keyword_lm(config, vocab_size).spec
+    if positions is None and config.rope_scaling is not None:
+        positions = dataclasses.replace(spec.positions, rope_scaling=config.rope_scaling,
+                                        rope_factor=config.rope_factor, original_len=config.context)
+    changes = {} if positions is None else {"positions": positions}
+    if config.gate if gate is None else gate:
+        if spec.attention.name != "gqa":
+            raise ValueError(f"the gate goes on grouped-query attention, not {spec.attention.name!r}")
+        options = spec.attention.options
+        changes["attention"] = AttentionSpec("gated", GatedOptions(options.num_kv_heads, options.window,
+                                                                   options.bias))
+    return dataclasses.replace(spec, **changes)
+
+
+def with_spec(model: GPT, **changes) -> GPT:
+    """A copy of ``model`` (same weights, eval mode) whose spec has ``changes`` (DecoderSpec fields).
+
+    ``positions=PositionSpec("rope", rope_scaling="yarn", ...)`` stretches a trained RoPE model
+    zero-shot (the scalings change no parameter); ``max_len=512`` gives a sinusoidal model a
+    longer table (computed, not trained).
+
+    Raises
+    ------
+    ValueError
+        If the changes alter the parameters: a learned table of another length, or positions
+        that need parameters the model lacks.
+    """
+    copy = GPT(spec=dataclasses.replace(model.spec, **changes))
+    ours, theirs = copy.state_dict(), model.state_dict()
+    differ = sorted(k for k in ours.keys() | theirs.keys()
+                    if k not in ours or k not in theirs or ours[k].shape != theirs[k].shape)
+    if differ:
+        raise ValueError(f"{changes} change the model's parameters ({', '.join(differ)}): "
+                         "a trained model cannot be given them")
+    copy.load_state_dict(theirs)
+    copy.vocab = getattr(model, "vocab", None)
+    return copy.to(next(model.parameters()).device).eval()
 
 
 def bits_per_char(loss_nats: float) -> float:

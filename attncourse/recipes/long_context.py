@@ -21,7 +21,6 @@ first token's share of attention; Mohtashami and Jaggi (2023) for the passkey ta
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -31,58 +30,10 @@ import torch.nn.functional as F
 
 from attncourse.data.passkey import passkey_batch, passkey_vocab_size
 from attncourse.data.text import CharCorpus, random_windows
-from attncourse.nn.gated import GatedOptions
 from attncourse.nn.gpt import GPT
-from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
-from attncourse.recipes.lm import LMConfig, build_lm, heldout_loss, lm_settings
+from attncourse.nn.spec import PositionSpec
+from attncourse.recipes.lm import LMConfig, heldout_loss, lm_settings, lm_spec
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
-
-
-def lm_spec(config: LMConfig, vocab_size: int, positions: PositionSpec | None = None,
-            gate: bool = False) -> DecoderSpec:
-    """The :class:`~attncourse.nn.spec.DecoderSpec` of ``config``'s model, with other positions or the gate.
-
-    Raises
-    ------
-    ValueError
-        If ``gate`` is combined with MLA (``config.latent_dim``).
-    """
-    spec = build_lm(config, vocab_size).spec
-    changes = {}
-    if positions is not None:
-        changes["positions"] = positions
-    if gate:
-        if spec.attention.name != "gqa":
-            raise ValueError(f"the gate goes on grouped-query attention, not {spec.attention.name!r}")
-        options = spec.attention.options
-        changes["attention"] = AttentionSpec("gated", GatedOptions(options.num_kv_heads, options.window,
-                                                                   options.bias))
-    return dataclasses.replace(spec, **changes)
-
-
-def with_spec(model: GPT, **changes) -> GPT:
-    """A copy of ``model`` (same weights, eval mode) whose spec has ``changes`` (DecoderSpec fields).
-
-    ``positions=PositionSpec("rope", rope_scaling="yarn", ...)`` stretches a trained RoPE model
-    zero-shot (the scalings change no parameter); ``max_len=512`` gives a sinusoidal model a
-    longer table (computed, not trained).
-
-    Raises
-    ------
-    ValueError
-        If the changes alter the parameters: a learned table of another length, or positions
-        that need parameters the model lacks.
-    """
-    copy = GPT(spec=dataclasses.replace(model.spec, **changes))
-    ours, theirs = copy.state_dict(), model.state_dict()
-    differ = sorted(k for k in ours.keys() | theirs.keys()
-                    if k not in ours or k not in theirs or ours[k].shape != theirs[k].shape)
-    if differ:
-        raise ValueError(f"{changes} change the model's parameters ({', '.join(differ)}): "
-                         "a trained model cannot be given them")
-    copy.load_state_dict(theirs)
-    copy.vocab = getattr(model, "vocab", None)
-    return copy.to(next(model.parameters()).device).eval()
 
 
 def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: PositionSpec | None = None,
@@ -344,6 +295,6 @@ def outer_product_recall(n_pairs: int, d_k: int, trials: int = 8, seed: int = 0)
 
 
 __all__ = [
-    "PasskeyConfig", "first_token_share", "largest_activation", "lm_spec", "outer_product_recall",
-    "passkey_accuracy", "train_lm_variant", "train_passkey", "uniform_first_token_share", "with_spec",
+    "PasskeyConfig", "first_token_share", "largest_activation", "outer_product_recall",
+    "passkey_accuracy", "train_lm_variant", "train_passkey", "uniform_first_token_share",
 ]

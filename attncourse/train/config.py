@@ -81,6 +81,8 @@ LEARNING_RATE = Limit(0.0, 10.0, FLOAT32, open_low=True)
 WEIGHT_DECAY = Limit(0.0, 10.0, FLOAT32)
 CLIP_NORM = Limit(0.0, 1e6, FLOAT32, open_low=True)
 SECONDS = Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True)
+#: RoPE's scale factor (chapter 12): target length / training length.
+ROPE_FACTOR = Limit(1.0, 1024.0, "a factor below 1 shrinks the positions")
 
 
 def setting(default: Any, help: str, *, check: str | None = None, limit: Limit | None = None,
