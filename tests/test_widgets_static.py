@@ -295,3 +295,20 @@ def test_the_walk_does_not_draw_a_frame_it_already_holds(cheap_frames):
     assert [s.frame for s in states][::2] == [s.frame for s in states][1::2]
     assert len({s.frame for s in states}) == 3 and halves.figures == 4
     assert halves._frame_drawn is False
+
+
+def test_a_figure_laid_out_once_is_drawn_once_where_nothing_sticks_out():
+    # fig.tight_layout() lays the figure out once and leaves a placeholder engine that
+    # does nothing: its tight box lies inside it, so one draw is enough (the tight box's
+    # savefig drew twice).
+    fig = _labelled_figure(None)
+    fig.tight_layout()
+    draws = []
+    fig.canvas.mpl_connect("draw_event", lambda event: draws.append(event))
+    frame = _frame(figure_data_uri(fig, dpi=72))
+    assert len(draws) == 1
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=72, bbox_inches="tight")
+    tight = Image.open(png)
+    assert abs(frame.width - tight.width) <= 8 and abs(frame.height - tight.height) <= 8
+    plt.close(fig)

@@ -39,6 +39,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine, TightLayoutEngine
 from PIL import Image
 
 #: Environment variable that makes explorers add their book rendering (``text/html``)
@@ -178,27 +179,30 @@ def figure_data_uri(fig: Figure, dpi: int = FRAME_DPI, colors: int = FRAME_COLOR
     labels inside itself, so it is drawn once, onto its own canvas, and the
     pixels are cropped to the figure's content: ``savefig(bbox_inches="tight")``
     drew it twice (once to measure the tight box, once to print it) and encoded a
-    PNG that was decoded again here; this takes about half the time. A figure
-    without a layout engine may have labels that stick out of it, which only the
-    tight box keeps: it is still saved that way.
+    PNG that was decoded again here. A figure without such a layout engine (say,
+    one laid out once by ``fig.tight_layout()``) is drawn once too and its tight
+    box measured; where a label sticks out of it, only ``savefig``'s tight box keeps
+    it, and it is saved that way.
     """
     dpi = min(dpi, max_width / fig.get_figwidth())
-    if fig.get_layout_engine() is None:
+    image = _drawn_once(fig, dpi)
+    if image is None:
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=dpi, bbox_inches="tight", pad_inches=PAD_INCHES)
         image = Image.open(png).convert("RGB")
-    else:
-        image = _drawn_once(fig, dpi)
     image = image.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     buffer = io.BytesIO()
     image.save(buffer, format="png")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _drawn_once(fig: Figure, dpi: float) -> Image.Image:
+def _drawn_once(fig: Figure, dpi: float) -> Image.Image | None:
     """``fig`` drawn once at ``dpi`` on an Agg canvas, cropped to its content plus :data:`PAD_INCHES`.
 
     The content is every pixel that differs from the figure's background colour.
+    None where the figure has no layout engine that runs at each draw
+    (constrained or tight) and its tight box reaches past its edges (a label
+    sticking out): only ``savefig``'s tight box keeps that.
     The figure's dpi and canvas are set back afterwards.
     """
     old_dpi, old_canvas = fig.dpi, fig.canvas
@@ -206,6 +210,11 @@ def _drawn_once(fig: Figure, dpi: float) -> Image.Image:
     try:
         fig.dpi = dpi
         canvas.draw()
+        if not isinstance(fig.get_layout_engine(), (ConstrainedLayoutEngine, TightLayoutEngine)):
+            # Laid out once or by hand: measuring the tight box costs a fraction of a second draw.
+            box = fig.get_tightbbox(canvas.get_renderer())
+            if box.x0 < 0 or box.y0 < 0 or box.x1 > fig.get_figwidth() or box.y1 > fig.get_figheight():
+                return None
         pixels = np.asarray(canvas.buffer_rgba())[..., :3]
     finally:
         fig.dpi = old_dpi
