@@ -261,6 +261,13 @@ def test_a_figure_without_a_layout_engine_keeps_the_tight_box():
     png = io.BytesIO()
     fig.savefig(png, format="png", dpi=72, bbox_inches="tight")
     assert frame.size == Image.open(png).size
+    # Laid out once, then a label moved out of the figure: the tight box too.
+    fig.tight_layout()
+    fig.axes[0].yaxis.labelpad = 300
+    frame = _frame(figure_data_uri(fig, dpi=72))
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=72, bbox_inches="tight")
+    assert frame.size == Image.open(png).size and frame.width > 6 * 72
     plt.close(fig)
 
 

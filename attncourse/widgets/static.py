@@ -179,13 +179,16 @@ def figure_data_uri(fig: Figure, dpi: int = FRAME_DPI, colors: int = FRAME_COLOR
     labels inside itself, so it is drawn once, onto its own canvas, and the
     pixels are cropped to the figure's content: ``savefig(bbox_inches="tight")``
     drew it twice (once to measure the tight box, once to print it) and encoded a
-    PNG that was decoded again here. A figure without such a layout engine (say,
-    one laid out once by ``fig.tight_layout()``) is drawn once too and its tight
-    box measured; where a label sticks out of it, only ``savefig``'s tight box keeps
-    it, and it is saved that way.
+    PNG that was decoded again here. A figure laid out once by
+    ``fig.tight_layout()`` (chapters 7 and 9's explorers) is drawn once too and its
+    tight box measured; where a label sticks out of it, and for a figure with no
+    layout engine at all, only ``savefig``'s tight box keeps everything, and it is
+    saved that way.
     """
     dpi = min(dpi, max_width / fig.get_figwidth())
-    image = _drawn_once(fig, dpi)
+    # A figure with fixed margins (no layout engine, say chapter 8's tiles) often has a
+    # tick label a pixel past its edge: drawing it once first would only add a draw.
+    image = None if fig.get_layout_engine() is None else _drawn_once(fig, dpi)
     if image is None:
         png = io.BytesIO()
         fig.savefig(png, format="png", dpi=dpi, bbox_inches="tight", pad_inches=PAD_INCHES)
