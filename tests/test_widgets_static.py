@@ -216,3 +216,106 @@ def test_caption_html_cannot_end_the_data_script_early():
     page = render_player("t", axes, {"0": (0, "</script><b>x</b>", "x")}, ["data:,"], initial="0")
     data = page.split('class="ax-data">', 1)[1].split("</script>", 1)[0]
     assert json.loads(data.replace("<\\/", "</"))["states"]["0"][1] == "</script><b>x</b>"
+
+
+def _frame(uri):
+    return Image.open(io.BytesIO(base64.b64decode(uri.split(",", 1)[1]))).convert("RGB")
+
+
+def _labelled_figure(layout):
+    # A square image in a wide figure: the layout leaves blank space left and right.
+    fig, ax = plt.subplots(figsize=(6, 3), layout=layout)
+    ax.imshow(np.arange(16.0).reshape(4, 4))
+    ax.set(title="a title", xlabel="a long x label", ylabel="y")
+    return fig
+
+
+def test_a_figure_with_a_layout_engine_is_drawn_once_and_cropped_like_the_tight_box():
+    fig = _labelled_figure("constrained")
+    dpi, canvas = fig.dpi, fig.canvas
+    draws = []
+    fig.canvas.mpl_connect("draw_event", lambda event: draws.append(event))
+    once = _frame(figure_data_uri(fig, dpi=72))
+    # Drawn once (a tight box draws twice, below); the dpi and canvas are as they were.
+    assert len(draws) == 1 and fig.dpi == dpi and fig.canvas is canvas
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=72, bbox_inches="tight")
+    assert len(draws) == 3
+    tight = Image.open(png)
+    # Cropped like the tight box, to within a few pixels (6 x 3 inches at 72 dpi are
+    # 432 x 216 pixels before cropping; the square plot is about 200 wide).
+    assert abs(once.width - tight.width) <= 8 and abs(once.height - tight.height) <= 8
+    assert once.width < 300 and once.height <= 216
+    # Left and right, the blank margin is the tight box's pad, 0.1 inch.
+    cols = np.nonzero((np.asarray(once) != 255).any(axis=2).any(axis=0))[0]
+    assert cols.min() == 7 and once.width - 1 - cols.max() == 7
+    plt.close(fig)
+
+
+def test_a_figure_without_a_layout_engine_keeps_the_tight_box():
+    # Labels that stick out of a figure without a layout engine are kept: the tight
+    # box grows past the figure (here the long y label, left of 0).
+    fig = _labelled_figure(None)
+    fig.axes[0].set_ylabel("a very long y label that sticks out", labelpad=40)
+    frame = _frame(figure_data_uri(fig, dpi=72))
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=72, bbox_inches="tight")
+    assert frame.size == Image.open(png).size
+    # Laid out once, then a label moved out of the figure: the tight box too.
+    fig.tight_layout()
+    fig.axes[0].yaxis.labelpad = 300
+    frame = _frame(figure_data_uri(fig, dpi=72))
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=72, bbox_inches="tight")
+    assert frame.size == Image.open(png).size and frame.width > 6 * 72
+    plt.close(fig)
+
+
+def test_the_walk_does_not_draw_a_frame_it_already_holds(cheap_frames):
+    class Halves(TemperatureExplorer):
+        """A slider whose figure depends only on n // 2: half of its frames are repeats."""
+
+        def __init__(self):
+            self.n = __import__("ipywidgets").IntSlider(value=0, min=0, max=5)
+            base.Explorer.__init__(self, self.n)
+            self.figures = 0
+
+        def _book_axes(self):
+            return [BookAxis(self.n)]
+
+        def _frame_key(self):
+            return self.n.value // 2
+
+        def _update(self):
+            self.shown = {"n": self.n.value}
+            self.caption.value = f"n = {self.n.value}"
+            if not self._frame_drawn:
+                self.figures += 1
+                self._render(plt.figure())
+
+    halves = Halves()
+    states = halves.book_states()
+    assert [s.shown["n"] for s in states] == list(range(6))
+    assert [s.caption for s in states] == [f"n = {n}" for n in range(6)]
+    # Three frames, each shared by two states; three figures drawn in the walk, and one
+    # more at the end for the live widget, which is never told to skip.
+    assert [s.frame for s in states][::2] == [s.frame for s in states][1::2]
+    assert len({s.frame for s in states}) == 3 and halves.figures == 4
+    assert halves._frame_drawn is False
+
+
+def test_a_figure_laid_out_once_is_drawn_once_where_nothing_sticks_out():
+    # fig.tight_layout() lays the figure out once and leaves a placeholder engine that
+    # does nothing: its tight box lies inside it, so one draw is enough (the tight box's
+    # savefig drew twice).
+    fig = _labelled_figure(None)
+    fig.tight_layout()
+    draws = []
+    fig.canvas.mpl_connect("draw_event", lambda event: draws.append(event))
+    frame = _frame(figure_data_uri(fig, dpi=72))
+    assert len(draws) == 1
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=72, bbox_inches="tight")
+    tight = Image.open(png)
+    assert abs(frame.width - tight.width) <= 8 and abs(frame.height - tight.height) <= 8
+    plt.close(fig)

@@ -154,6 +154,7 @@ class Explorer:
         self.shown: dict[str, Any] = {}
         self._quiet = False
         self._offline = False
+        self._reuse_frame = False
 
     #: What the explorer is, for the book rendering's label (screen readers).
     book_title = "Explorer"
@@ -177,10 +178,21 @@ class Explorer:
     def _frame_key(self) -> Any:
         """A key equal for two states whose figures are equal, or None (always draw).
 
-        The book walk reuses the frame of an earlier state with the same key
-        instead of drawing it again; drawing is most of its time.
+        It must depend on the controls' values only: the book walk asks for it
+        before :meth:`_update`, and where an earlier state had the same key it
+        reuses that frame instead of drawing it again (drawing is most of the
+        walk's time); there :attr:`_frame_drawn` is True while ``_update`` runs.
         """
         return None
+
+    @property
+    def _frame_drawn(self) -> bool:
+        """True while the book walk runs ``_update`` for a state whose frame it holds already.
+
+        ``_update`` may then skip creating its figure (and not call
+        :meth:`_render`); it must still set ``shown`` and ``caption``.
+        """
+        return self._reuse_frame
 
     def _book_note(self, n_states: int) -> str:
         """The line under the book rendering: what it covers. Subclasses say more."""
@@ -220,9 +232,13 @@ class Explorer:
         ``drawn`` maps :meth:`_frame_key` keys to the frames already drawn in this walk.
         """
         if k == len(axes):
-            self._update()
             key = self._frame_key()
             frame = drawn.get(key) if key is not None else None
+            self._reuse_frame = frame is not None
+            try:
+                self._update()
+            finally:
+                self._reuse_frame = False
             if frame is None:
                 frame = figure_data_uri(self.figure)
                 if key is not None:

@@ -35,7 +35,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine, TightLayoutEngine
 from PIL import Image
 
 #: Environment variable that makes explorers add their book rendering (``text/html``)
@@ -50,6 +54,8 @@ FRAME_MAX_WIDTH = 800
 #: Colours of a frame's palette. Plots use few colours; 64 keep colour maps smooth
 #: and make frames three to four times smaller than full-colour PNGs.
 FRAME_COLORS = 64
+#: Margin around a frame's content, inches: matplotlib's ``pad_inches`` of a tight box.
+PAD_INCHES = 0.1
 
 
 def book_build() -> bool:
@@ -144,8 +150,9 @@ def figure_data_uri(fig: Figure, dpi: int = FRAME_DPI, colors: int = FRAME_COLOR
                     max_width: int = FRAME_MAX_WIDTH) -> str:
     """A matplotlib figure as a ``data:image/png;base64,...`` URI of a palette PNG.
 
-    The figure may already be closed in pyplot; it is drawn with a tight
-    bounding box, as the notebook's inline backend draws it.
+    The figure may already be closed in pyplot. It is cropped to what it shows
+    plus a margin of :data:`PAD_INCHES`, as the notebook's inline backend draws
+    it with a tight bounding box.
 
     Parameters
     ----------
@@ -163,16 +170,66 @@ def figure_data_uri(fig: Figure, dpi: int = FRAME_DPI, colors: int = FRAME_COLOR
     -------
     str
         The URI; its length is what the frame adds to a page, in bytes.
+
+    Notes
+    -----
+    Drawing is nearly all of an explorer's book rendering (chapter 4's stepper
+    draws 168 frames). A figure with a layout engine (``layout="constrained"``
+    or ``"tight"``, as every figure of :mod:`attncourse.viz` has) keeps all its
+    labels inside itself, so it is drawn once, onto its own canvas, and the
+    pixels are cropped to the figure's content: ``savefig(bbox_inches="tight")``
+    drew it twice (once to measure the tight box, once to print it) and encoded a
+    PNG that was decoded again here. A figure laid out once by
+    ``fig.tight_layout()`` (chapters 7 and 9's explorers) is drawn once too and its
+    tight box measured; where a label sticks out of it, and for a figure with no
+    layout engine at all, only ``savefig``'s tight box keeps everything, and it is
+    saved that way.
     """
-    # bbox_inches="tight", as the notebook's inline backend draws it: labels that
-    # stick out of a small figure are kept, not cut off.
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=min(dpi, max_width / fig.get_figwidth()), bbox_inches="tight")
-    image = Image.open(png).convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT,
-                                                    dither=Image.Dither.NONE)
+    dpi = min(dpi, max_width / fig.get_figwidth())
+    # A figure with fixed margins (no layout engine, say chapter 8's tiles) often has a
+    # tick label a pixel past its edge: drawing it once first would only add a draw.
+    image = None if fig.get_layout_engine() is None else _drawn_once(fig, dpi)
+    if image is None:
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=dpi, bbox_inches="tight", pad_inches=PAD_INCHES)
+        image = Image.open(png).convert("RGB")
+    image = image.quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     buffer = io.BytesIO()
     image.save(buffer, format="png")
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _drawn_once(fig: Figure, dpi: float) -> Image.Image | None:
+    """``fig`` drawn once at ``dpi`` on an Agg canvas, cropped to its content plus :data:`PAD_INCHES`.
+
+    The content is every pixel that differs from the figure's background colour.
+    None where the figure has no layout engine that runs at each draw
+    (constrained or tight) and its tight box reaches past its edges (a label
+    sticking out): only ``savefig``'s tight box keeps that.
+    The figure's dpi and canvas are set back afterwards.
+    """
+    old_dpi, old_canvas = fig.dpi, fig.canvas
+    canvas = FigureCanvasAgg(fig)
+    try:
+        fig.dpi = dpi
+        canvas.draw()
+        if not isinstance(fig.get_layout_engine(), (ConstrainedLayoutEngine, TightLayoutEngine)):
+            # Laid out once or by hand: measuring the tight box costs a fraction of a second draw.
+            box = fig.get_tightbbox(canvas.get_renderer())
+            if box.x0 < 0 or box.y0 < 0 or box.x1 > fig.get_figwidth() or box.y1 > fig.get_figheight():
+                return None
+        pixels = np.asarray(canvas.buffer_rgba())[..., :3]
+    finally:
+        fig.dpi = old_dpi
+        fig.set_canvas(old_canvas)
+    face = np.round(np.asarray(to_rgba(fig.get_facecolor())[:3]) * 255).astype(pixels.dtype)
+    rows, cols = np.nonzero((pixels != face).any(axis=2))
+    if rows.size:
+        pad = int(round(PAD_INCHES * dpi))
+        height, width = pixels.shape[:2]
+        pixels = pixels[max(rows.min() - pad, 0):min(rows.max() + 1 + pad, height),
+                        max(cols.min() - pad, 0):min(cols.max() + 1 + pad, width)]
+    return Image.fromarray(np.ascontiguousarray(pixels), mode="RGB")
 
 
 def _control_html(uid: str, k: int, axis: Mapping[str, Any]) -> str:

@@ -217,7 +217,8 @@ class SelfAttentionStepper(Explorer):
             "query_index": query_index,
         }
         self.caption.value = self._caption(name, query_index, matrix_form)
-        self._render(plot_step(self.trace, self.tokens, name))
+        if not self._frame_drawn:   # the book walk has this matrix-form frame already
+            self._render(plot_step(self.trace, self.tokens, name))
 
     def _caption(self, name: str, i: int, matrix_form: bool) -> str:
         """One or two sentences on the current step, with its numbers for query ``i``."""
