@@ -87,11 +87,13 @@ def figures(executed: NotebookNode) -> dict[str, list[tuple[str, str]]]:
 def _figure_cell(heading: str, mime: str, data: str) -> NotebookNode:
     """A slide holding one figure, embedded as a data URI (the deck stays one offline file)."""
     import base64
+    import html
 
     if mime == "image/svg+xml":
         data = base64.b64encode(data.encode("utf-8")).decode("ascii")
+    alt = html.escape(" ".join(re.sub(r"\$[^$]*\$", "", heading).split()), quote=True)
     return nbformat.v4.new_markdown_cell(
-        f"## {heading}\n\n<img src=\"data:{mime};base64,{data.strip()}\" alt=\"{heading}: a figure of the "
+        f"## {heading}\n\n<img src=\"data:{mime};base64,{data.strip()}\" alt=\"{alt}: a figure of the "
         f"chapter\" style=\"max-height: 520px; max-width: 100%\">")
 
 
