@@ -39,7 +39,7 @@ def test_online_update_right_answer_stub_and_bugs():
         return m_new, l + np.exp(scores - shift[:, None]).sum(axis=-1)
 
     result = check_online_softmax_update(no_rescale)
-    assert not result.passed and "exp(m - m_new)" in result.hint
+    assert not result.passed and "carry it over to the new maximum" in result.hint
 
     def nan_prone(m, l, scores):
         m_new = np.maximum(m, scores.max(axis=-1))
@@ -59,7 +59,7 @@ def test_rescale_right_answer_stub_and_bugs():
     assert not none.passed and none.hint.startswith("You added the new block without rescaling")
     flipped = check_rescale_output(
         lambda acc, m, m_new, s, v: np.exp(m_new - m)[:, None] * acc + np.exp(s - m_new[:, None]) @ v)
-    assert not flipped.passed and "exp(m_new - m)" in flipped.hint
+    assert not flipped.passed and "Your factor grows" in flipped.hint
 
 
 def test_causal_linear_right_answers_stub_and_bugs():
@@ -75,4 +75,4 @@ def test_causal_linear_right_answers_stub_and_bugs():
     stub = check_causal_linear_attention(lambda q, k, v: None)
     assert not stub.passed and "return" in stub.message
     leaky = check_causal_linear_attention(lambda q, k, v: own_linear_attention(q, k, v))
-    assert not leaky.passed and "j <= i" in leaky.hint
+    assert not leaky.passed and "the keys up to i" in leaky.hint

@@ -250,8 +250,8 @@ def test_correct_functions_pass(check, fn):
     [
         (gs_transposed, 1, "W_a is used transposed"),
         (gs_dot, 1, "W_a is ignored"),
-        (gs_softmax, 1, "alignment weights a_t(s)"),
-        (gs_scaled, 1, "divided by sqrt(d)"),
+        (gs_softmax, 1, "those are the alignment weights"),
+        (gs_scaled, 1, "divided by the square root of the width"),
         (gs_projected, 1, "before the product with h_t"),
         (gs_column, 1, "1-D array"),
     ],
@@ -325,9 +325,9 @@ def test_local_p_cases_cover_the_edges():
         (lp_renormalised, 1, "do not renormalise"),
         (lp_rounded, 1, "Do not round p_t"),
         (lp_slice_end, 1, "slice"),
-        (lp_strict, 2, "both included"),
+        (lp_strict, 2, "both ends included"),
         (lp_centre_rounded, 1, "centred on a rounded p_t"),
-        (lp_sigma_int, 3, "D // 2"),
+        (lp_sigma_int, 3, "not floor division"),
         (lp_window_only, 1, "window's positions only"),
         (lp_no_max, 7, "overflows to inf"),
     ],
@@ -390,7 +390,7 @@ def test_checks_emit_no_warning_and_point_to_the_rule():
         assert not check_local_p_weights(lp_no_max)
         assert not check_temperature_softmax(ts_no_max)
         assert check_local_p_weights(lp_numpy)
-    assert "h_t^T W_a h̄_s" in GS_RULE
+    assert "between the query h_t on its left" in GS_RULE
 
 
 def test_failing_result_reproduces_with_its_args():

@@ -333,11 +333,11 @@ PIXEL_BUGS = {
     "no_scale": (pa_no_scale, "not scaled", {4}, set()),
     "dk": (pa_dk, "divided the scores by d_k", {4}, set()),
     "query_axis": (pa_query_axis, "runs over the queries (axis 0)", {4}, set()),
-    "scores_t": (pa_scores_t, "scores are k @ q.T", {4}, set()),
+    "scores_t": (pa_scores_t, "Your scores are transposed", {4}, set()),
     "weights_t": (pa_weights_t, "weights are transposed", {4}, set()),
     "projection_t": (pa_projection_t, "projection is used transposed", set(), {0, 1, 3, 4, 5, 6}),
     "no_projection": (pa_no_projection, "projections are missing", {4}, set()),
-    "x_values": (pa_x_values, "averages the pixels x_j themselves", set(), set()),
+    "x_values": (pa_x_values, "averages the pixels themselves", set(), set()),
     "flat_output": (pa_flat_output, "must be on the grid, channels first", set(), set()),
     "reshape_no_transpose": (pa_reshape_no_transpose, "without a transpose", {4}, set()),
     "output_t": (pa_output_t, "sums over the wrong index", {4}, set()),
@@ -367,18 +367,18 @@ def test_every_pixel_case_tells_each_bug_apart(name):
     [
         (pa_column_major, 1, "numbered column by column"),
         (pa_column_major_out, 1, "C-order reshape"),
-        (pa_no_scale, 1, "sqrt(d_k)"),
+        (pa_no_scale, 1, "square root of d_k"),
         (pa_dk, 1, "square root"),
-        (pa_query_axis, 1, "axis=-1"),
-        (pa_scores_t, 1, "k @ q.T"),
+        (pa_query_axis, 1, "softmax along the last axis"),
+        (pa_scores_t, 1, "Your scores are transposed"),
         (pa_weights_t, 1, "transposed"),
         (pa_no_projection, 1, "projections are missing"),
-        (pa_x_values, 1, "v = X @ w_v.T"),
+        (pa_x_values, 1, "the values are W_v applied to each pixel"),
         (pa_flat_output, 1, "(4, 2, 3)"),
         (pa_reshape_no_transpose, 1, "without a transpose"),
-        (pa_output_t, 1, "V @ weights.T"),
+        (pa_output_t, 1, "sums over the wrong index"),
         (pa_swapped, 1, "swapped"),
-        (pa_output_only, 1, "`return output, weights`"),
+        (pa_output_only, 1, "the output, then the weights"),
         (pa_unstable, 7, "overflows"),
     ],
 )
@@ -388,7 +388,7 @@ def test_pixel_attention_bugs_get_targeted_hints(fn, case_number, hint):
 
 def test_pixel_attention_transposed_projection_raises_then_is_named():
     result = check_pixel_attention(pa_projection_t)
-    assert_failed(result, 1, "q_i = W_q x_i")
+    assert_failed(result, 1, "acting on each pixel's channels")
     assert "your function raised ValueError" in result.message
     square = next(case for case in pixel_attention_cases() if case.args["w_q"].shape[0] == case.args["x"].shape[0])
     assert "Here w_q, w_k and w_v are square" in run_cases("check_pixel_attention", pa_projection_t, [square]).hint
@@ -513,7 +513,7 @@ def test_checks_emit_no_warning():
         assert not check_receptive_field(rf_raises)
         assert check_pixel_attention(pa_numpy)
         assert check_receptive_field(rf_loop)
-    assert "i = r * W + c" in PA_RULE
+    assert "Number the positions row by row" in PA_RULE
 
 
 def test_failing_result_reproduces_with_its_args():

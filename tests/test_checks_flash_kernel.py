@@ -50,7 +50,7 @@ def chapter_kernel(name, edit=("", "")):
 def test_causal_early_exit_right_answer_stub_and_bugs():
     assert check_causal_early_exit(chapter_kernel("my_causal_kernel")).passed   # the solution
     stub = check_causal_early_exit(lambda *args: None)
-    assert not stub.passed and stub.cases_passed == 0 and "@jit" in stub.hint
+    assert not stub.passed and stub.cases_passed == 0 and "triton.jit" in stub.hint
     # The chapter's kernel has the right values but loads the tiles after the diagonal.
     assert_failed(check_causal_early_exit(chapter_kernel("flash_forward_kernel")), 4, "0 * NaN = NaN")
     # Stopping after (i + 1) key blocks instead of (i + 1) query blocks' rows.

@@ -127,7 +127,7 @@ def test_the_solution_passes_and_every_cheat_is_refused(chapter, ex):
                                  or result.message.startswith("expected a @jit kernel")):
             refused.append(f"{what}: {result}")
         else:
-            assert result.hint.startswith("Allowed: ") or "@jit" in result.hint, result.hint
+            assert result.hint.startswith("Allowed: ") or "triton.jit" in result.hint, result.hint
     assert not refused, "\n".join(refused)
 
 

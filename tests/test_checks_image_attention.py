@@ -252,19 +252,19 @@ DS_HARMLESS = {ds_tau_one: {1}, ds_tau_uniform: {2}, ds_mean_steps: {3}, ds_per_
 # Cases where a bug is named by another hint: with tau = steps / L the gaps cancel and several
 # bugs give 0; with one step, one number per step is one number, the wrong axis's.
 DS_OTHER_HINT = {
-    (ds_plain, 2): "the gaps tau - c_i add up to exactly 0",
-    (ds_square_of_sum, 2): "the gaps tau - c_i add up to exactly 0",
+    (ds_plain, 2): "so the gaps add up to exactly 0",
+    (ds_square_of_sum, 2): "so the gaps add up to exactly 0",
     (ds_per_step, 3): "Its value is wrong too. You summed over the wrong axis",
 }
 
 DS_BUGS = [
     (ds_wrong_axis, "summed over the wrong axis"),
-    (ds_abs, "|tau - c_i|"),
-    (ds_plain, "L * tau - steps for any weights"),
+    (ds_abs, "the gaps' sizes"),
+    (ds_plain, "L times tau minus the number of steps"),
     (ds_norm, "square root"),
     (ds_square_of_sum, "squared the total gap"),
     (ds_tau_one, "you used tau = 1"),
-    (ds_tau_uniform, "you used tau = steps / L"),
+    (ds_tau_uniform, "you used the even coverage"),
     (ds_mean, "averaged the squared gaps over the locations"),
     (ds_mean_steps, "mean weight over the steps"),
     (ds_per_entry, "compared tau with every single weight"),
@@ -447,7 +447,7 @@ def test_checks_emit_no_warning():
         assert not check_reinforce_loss(rf_copied)  # torch.tensor(tensor) warns inside the learner's code
         assert not check_reinforce_loss(rf_not_detached)
         assert not check_reinforce_loss(rf_own_backward)
-    assert "sum_i (tau - sum_t alpha_ti)^2" in DS_RULE and "Williams 1992" in RF_RULE
+    assert "the square of each location's gap" in DS_RULE and "Williams 1992" in RF_RULE
 
 
 def test_failing_result_reproduces_with_its_args():

@@ -332,14 +332,14 @@ def test_gru_reference_is_torch_and_matches_the_written_equations():
     ("fn", "case_number", "hint"),
     [
         (gru_z_swapped, 1, "z and 1 - z are swapped"),
-        (gru_reset_bias_outside, 1, "r * (W_hn h) + b_hn"),
+        (gru_reset_bias_outside, 1, "you added b_hn after scaling"),
         (gru_reset_no_bias, 1, "b_hn is missing"),
-        (gru_reset_before_product, 1, "W_hn (r * h) + b_hn, as Cho et al. (2014)"),
+        (gru_reset_before_product, 1, "before the matrix product, as Cho et al. (2014)"),
         (gru_order_zrn, 1, "[r; z; n]"),
         (gru_activations_swapped, 1, "sigmoid and tanh are mixed up"),
         (gru_no_biases, 1, "biases are missing"),
         (gru_returns_candidate, 1, "returned the candidate n"),
-        (gru_unstable_sigmoid, 4, "inf / inf"),
+        (gru_unstable_sigmoid, 4, "infinity over infinity"),
         (gru_transposed, 1, "transposed"),
         (gru_stacked, 1, "3 * hidden_dim columns"),
     ],
@@ -401,10 +401,10 @@ def test_gru_wrong_signature():
     ("fn", "case_number", "hint"),
     [
         (pad_inverted, 1, "True and False are swapped"),
-        (pad_off_by_one, 1, "not `<=`"),
+        (pad_off_by_one, 1, "position L itself is already padding"),
         (pad_ints, 1, "masks must be boolean"),
         (pad_ignores_max_len, 2, "Use the max_len argument"),
-        (pad_squeezed, 4, ".squeeze()"),
+        (pad_squeezed, 4, "squeezing axes away"),
         (pad_transposed, 1, "transposed"),
         (lambda lengths, max_len: pad_positions(lengths, max_len)[0] < pad_positions(lengths, max_len)[1] - 1,
          1, "One real token is missing"),
@@ -451,7 +451,7 @@ def test_additive_cases_have_distinct_dims_after_the_square_one():
         (score_swapped, 1, "W_a and U_a are swapped"),
         (score_transposed, 1, "used transposed"),
         (score_weights, 1, "sums to 1"),
-        (score_hidden, 1, "`hidden @ v_a`"),
+        (score_hidden, 1, "reduce each to one score with v_a"),
         (score_column, 1, "1-D array"),
         (lambda *args: np.tanh((args[2] @ args[0] + args[1] @ args[3].T) @ args[4]), 1, "tanh goes inside"),
     ],
@@ -470,7 +470,7 @@ def test_additive_weights_detected_by_their_sum_even_with_own_softmax():
 
 def test_additive_shape_error_is_readable():
     result = check_additive_score(score_h_not_transposed)
-    assert_failed(result, 1, "h @ u_a.T", "(attn_dim, key_dim)")
+    assert_failed(result, 1, "U_a on every annotation at once", "(attn_dim, key_dim)")
     lines = result.message.splitlines()
     assert len(lines) == 3
     assert "inputs: s_prev (3,) float64, h (4, 3) float64, w_a (3, 3) float64" in lines[1]

@@ -22,9 +22,9 @@ def test_schedule_right_answer_and_typical_bugs():
     no_scale = check_noam_schedule(lambda s, d, w: np.minimum(s**-0.5, s * w**-1.5))
     assert not no_scale.passed and "d_model^-0.5" in no_scale.hint
     with_max = check_noam_schedule(lambda s, d, w: d**-0.5 * np.maximum(s**-0.5, s * w**-1.5))
-    assert not with_max.passed and "min(...)" in with_max.hint
+    assert not with_max.passed and "not the larger" in with_max.hint
     wrong_power = check_noam_schedule(lambda s, d, w: d**-0.5 * np.minimum(s**-0.5, s * w**-0.5))
-    assert not wrong_power.passed and "warmup^-1.5" in wrong_power.hint
+    assert not wrong_power.passed and "grows linearly" in wrong_power.hint
 
 
 def smoothed(logits, target, epsilon, pad_id, spread_over_others=False, keep_pad=False):

@@ -164,7 +164,9 @@ def test_nbgrader_source_marks_every_exercise(chapter):
             assert check["grade"] and check["locked"] and check["points"] == 1
         else:
             assert kind == "markdown" and answer["grade"] and answer["points"] == 1
-    assert len(meta) == sum(2 if ex.kind == "coding" else 1 for ex in exercises)
+            kind_rubric, rubric = meta[f"{ex.label}-rubric"]  # read-only, for the formgrader
+            assert kind_rubric == "markdown" and rubric["locked"] and not rubric["grade"]
+    assert len(meta) == 2 * len(exercises)
     nbformat.validate(source)
 
 
@@ -288,9 +290,12 @@ def test_the_nbgrader_source_holds_each_written_answers_rubric():
                and c.cell_type == "markdown"]
     assert written
     for cell in written:
+        # The rubric is in the read-only cell after the answer, inside nbgrader's mark
+        # scheme (tests/test_course_rubrics_nbgrader.py runs nbgrader on it).
         label = cell.metadata["nbgrader"]["grade_id"].removesuffix("-answer")
-        rubric = RUBRICS[label].markdown()
-        assert cell.source.endswith(rubric) and cell.metadata["attncourse"]["rubric"] == rubric
+        after = nb.cells[nb.cells.index(cell) + 1]
+        assert after.metadata["nbgrader"]["grade_id"] == f"{label}-rubric"
+        assert RUBRICS[label].markdown() in after.source and RUBRICS[label].full not in cell.source
 
 
 def test_links_between_chapters_point_at_the_sibling_assignment_folders():

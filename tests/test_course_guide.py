@@ -115,3 +115,22 @@ def test_timings_command_merges_a_caches_chapter_times(tmp_path):
     out.write_text(json.dumps({"seconds": {"01_old": 90}}))
     assert timings_main([str(tmp_path / "cache"), "--out", str(out)]) == 0
     assert json.loads(out.read_text())["seconds"] == {"01_old": 90, "07_new": 42}
+
+
+def test_the_hand_off_table_gives_every_checks_rules():
+    # Issue 36: the guide lists what each check allows and refuses, from the checks' rules.
+    from attncourse.checks.hand_offs import HAND_OFFS
+
+    found = guide.chapters()
+    rows = guide.hand_off_table(found).split("\n")[2:]
+    used = {ex.check for ch in found for ex in ch.exercises if ex.check}
+    assert used <= set(HAND_OFFS) and {row.split(" | ")[2].strip("`") for row in rows} == used
+    for name, rules in HAND_OFFS.items():
+        if name not in used:
+            continue
+        row = next(r for r in rows if f"`{name}`" in r)
+        assert rules.uses.replace("|", "/") in row
+        assert all(f"{e.split(':', 1)[0]}.{e.split(':', 1)[1]}" in row for e in rules.library)
+        assert ("Triton" in row) == bool(rules.must_call)
+    assert "`softmax` (the course's own)" in next(r for r in rows if "`check_softmax`" in r)
+    assert "hand_off_table" in (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")

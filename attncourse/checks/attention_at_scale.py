@@ -31,21 +31,26 @@ from attncourse.functional.tiled_attention import online_softmax_step
 # --------------------------------------------------------------------------- online softmax update
 
 UPDATE_HINT = (
-    "m_new = max(m, max of the new scores); l_new = exp(m - m_new) * l + sum(exp(scores - m_new)), "
-    "row by row (reduce over the last axis). Before any key m = -inf and l = 0, and exp(-inf) = 0."
+    "The new maximum is the larger of the old one and the new scores' largest; the new "
+    "normaliser is the old one carried over to the new maximum plus the new block's "
+    "exponentials taken under the new maximum, row by row (reduce over the last axis). Before "
+    "any key the maximum is -inf and the normaliser 0, and the exponential of -inf is 0."
 )
 UPDATE_NO_RESCALE_HINT = (
-    "The old normaliser l was summed under the old maximum m: multiply it by exp(m - m_new) "
-    "before adding the new block's sum, or it mixes two different scales."
+    "The old normaliser l was summed under the old maximum m: carry it over to the new maximum "
+    "(one factor, at most 1) before adding the new block's sum, or it mixes two different scales."
 )
-UPDATE_FLIPPED_HINT = "The rescaling factor is exp(m - m_new) (at most 1), not exp(m_new - m)."
+UPDATE_FLIPPED_HINT = (
+    "Your rescaling factor grows: carrying the old normaliser to a larger maximum must shrink "
+    "it (a factor at most 1), so the exponent is the old maximum minus the new one."
+)
 UPDATE_OLD_MAX_HINT = (
-    "Subtract the *new* maximum m_new from the new scores: exp(scores - m_new); with the old m "
+    "Subtract the *new* maximum m_new from the new scores before exponentiating; with the old m "
     "a larger new score overflows."
 )
 UPDATE_NAN_HINT = (
-    'Your result has NaN where no key has been seen yet: with m = -inf and m_new = -inf, m - '
-    'm_new is NaN. Where the new maximum is still -inf, shift by a finite number instead (any: '
+    'Your result has NaN where no key has been seen yet: with both maxima at -inf, their '
+    'difference is NaN. Where the new maximum is still -inf, shift by a finite number instead (any: '
     'every exponential there is 0).'
 )
 
@@ -127,10 +132,13 @@ RESCALE_HINT = (
     ' taken under the new maximum; do not divide by l yet.'
 )
 RESCALE_NONE_HINT = (
-    "You added the new block without rescaling the old output: multiply acc by exp(m - m_new) "
-    "first (one factor per row, broadcast over d_v with [:, None])."
+    "You added the new block without rescaling the old output: carry acc over to the new "
+    "maximum first (one factor per row, broadcast over d_v)."
 )
-RESCALE_FLIPPED_HINT = "The factor is exp(m - m_new), at most 1: you used exp(m_new - m)."
+RESCALE_FLIPPED_HINT = (
+    "Your factor grows: carrying the output to a larger maximum must shrink it (a factor at "
+    "most 1), so the exponent is the old maximum minus the new one."
+)
 RESCALE_NORMALISED_HINT = (
     "Keep acc unnormalised: do not divide by the sum of the block's exponentials. The division by "
     "l happens once, after the last block."
@@ -190,15 +198,19 @@ def check_rescale_output(fn) -> CheckResult:
 # --------------------------------------------------------------------------- causal linear attention
 
 LINEAR_HINT = (
-    "With phi(x) = elu(x) + 1, keep running sums S = sum_{j<=i} phi(k_j) v_j^T (d_k, d_v) and "
-    "z = sum_{j<=i} phi(k_j) (d_k,); output i is phi(q_i) @ S / (phi(q_i) @ z)."
+    "With the feature map phi (elu plus 1), keep two running sums over the keys seen so far: "
+    "S, the outer products of each mapped key with its value (d_k, d_v), and z, the mapped keys "
+    "(d_k,); output i reads S with the mapped query i and divides by that query's product with z."
 )
 LINEAR_NOT_CAUSAL_HINT = (
     "Every row uses all the keys: add key i to the running sums *before* computing output i, "
-    "and only keys j <= i."
+    "and only the keys up to i."
 )
-LINEAR_NO_NORM_HINT = "Divide by phi(q_i) @ z_i, the running normaliser, so that the weights sum to 1."
-LINEAR_NO_PHI_HINT = "Apply the feature map phi(x) = elu(x) + 1 to queries and keys, not the raw q and k."
+LINEAR_NO_NORM_HINT = (
+    "Divide by the mapped query's product with the running normaliser z, so that the weights "
+    "sum to 1."
+)
+LINEAR_NO_PHI_HINT = "Apply the feature map phi (elu plus 1) to queries and keys, not the raw q and k."
 LINEAR_LAGGED_HINT = "Output i must include key i itself: update S and z with key i, then read them with q_i."
 
 

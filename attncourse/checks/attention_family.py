@@ -54,32 +54,31 @@ _RTOL = 1e-4
 # --------------------------------------------------------------------- general score (eq. (8))
 
 GS_RULE = (
-    "score(h_t, h̄_s) = h_t^T W_a h̄_s for every source position s (Luong et al. 2015, eq. (8)). "
-    "w_a is (hidden_dim, key_dim) and acts on the keys: W_a h̄_s for every row of h_s at once is "
-    "`h_s @ w_a.T`, (src_len, hidden_dim); its product with h_t gives the scores: "
-    "`(h_s @ w_a.T) @ h_t`, or equally `h_t @ w_a @ h_s.T`."
+    "The general score puts the learned matrix W_a between the query h_t on its left and each "
+    "source state h̄_s on its right (Luong et al. 2015, eq. (8)). w_a is (hidden_dim, key_dim) "
+    "and acts on the keys: applied to every row of h_s at once it gives (src_len, hidden_dim), "
+    "and each row's product with h_t is that position's score."
 )
 GS_TRANSPOSED_HINT = (
     "W_a is used transposed: you computed h̄_s^T W_a h_t = h_t^T W_a^T h̄_s. W_a sits between h_t "
-    "on its left and h̄_s on its right: h_t^T W_a h̄_s, i.e. `h_t @ w_a @ h_s.T` (or "
-    "`(h_s @ w_a.T) @ h_t`). With a square W_a both run, but W_a is not symmetric, so the scores differ."
+    "on its left and h̄_s on its right, so it maps a key into the query's space. With a square "
+    "W_a both orders run, but W_a is not symmetric, so the scores differ."
 )
 GS_DOT_HINT = (
     "These are the dot scores h_t^T h̄_s: W_a is ignored. The general score puts the learned "
     "matrix between query and key: h_t^T W_a h̄_s (eq. (8))."
 )
 GS_WEIGHTS_HINT = (
-    "Your result sums to 1: those are the alignment weights a_t(s), the softmax of the scores "
+    "Your result sums to 1: those are the alignment weights, the softmax of the scores "
     "(eq. (7)). This exercise asks for the scores themselves; the softmax is the next move."
 )
 GS_SCALED_HINT = (
-    "Your scores are divided by sqrt(d). That scaling belongs to the Transformer's scaled "
+    "Your scores are divided by the square root of the width. That scaling belongs to the Transformer's scaled "
     "dot-product attention (Vaswani et al. 2017); Luong's general score has none: h_t^T W_a h̄_s."
 )
 GS_PROJECTED_HINT = (
     "You returned a matrix with one row per source position: W_a h̄_s (or h̄_s^T W_a) for every s, "
-    "before the product with h_t. Multiply by h_t to get one score per position: "
-    "`(h_s @ w_a.T) @ h_t`."
+    "before the product with h_t. Multiply by h_t to get one score per position."
 )
 GS_1D_HINT = "Return a 1-D array of scores, shape (src_len,), one per source position, not a row or a column."
 
@@ -192,22 +191,24 @@ def check_general_score(fn: Callable[..., Any]) -> CheckResult:
 # --------------------------------------------------------------------- local-p weights (eqs. (7), (11))
 
 LP_RULE = (
-    "a_t(s) = softmax of the scores over the window (the positions s = 0..S-1 with "
-    "|s - p_t| <= D) times exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2, and exactly 0 "
-    "outside the window (Luong et al. 2015, eqs. (7) and (11)). The result is not renormalised. "
-    "p_t is a float, so it cannot index or slice an array: build the window as a mask, "
-    "`np.abs(np.arange(S) - p_t) <= D`."
+    "The weight of position s is the softmax of the scores over the window (the positions of "
+    "the sentence at most D away from p_t) times a Gaussian of the distance from s to p_t with "
+    "standard deviation D / 2, and exactly 0 outside the window (Luong et al. 2015, eqs. (7) "
+    "and (11)). The result is not renormalised. p_t is a float, so it cannot index or slice an "
+    "array: build the window as a boolean mask from every position's distance to p_t."
 )
 LP_NO_GAUSS_HINT = (
     "The Gaussian is missing: you returned the softmax over the window. local-p multiplies it by "
-    "exp(-(s - p_t)^2 / (2 sigma^2)), sigma = D / 2 (eq. (11)), which favours positions near p_t."
+    "a Gaussian of the distance to p_t with standard deviation D / 2 (eq. (11)), which "
+    "favours positions near p_t."
 )
 LP_SIGMA_D_HINT = (
     "Your Gaussian is too wide: sigma = D. Luong et al. set sigma = D / 2 (empirically), so the "
-    "window edges p_t +- D lie two standard deviations from p_t: exp(-(s - p_t)^2 / (2 (D/2)^2))."
+    "window's edges, D away from p_t, lie two standard deviations from it."
 )
 LP_SIGMA_INT_HINT = (
-    "sigma = D // 2 rounds down for an odd D (D = 3 gives 1 instead of 1.5): use true division, sigma = D / 2."
+    "Your sigma rounds down for an odd D (D = 3 gives 1 instead of 1.5): half of D needs true "
+    "division, not floor division."
 )
 LP_WHOLE_HINT = (
     "The softmax runs over the whole sentence: every position shared the weight, then you kept the "
@@ -220,32 +221,33 @@ LP_BEFORE_HINT = (
 )
 LP_RENORM_HINT = (
     "Your weights were renormalised to sum to 1 after the Gaussian. Luong et al. do not "
-    "renormalise: a_t(s) = align(h_t, h̄_s) * exp(...), which sums to less than 1."
+    "renormalise: the softmax weights times the Gaussian sum to less than 1."
 )
 LP_EDGES_HINT = (
-    "The window's edges are off. Do not round p_t: the window holds the integer positions s with "
-    "|s - p_t| <= D, i.e. from ceil(p_t - D) to floor(p_t + D), both included, clipped to 0..S-1 "
-    "(as `np.abs(np.arange(S) - p_t) <= D`)."
+    "The window's edges are off. Do not round p_t: the window holds every integer position at "
+    "most D away from p_t, both ends included, clipped to the sentence (a mask from each "
+    "position's distance to p_t gets this right)."
 )
 LP_SLICE_HINT = (
-    "The last position of the window is missing: a Python slice `scores[lo:hi]` stops before hi. "
-    "The window holds s with |s - p_t| <= D, both ends included: use `hi + 1` as the slice end, "
-    "or the mask `np.abs(np.arange(S) - p_t) <= D`."
+    "The last position of the window is missing: a Python slice stops before its end. The "
+    "window holds every position at most D away from p_t, both ends included: move the slice's "
+    "end one further, or use a mask from each position's distance to p_t."
 )
 LP_CENTRE_HINT = (
     "The Gaussian is centred on a rounded p_t. p_t is real-valued (eq. (10) predicts it) and the "
-    "Gaussian is centred exactly on it: exp(-(s - p_t)^2 / (2 sigma^2)); only s is an integer."
+    "Gaussian is centred exactly on it; only the positions are integers."
 )
 LP_WINDOW_ONLY_HINT = (
     "You returned the weights of the window's positions only. Return one weight per source "
     "position, shape (S,), like the scores, with exactly 0 outside the window."
 )
 LP_LEAK_HINT = (
-    "Positions outside the window got nonzero weight, up to {largest}. Every position with "
-    "|s - p_t| > D must get weight exactly 0."
+    "Positions outside the window got nonzero weight, up to {largest}. Every position more "
+    "than D away from p_t must get weight exactly 0."
 )
 LP_OVERFLOW_HINT = (
-    "NaN with large scores: exp() of a score near 1000 overflows to inf, and inf / inf is NaN. "
+    "NaN with large scores: the exponential of a score near 1000 overflows to infinity, and "
+    "infinity over infinity is NaN. "
     "Subtract the largest score in the window before exponentiating; the softmax does not change."
 )
 
@@ -333,16 +335,16 @@ def local_p_weights_cases(seed: int = 0) -> list[Case]:
                       rng.normal(size=8), 3.4, 2),
         _local_p_case("integer p_t, the window's edges fall on positions: S=9, p_t=4.0, D=2 (window s = 2..6)",
                       rng.normal(size=9), 4.0, 2,
-                      "Both edges p_t - D and p_t + D are in the window when they are positions: "
-                      "|s - p_t| <= D. " + LP_RULE),
+                      "Both edges, D before and D after p_t, are in the window when they are "
+                      "positions. " + LP_RULE),
         _local_p_case("the window crosses the start of the sentence: S=7, p_t=0.7, D=3 (window s = 0..3)",
                       rng.normal(size=7), 0.7, 3,
                       "A window that crosses the sentence edge keeps the positions inside it, s = 0..S-1. "
                       + LP_RULE),
         _local_p_case("p_t past the last position (eq. (10) gives p_t in (0, S)): S=10, p_t=9.6, D=3 "
                       "(window s = 7..9)", rng.normal(size=10), 9.6, 3,
-                      "p_t = S * sigmoid(...) may exceed S - 1; the window keeps the positions inside "
-                      "the sentence. " + LP_RULE),
+                      "p_t, a fraction of the sentence's length, may lie past its last position; the "
+                      "window keeps the positions inside the sentence. " + LP_RULE),
         _local_p_case("odd D: S=12, p_t=5.5, D=3, sigma = 1.5 (window s = 3..8)", 2 * rng.normal(size=12), 5.5, 3),
         _local_p_case("the window covers the whole sentence: S=5, p_t=2.3, D=6", rng.normal(size=5), 2.3, 6),
         _local_p_case("large scores around 1000: S=8, p_t=4.2, D=2", 1000.0 + rng.normal(size=8), 4.2, 2,
@@ -409,28 +411,29 @@ def check_local_p_weights(fn: Callable[..., Any]) -> CheckResult:
 # --------------------------------------------------------------------- softmax with a temperature
 
 TS_RULE = (
-    "weights = softmax(scores / tau): divide the scores by tau, then take a stable softmax "
+    "The weights are the softmax of the scores divided by tau: divide, then take a stable softmax "
     "(subtract the largest entry before exp). The weights sum to 1."
 )
 TS_TIMES_HINT = (
     "You multiplied the scores by tau instead of dividing: a large tau must flatten the weights "
-    "towards uniform, a small one sharpen them: softmax(scores / tau)."
+    "towards uniform, a small one sharpen them."
 )
 TS_IGNORED_HINT = "tau is ignored: you returned the plain softmax. Divide the scores by tau first."
 TS_AFTER_HINT = (
-    "tau is applied after the softmax. It divides the scores, before the softmax: softmax(scores / tau)."
+    "tau is applied after the softmax. It divides the scores, before the softmax."
 )
 TS_OVERFLOW_HINT = (
-    "NaN at a small tau: scores / tau is in the thousands, exp() overflows to inf and inf / inf is "
-    "NaN. Subtract the largest entry of scores / tau (or the largest score, before dividing) before exp."
+    "NaN at a small tau: the divided scores are in the thousands, their exponentials overflow to "
+    "infinity and infinity over infinity is NaN. Subtract the largest divided score (or the "
+    "largest score, before dividing) before exponentiating."
 )
 TS_HARDMAX_HINT = (
     "You returned the hardmax (all weight on the largest score): that is only the limit tau -> 0. "
-    "At this tau the weights are softmax(scores / tau)."
+    "At this tau the weights are the softmax of the divided scores."
 )
 TS_UNIFORM_HINT = (
     "You returned uniform weights: that is only the limit tau -> inf. At this tau the weights are "
-    "softmax(scores / tau)."
+    "the softmax of the divided scores."
 )
 TS_SHAPE_HINT = "Return weights of the same shape as the scores."
 

@@ -69,75 +69,79 @@ _RTOL = 1e-4
 # --------------------------------------------------------------------- attention over pixels
 
 PA_RULE = (
-    'Number the positions row by row, i = r * W + c, and make a matrix X of shape (H*W, C), one '
-    'row per position. The 1x1 convolutions are matrices acting on each x_i, w_q of shape (d_k, '
-    'C): q_i = W_q x_i, and the same for keys and values. The weights are the softmax of the '
-    'scaled scores q_i . k_j / sqrt(d_k) over each row (the keys), (H*W, H*W); the output puts '
-    'sum_j alpha_ij v_j back on the (d_v, H, W) grid. Return the pair (output, weights).'
+    "Number the positions row by row (the whole first row of pixels, then the second, ...) and "
+    "make a matrix X of shape (H*W, C), one row per position. The 1x1 convolutions are matrices "
+    "acting on each pixel's channels, w_q of shape (d_k, C), and the same for keys and values. "
+    "The weights are the softmax over each row (the keys) of the dot products of queries and "
+    "keys scaled by the square root of d_k, (H*W, H*W); the output puts each position's "
+    "weighted sum of the values back on the (d_v, H, W) grid. Return the output, then the "
+    "weights."
 )
-PA_PAIR_HINT = "Return both arrays, in this order: `return output, weights`."
+PA_PAIR_HINT = "Return both arrays, in this order: the output, then the weights."
 PA_ORDER_HINT = (
-    "Your two results are swapped: return `(output, weights)`, the (d_v, H, W) output first, then "
+    "Your two results are swapped: the (d_v, H, W) output comes first, then "
     "the (H*W, H*W) weights."
 )
 PA_FLATTEN_HINT = (
-    'Your positions are numbered column by column (i = c * H + r), as a transpose before the '
-    'reshape or a Fortran-order reshape does. Number them row by row, i = r * W + c: the order in'
-    ' which a C-order reshape of the (H, W) grid reads the pixels.'
+    "Your positions are numbered column by column, as a transpose before the reshape or a "
+    "Fortran-order reshape does. Number them row by row: the order in which a C-order reshape "
+    "of the (H, W) grid reads the pixels."
 )
 PA_NO_SCALE_HINT = (
-    "The scores are not scaled: divide q_i . k_j by sqrt(d_k), d_k = w_q.shape[0], before the softmax "
+    "The scores are not scaled: divide them by the square root of d_k (the rows of w_q) before "
+    "the softmax "
     "(eq. (1) of Vaswani et al. 2017; the course's attention does it, the two CNN papers do not)."
 )
 PA_DK_HINT = (
-    "You divided the scores by d_k; divide by its square root: `q @ k.T / np.sqrt(d_k)`."
+    "You divided the scores by d_k; divide them by its square root."
 )
 PA_QUERY_AXIS_HINT = (
     "Your softmax runs over the queries (axis 0), so each column sums to 1. Each query position's "
-    "weights over all key positions must sum to 1: softmax along the last axis, `axis=-1`."
+    "weights over all key positions must sum to 1: softmax along the last axis."
 )
 PA_SCORES_T_HINT = (
-    "Your scores are k @ q.T: row j holds key j against every query. Row i must hold query i "
-    "against every key, `q @ k.T`, and the softmax runs along each row."
+    "Your scores are transposed: row j holds key j against every query. Row i must hold query "
+    "i against every key (queries on the left), and the softmax runs along each row."
 )
 PA_WEIGHTS_T_HINT = (
     "Your weights are transposed: row i must be query position i's weights over the keys "
-    "(summing to 1), weights[i, j] = alpha_ij. Return the softmax of q @ k.T / sqrt(d_k) as it is."
+    "(summing to 1), column j the key. Return the softmax of the scaled scores as it is."
 )
 PA_PROJECTION_T_HINT = (
     "A projection is used transposed. w_q is (d_k, C) like the weight of a 1x1 convolution, and "
-    "q_i = W_q x_i; with the positions as the rows of X (H*W, C) that is `X @ w_q.T` (the same for "
-    "w_k and w_v). Here w_q, w_k and w_v are square, so `X @ w_q` runs but gives other numbers."
+    "it acts on each pixel's channel vector; with the positions as the rows of X (H*W, C) it "
+    "acts from the right, transposed (the same for w_k and w_v). Here w_q, w_k and w_v are "
+    "square, so the untransposed product runs but gives other numbers."
 )
 PA_NO_PROJECTION_HINT = (
-    "Your scores compare the pixels themselves, x_i . x_j: the projections are missing. Score "
-    "q_i . k_j with q_i = W_q x_i and k_j = W_k x_j: `(X @ w_q.T) @ (X @ w_k.T).T / sqrt(d_k)`."
+    "Your scores compare the pixels themselves: the projections are missing. Score each "
+    "position's query, W_q applied to its pixel, against each position's key, W_k applied to "
+    "its pixel."
 )
 PA_X_VALUES_HINT = (
-    "Your output averages the pixels x_j themselves: the values are v_j = W_v x_j, "
-    "`v = X @ w_v.T`, (H*W, d_v), so the output has d_v channels: o_i = sum_j alpha_ij v_j."
+    "Your output averages the pixels themselves: the values are W_v applied to each pixel, "
+    "(H*W, d_v), so the output has d_v channels: each position's weighted sum of the values."
 )
 PA_LAYOUT_HINT = (
-    "`output` must be on the grid, channels first like x: shape (d_v, H, W) = {shape}. From "
-    "`weights @ v`, (H*W, d_v), one row per position: `(weights @ v).T.reshape(d_v, H, W)`."
+    "`output` must be on the grid, channels first like x: shape (d_v, H, W) = {shape}. The "
+    "weighted sums are (H*W, d_v), one row per position: move the channel axis first, then "
+    "regroup the positions into the grid."
 )
 PA_RESHAPE_HINT = (
     "Your output was reshaped from (H*W, d_v) to (d_v, H, W) without a transpose: reshape only "
-    "regroups the numbers in memory order, it does not move the channel axis. Transpose first: "
-    "`(weights @ v).T.reshape(d_v, H, W)`."
+    "regroups the numbers in memory order, it does not move the channel axis. Transpose first."
 )
 PA_OUTPUT_T_HINT = (
-    "Your weights are right, but the output sums over the wrong index: o_i = sum_j alpha_ij v_j. "
-    "With the values channels first, V (d_v, H*W), that is `V @ weights.T`; with one row per "
-    "position, `weights @ v`."
+    "Your weights are right, but the output sums over the wrong index: output i sums the "
+    "values over the keys j, weighted by row i of the weights."
 )
 PA_OUTPUT_HINT = (
-    "Your weights are right but the output is not: o_i = sum_j alpha_ij v_j with v = X @ w_v.T, "
-    "i.e. `(weights @ v).T.reshape(d_v, H, W)`."
+    "Your weights are right but the output is not: output i is the weighted sum of the values "
+    "(W_v applied to each pixel) with row i of the weights, put back on the (d_v, H, W) grid."
 )
 PA_WEIGHTS_SHAPE_HINT = (
     "`weights` must be one matrix {shape}: one row per query position and one column per key "
-    "position, both numbered row by row (i = r * W + c), no batch dimension."
+    "position, both numbered row by row, no batch dimension."
 )
 PA_OVERFLOW_HINT = (
     "NaN or inf with large scores: exp() of a score near 1000 overflows. Subtract each row's largest "
@@ -145,9 +149,7 @@ PA_OVERFLOW_HINT = (
 )
 PA_SINGLE_HINT = (
     'With a single position (H = W = 1) the only weight is alpha_00 = 1, and the output is that '
-    "position's value, W_v x_0, of shape (d_v, 1, 1). Number the positions row by row, i = r * W "
-    '+ c, one row of X (H*W, C) per position; q_i = W_q x_i, and the same for keys and values; '
-    'softmax of q_i . k_j / sqrt(d_k) over the keys; the output back on the (d_v, H, W) grid.'
+    "position's value, of shape (d_v, 1, 1). " + PA_RULE
 )
 
 
@@ -297,15 +299,15 @@ def pixel_attention_cases(seed: int = 0) -> list[Case]:
     rng = np.random.default_rng(seed)
     return [
         _pixel_case("a 2x3 map (H != W): C=3, H=2, W=3, d_k=2, d_v=4", rng, 3, 2, 3, 2, 4,
-                    hint="Here H != W, so numbering the positions column by column, or putting the "
+                    hint="Here H and W differ, so numbering the positions column by column, or putting the "
                          "output back as (d_v, W, H), gives other numbers or another shape. " + PA_RULE),
         _pixel_case("a 3x2 map with as many value channels as input channels: C=4, H=3, W=2, d_k=2, d_v=4",
                     rng, 4, 3, 2, 2, 4,
-                    hint="d_v = C here, so averaging x instead of v = X @ w_v.T still has the right "
+                    hint="d_v = C here, so averaging the pixels instead of the values still has the right "
                          "shape. " + PA_RULE),
         _pixel_case("a square 3x3 map with square projections: C = d_k = d_v = 4", rng, 4, 3, 3, 4, 4,
-                    hint="w_q, w_k and w_v are square here, so `X @ w_q` runs as well as `X @ w_q.T`; "
-                         "only the second is W_q x_i. " + PA_RULE),
+                    hint="w_q, w_k and w_v are square here, so a projection used untransposed runs "
+                         "as well; only the transposed one applies W_q to each pixel. " + PA_RULE),
         _pixel_case("a single row of pixels: C=3, H=1, W=5, d_k=2, d_v=3", rng, 3, 1, 5, 2, 3,
                     hint="With H = 1 the map is a sequence of W positions; the output is still "
                          "(d_v, 1, W). " + PA_RULE),

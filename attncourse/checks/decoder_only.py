@@ -27,8 +27,9 @@ from attncourse.nn.rope import apply_rope
 # --------------------------------------------------------------------------- left-padded causal mask
 
 MASK_EXPLAIN = (
-    "Query i may attend to key j when j <= i (causal) AND key j is a real token (is_real[b, j]). "
-    "Combine the two: np.tril(np.ones((seq_len, seq_len), bool))[None] & is_real[:, None, :]. "
+    "Query i may attend to key j when j comes no later than i (causal) AND key j is a real "
+    "token of that sentence (is_real). Combine the two masks with a logical and, the causal "
+    "triangle shared by every sentence and is_real laid along the keys (the last axis). "
     "Rows of padding queries then come out all False, which attention turns into zero outputs."
 )
 MASK_NO_PADDING_HINT = (
@@ -37,44 +38,45 @@ MASK_NO_PADDING_HINT = (
 )
 MASK_NO_CAUSAL_HINT = (
     "That is only the padding mask: every query sees the future. AND it with the lower "
-    "triangle np.tril(np.ones((seq_len, seq_len), bool))."
+    "triangle (np.tril)."
 )
 MASK_QUERY_AXIS_HINT = (
     'The padding is applied to the queries (rows) instead of the keys (columns): is_real must '
     'broadcast along the last axis, the keys.'
 )
-MASK_UPPER_HINT = "The triangle is the upper one: a query must see the keys *before* it (j <= i), np.tril."
+MASK_UPPER_HINT = "The triangle is the upper one: a query must see the keys *before* it and itself, np.tril."
 
 # --------------------------------------------------------------------------- RoPE
 
 ROPE_EXPLAIN = (
-    "Take the features in pairs (x[2i], x[2i+1]) and turn pair i of the row at position m by the "
-    "angle m * theta_i, theta_i = 10000 ** (-2i / d): y[2i] = x[2i] cos - x[2i+1] sin, "
-    "y[2i+1] = x[2i] sin + x[2i+1] cos (Su et al. 2021, eq. (34))."
+    "Take the features in neighbouring pairs (features 0 and 1, 2 and 3, ...) and turn pair i "
+    "of the row at position m, as a point in the plane, by m times the pair's frequency "
+    "theta_i, which falls geometrically from 1 for the first pair towards 1/10000 (Su et al. "
+    "2021, eq. (34))."
 )
 ROPE_HALVES_HINT = (
-    "You paired feature i with feature i + d/2 (the 'rotate half' layout of some libraries, "
-    "e.g. GPT-NeoX). It works as well in a model trained that way, but the paper pairs "
-    "neighbours: (x[0], x[1]), (x[2], x[3]), ... Use x[..., 0::2] and x[..., 1::2]."
+    "You paired each feature of the first half with its counterpart in the second half (the "
+    "'rotate half' layout of some libraries, e.g. GPT-NeoX). It works as well in a model "
+    "trained that way, but the paper pairs neighbours: features 0 and 1, 2 and 3, ..."
 )
 ROPE_SIGN_HINT = (
-    "The rotation goes the wrong way (angle -m theta_i): check the signs, "
-    "y[2i] = x[2i] cos - x[2i+1] sin and y[2i+1] = x[2i] sin + x[2i+1] cos."
+    "The rotation goes the wrong way (the negative angle): check the signs of the sine terms; "
+    "a counter-clockwise turn of a point lowers its first coordinate."
 )
 ROPE_FREQ_HINT = (
-    "The frequencies are off: theta_i = 10000 ** (-2i / d) for pair i = 0 .. d/2 - 1, "
-    "i.e. 10000 ** (-np.arange(0, d, 2) / d)."
+    "The frequencies are off: pair i has frequency 10000 raised to minus 2i over d, for the "
+    "pairs 0 .. d/2 - 1 (the first pair turns fastest, with frequency 1)."
 )
 
 # --------------------------------------------------------------------------- repeat_kv
 
 REPEAT_EXPLAIN = (
-    "Query head i uses key/value head i // group, group = num_heads // num_kv_heads: repeat each "
-    "kv head group times *in a row*, x.repeat_interleave(group, dim=1), giving "
-    "(batch, num_heads, seq_len, d)."
+    "The query heads come in equal groups of consecutive heads, one group per key/value head, "
+    "and each group shares its kv head: repeat each kv head group-size times *in a row* along the "
+    "head axis (repeat_interleave), giving (batch, num_heads, seq_len, d)."
 )
 REPEAT_TILE_HINT = (
-    'You tiled the kv heads (0, 1, 0, 1, ...): query head i then uses kv head i % num_kv_heads. '
+    'You tiled the kv heads (0, 1, 0, 1, ...): consecutive query heads then use different kv heads. '
     'Grouped-query attention gives each kv head a *contiguous* group of query heads (0, 0, 1, 1, '
     '...): each kv head must appear group times in a row.'
 )

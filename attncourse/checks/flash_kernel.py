@@ -32,7 +32,8 @@ from attncourse.checks.core import (
 # --------------------------------------------------------------------------- HBM traffic
 
 BYTES_HINT = (
-    "Follow the kernel's loads and stores: each of the ceil(n / block_q) programs reads its "
+    "Follow the kernel's loads and stores: each program, one per query block (a last, shorter "
+    "block counts), reads its "
     "block of Q once and all n rows of K and of V; O is written once; L (float32, 4 bytes) "
     "once per row. Masked rows of a short last block are not loaded."
 )
@@ -42,20 +43,21 @@ BYTES_TEXTBOOK_HINT = (
 )
 BYTES_KV_ONCE_HINT = (
     "K and V are not read once: every query block's program reads all of them, so they are "
-    "read ceil(n / block_q) times."
+    "read once per query block."
 )
 BYTES_BLOCK_K_HINT = (
-    "The number of passes over K and V is the number of *query* blocks, ceil(n / block_q): "
+    "The number of passes over K and V is the number of *query* blocks, a last partial one "
+    "included: "
     "block_k only sets how many key rows each step loads, not how many are loaded in all."
 )
 BYTES_NO_CEIL_HINT = (
-    "A last, shorter query block is a whole program that reads all of K and V: use "
-    "ceil(n / block_q) (math.ceil), not n / block_q."
+    "A last, shorter query block is a whole program that reads all of K and V: round the "
+    "number of query blocks up (math.ceil), never down and never to a fraction."
 )
 BYTES_NO_LSE_HINT = "Do not forget L: the kernel writes one float32 (4 bytes) per query row."
 BYTES_LSE_SIZE_HINT = "L is stored in float32 whatever the inputs: 4 bytes per row, not bytes_per_element."
 BYTES_PADDED_HINT = (
-    "Masked lanes are not loaded: count the n real rows, not ceil(n / block) * block padded ones."
+    "Masked lanes are not loaded: count the n real rows, not the rows of whole padded blocks."
 )
 
 
@@ -133,7 +135,7 @@ EXIT_NAN_HINT = (
     " = NaN). With CAUSAL, end the loop at the last key of this program's query block."
 )
 EXIT_NOT_KERNEL_HINT = (
-    "Pass your kernel itself, decorated with @jit (triton.jit): "
+    "Pass your kernel itself, decorated with triton.jit: "
     "check_causal_early_exit(my_causal_kernel)."
 )
 

@@ -80,7 +80,7 @@ HAND_OFFS: dict[str, HandOffs] = {
         library=SOFTMAX + ATTENTION, allow=("attncourse.functional.linear_attention.elu_feature_map",)),
     "check_flash_hbm_bytes": HandOffs("Python arithmetic (math.ceil)."),
     "check_causal_early_exit": HandOffs(
-        "a @jit (triton.jit) kernel written with triton.language (tl.load, tl.dot, tl.store...).",
+        "a kernel decorated with triton.jit, written with triton.language (tl.load, tl.dot, tl.store...).",
         library=SOFTMAX + ATTENTION + ("torch:matmul", "torch:bmm", "torch:einsum"),
         must_call=TRITON_LAUNCH,
         must_call_message="no Triton kernel ran: the check launches your kernel as "
@@ -102,7 +102,8 @@ HAND_OFFS: dict[str, HandOffs] = {
         "NumPy operations: powers, np.mean, np.sqrt and broadcasting.",
         library=("torch:rms_norm", "torch:RMSNorm", "torch:layer_norm", "torch:LayerNorm")),
     "check_q4_1_block": HandOffs(
-        "NumPy operations: slicing, .view(np.float16), bit masks (&) and shifts (>>), np.concatenate.",
+        "NumPy operations: slicing, viewing bytes as np.float16 (`.view`), bit masks (&) and shifts (>>), "
+        "np.concatenate.",
         library=("gguf:dequantize", "gguf:dequantize_blocks", "gguf:Q4_1")),
     "check_top_p": HandOffs(
         "NumPy operations: np.argsort, np.cumsum, comparisons, indexing and a sum.",

@@ -23,25 +23,27 @@ from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
 from attncourse.functional.head_scores import copying_score, prefix_matching_score
 
 PREFIX_EXPLAIN = (
-    "For each query i whose token occurred before, add up the attention on every key j "
-    "(1 <= j <= i) with tokens[j - 1] == tokens[i], the token right AFTER an earlier occurrence; "
+    "For each query whose token occurred before, add up the attention on every key (up to the "
+    "query) whose previous token is the query's token: the token right AFTER an earlier "
+    "occurrence; "
     "then average over those queries only (queries whose token is new are left out)."
 )
 PREFIX_SAME_TOKEN_HINT = (
-    "You measured attention on the earlier occurrence itself (tokens[j] == tokens[i]). An induction "
-    "head looks one position further, at the token that followed it: tokens[j - 1] == tokens[i]."
+    "You measured attention on the earlier occurrence itself. An induction head looks one "
+    "position further, at the token that followed it."
 )
 PREFIX_ALL_QUERIES_HINT = (
     "You averaged over every query, including those whose token never occurred before (they can "
     "have no prefix match). Average over the queries that have at least one match."
 )
 COPY_EXPLAIN = (
-    "Take the eigenvalues of the (vocab x vocab) matrix, np.linalg.eigvals(ov), and return "
-    "sum(real parts) / sum(absolute values): +1 for a pure copier, -1 for an anti-copier."
+    "Take the eigenvalues of the (vocab x vocab) matrix (np.linalg.eigvals) and return the sum "
+    "of their real parts over the sum of their sizes: +1 for a pure copier, -1 for an "
+    "anti-copier."
 )
 COPY_ABS_REAL_HINT = (
     "You divided by the sum of |real parts|: complex eigenvalues count with their full size "
-    "|lambda| = sqrt(re^2 + im^2) (np.abs of the complex eigenvalues)."
+    "(the modulus, np.abs of the complex eigenvalues)."
 )
 COPY_TRACE_HINT = (
     "You returned the trace (the sum of the eigenvalues) without dividing it by the sum of the "

@@ -68,78 +68,72 @@ _MESSAGE_LIMIT = 160
 # --------------------------------------------------------------------- doubly stochastic penalty (eq. (14))
 
 DS_RULE = (
-    'The penalty is sum_i (tau - sum_t alpha_ti)^2 (Xu et al. 2015, eq. (14)). First the coverage'
-    ' of each location, c_i = sum_t alpha_ti: add the weights down the steps, one number per '
-    'location (shape (L,)). Then the squared gap (tau - c_i)^2 of each location, added up over '
-    'the L locations into a single number.'
+    "The penalty adds up, over the locations, the square of each location's gap between tau "
+    "and its coverage (Xu et al. 2015, eq. (14)). First the coverage of each location c_i: add "
+    "the weights down the steps, one number per location (shape (L,)). Then the squared gap of "
+    "each location, added up over the L locations into a single number."
 )
 DS_WRONG_AXIS_HINT = (
-    'You summed over the wrong axis: sum_t (tau - sum_i alpha_ti)^2 adds up each row, the weights'
-    ' of one step, and every row sums to 1, so this number is the same whatever the weights. The '
+    'You summed over the wrong axis: you added up each row, the weights of one step, and '
+    'every row sums to 1, so this number is the same whatever the weights. The '
     'coverage of location i adds its weights over the steps (the rows), one number per location, '
     'shape (L,).'
 )
 DS_ABS_HINT = (
-    "The square is missing: you added up the gaps |tau - c_i|. The penalty squares each gap, "
-    "sum_i (tau - c_i)^2, so one location far from tau costs more than several slightly off."
+    "The square is missing: you added up the gaps' sizes. The penalty squares each gap, "
+    "so one location far from tau costs more than several slightly off."
 )
 DS_PLAIN_HINT = (
-    "The square is missing: sum_i (tau - c_i) without it equals L * tau - steps for any weights "
-    "(the coverages always add up to the number of steps), so it cannot tell even attention from "
-    "uneven. Square each gap before adding: sum_i (tau - c_i)^2."
+    "The square is missing: without it the gaps add up to L times tau minus the number of "
+    "steps for any weights (the coverages always add up to the number of steps), so it cannot "
+    "tell even attention from uneven. Square each gap before adding."
 )
 DS_GAPS_CANCEL_HINT = (
-    "Your penalty is 0 although these weights are not even. Here tau = steps / L, so the gaps "
-    "tau - c_i add up to exactly 0, and adding them up before squaring (or not squaring at all) "
-    "gives 0 for any weights. Square each gap, then add: sum_i (tau - c_i)^2."
+    "Your penalty is 0 although these weights are not even. Here tau is the number of steps "
+    "over L, so the gaps add up to exactly 0, and adding them up before squaring (or not "
+    "squaring at all) gives 0 for any weights. Square each gap, then add."
 )
 DS_NORM_HINT = (
-    "You returned the length of the vector tau - c, with a square root (np.linalg.norm or "
-    "torch.norm do that). The penalty is the squared length, sum_i (tau - c_i)^2: no square root."
+    "You returned the length of the vector of gaps, with a square root (np.linalg.norm or "
+    "torch.norm do that). The penalty is the squared length: no square root."
 )
 DS_SQUARE_OF_SUM_HINT = (
-    "You squared the total gap, (sum_i (tau - c_i))^2. Square each location's gap first, then add "
-    "them up: sum_i (tau - c_i)^2."
+    "You squared the total gap. Square each location's gap first, then add them up."
 )
 DS_TAU_ONE_HINT = (
     "tau is ignored: you used tau = 1, the paper's value, instead of the argument. Each location "
-    "should receive the coverage passed in as tau: sum_i (tau - c_i)^2."
+    "should receive the coverage passed in as tau."
 )
 DS_TAU_UNIFORM_HINT = (
-    "tau is ignored: you used tau = steps / L, the even coverage, instead of the argument. Each "
-    "location should receive the coverage passed in as tau: sum_i (tau - c_i)^2."
+    "tau is ignored: you used the even coverage, the number of steps over L, instead of the "
+    "argument. Each location should receive the coverage passed in as tau."
 )
 DS_MEAN_HINT = (
     "You averaged the squared gaps over the locations (divided by L). The penalty adds them up: "
-    "sum_i (tau - c_i)^2, a sum, not a mean."
+    "a sum, not a mean."
 )
 DS_MEAN_STEPS_HINT = (
-    "Your coverage is the mean weight over the steps, (1/steps) sum_t alpha_ti. It is the total: "
-    "c_i = sum_t alpha_ti, all the attention location i received over the steps."
+    "Your coverage is the mean weight over the steps. It is the total: all the attention "
+    "location i received over the steps."
 )
 DS_PER_ENTRY_HINT = (
-    "You compared tau with every single weight, sum_t sum_i (tau - alpha_ti)^2. First add up each "
-    "location's weights over the steps, c_i = sum_t alpha_ti; then square tau - c_i and add up "
-    "over the locations."
+    "You compared tau with every single weight. First add up each location's weights over the "
+    "steps, its coverage; then square each location's gap to tau and add up over the locations."
 )
 DS_VECTOR_HINT = (
-    "You returned one number per location, (tau - c_i)^2 for each i. Add them up: the penalty of "
-    "the image is a single number, sum_i (tau - c_i)^2."
+    "You returned one number per location, its squared gap. Add them up: the penalty of the "
+    "image is a single number."
 )
 DS_PER_STEP_HINT = (
     "You returned one number per step: you added up along the rows (axis 1, the locations). The "
-    "coverage adds the weights down the steps (axis 0), c_i = sum_t alpha_ti, and the penalty "
-    "is a single number, sum_i (tau - c_i)^2."
+    "coverage adds the weights down the steps (axis 0), and the penalty is a single number."
 )
 DS_SCALAR_HINT = (
-    "Return a single number: a float, a 0-d array or a 0-d tensor (e.g. `float(...)`, or `.sum()` "
-    "without keepdims), not an array that holds one entry."
+    "Return a single number: a float, a 0-d array or a 0-d tensor (a Python `float`, or a "
+    "`.sum()` that drops its axes), not an array that holds one entry."
 )
 DS_SHAPE_HINT = (
-    'Return a single number for the image. The penalty is sum_i (tau - sum_t alpha_ti)^2 (Xu et '
-    'al. 2015, eq. (14)). First the coverage of each location, c_i = sum_t alpha_ti: add the '
-    'weights down the steps, one number per location (shape (L,)). Then the squared gap (tau - '
-    'c_i)^2 of each location, added up over the L locations into a single number.'
+    "Return a single number for the image. " + DS_RULE
 )
 
 
@@ -210,11 +204,11 @@ def doubly_stochastic_penalty_cases(seed: int = 0) -> list[Case]:
                       softmax(3.0 * rng.normal(size=(3, 6))), 0.8),
         _penalty_case("the paper's tau = 1: steps=4, L=8", softmax(3.0 * rng.normal(size=(4, 8))), 1.0,
                       "tau = 1 is the paper's value. With fewer steps than locations the coverages add up "
-                      "to steps < L, so the penalty cannot reach 0 here. " + DS_RULE),
+                      "to fewer than L, so the penalty cannot reach 0 here. " + DS_RULE),
         _penalty_case("the chapter's 4 x 12 grid with tau = steps / L, the coverage of perfectly even "
                       "attention (which would give 0): steps=3, L=48, tau=0.0625",
                       softmax(2.0 * rng.normal(size=(3, 48))), 3 / 48,
-                      "tau = steps / L is what every location receives when the attention is spread "
+                      "The number of steps over L is what every location receives when the attention is spread "
                       "perfectly evenly; these weights are not even, so the penalty is positive. " + DS_RULE),
         _penalty_case("a single step: steps=1, L=5, tau=0.5", softmax(rng.normal(size=(1, 5))), 0.5,
                       "With one step the weights still have two axes, (1, L), and the coverage of "
@@ -293,81 +287,71 @@ RF_NAME = "check_reinforce_loss"
 RF_OUTPUTS = ("loss", "gradient wrt log_probs", "gradient wrt rewards")
 
 RF_RULE = (
-    'loss = -(1/B) sum_b (R_b - b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - '
-    'b, held constant (no gradient may flow through it), times the log-probability of its whole '
+    'For each image the advantage, its reward minus the baseline, held constant (no gradient '
+    'may flow through it), times the log-probability of its whole '
     'sequence of sampled locations; then the mean over the batch, with a minus sign because the '
     'optimiser minimises the loss (Xu et al. 2015, eqs. (11)-(12); Williams 1992).'
 )
 RF_SIGN_HINT = (
     "The sign is flipped. The optimiser minimises the loss, so the loss is minus the REINFORCE "
-    "objective: -(R - b) sum_t log alpha_{t, s_t}. A gradient step then raises the probability of "
-    "the sampled locations when R > b and lowers it when R < b; with your sign it does the opposite."
+    "objective. A gradient step then raises the probability of the sampled locations when the "
+    "reward beats the baseline and lowers it otherwise; with your sign it does the opposite."
 )
 RF_NO_BASELINE_HINT = (
-    "The baseline is ignored: you weighted the log-probabilities by R instead of R - b. Subtract "
-    "the baseline from every reward: the advantage R - b says whether this sample did better (> 0) "
+    "The baseline is ignored: you weighted the log-probabilities by the reward itself. Subtract "
+    "the baseline from every reward: the advantage says whether this sample did better (> 0) "
     "or worse (< 0) than usual."
 )
-RF_BASELINE_ADDED_HINT = "You added the baseline, R + b: subtract it, the advantage is R - b."
+RF_BASELINE_ADDED_HINT = "You added the baseline to the reward: the advantage subtracts it."
 RF_BATCH_BASELINE_HINT = (
     "You used the batch's mean reward as the baseline. Use the argument `baseline`, b (the chapter "
-    "keeps it as a moving average across batches): the advantage is R - b."
+    "keeps it as a moving average across batches): the advantage is the reward minus it."
 )
 RF_SUM_BATCH_HINT = (
-    "You summed over the batch. Take the mean over the images, (1/B) sum_b, so that the size of a "
+    "You summed over the batch. Take the mean over the images, so that the size of a "
     "gradient step does not grow with the batch size."
 )
 RF_MEAN_STEPS_HINT = (
-    'You averaged the log-probabilities over the steps. log p(s | a) is the log-probability of '
-    'the whole sequence of locations, the product of the alpha_{t, s_t}: its log adds the steps '
+    'You averaged the log-probabilities over the steps. What REINFORCE weights is the '
+    'log-probability of the whole sequence of locations, the product of the alpha_{t, s_t}: its log adds the steps '
     'up.'
 )
 RF_DETACH_HINT = (
-    'The gradient reaches the rewards: d loss / d rewards is not zero. In REINFORCE the advantage'
-    ' R - b is a constant weight: cut it from the graph, so that backward() reaches log_probs '
+    'The gradient reaches the rewards: the loss changes with them. In REINFORCE the advantage'
+    ' is a constant weight: cut it from the graph, so that backward() reaches log_probs '
     'only. (In the model R is the log-likelihood of the labels: with the gradient flowing into '
-    'it, backward() would also push the decoder to raise R, weighted by -log p(s), which is not '
+    'it, backward() would also push the decoder to raise R, weighted by the negative log-probability, which is not '
     'part of REINFORCE.)'
 )
 RF_LOG_PROBS_CUT_HINT = (
-    "No gradient reached log_probs: did you detach them? Detach only the advantage R - b; the "
+    "No gradient reached log_probs: did you detach them? Detach only the advantage; the "
     "log-probabilities must keep their gradient, it is what trains the attention."
 )
 RF_PER_IMAGE_HINT = (
     "You returned one loss per image, shape (batch,). Average them over the batch into one scalar: "
-    "`.mean()`."
+    "the mean."
 )
 RF_PER_STEP_HINT = (
     "You returned one loss per image and step, shape (batch, steps). Sum over the steps, then "
     "average over the batch, into one scalar."
 )
 RF_SCALAR_HINT = (
-    "Return a scalar tensor, shape (): the mean over the batch of -(R_b - b) sum_t log alpha_{t, s_t}."
+    "Return a scalar tensor, shape (): the mean over the batch of each image's minus advantage "
+    "times its sequence's log-probability."
 )
 RF_GRAPH_HINT = (
     'Return the loss as a torch tensor computed from log_probs with torch operations: converting '
     'to a Python number or a NumPy array on the way (or building a new tensor from one) cuts it '
-    'off from log_probs, and backward() would have nothing to reach. loss = -(1/B) sum_b (R_b - '
-    'b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - b, held constant, times the '
-    'log-probability of its whole sequence of sampled locations; then the mean over the batch, '
-    'with a minus sign because the optimiser minimises the loss (Xu et al. 2015, eqs. (11)-(12); '
-    'Williams 1992).'
+    'off from log_probs, and backward() would have nothing to reach. ' + RF_RULE
 )
 RF_CUT_HINT = (
-    'Hold only the advantage R - b constant, not log_probs nor the whole loss, and do not compute'
-    ' the loss with gradients switched off: backward() must reach log_probs. loss = -(1/B) sum_b '
-    '(R_b - b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - b, held constant, '
-    'times the log-probability of its whole sequence of sampled locations; then the mean over the'
-    ' batch, with a minus sign because the optimiser minimises the loss (Xu et al. 2015, eqs. '
-    '(11)-(12); Williams 1992).'
+    'Hold only the advantage constant, not log_probs nor the whole loss, and do not compute'
+    ' the loss with gradients switched off: backward() must reach log_probs. ' + RF_RULE
 )
 RF_BACKWARD_HINT = (
     'Build the loss out of log_probs with ordinary torch operations, do not change log_probs in '
-    'place, and do not call backward() yourself: the check calls it on the loss you return. loss '
-    '= -(1/B) sum_b (R_b - b) sum_t log alpha_{t, s_t}: for each image the advantage R_b - b, '
-    'held constant, times the log-probability of its whole sequence of sampled locations; then '
-    'the mean over the batch, with a minus sign because the optimiser minimises the loss (Xu et '
-    'al. 2015, eqs. (11)-(12); Williams 1992).'
+    'place, and do not call backward() yourself: the check calls it on the loss you return. '
+    + RF_RULE
 )
 
 

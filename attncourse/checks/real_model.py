@@ -26,10 +26,10 @@ from attncourse.pretrained.quants import dequantize, q4_1_parts
 
 # --------------------------------------------------------------------------- RMSNorm
 
-RMS_HINT = ("RMSNorm divides x by sqrt(mean(x**2 over the last axis) + eps) and multiplies by the "
-            "gain g; it does not subtract the mean.")
+RMS_HINT = ("RMSNorm divides x by the root of (the mean of its squares over the last axis, plus eps) "
+            "and multiplies by the gain g; it does not subtract the mean.")
 RMS_CENTRED_HINT = "You subtracted the mean, as LayerNorm does: RMSNorm keeps it and divides by the root mean square."
-RMS_EPS_OUTSIDE_HINT = "eps goes inside the square root: sqrt(mean(x**2) + eps), not sqrt(mean(x**2)) + eps."
+RMS_EPS_OUTSIDE_HINT = "eps goes inside the square root, added to the mean square, not to its root."
 
 
 def reference_rms_norm(x: np.ndarray, g: np.ndarray, eps: float) -> np.ndarray:
@@ -78,7 +78,8 @@ def check_rms_norm(fn: Callable[[np.ndarray, np.ndarray, float], Any]) -> CheckR
 # --------------------------------------------------------------------------- Q4_1
 
 Q4_1_HINT = ("A block is 20 bytes: float16 scale d (bytes 0-1), float16 minimum m (bytes 2-3), then 16 "
-             "bytes; byte i holds code i in its low 4 bits and code i + 16 in its high 4 bits; w = d * q + m.")
+             "bytes; byte i holds code i in its low 4 bits and code i + 16 in its high 4 bits; a weight is its "
+             "code scaled by d, plus m.")
 Q4_1_NEIGHBOURS_HINT = ("You read the two nibbles of byte i as codes 2i and 2i + 1: in Q4_1 the low nibbles are "
                         "codes 0-15 and the high nibbles codes 16-31.")
 Q4_1_HIGH_FIRST_HINT = "You put the high nibbles first: the low nibbles are codes 0-15, the high ones 16-31."

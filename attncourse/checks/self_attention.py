@@ -31,17 +31,17 @@ from attncourse.functional import (
 # --------------------------------------------------------------------------- softmax
 
 SOFTMAX_FORMULA_HINT = (
-    "softmax(x)_i = exp(x_i) / sum_j exp(x_j): exponentiate, then divide by the sum "
-    "along `axis`, so that every slice along `axis` sums to 1."
+    "Softmax exponentiates every logit, then divides each exponential by the sum of the "
+    "exponentials of its slice along `axis`, so that every slice along `axis` sums to 1."
 )
 SOFTMAX_MAX_HINT = (
-    'exp() of a large logit overflows to inf, and inf / inf is NaN. Softmax does not change when '
-    'the same constant is subtracted from every logit along `axis`: choose, for each slice, the '
-    'constant that makes the largest exponential exp(0) = 1.'
+    'The exponential of a large logit overflows to infinity, and infinity over infinity is NaN. '
+    'Softmax does not change when the same constant is subtracted from every logit along `axis`: '
+    'choose, for each slice, the constant that turns its largest exponential into 1.'
 )
 SOFTMAX_GLOBAL_MAX_HINT = (
-    'You subtract a single max of the whole array, so a row far below it underflows to exp(-1000)'
-    ' = 0 and gives 0 / 0 = NaN. Each slice along `axis` needs its own maximum.'
+    'You subtract a single max of the whole array, so every exponential of a row far below it '
+    'underflows to 0, and 0 over 0 is NaN. Each slice along `axis` needs its own maximum.'
 )
 SOFTMAX_WHOLE_SUM_HINT = (
     'Your result sums to 1 over the whole array instead of along `axis`. Each slice along `axis` '
@@ -61,7 +61,7 @@ SOFTMAX_KEEPDIMS_HINT = (
 )
 SOFTMAX_SHAPE_HINT = (
     "softmax returns an array of the same shape as x; only the max and the sum inside it "
-    "are reduced (with keepdims=True)."
+    "are reduced (keeping the reduced axis, with length 1)."
 )
 SOFTMAX_SUM_HINT = "Every slice along `axis` should sum to 1: divide the exponentials by their sum."
 
@@ -130,13 +130,13 @@ def softmax_cases(seed: int = 0) -> list[Case]:
             "Each row is a softmax of its own: what does each row's sum have to be divided by?",
         ),
         _softmax_case("large logits [1000, 1001, 1002]", [1000.0, 1001.0, 1002.0], -1, SOFTMAX_MAX_HINT,
-                      "What does np.exp(1000.0) return? And how does the softmax of x compare "
-                      "with the softmax of x - c, for a constant c?"),
+                      "What does np.exp return for 1000? And does the softmax change when the "
+                      "same constant is subtracted from every logit?"),
         _softmax_case(
             "rows shifted by a constant: the second row is the first plus 1000",
             [[1.0, 2.0, 3.0, 4.0], [1001.0, 1002.0, 1003.0, 1004.0]], -1,
             "Both rows must get the same weights, since softmax ignores a constant shift. "
-            "Subtract each row's own max, `x.max(axis=axis, keepdims=True)`.",
+            "Subtract each row's own maximum, kept with its reduced axis of length 1.",
             "Both rows must get the same weights: is what you subtract the same for every row?",
         ),
         _softmax_case(
@@ -146,8 +146,8 @@ def softmax_cases(seed: int = 0) -> list[Case]:
         ),
         _softmax_case(
             "softmax along axis=0 (columns)", rng.normal(size=(4, 3)), 0,
-            "With axis=0 each column sums to 1. " + SOFTMAX_AXIS_HINT,
-            "With axis=0 each column sums to 1: does your function use its `axis` argument?",
+            "Along axis 0 each column sums to 1. " + SOFTMAX_AXIS_HINT,
+            "Along axis 0 each column sums to 1: does your function use its `axis` argument?",
         ),
         _softmax_case(
             "a 3-D batch (2, 3, 4) along the last axis", 3 * rng.normal(size=(2, 3, 4)), -1,
@@ -201,27 +201,26 @@ def check_softmax(fn: Callable[..., Any]) -> CheckResult:
 
 # ------------------------------------------------------------ scaled dot-product attention
 
-SDP_PAIR_HINT = "Return both arrays, in this order: `return output, weights`."
-SDP_ORDER_HINT = "Your two results are swapped: return `(output, weights)`, output first."
+SDP_PAIR_HINT = "Return both arrays, in this order: the output, then the weights."
+SDP_ORDER_HINT = "Your two results are swapped: the output comes first, then the weights."
 SDP_OUTPUT_T_HINT = (
-    "Your output is transposed: it must be (tgt_len, d_v), one row per query. Compute "
-    "`weights @ v` with weights (tgt_len, src_len) and v (src_len, d_v)."
+    "Your output is transposed: it must be (tgt_len, d_v), one row per query. Multiply the "
+    "weights, (tgt_len, src_len), by the values, (src_len, d_v), in that order."
 )
 SDP_WEIGHTS_T_HINT = (
     "Your weights are transposed: they must be (tgt_len, src_len), one row per query, "
-    "from scores = q @ k.T (not k @ q.T)."
+    "from scores that pair each query (a row of q, on the left) with each key (a row of k)."
 )
 SDP_NO_SCALE_HINT = (
-    "The scores are not scaled: divide q @ k.T by sqrt(d_k), with d_k = k.shape[-1], before the "
-    "softmax (equation 1 of Vaswani et al. 2017). Without it, large d_k makes the softmax too peaked."
+    "The scores are not scaled: divide them by the square root of d_k, the width of a key, "
+    "before the softmax (equation 1 of Vaswani et al. 2017). Without it, large d_k makes the softmax too peaked."
 )
 SDP_DK_HINT = (
-    "You divided the scores by d_k; equation (1) divides by its square root: "
-    "`scores / np.sqrt(d_k)`."
+    "You divided the scores by d_k; equation (1) divides them by its square root."
 )
 SDP_QUERY_AXIS_HINT = (
     "Your softmax runs over the query axis (axis 0), so columns sum to 1. Each query's "
-    "weights over the keys must sum to 1: take the softmax along the key axis, `axis=-1`."
+    "weights over the keys must sum to 1: take the softmax along the key axis, the last one."
 )
 SDP_INVERTED_HINT = (
     "The mask is used the wrong way round. In this course True means *may attend*: keep the "
@@ -230,7 +229,7 @@ SDP_INVERTED_HINT = (
 SDP_NAN_ROW_HINT = (
     "A query whose mask row is all False has no key to attend to, and filling every one of its "
     "scores with -inf gives 0 / 0 = NaN. Give such rows zero weights (and so a zero output), "
-    "e.g. by zeroing the weights of rows where `~mask.any(axis=-1)`."
+    "for example by zeroing the weights of the rows whose mask holds no True entry."
 )
 SDP_UNIFORM_ROW_HINT = (
     "A fully masked row (every mask entry False) got uniform weights 1/src_len: filling all its "
@@ -248,7 +247,7 @@ SDP_MASK_AFTER_HINT = (
 )
 SDP_OUTPUT_HINT = (
     "Your weights are right but the output is not: the output is the weighted sum of the "
-    "values, `weights @ v`."
+    "values: the weights times v."
 )
 
 
@@ -338,11 +337,11 @@ def scaled_dot_product_cases(seed: int = 0) -> list[Case]:
     """The hidden cases of :func:`check_scaled_dot_product`, random ones drawn with ``seed``."""
     rng = np.random.default_rng(seed)
     equation = (
-        "Follow equation (1): scores = q @ k.T, divide by sqrt(d_k), softmax over the keys "
-        "(last axis), then multiply the weights by v."
+        "Follow equation (1): the product of queries and keys, divided by the square root of "
+        "d_k, a softmax over the keys (last axis), then the weights times the values."
     )
     shapes = (
-        "With tgt_len != src_len and d_k != d_v every shape tells: scores and weights are "
+        "With tgt_len, src_len, d_k and d_v all different, every shape tells: scores and weights are "
         "(tgt_len, src_len), the output is (tgt_len, d_v). " + equation
     )
     causal = np.tril(np.ones((5, 5), dtype=bool))
@@ -435,32 +434,34 @@ def check_scaled_dot_product(fn: Callable[..., Any]) -> CheckResult:
 
 MASK_UPPER_HINT = (
     "You built the upper triangle. Row i is query position i and column j key position j; "
-    "position i may attend to j <= i, which is the lower triangle: `np.tril`, not `np.triu`."
+    "position i may attend to every j up to i, which is the lower triangle: `np.tril`, not "
+    "`np.triu`."
 )
 MASK_DIAGONAL_HINT = (
-    "The diagonal is missing: a position may attend to itself (j <= i, not j < i). "
-    "Use `np.tril(..., k=0)`, the default, not k=-1."
+    "The diagonal is missing: a position may attend to itself. `np.tril` keeps the main "
+    "diagonal by default; an offset below it drops the diagonal too."
 )
 MASK_INVERTED_HINT = (
     "True and False are swapped. In this course True means *may attend*, so the lower "
     "triangle with its diagonal is True (torch's `key_padding_mask` uses the opposite)."
 )
 MASK_DTYPE_HINT = (
-    "The pattern is right but the dtype is {dtype}; masks must be boolean. Inside `x[...]` "
-    "NumPy reads an integer array as indices and rejects a float one; only a bool array selects "
-    "entries. Build the mask with `dtype=bool` or finish with `.astype(bool)`."
+    "The pattern is right but the dtype is {dtype}; masks must be boolean. Used as an index, "
+    "an integer array is read as positions and a float one is rejected; only a bool array "
+    "selects entries. Build the mask as booleans, or convert it at the end."
 )
 MASK_ALL_TRUE_HINT = (
     "Every position may attend to every other one here; a causal mask lets position i see only "
-    "j <= i, so the entries above the diagonal must be False."
+    "the keys up to i, so the entries above the diagonal must be False."
 )
 MASK_SHAPE_HINT = (
     "Return a square (seq_len, seq_len) array: row i is query position i, column j key "
     "position j."
 )
 MASK_SINGLE_HINT = (
-    "With seq_len=1 the only position may still attend to itself: the mask is [[True]], of "
-    "shape (1, 1). Watch out for `.squeeze()`, ranges that start at 1, and special cases for n=1."
+    "With a single position, it may still attend to itself: the mask is [[True]], of shape "
+    "(1, 1). Watch out for squeezing axes away, ranges that start at 1, and special cases for "
+    "length 1."
 )
 
 
@@ -500,7 +501,7 @@ def causal_mask_cases() -> list[Case]:
             diagnose=_diagnose_causal_mask,
         )
 
-    lower = "Position i may attend to positions j <= i: True on and below the diagonal."
+    lower = "Position i may attend to every position up to i: True on and below the diagonal."
     return [
         case("seq_len=4", 4, lower),
         case("a single position, seq_len=1", 1, MASK_SINGLE_HINT),

@@ -41,36 +41,35 @@ _RTOL = 1e-4
 # --------------------------------------------------------------------------- GRU cell
 
 GRU_EQUATIONS = (
-    "torch's GRUCell: r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z = sigmoid(W_iz x + b_iz + "
-    "W_hz h + b_hz), n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h_new = (1 - z) * n + z * h."
+    "In torch's GRUCell the reset gate r and the update gate z are sigmoids of the input's "
+    "and the state's gate parts, biases included; the candidate n is the tanh of the input's "
+    "part plus r times the state's part (its bias included); the new state takes the share "
+    "1 minus z of n and the share z of the old state h."
 )
 GRU_LAYOUT_HINT = (
     "The weights are in torch's layout: w_ih is (3*hidden_dim, input_dim), w_hh is (3*hidden_dim,"
     ' hidden_dim), their rows stacked as [r; z; n]. One product of the input with all of w_ih '
     '(and one of the state with all of w_hh), biases added, gives the pre-activations of the '
-    "three gates side by side; cut each into three equal parts. torch's GRUCell: r = sigmoid(W_ir"
-    ' x + b_ir + W_hr h + b_hr), z = sigmoid(W_iz x + b_iz + W_hz h + b_hz), n = tanh(W_in x + '
-    'b_in + r * (W_hn h + b_hn)), h_new = (1 - z) * n + z * h.'
+    "three gates side by side; cut each into three equal parts. " + GRU_EQUATIONS
 )
 GRU_Z_SWAP_HINT = (
     "z and 1 - z are swapped. In torch's GRUCell, as in Cho et al. (2014) eq. (7), the update "
-    "gate z is the share of the old state that is kept: h_new = (1 - z) * n + z * h. "
+    "gate z is the share of the old state that is kept, and 1 minus z the candidate's share. "
     "(Bahdanau et al. 2015, appendix A.1.1, write the same unit with z on the new state; "
     "with torch's weights z must multiply h.)"
 )
 GRU_RESET_BIAS_HINT = (
-    'The reset gate must multiply the bias b_hn too: n = tanh(W_in x + b_in + r * (W_hn h + '
-    "b_hn)). You computed r * (W_hn h) + b_hn: the state's candidate part, bias included, is what"
-    ' r scales.'
+    "The reset gate must multiply the bias b_hn too: you added b_hn after scaling the state's "
+    "candidate part by r, but that part, bias included, is what r scales."
 )
 GRU_RESET_NO_BIAS_HINT = (
-    'The bias b_hn is missing from the candidate: n = tanh(W_in x + b_in + r * (W_hn h + b_hn)). '
-    "The state's candidate part includes its bias, and r scales all of it."
+    "The bias b_hn is missing from the candidate. The state's candidate part includes its "
+    "bias, and r scales all of it."
 )
 GRU_RESET_BEFORE_HINT = (
-    "You reset the state before the matrix product, W_hn (r * h) + b_hn, as Cho et al. (2014) "
-    "write in eq. (8). torch's GRUCell, whose weights this exercise uses, resets after it: "
-    "n = tanh(W_in x + b_in + r * (W_hn h + b_hn)). The two are different functions of the weights."
+    "You reset the state before the matrix product, as Cho et al. (2014) write in eq. (8). "
+    "torch's GRUCell, whose weights this exercise uses, resets after it: r scales the product "
+    "of the state with its weights, bias included. The two are different functions of the weights."
 )
 GRU_ORDER_HINT = (
     "The gates are read in the wrong order: torch stacks the rows of w_ih, w_hh, b_ih and b_hh "
@@ -82,17 +81,17 @@ GRU_ACTIVATION_HINT = (
     "much of the old state to use and to keep); the candidate n uses tanh (values in (-1, 1))."
 )
 GRU_NO_BIAS_HINT = (
-    "The biases are missing: add b_ih to x @ w_ih.T and b_hh to h @ w_hh.T (torch's GRUCell "
-    "has both)."
+    "The biases are missing: add b_ih to the input's product with its weights and b_hh to the "
+    "state's (torch's GRUCell has both)."
 )
 GRU_CANDIDATE_HINT = (
-    "You returned the candidate n; the new state mixes it with the old state: "
-    "h_new = (1 - z) * n + z * h."
+    "You returned the candidate n; the new state mixes it with the old state, with the update "
+    "gate z as the old state's share."
 )
 GRU_OVERFLOW_HINT = (
-    "NaN where the gates saturate: exp(a) / (1 + exp(a)) is inf / inf for a > 709. Write the "
-    "sigmoid so that nothing overflows, e.g. 0.5 * (1 + np.tanh(0.5 * a)), which is the same "
-    "function."
+    "NaN where the gates saturate: the exponential of a pre-activation above 709 overflows, "
+    "and infinity over infinity is NaN. Write the sigmoid so that nothing overflows, for "
+    "example through np.tanh of half its input, which gives the same function."
 )
 GRU_TRANSPOSED_HINT = (
     "Your result is transposed: h_new must be (batch, hidden_dim), one row per sequence of the "
@@ -100,8 +99,8 @@ GRU_TRANSPOSED_HINT = (
 )
 GRU_STACKED_HINT = (
     "Your result has 3 * hidden_dim columns: the pre-activations of r, z and n side by side. "
-    "Split them into three chunks of hidden_dim columns, np.split(..., 3, axis=-1), and combine "
-    "them into h_new (batch, hidden_dim)."
+    "Split them into three chunks of hidden_dim columns along the last axis (np.split), and "
+    "combine them into h_new (batch, hidden_dim)."
 )
 GRU_SHAPE_HINT = "h_new has the shape of h: (batch, hidden_dim)."
 
@@ -292,8 +291,8 @@ def check_gru_cell(fn: Callable[..., Any]) -> CheckResult:
 # ----------------------------------------------------------------------- padding mask
 
 PAD_RULE = (
-    "Sequences are padded at the end: in row b, position j is a real token (True) when "
-    "j < lengths[b] and padding (False) otherwise."
+    "Sequences are padded at the end: in row b, a position is a real token (True) when it "
+    "comes before that sequence's length, and padding (False) otherwise."
 )
 PAD_INVERTED_HINT = (
     "True and False are swapped. In this course True marks a real token, a position that may "
@@ -301,7 +300,7 @@ PAD_INVERTED_HINT = (
 )
 PAD_OFF_BY_ONE_HINT = (
     "One position too many is True: a sequence of length L has its real tokens at positions "
-    "0 .. L-1, so compare with `<`, not `<=`."
+    "0 .. L-1, so position L itself is already padding."
 )
 PAD_ONE_SHORT_HINT = (
     "One real token is missing: positions 0 .. L-1 are all real, the last one (L-1) included; "
@@ -309,21 +308,21 @@ PAD_ONE_SHORT_HINT = (
 )
 PAD_LEFT_HINT = (
     "Your padding is at the start of each row. In this course sequences are padded at the end: "
-    "position j is real when j < length."
+    "the first length positions are real."
 )
 PAD_DTYPE_HINT = (
-    "The pattern is right but the dtype is {dtype}; masks must be boolean. Inside `x[...]` "
-    "NumPy reads an integer array as indices and rejects a float one; only a bool array selects "
-    "entries. A comparison gives bool directly; otherwise finish with `.astype(bool)`."
+    "The pattern is right but the dtype is {dtype}; masks must be boolean. Used as an index, "
+    "an integer array is read as positions and a float one is rejected; only a bool array "
+    "selects entries. A comparison gives booleans directly; otherwise convert at the end."
 )
 PAD_MAX_LEN_HINT = (
-    "Your mask has max(lengths) columns; it must have max_len columns, which can be more than the "
+    "Your mask has as many columns as the longest sequence; it must have max_len columns, which can be more than the "
     "longest sequence (a batch padded to a fixed length). Use the max_len argument."
 )
 PAD_TRANSPOSED_HINT = "Your mask is transposed: it must be (batch, max_len), one row per sequence."
 PAD_SHAPE_HINT = (
     "Return a (batch, max_len) array, one row per sequence, even when batch or max_len is 1: "
-    "watch out for `.squeeze()`."
+    "watch out for squeezing axes away."
 )
 
 
@@ -436,35 +435,35 @@ def check_padding_mask(fn: Callable[..., Any]) -> CheckResult:
 # ------------------------------------------------------------- Bahdanau alignment score
 
 SCORE_LAYOUT_HINT = (
-    "Follow e_j = v_a^T tanh(W_a s_prev + U_a h_j) in the paper's layout, w_a (attn_dim, "
-    "query_dim) and u_a (attn_dim, key_dim): `w_a @ s_prev` is (attn_dim,); `h @ u_a.T` is "
-    "(src_len, attn_dim), one row U_a h_j per source position; add them (the first broadcasts "
-    "over the rows), take tanh, then `@ v_a`."
+    "Follow the paper's score, v_a applied to the tanh of W_a on the decoder state plus U_a "
+    "on each annotation, in the paper's layout, w_a (attn_dim, query_dim) and u_a (attn_dim, "
+    "key_dim): W_a on the state is one vector of attn_dim; U_a on every annotation at once is "
+    "(src_len, attn_dim), one row per source position; add them (the vector broadcasts over "
+    "the rows), take tanh, then reduce each row to one number with v_a."
 )
 SCORE_NO_TANH_HINT = (
-    "The tanh is missing: e_j = v_a^T tanh(W_a s_prev + U_a h_j). Without it the score is linear "
+    "The tanh is missing: it goes between the sum of the two projections and v_a. Without it the score is linear "
     "in s_prev and h_j, a one-layer network with no hidden nonlinearity."
 )
 SCORE_TANH_OUTSIDE_HINT = (
-    "tanh goes inside, on the attn_dim-vector W_a s_prev + U_a h_j, before the product with "
-    "v_a; you applied it to the score after it."
+    "tanh goes inside, on the attn_dim-vector that sums the two projections, before the "
+    "product with v_a; you applied it to the score after it."
 )
 SCORE_SWAPPED_HINT = (
-    "W_a and U_a are swapped: W_a acts on the decoder state (`w_a @ s_prev`), U_a on each "
-    "annotation (`h @ u_a.T`)."
+    "W_a and U_a are swapped: W_a acts on the decoder state, U_a on each annotation."
 )
 SCORE_TRANSPOSED_HINT = (
     "A weight matrix is used transposed. In the paper's layout w_a is (attn_dim, query_dim) "
-    "and u_a is (attn_dim, key_dim), acting on column vectors: W_a s_prev is `w_a @ s_prev`, "
-    "and U_a h_j for every row of h at once is `h @ u_a.T`."
+    "and u_a is (attn_dim, key_dim), acting on column vectors; the annotations are the rows "
+    "of h, so applying U_a to all of them at once takes u_a transposed, on the right."
 )
 SCORE_WEIGHTS_HINT = (
     "Your result sums to 1: those are the attention weights alpha_j, the softmax of the scores. "
     "This exercise asks for the scores e_j themselves; the softmax is the next step."
 )
 SCORE_HIDDEN_HINT = (
-    "You returned the hidden vectors tanh(W_a s_prev + U_a h_j), shape (src_len, attn_dim); "
-    "reduce each to one score with v_a: `hidden @ v_a`."
+    "You returned the hidden vectors after the tanh, shape (src_len, attn_dim); reduce each "
+    "to one score with v_a."
 )
 SCORE_1D_HINT = (
     "Return a 1-D array of scores, shape (src_len,), one per source position, not a row or a "
@@ -550,7 +549,7 @@ def additive_score_cases(seed: int = 0) -> list[Case]:
         _score_case(
             "v_a = 0, the paper's initialisation: every score is 0, query_dim=3, key_dim=2, "
             "attn_dim=4, src_len=3", rng, 3, 3, 2, 4, zero_v=True,
-            hint="With v_a = 0 every score e_j = v_a^T tanh(...) is 0; the weights (the next step) "
+            hint="With v_a = 0 every score is 0, whatever the tanh gives; the weights (the next step) "
                  "would be uniform. " + SCORE_LAYOUT_HINT,
         ),
         _score_case(
@@ -635,7 +634,7 @@ MSM_AFTER_HINT = (
 )
 MSM_PRODUCT_HINT = (
     'Multiplying the scores by the mask gives padded positions a score of 0, not a weight of 0: '
-    "exp(0) = 1 still takes weight. A padded position's score must be one whose exponential is "
+    "an exponential of 1 still takes weight. A padded position's score must be one whose exponential is "
     'exactly 0, set before the softmax.'
 )
 MSM_NO_MASK_HINT = (
@@ -648,18 +647,19 @@ MSM_AXIS_HINT = (
 )
 MSM_GLOBAL_MAX_HINT = (
     "NaN where the padded positions hold the largest scores: you subtract the row max over all "
-    "positions, padding included, so every real position underflows to exp(-1000) = 0 and the "
-    "row is 0 / 0. Take the max over the real positions only: fill the padded scores with -inf "
+    "positions, padding included, so every real position's exponential underflows to 0 and "
+    "the row is 0 over 0. Take the max over the real positions only: fill the padded scores with -inf "
     "first, then subtract the row max."
 )
 MSM_NO_MAX_HINT = (
-    "exp() of a large score overflows to inf, and inf / inf is NaN. Subtract each row's max (over "
+    "The exponential of a large score overflows to infinity, and infinity over infinity is "
+    "NaN. Subtract each row's max (over "
     "its real positions) before exponentiating; the softmax does not change."
 )
 MSM_NAN_ROW_HINT = (
     "A fully padded row (a source sentence of length 0) has no position to attend to, and dividing "
     "by its total weight of 0 gives 0 / 0 = NaN (as happens after filling every score with -inf). "
-    "Give such rows zero weights, e.g. by zeroing the rows where `~mask.any(axis=-1)`."
+    "Give such rows zero weights, for example by zeroing the rows whose mask holds no True."
 )
 MSM_UNIFORM_ROW_HINT = (
     "A fully padded row got uniform weights 1/src_len: filling all its scores with the same large "

@@ -32,8 +32,8 @@ from attncourse.functional.quantize import dequantize_int8, quantize_int8
 
 BYTES_HINT = (
     "Per token and layer, multi-head and grouped-query attention cache a key and a value of d_head "
-    "numbers for each of the num_kv_heads heads: 2 * num_kv_heads * d_head; MLA caches the latent "
-    "and the one shared rotary key: latent_dim + rope_dim. Multiply by num_layers and bytes."
+    "numbers for each of the num_kv_heads heads; MLA caches the latent and the one shared "
+    "rotary key, both widths together. Multiply by the layers and the bytes per number."
 )
 BYTES_NO_VALUES_HINT = "Both keys and values are cached: count 2 vectors per key/value head."
 BYTES_ROPE_PER_HEAD_HINT = "MLA's rotary key k^R is shared by all heads (eq. 16): count rope_dim once, not per head."
@@ -132,8 +132,9 @@ def check_block_lookup(fn: Callable[[list, int, int], Any]) -> CheckResult:
 
 # --------------------------------------------------------------------------- per-channel int8
 
-CHANNEL_HINT = ("One scale per channel: s_c = max over tokens of |x[:, c]| / 127, q = round(x / s), "
-                "clamped to -127..127 (an all-zero channel keeps scale 1); return s * q.")
+CHANNEL_HINT = ("One scale per channel: the channel's largest magnitude over the tokens maps to 127; "
+                "each entry is divided by its channel's scale, rounded and clamped to -127..127 (an "
+                "all-zero channel keeps scale 1); return the codes times their scales.")
 CHANNEL_PER_TOKEN_HINT = "You scaled each token (row) by its own maximum: reduce over the tokens (axis 0) instead."
 
 
@@ -173,10 +174,13 @@ def check_per_channel_int8(fn: Callable[[torch.Tensor], Any]) -> CheckResult:
 
 # --------------------------------------------------------------------------- residual distribution
 
-RESIDUAL_HINT = ("After a rejection the token comes from max(0, p - q), normalised to sum 1; "
-                 "where p <= q everywhere (p = q) return zeros: that branch is never taken.")
-RESIDUAL_UNNORMALISED_HINT = "Divide max(0, p - q) by its sum: the residual is a distribution."
-RESIDUAL_ABS_HINT = "Keep only where p > q: max(0, p - q), not |p - q|."
+RESIDUAL_HINT = ("After a rejection the token comes from the part of the target's probabilities "
+                 "that exceeds the draft's (zero where it does not), normalised to sum 1; where the "
+                 "target never exceeds the draft (equal distributions) return zeros: that branch "
+                 "is never taken.")
+RESIDUAL_UNNORMALISED_HINT = "Normalise the positive part by its sum: the residual is a distribution."
+RESIDUAL_ABS_HINT = ("Keep only where the target's probability exceeds the draft's, zero elsewhere, "
+                     "not the size of the difference.")
 
 
 def _residual_diagnose(got: Any, case: Case) -> str | None:

@@ -20,13 +20,15 @@ from attncourse.checks.core import Case, CheckResult, run_cases
 from attncourse.train.schedule import warmup_inverse_sqrt
 
 SCHEDULE_HINT = (
-    "lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (Vaswani et al. eq. 3): it rises "
-    "linearly for `warmup` steps, peaks at step == warmup, then decays as 1/sqrt(step)."
+    "The rate (Vaswani et al. eq. 3) is d_model to the power -0.5 times the smaller of two "
+    "terms: it rises linearly for `warmup` steps, peaks at the end of the warm-up, then decays "
+    "as one over the square root of the step."
 )
 SMOOTHING_HINT = (
     "With label smoothing epsilon the target puts 1 - epsilon on the gold token and spreads "
     "epsilon evenly over all V tokens (the gold one included); the loss is the cross-entropy "
-    "-sum_v q(v) log p(v), averaged over the positions whose target is not padding."
+    "between that target and the model's predicted distribution, averaged over the positions "
+    "whose target is not padding."
 )
 
 
@@ -38,11 +40,12 @@ def _schedule_diagnose(got: Any, case: Case) -> str | None:
         return None
     no_scale = np.minimum(steps**-0.5, steps * warmup**-1.5)
     if np.allclose(got, no_scale, rtol=1e-6):
-        return "You left out the factor d_model^-0.5 in front of the min(...)."
+        return "You left out the factor d_model^-0.5 in front of the smaller of the two terms."
     if np.allclose(got, d_model**-0.5 * np.maximum(steps**-0.5, steps * warmup**-1.5), rtol=1e-6):
-        return "Use min(...), not max(...): the smaller of the two terms is the rate at each step."
+        return "Take the smaller of the two terms, not the larger: it is the rate at each step."
     if np.allclose(got, d_model**-0.5 * np.minimum(steps**-0.5, steps * warmup**-0.5), rtol=1e-6):
-        return "The warm-up term is step * warmup^-1.5 (so that both terms meet at step == warmup)."
+        return ("The warm-up term grows linearly with the step, scaled so that both terms meet at "
+                "the last warm-up step.")
     return None
 
 
@@ -98,7 +101,7 @@ def _smoothing_diagnose(got: Any, case: Case) -> str | None:
     others = (1 - epsilon) * -log_p[keep, target[keep]] + epsilon / (vocab - 1) * -(
         log_p[keep].sum(-1) - log_p[keep, target[keep]])
     if np.isclose(value, others.mean(), rtol=1e-6):
-        return "Spread epsilon over all V tokens, the gold one included (epsilon / V each), as torch does."
+        return "Spread epsilon over all V tokens, the gold one included (an equal share each), as torch does."
     return None
 
 

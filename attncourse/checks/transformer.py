@@ -30,23 +30,23 @@ from attncourse.nn.attention import merge_heads, split_heads
 # --------------------------------------------------------------------------- split_heads
 
 SPLIT_EXPLAIN = (
-    "Head i owns the contiguous block of features x[..., i*d_k:(i+1)*d_k]. Reshape "
+    "Head i owns the i-th contiguous block of d_k features of each token. Reshape "
     "(batch, seq_len, d_model) to (batch, seq_len, num_heads, d_k), then swap the seq_len and "
-    "num_heads axes with .transpose(1, 2), giving (batch, num_heads, seq_len, d_k)."
+    "num_heads axes (a transpose), giving (batch, num_heads, seq_len, d_k)."
 )
 SPLIT_NO_TRANSPOSE_HINT = (
     "Right shape, wrong numbers: you reshaped straight to (batch, num_heads, seq_len, d_k). A reshape "
     "keeps the memory order, so that cuts the sequence into pieces instead of cutting each token's "
-    "features. Reshape to (batch, seq_len, num_heads, d_k) first, then .transpose(1, 2)."
+    "features. Reshape to (batch, seq_len, num_heads, d_k) first, then swap two axes."
 )
 SPLIT_SEQ_HEADS_HINT = (
     "The seq_len and num_heads axes are swapped: you returned (batch, seq_len, num_heads, d_k). "
-    "Finish with .transpose(1, 2) so that the heads come before the positions."
+    "Finish by swapping those two axes, so that the heads come before the positions."
 )
 SPLIT_STRIDED_HINT = (
-    "Each head got every num_heads-th feature (features i, i + h, i + 2h, ...) instead of a "
+    "Each head got every num_heads-th feature instead of a "
     "contiguous block: you reshaped the features to (d_k, num_heads) rather than (num_heads, d_k). "
-    "Reshape to (batch, seq_len, num_heads, d_k), then .transpose(1, 2)."
+    "Reshape to (batch, seq_len, num_heads, d_k), then swap the positions' and heads' axes."
 )
 SPLIT_DK_SEQ_HINT = (
     "The last two axes are swapped: you returned (batch, num_heads, d_k, seq_len). Transpose "
@@ -56,9 +56,9 @@ SPLIT_DK_SEQ_HINT = (
 # --------------------------------------------------------------------------- merge_heads
 
 MERGE_EXPLAIN = (
-    "Concat(head_1, ..., head_h) puts the heads' outputs side by side for each position: swap the "
-    "num_heads and seq_len axes back with .transpose(1, 2), giving (batch, seq_len, num_heads, d_v), "
-    "then .reshape(batch, seq_len, num_heads * d_v). After a transpose the tensor is not contiguous "
+    "The paper's Concat puts the heads' outputs side by side for each position: swap the "
+    "num_heads and seq_len axes back (a transpose), giving (batch, seq_len, num_heads, d_v), "
+    "then join the last two axes into one. After a transpose the tensor is not contiguous "
     "in memory, so .view needs .contiguous() first; .reshape copies when it must."
 )
 MERGE_NO_TRANSPOSE_HINT = (
@@ -69,8 +69,8 @@ MERGE_NO_TRANSPOSE_HINT = (
 )
 MERGE_STRIDED_HINT = (
     "The features are interleaved (head 1's first feature, head 2's first feature, ...) instead of "
-    "head 1's block, then head 2's block: you moved num_heads after d_v. Use .transpose(1, 2), which "
-    "gives (batch, seq_len, num_heads, d_v), then reshape."
+    "head 1's block, then head 2's block: you moved num_heads after d_v. Swap only the heads' and "
+    "positions' axes, which gives (batch, seq_len, num_heads, d_v), then reshape."
 )
 MERGE_SEQ_HINT = (
     "The result has the heads' axis where the positions should be: merge_heads returns "

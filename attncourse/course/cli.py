@@ -25,11 +25,11 @@ import yaml
 
 from attncourse.cli.options import EXIT_USAGE, Parser
 from attncourse.course.editions import chapter_editions, write_notebook
-from attncourse.course.exercises import chapter_exercises
+from attncourse.course.exercises import chapter_exercises, read_chapter
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
 from attncourse.course.notice import NOTICE
 from attncourse.course.rubrics import rubrics_markdown
-from attncourse.course.slides import write_decks
+from attncourse.course.slides import EXECUTED, executed_notebooks, write_decks
 
 COMMAND = "student-edition"
 #: The chapters' MyST sources in a checkout of the course.
@@ -51,7 +51,8 @@ point at the `.ipynb` files beside them.
 - `instructor/`: the whole chapters, solutions included, without outputs, with a rubric
   after each written solution; `instructor/rubrics.md`, every rubric; and
   `instructor/slides/<chapter>.slides.html`, a short reveal.js deck per chapter that opens
-  offline (keep the `reveal.js/` and `mathjax/` folders beside the decks).
+  offline (keep the `reveal.js/` and `mathjax/` folders beside the decks), with the
+  chapter's figures when the book was built first.
 - `nbgrader/`: an nbgrader course directory (`nbgrader_config.py`, `source/<chapter>/`), one
   assignment per chapter. Coding exercises: an answer cell and a read-only test cell worth
   {check} point(s); written exercises: a manually graded answer cell worth {written} point(s).
@@ -92,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only this chapter, e.g. 04_self_attention (repeat for more)")
     parser.add_argument("--markdown", action="store_true",
                         help="also write each student notebook as MyST markdown (.md)")
+    parser.add_argument("--executed", metavar="DIR", type=Path,
+                        help="folder of the executed chapters (<chapter>.ipynb) whose figures the "
+                             "slides show (default: the book build's, " + " or ".join(EXECUTED) + ")")
     parser.add_argument("--no-nbgrader", action="store_true", help="leave out the nbgrader folder")
     parser.add_argument("--overwrite", action="store_true",
                         help="write into OUT even if it holds files (same names are replaced)")
@@ -142,7 +146,16 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
     rubrics = out / "instructor" / "rubrics.md"
     rubrics.write_text(rubrics_markdown(exercises), encoding="utf-8")
     written.append(rubrics)
-    written += write_decks(students, out / "instructor" / "slides")
+    if args.executed is not None and not args.executed.is_dir():
+        raise ValueError(f"--executed {str(args.executed)!r} is not a folder")
+    read = {path.stem: read_chapter(path) for path in chapters}
+    executed = (executed_notebooks(args.executed, read, here=True) if args.executed is not None
+                else executed_notebooks(args.notebooks.resolve().parent, read))
+    if len(executed) < len(students):
+        print(f"attncourse: note: the slides of {len(students) - len(executed)} chapter(s) have no "
+              "figures: no executed notebook found (run `make book` first, or pass --executed)",
+              file=sys.stderr)
+    written += write_decks(students, out / "instructor" / "slides", executed)
     if not args.no_nbgrader:
         written += write_course(chapters, out / "nbgrader")
     coding = sum(ex.kind == "coding" for ex in exercises)

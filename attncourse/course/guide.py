@@ -206,3 +206,47 @@ def plan_table(found: list[Chapter], sessions: list[list[str]], complete: bool =
         rows.append(f"| {i + 1} | {', '.join(_link(ch) for ch in group)} | {t['minutes']} min "
                     f"| {_time(t['seconds'])} | {_hours(session_minutes(group))} h |")
     return "\n".join(rows)
+
+
+def _references(check: str) -> list[str]:
+    """The package functions ``check`` names as its exercise's reference (``module.name``)."""
+    import ast
+    import inspect
+
+    import attncourse.checks as checks
+
+    fn = getattr(checks, check)
+    names = []
+    for node in ast.walk(ast.parse(inspect.getsource(fn))):
+        if isinstance(node, ast.keyword) and node.arg == "references":
+            names += [n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)]
+    found = [fn.__globals__[n] for n in names if n in fn.__globals__]
+    return [f"{getattr(f, '__module__', '')}.{getattr(f, '__qualname__', f)}" for f in found]
+
+
+def hand_off_table(found: list[Chapter]) -> str:
+    """What each check lets the learner use and what it refuses (MyST), from its rules.
+
+    The rules are :data:`attncourse.checks.hand_offs.HAND_OFFS`: a call to a refused
+    function, direct or through others, makes the check answer "not accepted".
+    """
+    from attncourse.checks.hand_offs import HAND_OFFS
+
+    rows = ["| chapter | learner writes | check | may use | refuses |", "| --- | --- | --- | --- | --- |"]
+    for ch in found:
+        for ex in ch.exercises:
+            rules = HAND_OFFS.get(ex.check) if ex.check else None
+            if rules is None:
+                continue
+            refused = [f"`{name.split('.')[-1]}` (the course's own)" for name in _references(ex.check)]
+            refused += [f"`{origin}.{name}`" for origin, name in (e.split(":", 1) for e in rules.library)]
+            if rules.package:
+                kept = ", ".join(f"`{a.split('.')[-1]}`" for a in rules.allow)
+                refused.append("any other function of `attncourse`" + (f" (but {kept})" if kept else ""))
+            if rules.namespace:
+                refused.append("functions from the notebook's other cells (but earlier answers)")
+            if rules.must_call:
+                refused.append("an answer that launches no Triton kernel")
+            rows.append(f"| {_number(ch.name)} | `{ex.function}` | `{ex.check}` | "
+                        f"{rules.uses.replace('|', '/')} | {'; '.join(refused)} |")
+    return "\n".join(rows)

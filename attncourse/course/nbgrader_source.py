@@ -5,10 +5,13 @@ In a chapter's source notebook each coding exercise becomes two cells: an answer
 ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and a read-only, graded test cell
 that runs the exercise's check and asserts it passed (:data:`CHECK_POINTS` points).
 A written exercise's ``{solution}`` becomes a manually graded markdown answer cell
-(:data:`WRITTEN_POINTS` points) holding the reference answer and its rubric (also in the
-cell's metadata, ``attncourse.rubric``), which
-``nbgrader generate_assignment`` replaces with "YOUR ANSWER HERE". Everything else is
-the student edition.
+(:data:`WRITTEN_POINTS` points) holding the reference answer, which
+``nbgrader generate_assignment`` replaces with "YOUR ANSWER HERE", and after it a
+read-only *rubric cell* (:func:`rubric_cell`): the reference answer and the rubric inside
+nbgrader's mark-scheme region. The release drops the region (the student sees an empty
+read-only cell); ``autograde`` restores the cell from the gradebook, so the formgrader
+shows the rubric under each student's answer; the feedback drops it again
+(:data:`CONFIG`). Everything else is the student edition.
 
 nbgrader's released answer cell keeps the ``def`` line, with ``raise
 NotImplementedError()`` as its body: the check catches it and reports "not passed
@@ -57,6 +60,16 @@ c.CourseDirectory.course_id = "attncourse"
 # (training included). A cell without one gets c.Execute.timeout.
 c.Execute.timeout = {default}
 
+# Each written answer is followed by a read-only rubric cell whose "### BEGIN MARK SCHEME"
+# region the release drops and autograde restores, so the formgrader shows it to the
+# grader. nbgrader expects such regions in "task" cells (graded on their own); these cells
+# are read-only and carry no points, so the check is off. The feedback drops the region too.
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import ClearMarkScheme, GetGrades  # noqa: E402
+
+c.ClearMarkScheme.enforce_metadata = False
+c.GenerateFeedback.preprocessors = [GetGrades, ClearMarkScheme, CSSHTMLHeaderPreprocessor]
+
 
 def cell_limit(cell):
     """The time limit of one cell: its own, else the default."""
@@ -65,6 +78,29 @@ def cell_limit(cell):
 
 c.Execute.timeout_func = cell_limit
 '''
+
+
+#: nbgrader's delimiters of a mark scheme (a rubric): dropped from the release, restored by
+#: ``autograde`` for the formgrader.
+MARK_SCHEME = ("### BEGIN MARK SCHEME", "### END MARK SCHEME")
+#: What the student sees of a rubric cell: the region is gone, this line stays.
+RUBRIC_PLACEHOLDER = "*(The grader's rubric for the answer above; empty in your copy.)*"
+
+
+def rubric_cell(label: str, reference: str, rubric: str) -> NotebookNode:
+    """The read-only cell after a written answer: its reference answer and rubric for the grader.
+
+    Both sit between :data:`MARK_SCHEME`'s delimiters, which ``nbgrader
+    generate_assignment`` drops from the release and ``nbgrader autograde`` restores
+    (a read-only cell's source comes back from the gradebook), so the formgrader shows
+    them under the student's answer. Nothing of them is in the cell's metadata, which the
+    release keeps.
+    """
+    begin, end = MARK_SCHEME
+    cell = nbformat.v4.new_markdown_cell("\n".join([
+        RUBRIC_PLACEHOLDER, begin, "", "**Reference answer**", "", reference.strip(), "", rubric, "", end]))
+    cell.metadata["nbgrader"] = _meta(f"{label}-rubric", solution=False, grade=False)
+    return cell
 
 
 def chapter_limit(chapter: str, timings: Path = TIMINGS) -> int:
@@ -168,15 +204,14 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
                 cell.metadata["attncourse"] = {"timeout": EXERCISE_LIMIT}
             cells += [answer, test]
         elif part.solution and part.role == "block":
-            # The rubric follows the reference answer in the source (nbgrader's release
-            # replaces the whole cell with "YOUR ANSWER HERE"), and sits in its metadata.
-            rubric = RUBRICS[part.label].markdown() if part.label in RUBRICS else ""
-            answer = nbformat.v4.new_markdown_cell(part.source + (f"\n\n{rubric}" if rubric else ""))
+            # nbgrader's release replaces the whole answer cell with "YOUR ANSWER HERE"; the
+            # rubric goes into the read-only cell after it, where the formgrader shows it.
+            answer = nbformat.v4.new_markdown_cell(part.source)
             answer.metadata["nbgrader"] = _meta(f"{part.label}-answer", solution=True, grade=True,
                                                 points=WRITTEN_POINTS)
-            if rubric:
-                answer.metadata["attncourse"] = {"rubric": rubric}
             cells.append(answer)
+            if part.label in RUBRICS:
+                cells.append(rubric_cell(part.label, part.source, RUBRICS[part.label].markdown()))
         elif not part.solution:
             cell = cell_from_part(nb, part, part.cell in whole)
             if cell.cell_type == "code":

@@ -3,7 +3,10 @@
 Made from the chapter's student edition (plain Markdown, no solutions) by nbconvert's
 slides exporter: one slide for the title and the learning goals, one per section (its
 heading, first paragraph and display equations), and one listing the exercises. Code cells are left out: the
-notebook is where the code runs. The decks open from ``file://`` with no network:
+notebook is where the code runs. Given the chapter's *executed* notebook (the book build's
+execution cache holds them, ``_build/.jupyter_cache``: :func:`executed_notebooks`), each
+section's first figure follows its slide on a slide of its own (:data:`MAX_FIGURES` a deck at
+most), embedded in the page. The decks open from ``file://`` with no network:
 reveal.js comes from the ``sphinx-revealjs`` wheel and MathJax from
 ``sphinx-mathjax-offline``, both copied beside the decks. Written by ``python -m attncourse
 student-edition`` into ``instructor/slides/``; nothing built is committed.
@@ -43,6 +46,105 @@ Reveal.initialize({controls: true, progress: true, history: true, slideNumber: t
 #: Display equations ``$$ ... $$`` of a section shown on its slide, at most.
 MAX_EQUATIONS = 2
 _DISPLAY_MATH = re.compile(r"\$\$.+?\$\$", re.S)
+#: An inline formula that defines something (it holds "="), shown displayed on the slide of
+#: a section whose chapter writes its equations inline.
+_A_NUMBER = re.compile(r"[^=]+=\s*[\d.,{}~\\ ]+")  # "d_model = 512" is a size, not an equation
+_INLINE_EQUATION = re.compile(r"(?<![$\\])\$([^$\n]*[^$\n<>]=[^$\n]*)\$(?!\$)")
+
+
+#: Figures a deck shows at most: the first of each section, in order.
+MAX_FIGURES = 8
+#: Where a book build leaves the executed chapters, relative to the repository's root: the
+#: jupyter-cache of ``make book``, then of ``make test``'s fresh build (the ``.ipynb`` files
+#: beside them in ``jupyter_execute/`` hold no outputs).
+EXECUTED = ("_build/.jupyter_cache", "_build/test-book/_build/.jupyter_cache")
+_IMAGES = ("image/png", "image/jpeg", "image/svg+xml")
+
+
+def _key(heading: str) -> str:
+    """A heading compared across editions: letters and digits only (MyST roles differ)."""
+    return re.sub(r"[^a-z0-9]", "", heading.lower())
+
+
+def figures(executed: NotebookNode) -> dict[str, list[tuple[str, str]]]:
+    """The figures of an executed chapter by section: ``{heading key: [(mime type, data)]}``."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    section = ""
+    for cell in executed.cells:
+        if cell.cell_type == "markdown":
+            for heading in re.findall(r"^## (.+)$", cell.source, re.M):
+                section = _key(heading)
+        elif cell.cell_type == "code":
+            for output in cell.get("outputs", []):
+                data = output.get("data", {})
+                mime = next((m for m in _IMAGES if m in data), None)
+                if mime is not None:
+                    value = data[mime]
+                    found.setdefault(section, []).append((mime, "".join(value) if isinstance(value, list) else value))
+    return found
+
+
+def _figure_cell(heading: str, mime: str, data: str) -> NotebookNode:
+    """A slide holding one figure, embedded as a data URI (the deck stays one offline file)."""
+    import base64
+    import html
+
+    if mime == "image/svg+xml":
+        data = base64.b64encode(data.encode("utf-8")).decode("ascii")
+    alt = html.escape(" ".join(re.sub(r"\$[^$]*\$", "", heading).split()), quote=True)
+    return nbformat.v4.new_markdown_cell(
+        f"## {heading}\n\n<img src=\"data:{mime};base64,{data.strip()}\" alt=\"{alt}: a figure of the "
+        f"chapter\" style=\"max-height: 520px; max-width: 100%\">")
+
+
+def with_outputs(chapter: NotebookNode, ran: NotebookNode) -> NotebookNode | None:
+    """``chapter`` with the outputs of ``ran``, a cache record's code cells; None if they differ.
+
+    jupyter-cache keeps only the code cells of what it executed; a chapter edited since
+    then (other code) gets no outputs rather than another version's.
+    """
+    code = [c for c in chapter.cells if c.cell_type == "code"]
+    executed = [c for c in ran.cells if c.cell_type == "code"]
+    if [c.source for c in code] != [c.source for c in executed]:
+        return None
+    out = copy.deepcopy(chapter)
+    for cell, done in zip((c for c in out.cells if c.cell_type == "code"), executed):
+        cell.outputs = done.get("outputs", [])
+    return out
+
+
+def _cached(cache: Path, chapters: dict[str, NotebookNode]) -> dict[str, NotebookNode]:
+    """The chapters with the outputs of their latest execution in a jupyter-cache folder."""
+    from jupyter_cache import get_cache
+
+    records = get_cache(str(cache))
+    latest: dict[str, tuple] = {}
+    for record in records.list_cache_records():
+        name = Path(record.uri).stem
+        if name in chapters and (name not in latest or record.created > latest[name][0]):
+            latest[name] = (record.created, record.pk)
+    found = {name: with_outputs(chapters[name], records.get_cache_bundle(pk).nb)
+             for name, (_, pk) in latest.items()}
+    return {name: nb for name, nb in found.items() if nb is not None}
+
+
+def executed_notebooks(root: Path, chapters: dict[str, NotebookNode], here: bool = False) -> dict[str, NotebookNode]:
+    """The executed chapters a book build left under ``root`` (:data:`EXECUTED`), by name.
+
+    ``chapters`` maps each chapter's name to the chapter as the book reads it
+    (:func:`attncourse.course.exercises.read_chapter`), which the cache's outputs go
+    into. With ``here``, ``root`` itself is the place: a jupyter-cache folder (it holds
+    ``global.db``) or a folder of executed ``<chapter>.ipynb``.
+    """
+    found: dict[str, NotebookNode] = {}
+    for folder in ([root] if here else [root / place for place in EXECUTED]):
+        missing = {name: nb for name, nb in chapters.items() if name not in found}
+        if (folder / "global.db").is_file():
+            found |= _cached(folder, missing)
+        elif here:
+            found |= {name: nbformat.read(folder / f"{name}.ipynb", as_version=4) for name in missing
+                      if (folder / f"{name}.ipynb").is_file()}
+    return found
 
 
 def _paragraph(text: str) -> str:
@@ -50,9 +152,16 @@ def _paragraph(text: str) -> str:
     return text.strip().split("\n\n")[0]
 
 
-def deck(student: NotebookNode) -> NotebookNode:
-    """The slides of a chapter from its (plain Markdown) student edition."""
+def deck(student: NotebookNode, executed: NotebookNode | None = None) -> NotebookNode:
+    """The slides of a chapter from its (plain Markdown) student edition.
+
+    With ``executed``, the chapter's executed notebook, each section's first figure
+    follows the section's slide, :data:`MAX_FIGURES` at most.
+    """
     cells = [c for c in student.cells if c.cell_type == "markdown"]
+    shown_figures = figures(executed) if executed is not None else {}
+    pending: NotebookNode | None = None  # the figure slide of the section being read
+    n_figures = 0
     slides: list[NotebookNode] = []
     exercises: list[str] = []
     title = next((c for c in cells if c.source.startswith("# ")), None)
@@ -66,23 +175,35 @@ def deck(student: NotebookNode) -> NotebookNode:
     section: NotebookNode | None = None  # the slide of the section being read
     shown = 0  # its display equations so far
     for index, cell in enumerate(cells):
-        heading = re.match(r"^## (.+)$", cell.source, re.M)
-        found = re.findall(r"^### Exercise \d+: (.+?)(?: \([a-z0-9-]+\))?$", cell.source, re.M)
-        exercises += found
-        if heading is not None:
-            section, shown = None, 0
-            if heading.group(1) in ("Exercises", "References", "Works cited"):
-                continue
-            rest = cell.source[heading.end():].strip()
-            if not rest and index + 1 < len(cells):
-                rest = cells[index + 1].source
-            section = nbformat.v4.new_markdown_cell(f"## {heading.group(1)}\n\n{_paragraph(rest)}")
-            slides.append(section)
-        # The section's key equations: its display maths, at most MAX_EQUATIONS a slide.
-        for equation in _DISPLAY_MATH.findall(cell.source):
-            if section is not None and shown < MAX_EQUATIONS and equation not in section.source:
-                section.source += f"\n\n{equation}"
-                shown += 1
+        exercises += re.findall(r"^### Exercise \d+: (.+?)(?: \([a-z0-9-]+\))?$", cell.source, re.M)
+        # A cell may hold several sections: each "## " heading starts one.
+        for piece in re.split(r"(?m)^(?=## )", cell.source):
+            heading = re.match(r"^## (.+)$", piece, re.M)
+            if heading is not None:
+                if pending is not None:
+                    slides.append(pending)
+                section, shown, pending = None, 0, None
+                if heading.group(1) in ("Exercises", "References", "Works cited"):
+                    continue
+                rest = piece[heading.end():].strip()
+                if not rest and index + 1 < len(cells):
+                    rest = cells[index + 1].source
+                section = nbformat.v4.new_markdown_cell(f"## {heading.group(1)}\n\n{_paragraph(rest)}")
+                slides.append(section)
+                own = shown_figures.get(_key(heading.group(1)))
+                if own and n_figures < MAX_FIGURES:
+                    pending = _figure_cell(heading.group(1), *own[0])
+                    n_figures += 1
+            # The section's key equations: its display maths, then its inline formulas that
+            # define something, at most MAX_EQUATIONS a slide.
+            inline = [f"$${formula.strip()}$$" for formula in _INLINE_EQUATION.findall(_DISPLAY_MATH.sub("", piece))
+                      if len(formula) >= 12 and not _A_NUMBER.fullmatch(formula)]
+            for equation in _DISPLAY_MATH.findall(piece) + inline:
+                if section is not None and shown < MAX_EQUATIONS and equation not in section.source:
+                    section.source += f"\n\n{equation}"
+                    shown += 1
+    if pending is not None:
+        slides.append(pending)
     if exercises:
         slides.append(nbformat.v4.new_markdown_cell(
             "## Exercises\n\n" + "\n".join(f"{i}. {name}" for i, name in enumerate(exercises, 1))))
@@ -108,8 +229,13 @@ def _assets() -> tuple[Path, Path]:
     return reveal, mathjax
 
 
-def write_decks(students: dict[str, NotebookNode], folder: Path) -> list[Path]:
-    """Write ``folder/<chapter>.slides.html`` for each student edition, with the assets beside."""
+def write_decks(students: dict[str, NotebookNode], folder: Path,
+                executed: dict[str, NotebookNode] | None = None) -> list[Path]:
+    """Write ``folder/<chapter>.slides.html`` for each student edition, with the assets beside.
+
+    ``executed`` maps a chapter to its executed notebook, whose figures its deck shows.
+    """
+    executed = executed or {}
     from jinja2 import DictLoader
     from nbconvert import SlidesExporter
 
@@ -126,11 +252,11 @@ def write_decks(students: dict[str, NotebookNode], folder: Path) -> list[Path]:
                               mathjax_url="mathjax/tex-chtml.js", exclude_input_prompt=True)
     written = []
     for name, student in students.items():
-        page, _ = exporter.from_notebook_node(deck(student))
+        page, _ = exporter.from_notebook_node(deck(student, executed.get(name)))
         path = folder / f"{name}.slides.html"
         path.write_text(page, encoding="utf-8")
         written.append(path)
     return written
 
 
-__all__ = ["deck", "write_decks"]
+__all__ = ["EXECUTED", "MAX_FIGURES", "deck", "executed_notebooks", "figures", "write_decks"]
