@@ -186,7 +186,8 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert deck.count("<section") >= 5 and "Exercises" in deck
     assert not re.findall(r'(?:src|href)="(?:https?:)?//[^"]*"', deck)
     for asset in re.findall(r'(?:src|href)="([^"#][^"]*)"', deck):
-        assert (out / "instructor" / "slides" / asset).is_file(), asset
+        # figures of an executed chapter (when a book build left one) are embedded, not files
+        assert asset.startswith("data:image/") or (out / "instructor" / "slides" / asset).is_file(), asset[:80]
     assert not list((out / "student").glob("*slides*")) and not (out / "student" / "rubrics.md").exists()
     capsys.readouterr()
     (out / "README.md").write_text("mine")

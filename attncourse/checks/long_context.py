@@ -25,18 +25,23 @@ from attncourse.nn.rope import RopeScaling, apply_rope, rope_frequencies, yarn_r
 # --------------------------------------------------------------------------- PI and NTK
 
 STRETCH_EXPLAIN = (
-    "theta_i = base ** (-2i / d) for pair i = 0 .. d/2 - 1. Position interpolation divides every "
-    "theta_i by the factor s; NTK-aware scaling keeps the formula but with the base "
-    "base * s ** (d / (d - 2))."
+    "RoPE gives each pair of features a frequency that falls geometrically with the pair's index. "
+    "Position interpolation slows every pair by the same factor s; NTK-aware scaling keeps the "
+    "formula and enlarges the base instead, by the power of s that makes the slowest pair turn "
+    "exactly s times slower."
 )
-STRETCH_SWAPPED_HINT = "That is the other method's answer: 'pi' divides theta by s, 'ntk' changes the base."
+STRETCH_SWAPPED_HINT = (
+    "That is the other method's answer: position interpolation rescales the frequencies "
+    "themselves, NTK-aware scaling changes the base."
+)
 STRETCH_MULTIPLIED_HINT = (
-    "The frequencies grew: stretching a model to longer contexts must make the rotations *slower* "
-    "(divide by s, or a larger base)."
+    "The frequencies grew: stretching a model to longer contexts must make the rotations slower "
+    "(divide by the factor, or use a larger base)."
 )
 STRETCH_NTK_EXPONENT_HINT = (
-    "The base is scaled by s itself: NTK-aware scaling uses base * s ** (d / (d - 2)), the "
-    "exponent that makes the slowest pair turn exactly s times slower."
+    "The base was enlarged by the factor itself: NTK-aware scaling raises the factor to a power "
+    "a little above one, which depends on the width, so that the slowest pair turns exactly s "
+    "times slower."
 )
 
 
@@ -89,17 +94,18 @@ def check_stretched_frequencies(fn: Callable[[str, int, float, float], Any]) -> 
 # --------------------------------------------------------------------------- YaRN
 
 YARN_EXPLAIN = (
-    "For pair i: theta_i = base ** (-2i / d), its wavelength 2 pi / theta_i, the ratio "
-    "r = original_len / wavelength, the ramp gamma = clip((r - 1) / (32 - 1), 0, 1), and "
-    "theta'_i = (1 - gamma) * theta_i / s + gamma * theta_i (Peng et al. 2023, section 3.2)."
+    "For each pair, count the turns it makes within the training length (that length over the "
+    "pair's wavelength). Pairs that turn less than once are interpolated (slowed by the factor), "
+    "pairs that turn more than 32 times are kept, and those in between blend the two with a ramp "
+    "that rises linearly with the count (Peng et al. 2023, section 3.2)."
 )
 YARN_SWAPPED_HINT = (
-    "The ramp runs the wrong way: pairs that turn many times within the training length (large r, "
-    "gamma = 1) keep theta_i; pairs that turn less than once (gamma = 0) are divided by s."
+    "The ramp runs the wrong way: pairs that turn many times within the training length keep "
+    "their frequency; pairs that turn less than once are the ones slowed by the factor."
 )
 YARN_RATIO_HINT = (
-    "r must count the turns a pair makes within the training length: the training length "
-    "divided by the pair's wavelength (2 pi / theta_i), not the angle it turns through."
+    "The count must be turns within the training length: the length over the pair's wavelength "
+    "(a full turn is 2 pi radians), not the angle it turns through."
 )
 
 
@@ -148,14 +154,15 @@ def check_yarn_frequencies(fn: Callable[[int, float, float, int], Any]) -> Check
 # --------------------------------------------------------------------------- ALiBi far away
 
 ALIBI_EXPLAIN = (
-    "Head h (1-based) of H has the slope m_h = 2 ** (-8h / H): 1/2, 1/4, ..., 1/256 for 8 heads. "
-    "The bias of a key at distance i - j is -m_h * (i - j), whatever the distance: nothing in "
-    "the formula stops at the training length."
+    "Each head has its own slope, a geometric sequence from 1/2 down to 1/256 for 8 heads. The "
+    "bias is the slope times the distance, negative; nothing in it stops at the training length."
 )
-ALIBI_SIGN_HINT = "The bias must *lower* the scores of far keys: -m_h * distance, negative."
+ALIBI_SIGN_HINT = (
+    "The bias must lower the scores of far keys: it is negative, and its size grows with the "
+    "distance."
+)
 ALIBI_ZERO_BASED_HINT = (
-    "The heads are counted from 1: m_h = 2 ** (-8h / H) for h = 1 .. H (the first slope is "
-    "1/2 for 8 heads, not 1)."
+    "Count the heads from 1: the first slope is 1/2 for 8 heads, not 1."
 )
 
 
