@@ -14,10 +14,12 @@ the code to this map)::
        pretrained  a real model's GGUF file: weights, tokenizer, chat template
     4  train       the training engine: fit, the epoch loop, checkpoints, metrics
     5  widgets     the interactive explorers (on viz and decode)
-       recipes     what each chapter trains (Experiment, captioning, the LM, ...)
+       recipes     what several chapters train (Experiment, the LM)
        checks      instant feedback on the exercises
     6  cli         the command line, ``python -m attncourse``
-    7  course      student editions, nbgrader, the instructor's guide
+       chapters    each chapter's own checks, recipe, explorer, figures and rubrics
+    7  course      student editions, nbgrader, the instructor's guide (reads the
+                   chapters' rubrics)
 """
 
 __version__ = "0.1.0"

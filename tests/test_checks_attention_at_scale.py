@@ -7,7 +7,7 @@ from check_helpers import (
     own_copy,
 )
 
-from attncourse.checks import (
+from attncourse.chapters.ch08_attention_at_scale.checks import (
     check_causal_linear_attention,
     check_online_softmax_update,
     check_rescale_output,

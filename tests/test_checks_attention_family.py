@@ -1,4 +1,4 @@
-"""Tests of attncourse.checks.attention_family: Luong's general score, the local-p weights and
+"""Tests of attncourse.chapters.ch03_attention_family.checks: Luong's general score, the local-p weights and
 the softmax with a temperature.
 
 Each typical learner bug is written out as a small function, and the check must
@@ -18,8 +18,7 @@ from check_helpers import (
     lenient_hand_offs,  # noqa: F401  (a fixture)
 )
 
-from attncourse.checks import run_cases
-from attncourse.checks.attention_family import (
+from attncourse.chapters.ch03_attention_family.checks import (
     GS_RULE,
     check_general_score,
     check_local_p_weights,
@@ -28,6 +27,7 @@ from attncourse.checks.attention_family import (
     local_p_weights_cases,
     temperature_softmax_cases,
 )
+from attncourse.checks import run_cases
 from attncourse.functional.luong import luong_step
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in

@@ -1,4 +1,4 @@
-"""Tests of attncourse.checks.conv_attention: self-attention over the pixels of a feature map and
+"""Tests of attncourse.chapters.ch04b_self_attention_in_cnns.checks: self-attention over the pixels of a feature map and
 the receptive field of a stack of convolutions.
 
 Each typical learner bug is written out as a small function, and the check must
@@ -20,8 +20,8 @@ from check_helpers import (
     lenient_hand_offs,  # noqa: F401  (a fixture)
 )
 
-from attncourse.checks import conv_attention, run_cases
-from attncourse.checks.conv_attention import (
+from attncourse.chapters.ch04b_self_attention_in_cnns import checks as conv_attention
+from attncourse.chapters.ch04b_self_attention_in_cnns.checks import (
     PA_RULE,
     RF_RULE,
     check_pixel_attention,
@@ -29,6 +29,7 @@ from attncourse.checks.conv_attention import (
     pixel_attention_cases,
     receptive_field_cases,
 )
+from attncourse.checks import run_cases
 from attncourse.functional import attention
 from attncourse.nn import PlainCNN, SelfAttention2d
 

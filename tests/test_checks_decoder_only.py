@@ -1,4 +1,5 @@
-"""Tests of attncourse.checks.decoder_only: right answers pass, typical bugs fail with the hint naming them."""
+"""Tests of attncourse.chapters.ch07_decoder_only.checks: right answers pass, typical
+bugs fail with the hint naming them."""
 
 import numpy as np
 import pytest
@@ -8,8 +9,7 @@ from check_helpers import (
     lenient_hand_offs,  # noqa: F401  (a fixture)
 )
 
-from attncourse.checks import check_left_padded_causal_mask, check_repeat_kv, check_rope
-from attncourse.checks.decoder_only import (
+from attncourse.chapters.ch07_decoder_only.checks import (
     MASK_NO_CAUSAL_HINT,
     MASK_NO_PADDING_HINT,
     MASK_QUERY_AXIS_HINT,
@@ -17,6 +17,9 @@ from attncourse.checks.decoder_only import (
     ROPE_FREQ_HINT,
     ROPE_HALVES_HINT,
     ROPE_SIGN_HINT,
+    check_left_padded_causal_mask,
+    check_repeat_kv,
+    check_rope,
 )
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in

@@ -7,7 +7,10 @@ import jupytext
 import pytest
 from check_helpers import assert_failed
 
-from attncourse.checks import check_causal_early_exit, check_flash_hbm_bytes
+from attncourse.chapters.ch08_attention_at_scale.kernel_checks import (
+    check_causal_early_exit,
+    check_flash_hbm_bytes,
+)
 from attncourse.kernels import TRITON_AVAILABLE
 
 CHAPTER = Path(__file__).resolve().parents[1] / "notebooks" / "08_attention_at_scale.md"

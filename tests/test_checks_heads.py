@@ -1,14 +1,16 @@
-"""Tests of attncourse.checks.heads: right answers pass, typical bugs fail with the hint naming them."""
+"""Tests of attncourse.chapters.ch09_what_heads_learn.checks: right answers pass,
+typical bugs fail with the hint naming them."""
 
 import numpy as np
 from check_helpers import assert_failed
 
-from attncourse.checks import check_copying_score, check_prefix_matching_score
-from attncourse.checks.heads import (
+from attncourse.chapters.ch09_what_heads_learn.checks import (
     COPY_ABS_REAL_HINT,
     COPY_TRACE_HINT,
     PREFIX_ALL_QUERIES_HINT,
     PREFIX_SAME_TOKEN_HINT,
+    check_copying_score,
+    check_prefix_matching_score,
 )
 
 

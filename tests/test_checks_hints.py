@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import attncourse.chapters as chapters
 import attncourse.checks as checks
 from attncourse.course.exercises import chapter_exercises
 
@@ -32,9 +33,10 @@ def _squeeze(text: str) -> str:
 
 def hints() -> dict[str, str]:
     out = {}
-    for info in pkgutil.iter_modules(checks.__path__):
-        module = importlib.import_module(f"attncourse.checks.{info.name}")
-        out |= {f"{info.name}.{name}": value for name, value in vars(module).items()
+    modules = [importlib.import_module(f"attncourse.checks.{info.name}")
+               for info in pkgutil.iter_modules(checks.__path__)]
+    for module in modules + chapters.modules("checks"):
+        out |= {f"{module.__name__}.{name}": value for name, value in vars(module).items()
                 if isinstance(value, str) and re.search(r"HINT|RULE|NUDGE", name)}
     return out
 
@@ -124,7 +126,9 @@ def written_hints() -> dict[str, str]:
     """Every hint text in the checks' source: constants, ``hint=``/``nudge=`` arguments,
     what the functions that diagnose a miss return, and the hints of buggy variants."""
     out = {}
-    for path in sorted((ROOT / "attncourse" / "checks").glob("*.py")):
+    paths = [*(ROOT / "attncourse" / "checks").glob("*.py"),
+             *(ROOT / "attncourse" / "chapters").glob("ch*/*checks.py")]
+    for path in sorted(paths):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         found = []
         for node in ast.walk(tree):
@@ -140,21 +144,24 @@ def written_hints() -> dict[str, str]:
                         found += [(sub.lineno, s) for s in _strings(sub.value)]
                     elif isinstance(sub, ast.Tuple) and sub.elts and _text(sub.elts[0]):
                         found.append((sub.lineno, _text(sub.elts[0])))
-        out |= {f"{path.name}:{line} {text[:40]!r}": text for line, text in found}
+        name = path.name if path.parent.name == "checks" else f"{path.parent.name}/{path.name}"
+        out |= {f"{name}:{line} {text[:40]!r}": text for line, text in found}
     return out
 
 
 def case_hints() -> dict[str, str]:
     """The hint and nudge of every hidden case of every check, as the checks build them."""
     out = {}
-    for info in pkgutil.iter_modules(checks.__path__):
-        module = importlib.import_module(f"attncourse.checks.{info.name}")
+    shared = [importlib.import_module(f"attncourse.checks.{info.name}")
+              for info in pkgutil.iter_modules(checks.__path__)]
+    for module in shared + chapters.modules("checks"):
+        short = module.__name__.removeprefix("attncourse.").removeprefix("checks.")
         for name, build in vars(module).items():
             if (name.endswith("_cases") and name != "run_cases" and callable(build)
                     and build.__module__ == module.__name__):
                 for i, case in enumerate(build()):
-                    out |= {f"{info.name}.{name}[{i}].hint": case.hint,
-                            f"{info.name}.{name}[{i}].nudge": case.nudge}
+                    out |= {f"{short}.{name}[{i}].hint": case.hint,
+                            f"{short}.{name}[{i}].nudge": case.nudge}
     return out
 
 

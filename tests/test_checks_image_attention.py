@@ -1,4 +1,4 @@
-"""Tests of attncourse.checks.image_attention: the doubly stochastic penalty of soft attention
+"""Tests of attncourse.chapters.ch03b_attention_over_images.checks: the doubly stochastic penalty of soft attention
 and the REINFORCE loss of hard attention.
 
 Each typical learner bug is written out as a small function, and the check must
@@ -19,8 +19,7 @@ from check_helpers import (
     own_copy,
 )
 
-from attncourse.checks import run_cases
-from attncourse.checks.image_attention import (
+from attncourse.chapters.ch03b_attention_over_images.checks import (
     DS_RULE,
     RF_RULE,
     _penalty_reference,
@@ -31,6 +30,7 @@ from attncourse.checks.image_attention import (
     doubly_stochastic_penalty_cases,
     reinforce_loss_cases,
 )
+from attncourse.checks import run_cases
 from attncourse.nn.image_attention import (
     ImageCaptioner,
     doubly_stochastic_penalty,

@@ -2,18 +2,16 @@
 
 import numpy as np
 
-from attncourse.checks import (
-    check_alibi_far_bias,
-    check_stretched_frequencies,
-    check_yarn_frequencies,
-)
-from attncourse.checks.long_context import (
+from attncourse.chapters.ch12_long_context.checks import (
     ALIBI_SIGN_HINT,
     ALIBI_ZERO_BASED_HINT,
     STRETCH_NTK_EXPONENT_HINT,
     STRETCH_SWAPPED_HINT,
     YARN_RATIO_HINT,
     YARN_SWAPPED_HINT,
+    check_alibi_far_bias,
+    check_stretched_frequencies,
+    check_yarn_frequencies,
 )
 
 

@@ -1,17 +1,19 @@
-"""Tests of attncourse.checks.real_model: right answers pass, typical bugs fail with the hint naming them,
+"""Tests of attncourse.chapters.ch11_real_model.checks: right answers pass, typical bugs fail with the hint naming them,
 and the package's own functions are refused."""
 
 import numpy as np
 from check_helpers import assert_failed
 
-from attncourse.checks import check_q4_1_block, check_rms_norm, check_top_p
-from attncourse.checks.real_model import (
+from attncourse.chapters.ch11_real_model.checks import (
     Q4_1_HIGH_FIRST_HINT,
     Q4_1_NEIGHBOURS_HINT,
     RMS_CENTRED_HINT,
     RMS_EPS_OUTSIDE_HINT,
     TOP_P_CROSSING_HINT,
     TOP_P_UNNORMALISED_HINT,
+    check_q4_1_block,
+    check_rms_norm,
+    check_top_p,
     reference_q4_1_block,
     reference_rms_norm,
     reference_top_p,

@@ -12,7 +12,7 @@ import functools
 import numpy as np
 import pytest
 
-import attncourse.checks as checks
+import attncourse.chapters as chapters
 from attncourse.checks import check_causal_mask, check_softmax
 from attncourse.checks.core import GENERAL_NUDGE, NOT_YET, reset_attempts
 from attncourse.functional import (
@@ -62,18 +62,18 @@ REFUSED = [
 
 @pytest.mark.parametrize(("check", "ref"), REFUSED, ids=[f"{c}-{r.__name__}" for c, r in REFUSED])
 def test_the_reference_itself_and_a_call_to_it_are_refused(check, ref):
-    result = getattr(checks, check)(ref)
+    result = chapters.check(check)(ref)
     assert not result.passed and result.message.startswith("not accepted: your function is `")
     assert ref.__name__ in result.message and "package's own" in result.message
 
     def calls_it(*args, **kwargs):
         return ref(*args, **kwargs)
 
-    result = getattr(checks, check)(calls_it)
+    result = chapters.check(check)(calls_it)
     assert not result.passed, str(result)
     assert result.message.startswith("not accepted: your function calls `"), result.message
     assert ref.__name__ in result.message
-    assert getattr(checks, check)(functools.partial(ref)).message.startswith("not accepted")
+    assert chapters.check(check)(functools.partial(ref)).message.startswith("not accepted")
 
 
 def test_an_alias_an_import_inside_and_a_swallowed_refusal_are_refused():

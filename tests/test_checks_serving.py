@@ -1,20 +1,19 @@
-"""Tests of attncourse.checks.serving: right answers pass, typical bugs fail with the hint naming them."""
+"""Tests of attncourse.chapters.ch10_serving_attention.checks: right answers pass,
+typical bugs fail with the hint naming them."""
 
 import torch
 from check_helpers import assert_failed
 
-from attncourse.checks import (
-    check_block_lookup,
-    check_cache_bytes,
-    check_per_channel_int8,
-    check_residual_distribution,
-)
-from attncourse.checks.serving import (
+from attncourse.chapters.ch10_serving_attention.checks import (
     BYTES_NO_VALUES_HINT,
     BYTES_ROPE_PER_HEAD_HINT,
     CHANNEL_PER_TOKEN_HINT,
     LOOKUP_LOGICAL_HINT,
     RESIDUAL_UNNORMALISED_HINT,
+    check_block_lookup,
+    check_cache_bytes,
+    check_per_channel_int8,
+    check_residual_distribution,
 )
 
 

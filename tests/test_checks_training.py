@@ -6,7 +6,10 @@ import torch
 import torch.nn.functional as F
 from check_helpers import lenient_hand_offs  # noqa: F401  (a fixture)
 
-from attncourse.checks.training import check_label_smoothing, check_noam_schedule
+from attncourse.chapters.ch06_transformer.checks import (
+    check_label_smoothing,
+    check_noam_schedule,
+)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
 # test_checks_hand_offs.py.

@@ -1,4 +1,5 @@
-"""Tests of attncourse.checks.transformer: each typical learner bug fails with the hint that names it."""
+"""Tests of attncourse.chapters.ch05_multihead_positional.checks: each typical learner
+bug fails with the hint that names it."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.checks.core import CheckResult
-from attncourse.checks.transformer import (
+from attncourse.chapters.ch05_multihead_positional.checks import (
     MERGE_EXPLAIN,
     MERGE_NO_TRANSPOSE_HINT,
     MERGE_STRIDED_HINT,
@@ -20,6 +20,7 @@ from attncourse.checks.transformer import (
     merge_heads_cases,
     split_heads_cases,
 )
+from attncourse.checks.core import CheckResult
 from attncourse.nn.attention import merge_heads, split_heads
 
 # ----------------------------------------------------------------------------- learners' split_heads

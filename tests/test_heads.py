@@ -6,6 +6,10 @@ import math
 import pytest
 import torch
 
+from attncourse.chapters.ch09_what_heads_learn.recipe import (
+    InductionConfig,
+    transition_step,
+)
 from attncourse.data.induction import repeated_probe, repeated_segments
 from attncourse.functional.head_scores import (
     copying_score,
@@ -18,7 +22,6 @@ from attncourse.functional.head_scores import (
 )
 from attncourse.nn.circuits import ablate_heads, head_output_means, ov_circuit
 from attncourse.nn.gpt import GPT
-from attncourse.recipes.induction import InductionConfig, transition_step
 
 
 def causal_uniform(n):
@@ -228,12 +231,12 @@ def test_induction_config():
 
 
 def test_train_induction_records_scores_and_snapshots(tmp_path, monkeypatch):
-    from attncourse.data.text import char_corpus
-    from attncourse.recipes.induction import (
+    from attncourse.chapters.ch09_what_heads_learn.recipe import (
         snapshot_model,
         snapshot_steps,
         train_induction,
     )
+    from attncourse.data.text import char_corpus
 
     monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path))
     config = InductionConfig(num_layers=1, d_model=16, num_heads=2, vocab_size=12, context=16, max_segment=6,

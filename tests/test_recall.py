@@ -6,10 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from attncourse.chapters.ch08_attention_at_scale.recipe import (
+    RecallConfig,
+    recall_accuracy,
+    train_recall,
+)
 from attncourse.data import associative_recall
 from attncourse.functional import batched_linear_attention, linear_attention
 from attncourse.nn import RecallModel
-from attncourse.recipes import RecallConfig, recall_accuracy, train_recall
 
 
 def test_recall_batches_hold_distinct_keys_and_the_asked_pair():

@@ -1,12 +1,13 @@
-"""Tests of attncourse.recipes.captioning: configs, metrics, and cached, seeded training runs."""
+"""Tests of attncourse.chapters.ch03b_attention_over_images.recipe: configs, metrics,
+and cached, seeded training runs."""
 
 import dataclasses
 
 import pytest
 import torch
 
-import attncourse.recipes.captioning as captioning
-from attncourse.recipes.captioning import (
+import attncourse.chapters.ch03b_attention_over_images.recipe as captioning
+from attncourse.chapters.ch03b_attention_over_images.recipe import (
     CaptionConfig,
     build_captioner,
     caption_metrics,

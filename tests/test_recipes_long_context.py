@@ -5,12 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.data.text import char_corpus
-from attncourse.nn.gated import GatedSelfAttention
-from attncourse.nn.gpt import GPT
-from attncourse.nn.spec import PositionSpec
-from attncourse.recipes.lm import LMConfig, build_lm, lm_spec, with_spec
-from attncourse.recipes.long_context import (
+from attncourse.chapters.ch12_long_context.recipe import (
     PasskeyConfig,
     first_token_share,
     largest_activation,
@@ -20,6 +15,11 @@ from attncourse.recipes.long_context import (
     train_passkey,
     uniform_first_token_share,
 )
+from attncourse.data.text import char_corpus
+from attncourse.nn.gated import GatedSelfAttention
+from attncourse.nn.gpt import GPT
+from attncourse.nn.spec import PositionSpec
+from attncourse.recipes.lm import LMConfig, build_lm, lm_spec, with_spec
 
 
 def test_lm_spec_is_chapter_7s_model_with_the_changes():

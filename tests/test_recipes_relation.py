@@ -4,14 +4,14 @@ import pytest
 import torch
 from torch import nn
 
-import attncourse.recipes.relation as relation
-from attncourse.nn.conv_attention import AttentionCNN, PlainCNN
-from attncourse.recipes.relation import (
+import attncourse.chapters.ch04b_self_attention_in_cnns.recipe as relation
+from attncourse.chapters.ch04b_self_attention_in_cnns.recipe import (
     RelationConfig,
     load_relation_canvases,
     relation_accuracy,
     train_relation_classifier,
 )
+from attncourse.nn.conv_attention import AttentionCNN, PlainCNN
 
 
 @pytest.fixture(autouse=True)

@@ -11,12 +11,8 @@ import torch  # noqa: E402
 from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from attncourse.data import SENTENCES, embed, projections, tokenize  # noqa: E402
-from attncourse.functional import STEPS, self_attention_trace  # noqa: E402
-from attncourse.viz import (  # noqa: E402
+from attncourse.chapters.ch04_self_attention.figures import (  # noqa: E402
     STEP_FIGURES,
-    heatmap,
-    plot_curves,
     plot_project,
     plot_scale,
     plot_score,
@@ -26,6 +22,9 @@ from attncourse.viz import (  # noqa: E402
     plot_weight,
     step_name,
 )
+from attncourse.data import SENTENCES, embed, projections, tokenize  # noqa: E402
+from attncourse.functional import STEPS, self_attention_trace  # noqa: E402
+from attncourse.viz import heatmap, plot_curves  # noqa: E402
 
 # Nine tokens with "the" twice: labels must follow positions, not unique words.
 TOKENS = tokenize(SENTENCES[1])

@@ -9,7 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.viz.conv_attention import plot_pixel_attention, plot_pixel_attention_row
+from attncourse.chapters.ch04b_self_attention_in_cnns.figures import (
+    plot_pixel_attention,
+    plot_pixel_attention_row,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,5 @@
-"""Tests of attncourse.viz.luong: local windows, alignments with windows, temperature and cost."""
+"""Tests of attncourse.chapters.ch03_attention_family.figures: local windows, alignments
+with windows, temperature and cost."""
 
 import matplotlib
 
@@ -10,9 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from attncourse.functional.luong import luong_step  # noqa: E402
-from attncourse.functional.temperature import softmax_with_temperature  # noqa: E402
-from attncourse.viz.luong import (  # noqa: E402
+from attncourse.chapters.ch03_attention_family.figures import (  # noqa: E402
     entropy,
     local_weights,
     plot_alignment_windows,
@@ -21,6 +20,8 @@ from attncourse.viz.luong import (  # noqa: E402
     plot_temperature,
     plot_tempered_weights,
 )
+from attncourse.functional.luong import luong_step  # noqa: E402
+from attncourse.functional.temperature import softmax_with_temperature  # noqa: E402
 
 TOKENS = ["le", "chat", "noir", "est", "assis", "sur", "le", "tapis"]
 

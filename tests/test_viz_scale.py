@@ -8,17 +8,17 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 
-from attncourse.functional import (  # noqa: E402
-    online_softmax_trace,
-    scaled_dot_product_attention,
-    tiled_attention,
-)
-from attncourse.viz import (  # noqa: E402
+from attncourse.chapters.ch08_attention_at_scale.figures import (  # noqa: E402
     plot_loglog,
     plot_online_softmax,
     plot_roofline,
     plot_tiles,
     tile_states,
+)
+from attncourse.functional import (  # noqa: E402
+    online_softmax_trace,
+    scaled_dot_product_attention,
+    tiled_attention,
 )
 
 

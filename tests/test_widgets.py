@@ -10,9 +10,11 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from attncourse.chapters.ch04_self_attention.explorer import (  # noqa: E402
+    SelfAttentionStepper,
+)
 from attncourse.data import SENTENCES, embed, projections, tokenize  # noqa: E402
 from attncourse.functional import STEPS  # noqa: E402
-from attncourse.widgets import SelfAttentionStepper  # noqa: E402
 
 
 def reference_weights(sentence, d_model=4, d_k=3, seed=0):

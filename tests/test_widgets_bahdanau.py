@@ -1,4 +1,4 @@
-"""Tests of attncourse.widgets.bahdanau, driven programmatically as a learner would click.
+"""Tests of attncourse.chapters.ch02_bahdanau_attention.explorer, driven programmatically as a learner would click.
 
 The model is tiny and untrained: the mechanics do not depend on training. Its
 v_a is set to random values so that the weights are not uniform.
@@ -15,11 +15,13 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from attncourse.chapters.ch02_bahdanau_attention.explorer import (  # noqa: E402
+    BahdanauStepper,
+)
 from attncourse.data import Vocabulary  # noqa: E402
 from attncourse.data.pairs import tokenize  # noqa: E402
 from attncourse.decode.search import greedy_decode  # noqa: E402
 from attncourse.nn.rnn import Seq2Seq  # noqa: E402
-from attncourse.widgets.bahdanau import BahdanauStepper  # noqa: E402
 
 EXAMPLES = ("soixante et onze", "deux mille vingt quatre", "cent")
 MAX_LEN = 6

@@ -11,15 +11,19 @@ import ipywidgets as widgets  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
+import attncourse.chapters.ch04_self_attention.explorer as stepper_module  # noqa: E402
 import attncourse.widgets.base as base  # noqa: E402
-import attncourse.widgets.stepper as stepper_module  # noqa: E402
-from attncourse.data import SENTENCES  # noqa: E402
-from attncourse.widgets import (  # noqa: E402
-    AttentionExplorer,
+from attncourse.chapters.ch02_bahdanau_attention.explorer import (  # noqa: E402
     BahdanauStepper,
-    PositionalEncodingExplorer,
+)
+from attncourse.chapters.ch04_self_attention.explorer import (  # noqa: E402
     SelfAttentionStepper,
 )
+from attncourse.chapters.ch05_multihead_positional.explorer import (  # noqa: E402
+    PositionalEncodingExplorer,
+)
+from attncourse.data import SENTENCES  # noqa: E402
+from attncourse.widgets import AttentionExplorer  # noqa: E402
 from attncourse.widgets.base import Explorer  # noqa: E402
 
 

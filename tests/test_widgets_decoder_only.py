@@ -4,10 +4,13 @@ import numpy as np
 import pytest
 import torch
 
+from attncourse.chapters.ch07_decoder_only.explorer import (
+    ALL_HEADS,
+    DecoderOnlyExplorer,
+)
 from attncourse.data.text import char_corpus
 from attncourse.decode.generation import trace_generation
 from attncourse.nn.gpt import GPT
-from attncourse.widgets.decoder_only import ALL_HEADS, DecoderOnlyExplorer
 
 
 @pytest.fixture(scope="module")

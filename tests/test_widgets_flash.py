@@ -9,12 +9,16 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+from attncourse.chapters.ch08_attention_at_scale.explorer import (  # noqa: E402
+    FlashAttentionExplorer,
+)
+from attncourse.chapters.ch08_attention_at_scale.figures import (  # noqa: E402
+    tile_states,
+)
 from attncourse.functional import (  # noqa: E402
     causal_mask,
     scaled_dot_product_attention,
 )
-from attncourse.viz import tile_states  # noqa: E402
-from attncourse.widgets import FlashAttentionExplorer  # noqa: E402
 
 
 def test_tiles_play_in_order_and_converge_to_the_exact_output():

@@ -24,12 +24,13 @@ nbclient = pytest.importorskip("nbclient")
 ROOT = Path(__file__).resolve().parents[1]
 #: Each explorer the chapters display, built from small inputs, and redrawn a few times.
 CELLS = [
-    "from attncourse.widgets import SelfAttentionStepper\n"
+    "from attncourse.chapters.ch04_self_attention.explorer import SelfAttentionStepper\n"
     "s = SelfAttentionStepper()\nfor _ in range(4):\n    s.next.click()\ns",
-    "from attncourse.widgets import PositionalEncodingExplorer\n"
+    "from attncourse.chapters.ch05_multihead_positional.explorer import PositionalEncodingExplorer\n"
     "PositionalEncodingExplorer(max_len=16, d_model=8)",
-    "from attncourse.widgets import TemperatureExplorer\nTemperatureExplorer()",
-    "from attncourse.widgets.flash import FlashAttentionExplorer\n"
+    "from attncourse.chapters.ch03_attention_family.temperature_explorer import TemperatureExplorer\n"
+    "TemperatureExplorer()",
+    "from attncourse.chapters.ch08_attention_at_scale.explorer import FlashAttentionExplorer\n"
     "f = FlashAttentionExplorer()\nfor _ in range(4):\n    f.next.click()\nf",
 ]
 #: Seconds a cell may take: far below nbgrader's 60 s for an exercise cell.

@@ -3,13 +3,16 @@
 import numpy as np
 import pytest
 
-from attncourse.data.induction import repeated_probe
-from attncourse.recipes.induction import (
+from attncourse.chapters.ch09_what_heads_learn.explorer import (
+    ALL_HEADS,
+    InductionExplorer,
+)
+from attncourse.chapters.ch09_what_heads_learn.recipe import (
     InductionConfig,
     snapshot_model,
     train_induction,
 )
-from attncourse.widgets.induction import ALL_HEADS, InductionExplorer
+from attncourse.data.induction import repeated_probe
 
 
 def fake_weights(n=6, layers=2, heads=2):

@@ -14,14 +14,17 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from attncourse.functional.luong import gaussian_weights, local_window  # noqa: E402
-from attncourse.functional.numpy_attention import softmax  # noqa: E402
-from attncourse.functional.temperature import softmax_with_temperature  # noqa: E402
-from attncourse.widgets.local_window import DEFAULT_TOKENS, LocalWindow  # noqa: E402
-from attncourse.widgets.temperature import (  # noqa: E402
+from attncourse.chapters.ch03_attention_family.temperature_explorer import (  # noqa: E402
     DEFAULT_SCORES,
     TemperatureExplorer,
 )
+from attncourse.chapters.ch03_attention_family.window_explorer import (  # noqa: E402
+    DEFAULT_TOKENS,
+    LocalWindow,
+)
+from attncourse.functional.luong import gaussian_weights, local_window  # noqa: E402
+from attncourse.functional.numpy_attention import softmax  # noqa: E402
+from attncourse.functional.temperature import softmax_with_temperature  # noqa: E402
 
 
 def bar_heights(fig, label):

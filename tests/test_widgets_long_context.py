@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+from attncourse.chapters.ch12_long_context.explorer import RopeScalingExplorer, smooth
 from attncourse.nn.gpt import GPT
 from attncourse.nn.rope import RopeScaling
-from attncourse.widgets.long_context import RopeScalingExplorer, smooth
 
 
 def make(**kwargs):

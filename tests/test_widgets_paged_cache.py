@@ -3,9 +3,9 @@
 import pytest
 import torch
 
+from attncourse.chapters.ch10_serving_attention.explorer import PagedCacheExplorer
 from attncourse.decode.paged import BlockPool, Served, serve_greedy
 from attncourse.nn.gpt import GPT
-from attncourse.widgets import PagedCacheExplorer
 from attncourse.widgets.static import BOOK_ENV
 
 

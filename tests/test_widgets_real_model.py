@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.nn import GPT
-from attncourse.widgets.real_model import (
+from attncourse.chapters.ch11_real_model.explorer import (
     ALL_HEADS,
     RealModelExplorer,
     attention_of,
     token_labels,
 )
+from attncourse.nn import GPT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,8 @@ def test_from_model_equals_the_models_weights_and_a_typed_prompt_runs_the_model(
 nbclient = pytest.importorskip("nbclient")
 
 CELL = (
-    "import torch\nfrom attncourse.nn import GPT\nfrom attncourse.widgets.real_model import RealModelExplorer\n"
+    "import torch\n"
+    "from attncourse.nn import GPT\nfrom attncourse.chapters.ch11_real_model.explorer import RealModelExplorer\n"
     "class Letters:\n    def encode(self, text):\n        return [ord(c) % 32 for c in text]\n"
     "    def decode(self, ids):\n        return ''.join(chr(97 + i % 26) for i in ids)\n"
     "torch.manual_seed(0)\nmodel = GPT(vocab_size=32, d_model=16, num_heads=2, num_layers=2).eval()\n"

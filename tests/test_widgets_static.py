@@ -32,15 +32,25 @@ from test_widgets_bahdanau import (  # noqa: E402
 from test_widgets_transformer import tiny_transformer  # noqa: E402
 
 import attncourse.widgets.base as base  # noqa: E402
-from attncourse.widgets import (  # noqa: E402
-    AttentionExplorer,
+from attncourse.chapters.ch02_bahdanau_attention.explorer import (  # noqa: E402
     BahdanauStepper,
-    FlashAttentionExplorer,
-    LocalWindow,
-    PositionalEncodingExplorer,
-    SelfAttentionStepper,
+)
+from attncourse.chapters.ch03_attention_family.temperature_explorer import (  # noqa: E402
     TemperatureExplorer,
 )
+from attncourse.chapters.ch03_attention_family.window_explorer import (  # noqa: E402
+    LocalWindow,
+)
+from attncourse.chapters.ch04_self_attention.explorer import (  # noqa: E402
+    SelfAttentionStepper,
+)
+from attncourse.chapters.ch05_multihead_positional.explorer import (  # noqa: E402
+    PositionalEncodingExplorer,
+)
+from attncourse.chapters.ch08_attention_at_scale.explorer import (  # noqa: E402
+    FlashAttentionExplorer,
+)
+from attncourse.widgets import AttentionExplorer  # noqa: E402
 from attncourse.widgets.static import (  # noqa: E402
     BOOK_ENV,
     BookAxis,

@@ -16,13 +16,15 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from attncourse.chapters.ch05_multihead_positional.explorer import (  # noqa: E402
+    PositionalEncodingExplorer,
+)
 from attncourse.data.batching import build_vocabs  # noqa: E402
 from attncourse.data.toy_tasks import toy_task  # noqa: E402
 from attncourse.decode.search import greedy_decode  # noqa: E402
 from attncourse.functional.positional import sinusoidal_encoding  # noqa: E402
 from attncourse.nn.transformer import Transformer  # noqa: E402
 from attncourse.widgets.explorer import ALL_HEADS, AttentionExplorer  # noqa: E402
-from attncourse.widgets.positional import PositionalEncodingExplorer  # noqa: E402
 
 # ----------------------------------------------------------------------------- positional encoding
 

@@ -148,7 +148,8 @@ class HandOffs:
         ``scipy``, ``numpy``), a method of its types (``Tensor.softmax``) or a class, whose
         name (or class name) is ``name``.
     package : bool
-        Refuse every function of the ``attncourse`` package outside ``attncourse.checks``
+        Refuse every function of the ``attncourse`` package outside the checks
+        (``attncourse.checks`` and the chapters' ``checks`` modules)
         (but those in ``allow``).
     allow : tuple of str
         Package functions the statement allows, as ``module.qualname``; what they call is
@@ -200,6 +201,13 @@ class HandOff:
 
     kind: str  # "library", "package", "namespace" or "missing"
     name: str
+
+
+def _chapter_checks(module: str) -> bool:
+    """Whether ``module`` is a chapter's checks (``attncourse.chapters.ch*.*checks``)."""
+    parts = module.split(".")
+    return (len(parts) == 4 and parts[:2] == ["attncourse", "chapters"]
+            and parts[3].endswith("checks"))
 
 
 @contextlib.contextmanager
@@ -259,7 +267,8 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
             if full in rules.allow:
                 if event == "call":
                     allowed.append(frame)
-            elif rules.package and not module.startswith("attncourse.checks"):
+            elif rules.package and not (module.startswith("attncourse.checks")
+                                        or _chapter_checks(module)):
                 seen.append(HandOff("package", full))
         elif (rules.namespace and event == "call" and own_globals is not None
               and frame.f_globals is own_globals and frame.f_code.co_filename != own_file

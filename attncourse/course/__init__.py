@@ -2,5 +2,5 @@
 
 The top layer, beside :mod:`attncourse.checks` and :mod:`attncourse.widgets`: it reads the
 chapters' MyST sources (``notebooks/*.md``) and imports nothing from the rest of the package
-except the command line's helpers.
+except the command line's helpers and the chapters' rubrics (:mod:`attncourse.chapters`).
 """

@@ -213,9 +213,9 @@ def _references(check: str) -> list[str]:
     import ast
     import inspect
 
-    import attncourse.checks as checks
+    import attncourse.chapters as chapters
 
-    fn = getattr(checks, check)
+    fn = chapters.check(check)
     names = []
     for node in ast.walk(ast.parse(inspect.getsource(fn))):
         if isinstance(node, ast.keyword) and node.arg == "references":

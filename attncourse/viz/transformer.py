@@ -5,7 +5,7 @@
 - :func:`plot_positional_detail`: one position and one dimension of that
   table picked out: the table with the row and column framed, the column as a
   sinusoid over positions, and the row as a vector. The
-  :class:`~attncourse.widgets.positional.PositionalEncodingExplorer` draws it.
+  :class:`~attncourse.chapters.ch05_multihead_positional.explorer.PositionalEncodingExplorer` draws it.
 - :func:`plot_head_maps`: one attention map per head, side by side, with token labels.
 - :func:`plot_attention_maps`: one layer of a
   :meth:`Transformer.attention_maps <attncourse.nn.transformer.Transformer.attention_maps>`

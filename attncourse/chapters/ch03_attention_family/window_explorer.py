@@ -4,8 +4,8 @@
 sentence with fixed scores: the window [p_t - D, p_t + D], the softmax of the
 scores inside it, and for local-p the Gaussian exp(-(s - p_t)^2 / (2 sigma^2)),
 sigma = D / 2, that multiplies the weights. The figure is
-:func:`attncourse.viz.luong.plot_local_window`, the one the chapter prints, and
-the numbers come from :func:`attncourse.viz.luong.local_weights`, built on
+:func:`attncourse.chapters.ch03_attention_family.figures.plot_local_window`, the one the chapter prints, and
+the numbers come from :func:`attncourse.chapters.ch03_attention_family.figures.local_weights`, built on
 :mod:`attncourse.functional.luong`.
 
 References
@@ -22,7 +22,7 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
-from attncourse.viz.luong import (
+from attncourse.chapters.ch03_attention_family.figures import (
     LOCAL_MODES,
     LocalWeights,
     local_weights,

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 import numpy as np
 
+from attncourse.chapters.ch04_self_attention.figures import plot_step
 from attncourse.data import SENTENCES, embed, projections, tokenize
 from attncourse.functional import STEPS, SelfAttentionTrace, self_attention_trace
-from attncourse.viz import plot_step
 from attncourse.widgets.base import (  # noqa: F401  (_in_kernel: kept importable from here)
     Explorer,
     _in_kernel,

@@ -4,7 +4,7 @@
 run (recorded :class:`~attncourse.decode.paged.PoolState` per step): which physical
 blocks each request holds, how full they are, which are shared by several requests
 (a common prompt) and when a request's blocks return to the pool. The figure is
-:func:`attncourse.viz.serving.plot_paged_cache`.
+:func:`attncourse.chapters.ch10_serving_attention.figures.plot_paged_cache`.
 
 References
 ----------
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import ipywidgets as widgets
 
+from attncourse.chapters.ch10_serving_attention.figures import plot_paged_cache
 from attncourse.decode.paged import Served
-from attncourse.viz.serving import plot_paged_cache
 from attncourse.widgets.base import Explorer
 from attncourse.widgets.static import BookAxis
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import ipywidgets as widgets
 import numpy as np
 
+from attncourse.chapters.ch08_attention_at_scale.figures import plot_tiles
 from attncourse.functional.numpy_attention import scaled_dot_product_attention
 from attncourse.functional.tiled_attention import TiledAttention, tiled_attention
-from attncourse.viz.scale import plot_tiles
 from attncourse.widgets.base import Explorer
 from attncourse.widgets.static import BookAxis
 

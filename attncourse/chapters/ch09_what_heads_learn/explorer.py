@@ -46,7 +46,7 @@ class InductionExplorer(Explorer):
         Length of the repeated segment: marks where each repeat starts.
     scores : mapping of step -> dict, optional
         Per checkpoint, values shown in the caption: ``"loss_repeated"`` and
-        ``"prefix_L2H1"``-style head scores (:func:`attncourse.recipes.induction.head_scores`).
+        ``"prefix_L2H1"``-style head scores (:func:`attncourse.chapters.ch09_what_heads_learn.recipe.head_scores`).
     book_heads : sequence of str, optional
         The heads the book rendering pre-draws one by one, as labels (``"L2H1"``),
         besides all heads together; default every head. In JupyterLab every head is
@@ -112,7 +112,7 @@ class InductionExplorer(Explorer):
         ----------
         models : mapping of step -> GPT
             E.g. ``{s: snapshot_model(run, s) for s in steps}``
-            (:func:`attncourse.recipes.induction.snapshot_model`).
+            (:func:`attncourse.chapters.ch09_what_heads_learn.recipe.snapshot_model`).
         tokens : (n,) int tensor
             The probe.
         segment_len : int

@@ -5,7 +5,7 @@ learner turn the temperature tau on a log scale: weights = softmax(e / tau)
 (:func:`attncourse.functional.softmax_with_temperature`). A large tau spreads
 the weight evenly; tau -> 0 puts all of it on the largest score, the hardmax,
 which is what "hard" attention picks. The figure is
-:func:`attncourse.viz.luong.plot_tempered_weights`.
+:func:`attncourse.chapters.ch03_attention_family.figures.plot_tempered_weights`.
 
 References
 ----------
@@ -23,8 +23,8 @@ from typing import Any
 import ipywidgets as widgets
 import numpy as np
 
+from attncourse.chapters.ch03_attention_family.figures import plot_tempered_weights
 from attncourse.functional.temperature import entropy, hardmax, softmax_with_temperature
-from attncourse.viz.luong import plot_tempered_weights
 from attncourse.widgets.base import Explorer
 from attncourse.widgets.static import BookAxis
 
