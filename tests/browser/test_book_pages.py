@@ -20,13 +20,16 @@ import yaml
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+import attncourse.chapters as chapters
 import attncourse.widgets as widgets
 from attncourse.widgets.base import Explorer
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Every explorer class the package offers: a chapter that displays one gets it on its page.
-EXPLORER_NAMES = sorted(name for name, obj in vars(widgets).items()
-                        if isinstance(obj, type) and issubclass(obj, Explorer) and obj is not Explorer)
+#: Every explorer class the package offers (the shared ones and each chapter's own): a chapter
+#: that displays one gets it on its page.
+EXPLORER_NAMES = sorted({name for module in [widgets, *chapters.modules("explorer")]
+                         for name, obj in vars(module).items()
+                         if isinstance(obj, type) and issubclass(obj, Explorer) and obj is not Explorer})
 #: A call that builds one: the class itself, or one of its ``from_...`` constructors.
 EXPLORERS = re.compile(r"\b(" + "|".join(EXPLORER_NAMES) + r")(\.from_\w+)?\(")
 #: Schemes a page may use without leaving the machine.
