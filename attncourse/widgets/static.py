@@ -91,6 +91,10 @@ class BookAxis:
     @property
     def kind(self) -> str:
         """``"select"``, ``"slider"`` or ``"checkbox"``: the HTML control the book uses."""
+        # A SelectionSlider (options, and a slider's orientation) steps through its options
+        # with Previous/Next in the book, as a slider does; a dropdown is a menu.
+        if hasattr(self.control, "_options_labels") and hasattr(self.control, "orientation"):
+            return "slider"
         if hasattr(self.control, "_options_labels"):
             return "select"
         if isinstance(self.control.value, bool):
@@ -112,7 +116,7 @@ class BookAxis:
             control accepts (outside its range or options).
         """
         control = self.control
-        if self.kind == "select":
+        if hasattr(control, "_options_values"):  # a dropdown, or a slider over options
             allowed = list(control._options_values)
             values = allowed if self.values is None else list(self.values)
             missing = [v for v in values if v not in allowed]
@@ -134,8 +138,8 @@ class BookAxis:
         return values
 
     def label_of(self, value: Any) -> str:
-        """How the book writes ``value``: the dropdown's label, or the slider's readout."""
-        if self.kind == "select":
+        """How the book writes ``value``: the option's label, or the slider's readout."""
+        if hasattr(self.control, "_options_labels"):
             return str(self.control._options_labels[list(self.control._options_values).index(value)])
         if self.kind == "checkbox":
             return "on" if value else "off"
