@@ -4,7 +4,6 @@ a model run on a typed prompt, and a kernel with no front end (nbclient) getting
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -105,25 +104,8 @@ CELL = (
     "e = RealModelExplorer.from_model(model, Letters(), 'abcabc')\n"
     "e.layer.value = 1\ne.head.value = 1\ne.prompt.value = 'abcdabcd'\ne"
 )
-LIMIT = 30
-
-
-class CountingClient(nbclient.NotebookClient):
-    """nbclient, counting the Output-widget captures it mimics and timing each cell."""
-
-    hooks = 0
-    seconds: list[float] = []
-
-    def register_output_hook(self, msg_id, hook):
-        CountingClient.hooks += 1
-        return super().register_output_hook(msg_id, hook)
-
-    async def async_execute_cell(self, cell, cell_index, **kwargs):
-        start = time.perf_counter()
-        try:
-            return await super().async_execute_cell(cell, cell_index, **kwargs)
-        finally:
-            CountingClient.seconds.append(time.perf_counter() - start)
+# The headless client of the other explorers' test: it counts Output-widget captures and times cells.
+from test_widgets_headless import LIMIT, CountingClient  # noqa: E402
 
 
 def test_the_explorer_returns_at_once_in_a_kernel_with_no_front_end(tmp_path, monkeypatch):
