@@ -243,10 +243,12 @@ class RealModelExplorer(Explorer):
             ax.text(c * (n + gap) + n / 2 - 0.5, r * (n + gap) - 0.7, f"head {k}", ha="center", va="bottom",
                     fontsize=8)
         # Token labels once: the queries beside the top row, the keys under the bottom row's first head.
-        every = max(1, math.ceil(n / 24))
+        # A head's square is a third of the figure's width, so fewer labels than in the one-head
+        # view leave room for a legible size.
+        every = max(1, math.ceil(n / 16))
         at = list(range(0, n, every))
-        ax.set_yticks(at, [self.labels[i] for i in at], fontsize=5)
-        ax.set_xticks(at, [self.labels[i] for i in at], rotation=90, fontsize=5)
+        ax.set_yticks(at, [self.labels[i] for i in at], fontsize=7)
+        ax.set_xticks(at, [self.labels[i] for i in at], rotation=90, fontsize=7)
         ax.tick_params(length=1, pad=1)
         ax.set_ylim(mosaic.shape[0] - 0.5, -2.5)
         for side in ax.spines.values():
