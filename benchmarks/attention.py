@@ -86,6 +86,25 @@ def devices_for(name: str) -> list[torch.device]:
     return [pick_device(name)]
 
 
+def benchmark_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser (described by the first line of ``doc``), with ``--device``: every device by default."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--device", default="all",
+                        help="all (the CPU, and CUDA when available; default), cpu, cuda, cuda:1, ...")
+    return parser
+
+
+def add_timing_options(parser: argparse.ArgumentParser, min_run_time: float = 0.5) -> None:
+    """``--min-run-time`` (seconds per measurement) and ``--seed``."""
+    parser.add_argument("--min-run-time", type=float, default=min_run_time, help="seconds per measurement")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json OUT``: the file :func:`run_on_devices` writes the rows and the machine to."""
+    parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
+
+
 def run_on_devices(args: argparse.Namespace, name: str, run_one: Callable[[torch.device], list[dict]]) -> list[dict]:
     """Print the machine, run ``run_one`` on each device of ``args.device``, write ``args.json`` if given."""
     devices = devices_for(args.device)
@@ -168,16 +187,13 @@ def run(device: torch.device, lengths, batch: int, d_model: int, num_heads: int,
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="all",
-                        help="all (the CPU, and CUDA when available; default), cpu, cuda, cuda:1, ...")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--num-heads", type=int, default=4)
-    parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds per measurement")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
+    add_timing_options(parser)
+    add_json_option(parser)
     args = parser.parse_args(argv)
     return run_on_devices(args, "attention", lambda device: run(
         device, args.lengths, args.batch, args.d_model, args.num_heads, args.min_run_time, args.seed))

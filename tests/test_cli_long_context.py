@@ -4,10 +4,13 @@ Each is one field (of LMConfig or of sample's options); the clashes are refused 
 before anything is written, and a stretched sample is chapter 12's ``with_spec`` model.
 """
 
+# ruff: noqa: F811 (the fixture text_file is imported, then named as a parameter)
 import json
 
 import pytest
 import torch
+from test_cli_lm import SMALL as LM_SMALL
+from test_cli_lm import text_file  # noqa: F401 (the fixture)
 
 from attncourse.cli.commands import main
 from attncourse.cli.lm import _load_lm, _read_vocab
@@ -21,16 +24,8 @@ from attncourse.recipes.lm import (
     with_spec,
 )
 
-TEXT = "hello world. the attention is all you need. " * 40
-SMALL = ["--steps", "20", "--steps-per-epoch", "20", "--context", "16", "--d-model", "16", "--num-heads", "2",
-         "--num-layers", "1", "--d-ff", "32", "--no-progress"]
-
-
-@pytest.fixture()
-def text_file(tmp_path):
-    path = tmp_path / "text.txt"
-    path.write_text(TEXT, encoding="utf-8")
-    return path
+#: test_cli_lm's tiny model, trained 20 steps (one epoch) here.
+SMALL = ["--steps", "20", *LM_SMALL[2:]]
 
 
 def test_unset_options_keep_earlier_runs_names():

@@ -54,6 +54,12 @@ TASK = [
 ]
 
 
+def refused(argv: list[str], capsys) -> str:
+    """Run the command line on ``argv``, which must refuse it (exit status 2); its one error line."""
+    assert main(argv) == 2
+    return one_error_line(capsys)
+
+
 def files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
@@ -114,21 +120,7 @@ def test_train_lm_onto_a_train_run(tmp_path, text_file, capsys):  # noqa: F811
     assert main(["train", *TASK, "--out", str(out)]) == 0
     before = files(out)
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(out),
-                *LM_SMALL,
-                "--resume",
-            ]
-        )
-        == 2
-    )
-    line = one_error_line(capsys)
+    line = refused(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL, "--resume"], capsys)
     assert "'train' run" in line
     assert files(out) == before  # no vocab.json written
     assert (
@@ -176,22 +168,8 @@ def test_compact_encoding_equals_the_vocabulary_and_is_small():
 def test_text_above_max_chars_is_refused(tmp_path, capsys):
     path = tmp_path / "t.txt"
     path.write_text(TEXT, encoding="utf-8")
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(path),
-                "--out",
-                str(tmp_path / "o"),
-                *LM_SMALL,
-                "--max-chars",
-                "100",
-            ]
-        )
-        == 2
-    )
-    assert "--max-chars" in one_error_line(capsys)
+    assert "--max-chars" in refused(["train-lm", "--text", str(path), "--out", str(tmp_path / "o"),
+                                     *LM_SMALL, "--max-chars", "100"], capsys)
     assert not (tmp_path / "o").exists()
 
 
@@ -258,20 +236,8 @@ def test_sizes_above_their_ceiling_are_refused(argv, option, tmp_path, capsys):
 
 
 def test_beam_size_and_prompt_have_ceilings(lm_run, tsv, tmp_path, capsys):  # noqa: F811
-    assert (
-        main(
-            [
-                "evaluate",
-                str(tmp_path),
-                "--test",
-                str(tsv["test"]),
-                "--beam-size",
-                "100000",
-            ]
-        )
-        == 2
-    )
-    assert "--beam-size" in one_error_line(capsys)
+    assert "--beam-size" in refused(["evaluate", str(tmp_path), "--test", str(tsv["test"]),
+                                     "--beam-size", "100000"], capsys)
     assert main(["sample", str(lm_run), "--prompt", "a" * 56_000]) == 2
     assert "--prompt" in one_error_line(capsys)
     assert (
@@ -308,57 +274,16 @@ def test_extreme_temperature_is_refused(value, lm_run, capsys):
 def test_float32_overflow_is_refused(args, option, tmp_path, capsys):
     assert main(["train", *TASK, "--out", str(tmp_path / "o"), *args]) == 2
     assert option in one_error_line(capsys)
-    assert (
-        main(
-            [
-                "train",
-                "--task",
-                "dates",
-                "--model",
-                "transformer",
-                "--schedule",
-                "noam",
-                "--lr-scale",
-                "1e308",
-                "--out",
-                str(tmp_path / "o"),
-            ]
-        )
-        == 2
-    )
-    assert "--lr-scale" in one_error_line(capsys)
+    assert "--lr-scale" in refused(["train", "--task", "dates", "--model", "transformer",
+                                    "--schedule", "noam", "--lr-scale", "1e308", "--out",
+                                    str(tmp_path / "o")], capsys)
 
 
 def test_length_penalty_and_train_lm_lr_overflow(tsv, tmp_path, text_file, capsys):  # noqa: F811
-    assert (
-        main(
-            [
-                "evaluate",
-                str(tmp_path),
-                "--test",
-                str(tsv["test"]),
-                "--length-penalty",
-                "1e308",
-            ]
-        )
-        == 2
-    )
-    assert "--length-penalty" in one_error_line(capsys)
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(tmp_path / "o"),
-                "--lr",
-                "1e39",
-            ]
-        )
-        == 2
-    )
-    assert "--lr" in one_error_line(capsys)
+    assert "--length-penalty" in refused(["evaluate", str(tmp_path), "--test", str(tsv["test"]),
+                                          "--length-penalty", "1e308"], capsys)
+    assert "--lr" in refused(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "o"),
+                              "--lr", "1e39"], capsys)
 
 
 # --- 8. a diverged run stops with a message; JSON is strict ------------------------------------
@@ -378,20 +303,7 @@ def test_diverged_run_stops_and_json_is_strict(
             return real(*args, **kwargs) * float("nan")
 
     monkeypatch.setattr(lm, "F", NaNLoss())
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(tmp_path / "o"),
-                *LM_SMALL,
-            ]
-        )
-        == 2
-    )
-    line = one_error_line(capsys)
+    line = refused(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "o"), *LM_SMALL], capsys)
     assert "diverged" in line and "learning rate" in line
     path = tmp_path / "strict.json"
     write_json(path, [{"loss": float("nan"), "x": float("inf")}])
@@ -568,37 +480,10 @@ def test_resume_with_more_steps_extends(lm_run, text_file, capsys):  # noqa: F81
         == 0
     )
     assert len(json.loads((lm_run / "history.json").read_text())) == 3
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *more,
-                "--resume",
-            ]
-        )
-        == 2
-    )
-    assert "raise --steps" in one_error_line(capsys)
+    assert "raise --steps" in refused(["train-lm", "--text", str(text_file), "--out", str(lm_run),
+                                       *more, "--resume"], capsys)
     other = [a if a != "32" else "64" for a in more]  # --d-ff 64
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *other,
-                "--resume",
-            ]
-        )
-        == 2
-    )
-    line = one_error_line(capsys)
+    line = refused(["train-lm", "--text", str(text_file), "--out", str(lm_run), *other, "--resume"], capsys)
     assert (
         "d_ff: 32 in the checkpoint, 64 in this command" in line
         and "delete the folder" not in line

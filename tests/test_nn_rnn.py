@@ -53,6 +53,14 @@ def randomise_v_a(model, seed=1):
         model.attention.v_a.copy_(torch.randn(model.attention.v_a.shape, generator=g))
 
 
+def attending_model(attention):
+    """:func:`small_model`, its ``v_a`` randomised when it has attention."""
+    model = small_model(attention)
+    if attention:
+        randomise_v_a(model)
+    return model
+
+
 # ---------------------------------------------------------------- AdditiveAttention
 
 
@@ -213,8 +221,7 @@ def test_seq2seq_shapes_config_and_errors(attention):
 
 
 def test_attention_masks_padding_and_rows_sum_to_one():
-    model = small_model("bahdanau")
-    randomise_v_a(model)
+    model = attending_model("bahdanau")
     src, mask, tgt_in = make_batch([5, 2, 4])
     attn = model(src, mask, tgt_in).attention
     assert torch.all(attn.masked_select(~mask[:, None, :].expand_as(attn)) == 0.0)
@@ -226,9 +233,7 @@ def test_attention_masks_padding_and_rows_sum_to_one():
 
 @pytest.mark.parametrize("attention", ["bahdanau", None])
 def test_forward_equals_step_by_step_decoding(attention):
-    model = small_model(attention)
-    if attention:
-        randomise_v_a(model)
+    model = attending_model(attention)
     src, mask, tgt_in = make_batch([5, 3, 1])
     out = model(src, mask, tgt_in)
     enc = model.encode(src, mask)
@@ -244,9 +249,7 @@ def test_forward_equals_step_by_step_decoding(attention):
 
 @pytest.mark.parametrize("attention", ["bahdanau", None])
 def test_sentence_alone_equals_sentence_in_padded_batch(attention):
-    model = small_model(attention)
-    if attention:
-        randomise_v_a(model)
+    model = attending_model(attention)
     src, mask, tgt_in = make_batch([6, 2, 4])
     batch_out = model(src, mask, tgt_in)
     alone = model(src[1:2, :2], mask[1:2, :2], tgt_in[1:2])
