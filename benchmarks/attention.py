@@ -94,10 +94,12 @@ def benchmark_parser(doc: str) -> argparse.ArgumentParser:
     return parser
 
 
-def add_timing_options(parser: argparse.ArgumentParser, min_run_time: float = 0.5) -> None:
-    """``--min-run-time`` (seconds per measurement) and ``--seed``."""
+def add_timing_options(parser: argparse.ArgumentParser, min_run_time: float = 0.5, json: bool = True) -> None:
+    """``--min-run-time`` (seconds per measurement), ``--seed`` and, unless ``json`` is false, ``--json``."""
     parser.add_argument("--min-run-time", type=float, default=min_run_time, help="seconds per measurement")
     parser.add_argument("--seed", type=int, default=0)
+    if json:
+        add_json_option(parser)
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:
@@ -193,7 +195,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--num-heads", type=int, default=4)
     add_timing_options(parser)
-    add_json_option(parser)
     args = parser.parse_args(argv)
     return run_on_devices(args, "attention", lambda device: run(
         device, args.lengths, args.batch, args.d_model, args.num_heads, args.min_run_time, args.seed))

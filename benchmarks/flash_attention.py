@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--d-k", type=int, default=64)
     parser.add_argument("--block", type=int, default=128, help="block_q = block_k of the tiled path")
     parser.add_argument("--half", action="store_true", help="float16 on CUDA (the CPU stays float32)")
-    add_timing_options(parser)
+    add_timing_options(parser, json=False)
     parser.add_argument("--sweep", choices=["auto", "yes", "no", "only"], default="auto",
                         help="the Triton sweep: auto (on CUDA devices only; default), yes (also on the "
                              "CPU, under the interpreter), no, only (the sweep without the first table)")

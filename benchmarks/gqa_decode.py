@@ -32,7 +32,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention import (  # noqa: E402
-    add_json_option,
     add_timing_options,
     benchmark_parser,
     run_on_devices,
@@ -98,7 +97,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--num-heads", type=int, default=8)
     add_timing_options(parser, min_run_time=0.3)
-    add_json_option(parser)
     args = parser.parse_args(argv)
     return run_on_devices(args, "gqa_decode", lambda device: run(
         device, args.lengths, args.kv_heads, args.batch, args.d_model, args.num_heads, args.min_run_time,

@@ -26,7 +26,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention import (  # noqa: E402
-    add_json_option,
     add_timing_options,
     benchmark_parser,
     run_on_devices,
@@ -96,7 +95,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--window", type=int, default=10, help="D, the paper's value by default")
     add_timing_options(parser)
-    add_json_option(parser)
     args = parser.parse_args(argv)
     return run_on_devices(args, "local_attention", lambda device: run(
         device, args.lengths, args.batch, args.hidden, args.window, args.min_run_time, args.seed))
