@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
 from torch.utils import benchmark
 
 from attncourse.nn import MultiHeadAttention
@@ -119,25 +118,12 @@ def run_on_devices(args: argparse.Namespace, name: str, run_one: Callable[[torch
     return rows
 
 
-def torch_copy(ours: MultiHeadAttention) -> nn.MultiheadAttention:
-    """``torch.nn.MultiheadAttention`` with our weights: W^Q, W^K, W^V stacked into ``in_proj_weight``."""
-    weight = ours.w_q.weight
-    theirs = nn.MultiheadAttention(ours.d_model, ours.num_heads, batch_first=True,
-                                   device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
-        theirs.out_proj.weight.copy_(ours.w_o.weight)
-        theirs.out_proj.bias.copy_(ours.w_o.bias)
-    return theirs
-
-
 def run(device: torch.device, lengths, batch: int, d_model: int, num_heads: int, min_run_time: float,
         seed: int = 0) -> list[dict]:
     """Time both modules on one device; print and return one row per (seq_len, pass)."""
     torch.manual_seed(seed)
     ours = MultiHeadAttention(d_model, num_heads).to(device)
-    theirs = torch_copy(ours)
+    theirs = ours.to_torch()
     tol = 1e-4 if device.type == "cpu" else 1e-3
     print(f"device: {describe_device(device)}")
     print(f"self-attention on x (batch={batch}, seq_len, d_model={d_model}), num_heads={num_heads}, float32; "
