@@ -60,6 +60,11 @@ def refused(argv: list[str], capsys) -> str:
     return one_error_line(capsys)
 
 
+def train_lm(text_file: Path, out: Path, *options: str) -> int:
+    """``train-lm`` on ``text_file`` into ``out`` with ``options``; its exit status."""
+    return main(["train-lm", "--text", str(text_file), "--out", str(out), *options])
+
+
 def files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
@@ -67,9 +72,7 @@ def files(directory: Path) -> dict[str, bytes]:
 @pytest.fixture
 def lm_run(tmp_path, text_file):  # noqa: F811
     out = tmp_path / "lm"
-    assert (
-        main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL]) == 0
-    )
+    assert train_lm(text_file, out, *LM_SMALL) == 0
     return out
 
 
@@ -123,20 +126,7 @@ def test_train_lm_onto_a_train_run(tmp_path, text_file, capsys):  # noqa: F811
     line = refused(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL, "--resume"], capsys)
     assert "'train' run" in line
     assert files(out) == before  # no vocab.json written
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(out),
-                *LM_SMALL,
-                "--overwrite",
-            ]
-        )
-        == 0
-    )
+    assert train_lm(text_file, out, *LM_SMALL, "--overwrite") == 0
     names = set(os.listdir(out))
     assert names == {
         "checkpoint.pt",
@@ -344,10 +334,7 @@ def test_ctrl_c_inside_torch_save_is_an_interruption(
 
     monkeypatch.setattr(checkpoint.torch, "save", interrupted_save)
     out = tmp_path / "o"
-    assert (
-        main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL])
-        == 130
-    )
+    assert train_lm(text_file, out, *LM_SMALL) == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
     assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
@@ -404,26 +391,10 @@ def test_interrupted_before_first_checkpoint_train_lm(
     for again in (["--resume"], []):
         out = tmp_path / f"o{len(again)}"
         monkeypatch.setattr(lm, "heldout_loss", interrupted)
-        assert (
-            main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL])
-            == 130
-        )
+        assert train_lm(text_file, out, *LM_SMALL) == 130
         assert "run the same command again" in capsys.readouterr().err
         monkeypatch.undo()
-        assert (
-            main(
-                [
-                    "train-lm",
-                    "--text",
-                    str(text_file),
-                    "--out",
-                    str(out),
-                    *LM_SMALL,
-                    *again,
-                ]
-            )
-            == 0
-        ), again
+        assert train_lm(text_file, out, *LM_SMALL, *again) == 0, again
 
 
 # --- 12. train-lm removes leftover temporaries; a Ctrl-C right after mkstemp leaves none ---------
@@ -432,22 +403,7 @@ def test_interrupted_before_first_checkpoint_train_lm(
 def test_train_lm_removes_leftover_temporaries(lm_run, text_file, monkeypatch):  # noqa: F811
     leftover = lm_run / ".checkpoint.pt.k1ll3d_x.tmp"
     leftover.write_bytes(b"partial")
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *LM_SMALL[:1],
-                "60",
-                *LM_SMALL[2:],
-                "--resume",
-            ]
-        )
-        == 0
-    )
+    assert train_lm(text_file, lm_run, *LM_SMALL[:1], "60", *LM_SMALL[2:], "--resume") == 0
     assert not leftover.exists()
     from attncourse.train.checkpoint import atomic_write_text
 
@@ -465,20 +421,7 @@ def test_train_lm_removes_leftover_temporaries(lm_run, text_file, monkeypatch): 
 
 def test_resume_with_more_steps_extends(lm_run, text_file, capsys):  # noqa: F811
     more = [*LM_SMALL[:1], "60", *LM_SMALL[2:]]
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *more,
-                "--resume",
-            ]
-        )
-        == 0
-    )
+    assert train_lm(text_file, lm_run, *more, "--resume") == 0
     assert len(json.loads((lm_run / "history.json").read_text())) == 3
     assert "raise --steps" in refused(["train-lm", "--text", str(text_file), "--out", str(lm_run),
                                        *more, "--resume"], capsys)
