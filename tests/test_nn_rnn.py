@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seq2seq_helpers import padded_batch
 
 from attncourse.functional.additive import (
     BAHDANAU_MOVES,
@@ -30,14 +31,7 @@ SRC_VOCAB, TGT_VOCAB = 40, 60
 
 
 def make_batch(lengths, tgt_len=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    src_len = max(lengths)
-    src = torch.randint(4, SRC_VOCAB, (len(lengths), src_len), generator=g)
-    mask = torch.arange(src_len)[None, :] < torch.tensor(lengths)[:, None]
-    src = src.masked_fill(~mask, 0)
-    tgt_in = torch.randint(4, TGT_VOCAB, (len(lengths), tgt_len), generator=g)
-    tgt_in[:, 0] = 1
-    return src, mask, tgt_in
+    return padded_batch(lengths, tgt_len, seed, SRC_VOCAB, TGT_VOCAB)
 
 
 def small_model(attention="bahdanau", seed=0, **kw):
