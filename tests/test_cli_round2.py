@@ -28,6 +28,7 @@ from test_cli_lm import SMALL as LM_SMALL
 from test_cli_lm import TEXT, text_file  # noqa: F401 (the fixture)
 
 import attncourse.cli.commands as cli
+import attncourse.cli.train_evaluate as train_evaluate
 import attncourse.recipes.lm as lm
 from attncourse.cli.commands import build_parser, main
 from attncourse.cli.limits import LIMITS, check_model_config
@@ -370,13 +371,13 @@ def test_interrupted_before_first_checkpoint_train(tmp_path, capsys, monkeypatch
         raise KeyboardInterrupt
 
     out = tmp_path / "o"
-    monkeypatch.setattr(cli, "fit", interrupted)
+    monkeypatch.setattr(train_evaluate, "fit", interrupted)
     assert main(["train", *TASK, "--out", str(out)]) == 130
     err = capsys.readouterr().err
     assert "--resume" not in err and "run the same command again" in err
     monkeypatch.undo()
     assert main(["train", *TASK, "--out", str(out), "--resume"]) == 0
-    monkeypatch.setattr(cli, "fit", interrupted)
+    monkeypatch.setattr(train_evaluate, "fit", interrupted)
     assert main(["train", *TASK, "--out", str(tmp_path / "p")]) == 130
     monkeypatch.undo()
     assert main(["train", *TASK, "--out", str(tmp_path / "p")]) == 0
