@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import nn
 from torch.utils import benchmark
 
 from attncourse.nn import MultiHeadAttention
@@ -86,6 +85,27 @@ def devices_for(name: str) -> list[torch.device]:
     return [pick_device(name)]
 
 
+def benchmark_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser (described by the first line of ``doc``), with ``--device``: every device by default."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--device", default="all",
+                        help="all (the CPU, and CUDA when available; default), cpu, cuda, cuda:1, ...")
+    return parser
+
+
+def add_timing_options(parser: argparse.ArgumentParser, min_run_time: float = 0.5, json: bool = True) -> None:
+    """``--min-run-time`` (seconds per measurement), ``--seed`` and, unless ``json`` is false, ``--json``."""
+    parser.add_argument("--min-run-time", type=float, default=min_run_time, help="seconds per measurement")
+    parser.add_argument("--seed", type=int, default=0)
+    if json:
+        add_json_option(parser)
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json OUT``: the file :func:`run_on_devices` writes the rows and the machine to."""
+    parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
+
+
 def run_on_devices(args: argparse.Namespace, name: str, run_one: Callable[[torch.device], list[dict]]) -> list[dict]:
     """Print the machine, run ``run_one`` on each device of ``args.device``, write ``args.json`` if given."""
     devices = devices_for(args.device)
@@ -98,25 +118,12 @@ def run_on_devices(args: argparse.Namespace, name: str, run_one: Callable[[torch
     return rows
 
 
-def torch_copy(ours: MultiHeadAttention) -> nn.MultiheadAttention:
-    """``torch.nn.MultiheadAttention`` with our weights: W^Q, W^K, W^V stacked into ``in_proj_weight``."""
-    weight = ours.w_q.weight
-    theirs = nn.MultiheadAttention(ours.d_model, ours.num_heads, batch_first=True,
-                                   device=weight.device, dtype=weight.dtype)
-    with torch.no_grad():
-        theirs.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
-        theirs.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
-        theirs.out_proj.weight.copy_(ours.w_o.weight)
-        theirs.out_proj.bias.copy_(ours.w_o.bias)
-    return theirs
-
-
 def run(device: torch.device, lengths, batch: int, d_model: int, num_heads: int, min_run_time: float,
         seed: int = 0) -> list[dict]:
     """Time both modules on one device; print and return one row per (seq_len, pass)."""
     torch.manual_seed(seed)
     ours = MultiHeadAttention(d_model, num_heads).to(device)
-    theirs = torch_copy(ours)
+    theirs = ours.to_torch()
     tol = 1e-4 if device.type == "cpu" else 1e-3
     print(f"device: {describe_device(device)}")
     print(f"self-attention on x (batch={batch}, seq_len, d_model={d_model}), num_heads={num_heads}, float32; "
@@ -168,16 +175,12 @@ def run(device: torch.device, lengths, batch: int, d_model: int, num_heads: int,
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="all",
-                        help="all (the CPU, and CUDA when available; default), cpu, cuda, cuda:1, ...")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--d-model", type=int, default=256)
     parser.add_argument("--num-heads", type=int, default=4)
-    parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds per measurement")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
+    add_timing_options(parser)
     args = parser.parse_args(argv)
     return run_on_devices(args, "attention", lambda device: run(
         device, args.lengths, args.batch, args.d_model, args.num_heads, args.min_run_time, args.seed))

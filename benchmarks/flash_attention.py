@@ -40,7 +40,6 @@ Usage: ``python benchmarks/flash_attention.py [--device all|cpu|cuda] [--lengths
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -49,7 +48,13 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention import run_on_devices, time_median  # noqa: E402
+from attention import (  # noqa: E402
+    add_json_option,
+    add_timing_options,
+    benchmark_parser,
+    run_on_devices,
+    time_median,
+)
 
 from attncourse.functional import (  # noqa: E402
     attention,
@@ -254,17 +259,14 @@ def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: in
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="all",
-                        help="all (the CPU, and CUDA when available; default), cpu, cuda, cuda:1, ...")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024, 2048])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--d-k", type=int, default=64)
     parser.add_argument("--block", type=int, default=128, help="block_q = block_k of the tiled path")
     parser.add_argument("--half", action="store_true", help="float16 on CUDA (the CPU stays float32)")
-    parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds per measurement")
-    parser.add_argument("--seed", type=int, default=0)
+    add_timing_options(parser, json=False)
     parser.add_argument("--sweep", choices=["auto", "yes", "no", "only"], default="auto",
                         help="the Triton sweep: auto (on CUDA devices only; default), yes (also on the "
                              "CPU, under the interpreter), no, only (the sweep without the first table)")
@@ -274,7 +276,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--sweep-batch", type=int, default=1)
     parser.add_argument("--sweep-heads", type=int, default=1)
     parser.add_argument("--sweep-min-run-time", type=float, default=0.1, help="seconds per sweep measurement")
-    parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     mismatches = []
 

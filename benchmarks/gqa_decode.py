@@ -24,7 +24,6 @@ Usage: ``python benchmarks/gqa_decode.py [--device cpu|cuda] [--lengths 256 1024
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -32,7 +31,12 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention import run_on_devices, time_median  # noqa: E402
+from attention import (  # noqa: E402
+    add_timing_options,
+    benchmark_parser,
+    run_on_devices,
+    time_median,
+)
 
 from attncourse.nn import KVCache  # noqa: E402
 from attncourse.nn.gqa import CausalSelfAttention  # noqa: E402
@@ -86,17 +90,13 @@ def run(device: torch.device, lengths, kv_heads, batch: int, d_model: int, num_h
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="all",
-                        help="all (the CPU, and CUDA when available; default), cpu, cuda, cuda:1, ...")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 4096])
     parser.add_argument("--kv-heads", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--num-heads", type=int, default=8)
-    parser.add_argument("--min-run-time", type=float, default=0.3, help="seconds per measurement")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
+    add_timing_options(parser, min_run_time=0.3)
     args = parser.parse_args(argv)
     return run_on_devices(args, "gqa_decode", lambda device: run(
         device, args.lengths, args.kv_heads, args.batch, args.d_model, args.num_heads, args.min_run_time,

@@ -19,14 +19,18 @@ Usage: ``python benchmarks/local_attention.py [--device cpu|cuda] [--lengths 64 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from attention import run_on_devices, time_median  # noqa: E402
+from attention import (  # noqa: E402
+    add_timing_options,
+    benchmark_parser,
+    run_on_devices,
+    time_median,
+)
 
 from attncourse.functional import windowed_attention  # noqa: E402
 from attncourse.nn import LuongAttention  # noqa: E402
@@ -85,16 +89,12 @@ def run(device: torch.device, lengths, batch: int, hidden: int, window: int, min
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="all",
-                        help="all (the CPU, and CUDA when available; default), cpu, cuda, cuda:1, ...")
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--lengths", type=int, nargs="+", default=[32, 128, 512, 2048, 8192])
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--window", type=int, default=10, help="D, the paper's value by default")
-    parser.add_argument("--min-run-time", type=float, default=0.5, help="seconds per measurement")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
+    add_timing_options(parser)
     args = parser.parse_args(argv)
     return run_on_devices(args, "local_attention", lambda device: run(
         device, args.lengths, args.batch, args.hidden, args.window, args.min_run_time, args.seed))

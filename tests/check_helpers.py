@@ -18,6 +18,19 @@ def assert_failed(result: CheckResult, case_number: int, *hint_parts: str) -> No
         assert part in result.hint, f"{part!r} not in hint {result.hint!r}"
 
 
+def assert_raised(result: CheckResult, error: str, where: str) -> str:
+    """``result`` says in three lines, no traceback, that the function raised ``error`` in ``where``.
+
+    ``where`` is the function's name, and the line it raised at as the message quotes it
+    (`` name: `code` ``). Returns the last line (the exception's).
+    """
+    lines = result.message.splitlines()
+    assert len(lines) == 3 and f"raised {error}" in lines[-1], result.message
+    assert f"in {where}" in lines[-1], lines[-1]
+    assert "Traceback" not in result.message
+    return lines[-1]
+
+
 def own_copy(fn):
     """A new function running ``fn``'s code: a learner's own implementation, for the tests.
 

@@ -40,7 +40,6 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from test_cli import write_tsv  # noqa: E402
 from test_cli_extremes import (  # noqa: E402
     COMMANDS,
     EXTREMES,
@@ -48,6 +47,7 @@ from test_cli_extremes import (  # noqa: E402
     TINY_RNN,
     build_argv,
     snapshot,
+    write_data,
 )
 
 from attncourse.cli.commands import main  # noqa: E402
@@ -292,18 +292,7 @@ def main_probe() -> None:
     )
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="attncourse-probe-"))
-    data = root / "data"
-    data.mkdir()
-    paths = {
-        "train": write_tsv(data / "train.tsv", 16),
-        "valid": write_tsv(data / "valid.tsv", 4, offset=1),
-        "test": write_tsv(data / "test.tsv", 4, offset=2),
-        "text": data / "text.txt",
-        "run": root / "run",
-        "lm": root / "lm",
-    }
-    paths["text"].write_text("the attention is all you need. " * 20, encoding="utf-8")
-    paths = {k: str(v) for k, v in paths.items()}
+    paths = {k: str(v) for k, v in write_data(root).items()}
     assert run_main(["train", *TINY_RNN, "--out", paths["run"]])[0] == 0
     assert (
         run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", paths["lm"]])[

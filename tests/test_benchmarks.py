@@ -22,19 +22,26 @@ def load(name: str):
     return module
 
 
+def run_quickly(name: str, tmp_path: Path, *options: str) -> tuple[list[dict], dict]:
+    """``benchmarks/<name>.py`` on the CPU, 5 ms a measurement, with ``options``: its rows and the JSON it wrote."""
+    out = tmp_path / f"{name}.json"
+    rows = load(name).main(["--device", "cpu", *options, "--min-run-time", "0.005", "--json", str(out)])
+    return rows, json.loads(out.read_text())
+
+
+def assert_both_passes(rows: list[dict], length: str, lengths: list[int]) -> None:
+    """One row for the forward pass, then one for forward and backward, at each of ``lengths`` in turn."""
+    assert [(r[length], r["pass"]) for r in rows] == [(n, p) for n in lengths for p in ("forward", "fwd+bwd")]
+
+
 def test_attention_benchmark_reports_ratios_for_each_length_and_pass(tmp_path, capsys):
-    out = tmp_path / "attention.json"
-    rows = load("attention").main([
-        "--device", "cpu", "--lengths", "8", "16", "--batch", "2", "--d-model", "16", "--num-heads", "2",
-        "--min-run-time", "0.005", "--json", str(out),
-    ])
-    assert [(r["seq_len"], r["pass"]) for r in rows] == [(8, "forward"), (8, "fwd+bwd"), (16, "forward"),
-                                                         (16, "fwd+bwd")]
+    rows, record = run_quickly("attention", tmp_path, "--lengths", "8", "16", "--batch", "2", "--d-model", "16",
+                               "--num-heads", "2")
+    assert_both_passes(rows, "seq_len", [8, 16])
     for r in rows:
         assert r["ratio"] == pytest.approx(r["torch_ms"] / r["ours_ms"]) and r["ratio"] > 0
     printed = capsys.readouterr().out
     assert "ratio = ours-speed / torch-speed" in printed and "fwd+bwd" in printed
-    record = json.loads(out.read_text())
     assert record["benchmark"] == "attention" and record["rows"] == rows
     assert record["machine"]["cpu"] and record["machine"]["torch"]
 
@@ -68,28 +75,20 @@ def test_model_flops_follow_the_palm_count():
 
 
 def test_local_attention_benchmark_checks_equality_and_reports_ratios(tmp_path, capsys):
-    out = tmp_path / "local.json"
-    rows = load("local_attention").main([
-        "--device", "cpu", "--lengths", "8", "40", "--batch", "2", "--hidden", "8", "--window", "2",
-        "--min-run-time", "0.005", "--json", str(out),
-    ])
-    assert [(r["src_len"], r["pass"]) for r in rows] == [(8, "forward"), (8, "fwd+bwd"), (40, "forward"),
-                                                         (40, "fwd+bwd")]
+    rows, record = run_quickly("local_attention", tmp_path, "--lengths", "8", "40", "--batch", "2", "--hidden", "8",
+                               "--window", "2")
+    assert_both_passes(rows, "src_len", [8, 40])
     for r in rows:
         assert r["global_ratio"] == pytest.approx(r["global_ms"] / r["windowed_ms"])
         assert r["masked_ratio"] == pytest.approx(r["masked_ms"] / r["windowed_ms"]) and r["masked_ratio"] > 0
     assert "time / windowed time" in capsys.readouterr().out
-    assert json.loads(out.read_text())["benchmark"] == "local_attention"
+    assert record["benchmark"] == "local_attention"
 
 
 def test_flash_attention_benchmark_checks_equality_and_reports_ratios_and_memory(tmp_path, capsys):
-    out = tmp_path / "flash.json"
-    rows = load("flash_attention").main([
-        "--device", "cpu", "--lengths", "16", "40", "--batch", "1", "--heads", "2", "--d-k", "8",
-        "--block", "16", "--min-run-time", "0.005", "--json", str(out),
-    ])
-    assert [(r["n"], r["pass"]) for r in rows] == [(16, "forward"), (16, "fwd+bwd"), (40, "forward"),
-                                                  (40, "fwd+bwd")]
+    rows, record = run_quickly("flash_attention", tmp_path, "--lengths", "16", "40", "--batch", "1", "--heads", "2",
+                               "--d-k", "8", "--block", "16")
+    assert_both_passes(rows, "n", [16, 40])
     for r in rows:
         assert r["tiled_ratio"] == pytest.approx(r["tiled_ms"] / r["sdpa_ms"]) and r["sdpa_ratio"] == 1.0
         assert r["textbook_peak_mib"] is None  # CPU: no CUDA allocator to ask
@@ -97,7 +96,7 @@ def test_flash_attention_benchmark_checks_equality_and_reports_ratios_and_memory
     assert rows[2]["tiled_saved_mib"] * 2**20 == 2 * (4 * 40 * 8 + 40) * 4
     assert rows[2]["textbook_saved_mib"] > rows[2]["tiled_saved_mib"]
     assert "time / SDPA time" in capsys.readouterr().out
-    assert json.loads(out.read_text())["benchmark"] == "flash_attention"
+    assert record["benchmark"] == "flash_attention"
 
 
 def test_train_overhead_counts_syncs_and_graphs_apart_from_the_timing(tmp_path, capsys):

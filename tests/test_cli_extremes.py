@@ -48,56 +48,14 @@ EXTREMES = [
     "-0.0",
     "1e-7",
 ]
-TINY_RNN = [
-    "--task",
-    "numbers-en-fr",
-    "--n-train",
-    "8",
-    "--n-valid",
-    "4",
-    "--n-test",
-    "2",
-    "--max-value",
-    "100",
-    "--model",
-    "rnn",
-    "--epochs",
-    "1",
-    "--emb-dim",
-    "4",
-    "--hidden-dim",
-    "8",
-    "--batch-size",
-    "8",
-    "--no-progress",
-]
-TINY_TRANSFORMER = [
-    "--task",
-    "numbers-en-fr",
-    "--n-train",
-    "8",
-    "--n-valid",
-    "4",
-    "--n-test",
-    "2",
-    "--max-value",
-    "100",
-    "--model",
-    "transformer",
-    "--epochs",
-    "1",
-    "--d-model",
-    "8",
-    "--heads",
-    "2",
-    "--layers",
-    "1",
-    "--d-ff",
-    "16",
-    "--batch-size",
-    "8",
-    "--no-progress",
-]
+#: A tiny numbers task the train runs below share.
+TINY_TASK = ["--task", "numbers-en-fr", "--n-train", "8", "--n-valid", "4", "--n-test", "2",
+             "--max-value", "100"]
+TINY_RNN = [*TINY_TASK, "--model", "rnn", "--epochs", "1", "--emb-dim", "4", "--hidden-dim", "8",
+            "--batch-size", "8", "--no-progress"]
+TINY_TRANSFORMER = [*TINY_TASK, "--model", "transformer", "--epochs", "1", "--d-model", "8",
+                    "--heads", "2", "--layers", "1", "--d-ff", "16", "--batch-size", "8",
+                    "--no-progress"]
 TINY_LM = [
     "--steps",
     "2",
@@ -221,24 +179,30 @@ TWO_VALUES = {"--betas"}
 _counter = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    """A finished train run and train-lm run, their data, and a folder for the examples' runs."""
-    root = tmp_path_factory.mktemp("extremes")
+def write_data(root: Path) -> dict[str, Path]:
+    """The tiny runs' data in ``root / "data"`` (train, valid, test TSVs, a text) and their folders."""
     data = root / "data"
     data.mkdir()
     paths = {
         "train": write_tsv(data / "train.tsv", 16),
         "valid": write_tsv(data / "valid.tsv", 4, offset=1),
         "test": write_tsv(data / "test.tsv", 4, offset=2),
+        "text": data / "text.txt",
+        "run": root / "run",
+        "lm": root / "lm",
     }
-    text = data / "text.txt"
-    text.write_text("the attention is all you need. " * 20, encoding="utf-8")
-    paths["text"] = text
-    paths["run"], paths["lm"] = root / "run", root / "lm"
+    paths["text"].write_text("the attention is all you need. " * 20, encoding="utf-8")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """A finished train run and train-lm run, their data, and a folder for the examples' runs."""
+    root = tmp_path_factory.mktemp("extremes")
+    paths = write_data(root)
     assert main(["train", *TINY_RNN, "--out", str(paths["run"])]) == 0
     assert (
-        main(["train-lm", "--text", str(text), *TINY_LM, "--out", str(paths["lm"])])
+        main(["train-lm", "--text", str(paths["text"]), *TINY_LM, "--out", str(paths["lm"])])
         == 0
     )
     return root, {k: str(v) for k, v in paths.items()}

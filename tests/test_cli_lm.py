@@ -12,6 +12,14 @@ SMALL = ["--steps", "40", "--steps-per-epoch", "20", "--context", "16", "--d-mod
          "--num-layers", "1", "--d-ff", "32", "--no-progress"]
 
 
+def refused_in_one_line(argv: list[str], capsys) -> str:
+    """Run the command line on ``argv``, which must refuse it (exit 2) in one error line; stderr."""
+    assert main(argv) == 2, argv
+    err = capsys.readouterr().err
+    assert err.startswith("attncourse: error: ") and err.count("\n") == 1, err
+    return err
+
+
 @pytest.fixture()
 def text_file(tmp_path):
     path = tmp_path / "text.txt"
@@ -69,9 +77,7 @@ def test_errors_are_one_line(tmp_path, text_file, capsys):
     ]
     for argv in cases:
         capsys.readouterr()
-        assert main(argv) == 2, argv
-        err = capsys.readouterr().err
-        assert err.startswith("attncourse: error: ") and err.count("\n") == 1, err
+        refused_in_one_line(argv, capsys)
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"\xff\xfe" * 100)
     assert main(["train-lm", "--text", str(binary), "--out", str(tmp_path / "b"), *SMALL]) == 2
@@ -141,7 +147,6 @@ def test_train_lm_with_latent_attention_samples_the_same_with_and_without_the_ca
 ])
 def test_latent_attention_options_refused_in_one_line(extra, option, tmp_path, text_file, capsys):
     out = tmp_path / "run"
-    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *SMALL, *extra]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("attncourse: error: ") and err.count("\n") == 1 and option in err, err
+    err = refused_in_one_line(["train-lm", "--text", str(text_file), "--out", str(out), *SMALL, *extra], capsys)
+    assert option in err, err
     assert not out.exists()

@@ -28,6 +28,7 @@ from test_cli_lm import SMALL as LM_SMALL
 from test_cli_lm import TEXT, text_file  # noqa: F401 (the fixture)
 
 import attncourse.cli.commands as cli
+import attncourse.cli.train_evaluate as train_evaluate
 import attncourse.recipes.lm as lm
 from attncourse.cli.commands import build_parser, main
 from attncourse.cli.limits import LIMITS, check_model_config
@@ -54,6 +55,17 @@ TASK = [
 ]
 
 
+def refused(argv: list[str], capsys) -> str:
+    """Run the command line on ``argv``, which must refuse it (exit status 2); its one error line."""
+    assert main(argv) == 2
+    return one_error_line(capsys)
+
+
+def train_lm(text_file: Path, out: Path, *options: str) -> int:
+    """``train-lm`` on ``text_file`` into ``out`` with ``options``; its exit status."""
+    return main(["train-lm", "--text", str(text_file), "--out", str(out), *options])
+
+
 def files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
@@ -61,9 +73,7 @@ def files(directory: Path) -> dict[str, bytes]:
 @pytest.fixture
 def lm_run(tmp_path, text_file):  # noqa: F811
     out = tmp_path / "lm"
-    assert (
-        main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL]) == 0
-    )
+    assert train_lm(text_file, out, *LM_SMALL) == 0
     return out
 
 
@@ -114,37 +124,10 @@ def test_train_lm_onto_a_train_run(tmp_path, text_file, capsys):  # noqa: F811
     assert main(["train", *TASK, "--out", str(out)]) == 0
     before = files(out)
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(out),
-                *LM_SMALL,
-                "--resume",
-            ]
-        )
-        == 2
-    )
-    line = one_error_line(capsys)
+    line = refused(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL, "--resume"], capsys)
     assert "'train' run" in line
     assert files(out) == before  # no vocab.json written
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(out),
-                *LM_SMALL,
-                "--overwrite",
-            ]
-        )
-        == 0
-    )
+    assert train_lm(text_file, out, *LM_SMALL, "--overwrite") == 0
     names = set(os.listdir(out))
     assert names == {
         "checkpoint.pt",
@@ -176,22 +159,8 @@ def test_compact_encoding_equals_the_vocabulary_and_is_small():
 def test_text_above_max_chars_is_refused(tmp_path, capsys):
     path = tmp_path / "t.txt"
     path.write_text(TEXT, encoding="utf-8")
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(path),
-                "--out",
-                str(tmp_path / "o"),
-                *LM_SMALL,
-                "--max-chars",
-                "100",
-            ]
-        )
-        == 2
-    )
-    assert "--max-chars" in one_error_line(capsys)
+    assert "--max-chars" in refused(["train-lm", "--text", str(path), "--out", str(tmp_path / "o"),
+                                     *LM_SMALL, "--max-chars", "100"], capsys)
     assert not (tmp_path / "o").exists()
 
 
@@ -258,20 +227,8 @@ def test_sizes_above_their_ceiling_are_refused(argv, option, tmp_path, capsys):
 
 
 def test_beam_size_and_prompt_have_ceilings(lm_run, tsv, tmp_path, capsys):  # noqa: F811
-    assert (
-        main(
-            [
-                "evaluate",
-                str(tmp_path),
-                "--test",
-                str(tsv["test"]),
-                "--beam-size",
-                "100000",
-            ]
-        )
-        == 2
-    )
-    assert "--beam-size" in one_error_line(capsys)
+    assert "--beam-size" in refused(["evaluate", str(tmp_path), "--test", str(tsv["test"]),
+                                     "--beam-size", "100000"], capsys)
     assert main(["sample", str(lm_run), "--prompt", "a" * 56_000]) == 2
     assert "--prompt" in one_error_line(capsys)
     assert (
@@ -308,57 +265,16 @@ def test_extreme_temperature_is_refused(value, lm_run, capsys):
 def test_float32_overflow_is_refused(args, option, tmp_path, capsys):
     assert main(["train", *TASK, "--out", str(tmp_path / "o"), *args]) == 2
     assert option in one_error_line(capsys)
-    assert (
-        main(
-            [
-                "train",
-                "--task",
-                "dates",
-                "--model",
-                "transformer",
-                "--schedule",
-                "noam",
-                "--lr-scale",
-                "1e308",
-                "--out",
-                str(tmp_path / "o"),
-            ]
-        )
-        == 2
-    )
-    assert "--lr-scale" in one_error_line(capsys)
+    assert "--lr-scale" in refused(["train", "--task", "dates", "--model", "transformer",
+                                    "--schedule", "noam", "--lr-scale", "1e308", "--out",
+                                    str(tmp_path / "o")], capsys)
 
 
 def test_length_penalty_and_train_lm_lr_overflow(tsv, tmp_path, text_file, capsys):  # noqa: F811
-    assert (
-        main(
-            [
-                "evaluate",
-                str(tmp_path),
-                "--test",
-                str(tsv["test"]),
-                "--length-penalty",
-                "1e308",
-            ]
-        )
-        == 2
-    )
-    assert "--length-penalty" in one_error_line(capsys)
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(tmp_path / "o"),
-                "--lr",
-                "1e39",
-            ]
-        )
-        == 2
-    )
-    assert "--lr" in one_error_line(capsys)
+    assert "--length-penalty" in refused(["evaluate", str(tmp_path), "--test", str(tsv["test"]),
+                                          "--length-penalty", "1e308"], capsys)
+    assert "--lr" in refused(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "o"),
+                              "--lr", "1e39"], capsys)
 
 
 # --- 8. a diverged run stops with a message; JSON is strict ------------------------------------
@@ -378,20 +294,7 @@ def test_diverged_run_stops_and_json_is_strict(
             return real(*args, **kwargs) * float("nan")
 
     monkeypatch.setattr(lm, "F", NaNLoss())
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(tmp_path / "o"),
-                *LM_SMALL,
-            ]
-        )
-        == 2
-    )
-    line = one_error_line(capsys)
+    line = refused(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "o"), *LM_SMALL], capsys)
     assert "diverged" in line and "learning rate" in line
     path = tmp_path / "strict.json"
     write_json(path, [{"loss": float("nan"), "x": float("inf")}])
@@ -432,10 +335,7 @@ def test_ctrl_c_inside_torch_save_is_an_interruption(
 
     monkeypatch.setattr(checkpoint.torch, "save", interrupted_save)
     out = tmp_path / "o"
-    assert (
-        main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL])
-        == 130
-    )
+    assert train_lm(text_file, out, *LM_SMALL) == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "interrupted" in err and "Traceback" not in err
     assert not [p for p in os.listdir(out) if p.endswith(".tmp")]
@@ -471,13 +371,13 @@ def test_interrupted_before_first_checkpoint_train(tmp_path, capsys, monkeypatch
         raise KeyboardInterrupt
 
     out = tmp_path / "o"
-    monkeypatch.setattr(cli, "fit", interrupted)
+    monkeypatch.setattr(train_evaluate, "fit", interrupted)
     assert main(["train", *TASK, "--out", str(out)]) == 130
     err = capsys.readouterr().err
     assert "--resume" not in err and "run the same command again" in err
     monkeypatch.undo()
     assert main(["train", *TASK, "--out", str(out), "--resume"]) == 0
-    monkeypatch.setattr(cli, "fit", interrupted)
+    monkeypatch.setattr(train_evaluate, "fit", interrupted)
     assert main(["train", *TASK, "--out", str(tmp_path / "p")]) == 130
     monkeypatch.undo()
     assert main(["train", *TASK, "--out", str(tmp_path / "p")]) == 0
@@ -492,26 +392,10 @@ def test_interrupted_before_first_checkpoint_train_lm(
     for again in (["--resume"], []):
         out = tmp_path / f"o{len(again)}"
         monkeypatch.setattr(lm, "heldout_loss", interrupted)
-        assert (
-            main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL])
-            == 130
-        )
+        assert train_lm(text_file, out, *LM_SMALL) == 130
         assert "run the same command again" in capsys.readouterr().err
         monkeypatch.undo()
-        assert (
-            main(
-                [
-                    "train-lm",
-                    "--text",
-                    str(text_file),
-                    "--out",
-                    str(out),
-                    *LM_SMALL,
-                    *again,
-                ]
-            )
-            == 0
-        ), again
+        assert train_lm(text_file, out, *LM_SMALL, *again) == 0, again
 
 
 # --- 12. train-lm removes leftover temporaries; a Ctrl-C right after mkstemp leaves none ---------
@@ -520,22 +404,7 @@ def test_interrupted_before_first_checkpoint_train_lm(
 def test_train_lm_removes_leftover_temporaries(lm_run, text_file, monkeypatch):  # noqa: F811
     leftover = lm_run / ".checkpoint.pt.k1ll3d_x.tmp"
     leftover.write_bytes(b"partial")
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *LM_SMALL[:1],
-                "60",
-                *LM_SMALL[2:],
-                "--resume",
-            ]
-        )
-        == 0
-    )
+    assert train_lm(text_file, lm_run, *LM_SMALL[:1], "60", *LM_SMALL[2:], "--resume") == 0
     assert not leftover.exists()
     from attncourse.train.checkpoint import atomic_write_text
 
@@ -553,52 +422,12 @@ def test_train_lm_removes_leftover_temporaries(lm_run, text_file, monkeypatch): 
 
 def test_resume_with_more_steps_extends(lm_run, text_file, capsys):  # noqa: F811
     more = [*LM_SMALL[:1], "60", *LM_SMALL[2:]]
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *more,
-                "--resume",
-            ]
-        )
-        == 0
-    )
+    assert train_lm(text_file, lm_run, *more, "--resume") == 0
     assert len(json.loads((lm_run / "history.json").read_text())) == 3
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *more,
-                "--resume",
-            ]
-        )
-        == 2
-    )
-    assert "raise --steps" in one_error_line(capsys)
+    assert "raise --steps" in refused(["train-lm", "--text", str(text_file), "--out", str(lm_run),
+                                       *more, "--resume"], capsys)
     other = [a if a != "32" else "64" for a in more]  # --d-ff 64
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *other,
-                "--resume",
-            ]
-        )
-        == 2
-    )
-    line = one_error_line(capsys)
+    line = refused(["train-lm", "--text", str(text_file), "--out", str(lm_run), *other, "--resume"], capsys)
     assert (
         "d_ff: 32 in the checkpoint, 64 in this command" in line
         and "delete the folder" not in line

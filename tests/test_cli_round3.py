@@ -26,6 +26,7 @@ from test_cli_lm import SMALL as LM_SMALL
 from test_cli_lm import text_file  # noqa: F401 (the fixture)
 
 import attncourse.cli.commands as cli
+import attncourse.cli.train_evaluate as train_evaluate
 from attncourse.cli.commands import main
 from attncourse.cli.gpu_report import Stage, check_gpu_report_args, run_stage
 from attncourse.cli.options import UsageError
@@ -375,7 +376,7 @@ def test_a_failed_allocation_is_one_line(run, tsv, capsys, monkeypatch):
         raise RuntimeError("[enforce fail at alloc_cpu.cpp:118] DefaultCPUAllocator: can't allocate memory: "
                            "you tried to allocate 737894400000 bytes. Error code 12")
 
-    monkeypatch.setattr(cli, "evaluate", no_memory)
+    monkeypatch.setattr(train_evaluate, "evaluate", no_memory)
     assert main(evaluate(run, tsv["test"])) == 2
     line = one_error_line(capsys)
     assert line.startswith("attncourse: error: the machine ran out of memory (") and "smaller sizes" in line
@@ -383,7 +384,7 @@ def test_a_failed_allocation_is_one_line(run, tsv, capsys, monkeypatch):
     def bug(*args, **kwargs):
         raise RuntimeError("a bug, not memory")
 
-    monkeypatch.setattr(cli, "evaluate", bug)  # other errors are not dressed up as memory
+    monkeypatch.setattr(train_evaluate, "evaluate", bug)  # other errors are not dressed up as memory
     with pytest.raises(RuntimeError, match="a bug"):
         main(evaluate(run, tsv["test"]))
 

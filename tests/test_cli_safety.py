@@ -25,6 +25,7 @@ from test_cli import (  # noqa: F401 (tsv: the fixture)
 )
 
 import attncourse.cli.commands as cli
+import attncourse.cli.train_evaluate as train_evaluate
 from attncourse.cli.commands import main
 from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import PairDataset
@@ -181,7 +182,7 @@ def test_results_keep_evaluations_and_every_segment(run, tsv, tmp_path, capsys, 
     def interrupt(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.tqdm, "write", interrupt)
+    monkeypatch.setattr(train_evaluate.tqdm, "write", interrupt)
     assert main([*train_args(tsv, run, epochs=3), "--resume"]) == 130
     monkeypatch.undo()
     assert main([*train_args(tsv, run, epochs=3), "--resume"]) == 0

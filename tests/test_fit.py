@@ -228,6 +228,24 @@ def test_save_refuses_objects_weights_only_cannot_load(data, tmp_path):
 # --- resuming -------------------------------------------------------------------------------
 
 
+def stop_at_epoch_two(data, model, cfg, short_cfg, how, out_dir):
+    """Leave ``out_dir`` as a run stopped after epoch 2 leaves it.
+
+    ``how="interrupt"``: a run of ``cfg`` interrupted (Ctrl-C) after its second epoch;
+    ``"shorter"``: a run of ``short_cfg``, of two epochs, that ends there.
+    """
+    if how == "interrupt":
+
+        def stop_after_two(history):
+            if len(history) == 2:
+                raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            run(data, model, cfg, out_dir=out_dir, extra=data["extra"], callback=stop_after_two)
+    else:
+        run(data, model, short_cfg, out_dir=out_dir, extra=data["extra"])
+
+
 @pytest.mark.parametrize("how", ["interrupt", "shorter"])
 @pytest.mark.parametrize("dropout", [0.0, 0.2])
 def test_resumed_run_equals_uninterrupted_run(data, tmp_path, how, dropout):
@@ -236,16 +254,7 @@ def test_resumed_run_equals_uninterrupted_run(data, tmp_path, how, dropout):
     full = run(data, straight, cfg)
 
     first = new_model(data, dropout=dropout)
-    if how == "interrupt":
-
-        def stop_after_two(history):
-            if len(history) == 2:
-                raise KeyboardInterrupt
-
-        with pytest.raises(KeyboardInterrupt):
-            run(data, first, cfg, out_dir=tmp_path, extra=data["extra"], callback=stop_after_two)
-    else:
-        run(data, first, config(epochs=2, restore_best=False), out_dir=tmp_path, extra=data["extra"])
+    stop_at_epoch_two(data, first, cfg, config(epochs=2, restore_best=False), how, tmp_path)
     assert load_checkpoint(tmp_path / "checkpoint.pt")["epoch"] == 2
 
     resumed = new_model(data, seed=123, dropout=dropout)  # other initial weights: must be overwritten
@@ -470,16 +479,7 @@ def test_resumed_run_with_schedule_and_smoothing_equals_uninterrupted_run(data, 
     full = run(data, straight, cfg)
 
     first = new_model(data, dropout=0.2)
-    if how == "interrupt":
-
-        def stop_after_two(history):
-            if len(history) == 2:
-                raise KeyboardInterrupt
-
-        with pytest.raises(KeyboardInterrupt):
-            run(data, first, cfg, out_dir=tmp_path, extra=data["extra"], callback=stop_after_two)
-    else:
-        run(data, first, config(epochs=2, **recipe), out_dir=tmp_path, extra=data["extra"])
+    stop_at_epoch_two(data, first, cfg, config(epochs=2, **recipe), how, tmp_path)
 
     resumed = new_model(data, seed=123, dropout=0.2)
     result = run(data, resumed, cfg, out_dir=tmp_path, resume=True, extra=data["extra"])

@@ -153,20 +153,10 @@ def test_cache_appends_and_equals_full_attention():
         mha(x, None, None)
 
 
-def copy_to_torch(mha: MultiHeadAttention) -> torch.nn.MultiheadAttention:
-    ref = torch.nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True, dtype=torch.float64)
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([mha.w_q.weight, mha.w_k.weight, mha.w_v.weight]))
-        ref.in_proj_bias.copy_(torch.cat([mha.w_q.bias, mha.w_k.bias, mha.w_v.bias]))
-        ref.out_proj.weight.copy_(mha.w_o.weight)
-        ref.out_proj.bias.copy_(mha.w_o.bias)
-    return ref
-
-
 @pytest.mark.parametrize("fast", [True, False])
 def test_equals_torch_multihead_attention_with_padding_and_causal_masks(fast):
     mha = make_mha(seed=3)
-    ref = copy_to_torch(mha)
+    ref = mha.to_torch()
     q_in, kv_in = inputs(batch=3, tgt_len=5, src_len=5, seed=4)
     padding = key_padding([5, 4, 2], 5)
     # Key padding: ours True = attend, torch's key_padding_mask True = ignore.
@@ -180,3 +170,16 @@ def test_equals_torch_multihead_attention_with_padding_and_causal_masks(fast):
     ours, _ = mha(kv_in, kv_in, kv_in, causal, fast=fast)
     theirs, _ = ref(kv_in, kv_in, kv_in, attn_mask=~causal, need_weights=False)
     torch.testing.assert_close(ours, theirs, atol=1e-10, rtol=0)
+
+
+def test_the_torch_copy_without_biases_is_a_copy():
+    mha = make_mha(seed=5, bias=False)
+    ref = mha.to_torch()
+    assert ref.in_proj_bias is None and ref.out_proj.bias is None
+    q_in, kv_in = inputs(seed=6)
+    ours, _ = mha(q_in, kv_in, kv_in)
+    theirs, _ = ref(q_in, kv_in, kv_in, need_weights=False)
+    torch.testing.assert_close(ours, theirs, atol=1e-10, rtol=0)
+    with torch.no_grad():
+        mha.w_o.weight.zero_()
+    assert ref.out_proj.weight.abs().sum() > 0  # a copy, not a view

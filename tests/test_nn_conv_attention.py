@@ -13,14 +13,6 @@ from attncourse.nn.conv_attention import (
 from attncourse.nn.rnn import count_parameters
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _block(channels=8, gamma=0.0, seed=0, **kwargs):
     torch.manual_seed(seed)
     block = SelfAttention2d(channels, **kwargs)

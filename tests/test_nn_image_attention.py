@@ -18,15 +18,6 @@ from attncourse.nn.image_attention import (
 SMALL = {"feature_dim": 10, "hidden_dim": 16, "emb_dim": 8, "channels": 8}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: one thread is many times faster than two on a busy 2-core machine.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _model(kind="soft", seed=0, **kwargs):
     torch.manual_seed(seed)
     model = ImageCaptioner(attention=kind, **{**SMALL, **kwargs})

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from seq2seq_helpers import padded_batch
 
 from attncourse.decode.search import beam_search, greedy_decode
 from attncourse.functional.luong import (
@@ -216,13 +217,7 @@ def test_attention_rejects_bad_inputs():
 
 
 def make_batch(lengths=(5, 3, 1), tgt_len=5, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    src_len = max(lengths)
-    mask = torch.arange(src_len)[None, :] < torch.tensor(lengths)[:, None]
-    src = torch.randint(4, SRC_VOCAB, (len(lengths), src_len), generator=g).masked_fill(~mask, 0)
-    tgt_in = torch.randint(4, TGT_VOCAB, (len(lengths), tgt_len), generator=g)
-    tgt_in[:, 0] = 1
-    return src, mask, tgt_in
+    return padded_batch(lengths, tgt_len, seed, SRC_VOCAB, TGT_VOCAB)
 
 
 def small_model(seed=0, **kw):

@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from seq2seq_helpers import padded_batch
 
 from attncourse.functional.additive import (
     BAHDANAU_MOVES,
@@ -30,14 +31,7 @@ SRC_VOCAB, TGT_VOCAB = 40, 60
 
 
 def make_batch(lengths, tgt_len=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    src_len = max(lengths)
-    src = torch.randint(4, SRC_VOCAB, (len(lengths), src_len), generator=g)
-    mask = torch.arange(src_len)[None, :] < torch.tensor(lengths)[:, None]
-    src = src.masked_fill(~mask, 0)
-    tgt_in = torch.randint(4, TGT_VOCAB, (len(lengths), tgt_len), generator=g)
-    tgt_in[:, 0] = 1
-    return src, mask, tgt_in
+    return padded_batch(lengths, tgt_len, seed, SRC_VOCAB, TGT_VOCAB)
 
 
 def small_model(attention="bahdanau", seed=0, **kw):
@@ -51,6 +45,14 @@ def randomise_v_a(model, seed=1):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         model.attention.v_a.copy_(torch.randn(model.attention.v_a.shape, generator=g))
+
+
+def attending_model(attention):
+    """:func:`small_model`, its ``v_a`` randomised when it has attention."""
+    model = small_model(attention)
+    if attention:
+        randomise_v_a(model)
+    return model
 
 
 # ---------------------------------------------------------------- AdditiveAttention
@@ -213,8 +215,7 @@ def test_seq2seq_shapes_config_and_errors(attention):
 
 
 def test_attention_masks_padding_and_rows_sum_to_one():
-    model = small_model("bahdanau")
-    randomise_v_a(model)
+    model = attending_model("bahdanau")
     src, mask, tgt_in = make_batch([5, 2, 4])
     attn = model(src, mask, tgt_in).attention
     assert torch.all(attn.masked_select(~mask[:, None, :].expand_as(attn)) == 0.0)
@@ -226,9 +227,7 @@ def test_attention_masks_padding_and_rows_sum_to_one():
 
 @pytest.mark.parametrize("attention", ["bahdanau", None])
 def test_forward_equals_step_by_step_decoding(attention):
-    model = small_model(attention)
-    if attention:
-        randomise_v_a(model)
+    model = attending_model(attention)
     src, mask, tgt_in = make_batch([5, 3, 1])
     out = model(src, mask, tgt_in)
     enc = model.encode(src, mask)
@@ -244,9 +243,7 @@ def test_forward_equals_step_by_step_decoding(attention):
 
 @pytest.mark.parametrize("attention", ["bahdanau", None])
 def test_sentence_alone_equals_sentence_in_padded_batch(attention):
-    model = small_model(attention)
-    if attention:
-        randomise_v_a(model)
+    model = attending_model(attention)
     src, mask, tgt_in = make_batch([6, 2, 4])
     batch_out = model(src, mask, tgt_in)
     alone = model(src[1:2, :2], mask[1:2, :2], tgt_in[1:2])

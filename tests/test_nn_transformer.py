@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from seq2seq_helpers import padded_batch
 
 from attncourse.decode.search import beam_search, greedy_decode
 from attncourse.nn.rnn import Seq2SeqOutput, count_parameters
@@ -30,13 +31,7 @@ def tiny(seed=0, dtype=torch.float32, **kw):
 
 
 def batch(lengths=(6, 4, 2), tgt_len=5, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    src_len = max(lengths)
-    src_mask = torch.arange(src_len)[None, :] < torch.tensor(lengths)[:, None]
-    src = torch.randint(4, SRC_VOCAB, (len(lengths), src_len), generator=g).masked_fill(~src_mask, 0)
-    tgt_in = torch.randint(3, TGT_VOCAB, (len(lengths), tgt_len), generator=g)
-    tgt_in[:, 0] = 1  # bos
-    return src, src_mask, tgt_in
+    return padded_batch(lengths, tgt_len, seed, SRC_VOCAB, TGT_VOCAB, tgt_low=3)
 
 
 # --- shapes, masks, configuration ----------------------------------------------------------

@@ -262,22 +262,26 @@ def one_line(error) -> str:
     return message
 
 
+def gguf_refusal(path) -> str:
+    """The error :func:`open_gguf` raises for ``path``: a :class:`GGUFError` of one short line."""
+    with pytest.raises(GGUFError) as error:
+        open_gguf(path)
+    return one_line(error)
+
+
 @needs_gguf
 def test_a_file_of_another_architecture_is_refused(tmp_path):
     path = tmp_path / "gemma.gguf"
     write_tiny_gguf(path, architecture="gemma3")
-    with pytest.raises(GGUFError) as error:
-        open_gguf(path)
-    assert "'gemma3'" in one_line(error) and "llama" in one_line(error)
+    message = gguf_refusal(path)
+    assert "'gemma3'" in message and "llama" in message
 
 
 @needs_gguf
 def test_a_missing_key_is_named(tmp_path):
     path = tmp_path / "nokey.gguf"
     write_tiny_gguf(path, drop_key="attention.head_count_kv")
-    with pytest.raises(GGUFError) as error:
-        open_gguf(path)
-    assert "llama.attention.head_count_kv" in one_line(error)
+    assert "llama.attention.head_count_kv" in gguf_refusal(path)
 
 
 @pytest.mark.parametrize("keep", [0.5, 0.9, 0.999])
@@ -286,27 +290,21 @@ def test_a_truncated_file_is_refused_in_one_line(tiny, tmp_path, keep):
     data = path.read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(data[: int(len(data) * keep)])
-    with pytest.raises(GGUFError) as error:
-        open_gguf(cut)
-    assert "cut.gguf is truncated" in one_line(error)
+    assert "cut.gguf is truncated" in gguf_refusal(cut)
 
 
 def test_a_file_cut_in_its_metadata_is_refused_in_one_line(tiny, tmp_path):
     path, _ = tiny
     cut = tmp_path / "head.gguf"
     cut.write_bytes(path.read_bytes()[:300])
-    with pytest.raises(GGUFError) as error:
-        open_gguf(cut)
-    assert "head.gguf is truncated" in one_line(error)
+    assert "head.gguf is truncated" in gguf_refusal(cut)
 
 
 @pytest.mark.parametrize("content", [b"", b"PK\x03\x04 a zip archive", b"{\"not\": \"gguf\"}"])
 def test_a_file_that_is_not_gguf_is_refused(tmp_path, content):
     path = tmp_path / "model.bin"
     path.write_bytes(content)
-    with pytest.raises(GGUFError) as error:
-        open_gguf(path)
-    assert "model.bin is not a GGUF file" in one_line(error)
+    assert "model.bin is not a GGUF file" in gguf_refusal(path)
 
 
 def test_missing_packages_are_named_with_their_install_command(tmp_path, monkeypatch):
@@ -329,18 +327,14 @@ def test_a_missing_file_and_an_unread_type_are_named(tiny, tmp_path):
     weights["blk.1.ffn_up.weight"] = (weights["blk.1.ffn_up.weight"][0], "Q4_0")
     path = tmp_path / "q4_0.gguf"
     write_tiny_gguf(path, weights=weights)
-    with pytest.raises(GGUFError) as error:
-        open_gguf(path)
-    assert "blk.1.ffn_up.weight is stored as Q4_0" in one_line(error)
+    assert "blk.1.ffn_up.weight is stored as Q4_0" in gguf_refusal(path)
 
 
 @needs_gguf
 def test_a_file_in_the_other_byte_order_is_refused(tmp_path):
     path = tmp_path / "big.gguf"
     write_tiny_gguf(path, big_endian=True)
-    with pytest.raises(GGUFError) as error:
-        open_gguf(path)
-    assert "big.gguf is written in the byte order opposite to this machine's" in one_line(error)
+    assert "big.gguf is written in the byte order opposite to this machine's" in gguf_refusal(path)
 
 
 @needs_gguf

@@ -55,8 +55,12 @@ class CountingClient(nbclient.NotebookClient):
             CountingClient.seconds.append(time.perf_counter() - start)
 
 
-def test_explorers_send_nothing_back_to_a_headless_client(tmp_path, monkeypatch):
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+def headless_outputs(cells: list[str], tmp_path: Path, monkeypatch) -> list[list[dict]]:
+    """Run ``cells`` as a notebook under :class:`CountingClient`, which must capture nothing.
+
+    Returns each Output widget's ``outputs`` state, as the notebook saved them.
+    """
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     # The kernel imports this checkout's package.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -65,7 +69,11 @@ def test_explorers_send_nothing_back_to_a_headless_client(tmp_path, monkeypatch)
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     assert CountingClient.hooks == 0
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    outputs = [m["state"]["outputs"] for m in state.values() if m["model_name"] == "OutputModel"]
+    return [m["state"]["outputs"] for m in state.values() if m["model_name"] == "OutputModel"]
+
+
+def test_explorers_send_nothing_back_to_a_headless_client(tmp_path, monkeypatch):
+    outputs = headless_outputs(CELLS, tmp_path, monkeypatch)
     # Every explorer's figure reached its widget, as one PNG.
     assert len(outputs) == len(CELLS)
     assert all(len(o) == 1 and "image/png" in o[0]["data"] for o in outputs)

@@ -3,7 +3,6 @@ a model run on a typed prompt, and a kernel with no front end (nbclient) getting
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -105,20 +104,10 @@ CELL = (
     "e.layer.value = 1\ne.head.value = 1\ne.prompt.value = 'abcdabcd'\ne"
 )
 # The headless client of the other explorers' test: it counts Output-widget captures and times cells.
-from test_widgets_headless import LIMIT, CountingClient  # noqa: E402
+from test_widgets_headless import LIMIT, CountingClient, headless_outputs  # noqa: E402
 
 
 def test_the_explorer_returns_at_once_in_a_kernel_with_no_front_end(tmp_path, monkeypatch):
-    import nbformat
-
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL)])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    CountingClient(nb, timeout=LIMIT, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    assert CountingClient.hooks == 0
-    state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    outputs = [m["state"]["outputs"] for m in state.values() if m["model_name"] == "OutputModel"]
+    outputs = headless_outputs([CELL], tmp_path, monkeypatch)
     assert len(outputs) == 1 and len(outputs[0]) == 1 and "image/png" in outputs[0][0]["data"]
     assert all(s < LIMIT - 5 for s in CountingClient.seconds), CountingClient.seconds

@@ -30,7 +30,7 @@ second run changes nothing and ``--check`` then exits 0):
    already names files other branches were creating.
 2. ``git mv``'s each chapter-only module to its folder (history follows) and writes the
    folders' ``__init__.py`` and ``attncourse/chapters/__init__.py`` (:func:`modules`
-   finds a role's modules in every folder).
+   finds a role's modules in every folder), the latter copied from branch :data:`LANDED`.
 3. Splits ``RUBRICS`` of ``attncourse/course/rubrics.py`` into ``chNN_<name>/rubrics.py``,
    by the notebook whose ``:label:`` each exercise is; the :class:`Rubric` class moves to
    ``attncourse/chapters/rubric.py`` and ``course/rubrics.py`` collects the chapters'
@@ -156,103 +156,35 @@ WIDTH = 88
 LIMIT = 120
 RUBRICS_PY = PKG / "course" / "rubrics.py"
 
-CHAPTERS_INIT = '''"""Each chapter's own code, one folder per notebook.
-
-``chNN_<name>/`` holds what only ``notebooks/NN_<name>.md`` uses: ``checks.py`` (its
-exercises' checks), ``recipe.py`` (what it trains), ``explorer.py`` (its interactive
-explorer), ``figures.py`` (its own static figures) and ``rubrics.py`` (the rubrics of its
-written exercises). What several chapters share stays in the library layers (the maths,
-the modules, decoding, the engine, the explorers' machinery, the checks' engine), which a
-chapter's folder imports. No library part imports a chapter's folder and no folder imports
-another's (``tests/test_layers.py``); :mod:`attncourse.course` finds the rubrics through
-:func:`modules`. Adding a chapter is its notebook, its folder and a line in ``_toc.yml``.
-
-``python tools/move_chapters.py --check`` fails if a module that one chapter alone uses
-has been left in a library part.
-"""
-
-from __future__ import annotations
-
-import importlib
-import pkgutil
-from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
+#: The branch whose files give the layout's own modules when a checkout lacks them: a run
+#: copies ``attncourse/chapters/__init__.py``, the head of ``attncourse/chapters/rubric.py``
+#: and course's collection of the chapters' rubrics from there rather than keeping a second
+#: copy of their text here.
+LANDED = "main"
 
 
-def folders() -> list[str]:
-    """The chapters' folder names (``ch04_self_attention``, ...), in the book's order."""
-    return sorted(info.name for info in pkgutil.iter_modules(__path__)
-                  if info.ispkg and info.name.startswith("ch"))
+def _landed(path: str) -> str:
+    """The text of ``path`` (from the repository's root) on the branch :data:`LANDED`."""
+    return _git("show", f"{LANDED}:{path}")
 
 
-def folder(stem: str) -> str:
-    """The folder of notebook ``stem``: ``04_self_attention`` -> ``ch04_self_attention``."""
-    return f"ch{stem}"
+def _rubric_head() -> str:
+    """``attncourse/chapters/rubric.py`` as landed, up to its :class:`Rubric` class."""
+    text = _landed("attncourse/chapters/rubric.py")
+    return text[:text.index("@dataclass")]
 
 
-def modules(role: str, stem: str | None = None) -> list[ModuleType]:
-    """The chapters' modules whose name ends with ``role``, imported, in the book's order.
+def _collect() -> str:
+    """Course's collection of the chapters' rubrics as landed: ``_chapters_rubrics`` and ``RUBRICS``."""
+    text = _landed("attncourse/course/rubrics.py")
+    lines = text.splitlines(keepends=True)
+    tree = ast.parse(text)
+    start = next(node.lineno for node in tree.body
+                 if isinstance(node, ast.FunctionDef) and node.name == "_chapters_rubrics")
+    end = next(node.end_lineno for node in tree.body
+               if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "RUBRICS")
+    return "".join(lines[start - 1:end])
 
-    ``modules("checks")`` gives every folder's ``checks`` (and ``kernel_checks``);
-    ``stem`` (a notebook's file stem) keeps one chapter's. A folder without such a module
-    adds nothing.
-    """
-    names = [folder(stem)] if stem is not None else folders()
-    found = []
-    for name in names:
-        for info in sorted(pkgutil.iter_modules([str(Path(__file__).parent / name)]),
-                           key=lambda info: info.name):
-            if info.name.endswith(role):
-                found.append(importlib.import_module(f"{__name__}.{name}.{info.name}"))
-    return found
-
-
-def check(name: str) -> Callable:
-    """The ``check_*`` function ``name``: from :mod:`attncourse.checks` or a chapter's checks.
-
-    Raises
-    ------
-    AttributeError
-        If no check module has a function of that name.
-    """
-    import attncourse.checks as shared
-
-    for module in [shared, *modules("checks")]:
-        if hasattr(module, name):
-            return getattr(module, name)
-    raise AttributeError(f"no check named {name!r} in attncourse.checks or a chapter's checks")
-
-
-__all__ = ["check", "folder", "folders", "modules"]
-'''
-
-RUBRIC_HEAD = '''"""A rubric of a written exercise: what a full, a partial and a no-credit answer says.
-
-Each chapter's ``rubrics.py`` holds its exercises' rubrics; :mod:`attncourse.course.rubrics`
-collects them for the instructor edition.
-"""
-
-from __future__ import annotations
-
-from dataclasses import dataclass
-
-
-'''
-
-COLLECT = '''def _chapters_rubrics() -> dict[str, Rubric]:
-    """Every chapter folder's ``RUBRICS``, in the book's order; a label twice is an error."""
-    found: dict[str, Rubric] = {}
-    for module in chapters.modules("rubrics"):
-        twice = found.keys() & module.RUBRICS.keys()
-        if twice:
-            raise ValueError(f"rubrics given by two chapters: {', '.join(sorted(twice))}")
-        found |= module.RUBRICS
-    return found
-
-
-RUBRICS: dict[str, Rubric] = _chapters_rubrics()
-'''
 
 #: (file, old text, new text[, done]): edits of code that names the old layout other than by
 #: an import. Applied (every occurrence) when the old text is there; done when ``done`` (the
@@ -834,14 +766,14 @@ def split_rubrics(entries: dict[str, list[str]]) -> list[str]:
         if isinstance(node, ast.ClassDef) and node.name == "Rubric":
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
             if not rubric_py.exists():
-                rubric_py.write_text(RUBRIC_HEAD + "".join(lines[start - 1:node.end_lineno]).rstrip()
+                rubric_py.write_text(_rubric_head() + "".join(lines[start - 1:node.end_lineno]).rstrip()
                                      + '\n\n\n__all__ = ["Rubric"]\n', encoding="utf-8")
                 done.append("wrote attncourse/chapters/rubric.py (the Rubric class)")
             cut.append((start, node.end_lineno, ""))
         target = node.target if isinstance(node, ast.AnnAssign) else (
             node.targets[0] if isinstance(node, ast.Assign) else None)
         if isinstance(target, ast.Name) and target.id == "RUBRICS" and isinstance(node.value, ast.Dict):
-            cut.append((node.lineno, node.end_lineno, COLLECT))
+            cut.append((node.lineno, node.end_lineno, _collect()))
     for folder, items in sorted(entries.items()):
         path = PKG / "chapters" / folder / "rubrics.py"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -954,7 +886,7 @@ def main(argv: list[str] | None = None) -> int:
         _git("mv", str(source.relative_to(ROOT)), str(target.relative_to(ROOT)))
     if (moves or rubrics or has_class) and not (chapters / "__init__.py").exists():
         chapters.mkdir(exist_ok=True)
-        (chapters / "__init__.py").write_text(CHAPTERS_INIT, encoding="utf-8")
+        (chapters / "__init__.py").write_text(_landed("attncourse/chapters/__init__.py"), encoding="utf-8")
     done = [f"git mv {line.removeprefix('move ')}" for line in pending if line.startswith("move ")]
     if changed:
         done.append(f"rewrote {len(changed)} file(s)")

@@ -1,5 +1,5 @@
-"""The command line, ``python -m attncourse``: ``train`` and ``evaluate`` for
-encoder-decoders (:mod:`~attncourse.cli.commands`), ``train-lm`` and ``sample`` for
+"""The command line, ``python -m attncourse`` (:mod:`~attncourse.cli.commands`): ``train`` and
+``evaluate`` for encoder-decoders (:mod:`~attncourse.cli.train_evaluate`), ``train-lm`` and ``sample`` for
 chapter 7's language model (:mod:`~attncourse.cli.lm`), and the options and
 their checks (:mod:`~attncourse.cli.options`). It builds runs from the recipes
 of :mod:`attncourse.recipes` and trains them with :mod:`attncourse.train`.

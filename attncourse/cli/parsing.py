@@ -164,7 +164,8 @@ def add_fields(target: Any, of: Iterable[Field], sections: dict[str, Any] | None
         no section goes to ``target``.
 
     A setting the preset fills in (``preset``) defaults to None; a boolean is a
-    ``--x/--no-x`` pair, or a switch ``--x`` if not ``negatable``; a range
+    ``--x/--no-x`` pair, or a switch ``--x`` if not ``negatable``; a ``repeat`` option
+    collects its values in a list; a range
     (``limit``) is appended to the help as ``[at most N]``.
     """
     for f in of:
@@ -189,6 +190,8 @@ def add_fields(target: Any, of: Iterable[Field], sections: dict[str, Any] | None
             options.update(type=CHECKS[meta["check"]], metavar=meta["metavar"])
             if meta["nargs"]:
                 options["nargs"] = meta["nargs"]
+            if meta.get("repeat"):
+                options["action"] = "append"
         if meta.get("required"):
             options["required"] = True
         where.add_argument(option_flag(f), **options)

@@ -19,17 +19,20 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from attncourse.cli.options import EXIT_USAGE, Parser
+from attncourse.cli.parsing import add_fields
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises, read_chapter
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
 from attncourse.course.notice import NOTICE
 from attncourse.course.rubrics import rubrics_markdown
 from attncourse.course.slides import EXECUTED, executed_notebooks, write_decks
+from attncourse.train.config import setting, settings
 
 COMMAND = "student-edition"
 #: The chapters' MyST sources in a checkout of the course.
@@ -81,24 +84,31 @@ shows it: keep them in what you hand out.
 README_FIRST_LINE = README.splitlines()[0]
 
 
+@dataclass(frozen=True)
+class EditionOptions:
+    """``student-edition``'s options: each field is one (:func:`~attncourse.train.config.setting`)."""
+
+    out: Path = setting(None, "folder to write into (new or empty)", check="path", metavar="OUT",
+                        positional=True)
+    notebooks: Path = setting(NOTEBOOKS, "folder of the chapters' MyST sources (default: the course's "
+                              "notebooks/)", check="path", metavar="DIR")
+    chapter: list[str] | None = setting(None, "only this chapter, e.g. 04_self_attention (repeat for more)",
+                                        check="text", metavar="NAME", repeat=True)
+    markdown: bool = setting(False, "also write each student notebook as MyST markdown (.md)", negatable=False)
+    executed: Path | None = setting(None, "folder of the executed chapters (<chapter>.ipynb) whose figures the "
+                                    "slides show (default: the book build's, " + " or ".join(EXECUTED) + ")",
+                                    check="path", metavar="DIR")
+    no_nbgrader: bool = setting(False, "leave out the nbgrader folder", negatable=False)
+    overwrite: bool = setting(False, "write into OUT even if it holds files (same names are replaced)",
+                              negatable=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``student-edition`` command's parser."""
+    """The ``student-edition`` command's parser, from :class:`EditionOptions`."""
     parser = Parser(prog=f"attncourse {COMMAND}",
                      description="Write student and instructor editions of every chapter and an "
                                  "nbgrader course directory into OUT.")
-    parser.add_argument("out", metavar="OUT", type=Path, help="folder to write into (new or empty)")
-    parser.add_argument("--notebooks", metavar="DIR", type=Path, default=NOTEBOOKS,
-                        help="folder of the chapters' MyST sources (default: the course's notebooks/)")
-    parser.add_argument("--chapter", action="append", metavar="NAME",
-                        help="only this chapter, e.g. 04_self_attention (repeat for more)")
-    parser.add_argument("--markdown", action="store_true",
-                        help="also write each student notebook as MyST markdown (.md)")
-    parser.add_argument("--executed", metavar="DIR", type=Path,
-                        help="folder of the executed chapters (<chapter>.ipynb) whose figures the "
-                             "slides show (default: the book build's, " + " or ".join(EXECUTED) + ")")
-    parser.add_argument("--no-nbgrader", action="store_true", help="leave out the nbgrader folder")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="write into OUT even if it holds files (same names are replaced)")
+    add_fields(parser, settings(EditionOptions))
     return parser
 
 

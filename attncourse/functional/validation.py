@@ -17,6 +17,19 @@ def _fmt(shape: Shape) -> str:
     return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def check_positive_ints(**sizes: int) -> None:
+    """Check that every size given by name is a positive integer (an integral float passes).
+
+    Raises
+    ------
+    ValueError
+        Naming the first size that is not, e.g. ``channels must be a positive int, got 0``.
+    """
+    for name, value in sizes.items():
+        if int(value) != value or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 def check_attention_shapes(q: Shape, k: Shape, v: Shape, mask: Shape | None = None) -> tuple[int, ...]:
     """Check queries ``(..., tgt_len, d_k)``, keys ``(..., src_len, d_k)`` and
     values ``(..., src_len, d_v)``; a 1-D query ``(d_k,)`` is one query.

@@ -32,6 +32,34 @@ from torch import nn
 from attncourse.functional.torch_attention import masked_softmax
 
 
+def check_key_mask(mask: torch.Tensor, name: str, keys: torch.Tensor, keys_name: str) -> None:
+    """Refuse a mask of the source positions that does not fit ``keys``.
+
+    Parameters
+    ----------
+    mask : (batch, src_len) bool
+        True at real tokens.
+    name, keys_name : str
+        The two arguments' names, for the messages.
+    keys : (batch, src_len, ...)
+
+    Raises
+    ------
+    TypeError
+        If ``mask`` is not boolean.
+    ValueError
+        If its shape is not (batch, src_len) of ``keys`` (the message names both shapes).
+    """
+    batch, src_len = keys.shape[0], keys.shape[1]
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be boolean (True = real token), got dtype {mask.dtype}")
+    if tuple(mask.shape) != (batch, src_len):
+        raise ValueError(
+            f"{name} must be (batch, src_len) = {(batch, src_len)} to fit {keys_name} {tuple(keys.shape)}, "
+            f"got {tuple(mask.shape)}"
+        )
+
+
 class AdditiveAttention(nn.Module):
     """Additive (Bahdanau) attention: one query against a sequence of keys.
 
@@ -185,13 +213,7 @@ class AdditiveAttention(nn.Module):
                 f"to fit keys {tuple(keys.shape)}, got {tuple(projected_keys.shape)}"
             )
         if mask is not None:
-            if mask.dtype != torch.bool:
-                raise TypeError(f"mask must be boolean (True = real token), got dtype {mask.dtype}")
-            if tuple(mask.shape) != (batch, src_len):
-                raise ValueError(
-                    f"mask must be (batch, src_len) = {(batch, src_len)} to fit keys {tuple(keys.shape)}, "
-                    f"got {tuple(mask.shape)}"
-                )
+            check_key_mask(mask, "mask", keys, "keys")
         hidden = torch.tanh((query @ self.w_a.T).unsqueeze(1) + projected_keys)  # (batch, src_len, attn_dim)
         scores = hidden @ self.v_a  # e_ij: (batch, src_len)
         weights = masked_softmax(scores, mask, dim=-1)  # alpha_ij

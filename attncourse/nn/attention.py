@@ -196,6 +196,31 @@ class MultiHeadAttention(nn.Module):
             if linear.bias is not None:
                 nn.init.zeros_(linear.bias)
 
+    def to_torch(self) -> nn.MultiheadAttention:
+        """``torch.nn.MultiheadAttention`` holding these weights: PyTorch's implementation of the same map.
+
+        W^Q, W^K, W^V are stacked into its ``in_proj_weight`` (and the biases into
+        ``in_proj_bias``), W^O is its ``out_proj``; it is batch-first, on this module's device
+        and dtype, with its dropout rate. Note that its boolean masks are True where a key
+        may *not* be attended, the opposite of :meth:`forward`'s.
+
+        Returns
+        -------
+        torch.nn.MultiheadAttention
+            A copy: later changes to either module's weights do not reach the other.
+        """
+        weight = self.w_q.weight
+        bias = self.w_q.bias is not None
+        theirs = nn.MultiheadAttention(self.d_model, self.num_heads, dropout=self.dropout, bias=bias,
+                                       batch_first=True, device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            theirs.in_proj_weight.copy_(torch.cat([self.w_q.weight, self.w_k.weight, self.w_v.weight]))
+            theirs.out_proj.weight.copy_(self.w_o.weight)
+            if bias:
+                theirs.in_proj_bias.copy_(torch.cat([self.w_q.bias, self.w_k.bias, self.w_v.bias]))
+                theirs.out_proj.bias.copy_(self.w_o.bias)
+        return theirs
+
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, seq_len, d_model) -> (batch, num_heads, seq_len, d_k); see :func:`split_heads`."""
         return split_heads(x, self.num_heads)

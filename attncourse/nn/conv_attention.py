@@ -54,12 +54,7 @@ import torch
 from torch import nn
 
 from attncourse.functional.torch_attention import attention
-
-
-def _check_positive(**sizes: int) -> None:
-    for name, value in sizes.items():
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+from attncourse.functional.validation import check_positive_ints
 
 
 def receptive_field(layers: Sequence[tuple[int, int]]) -> int:
@@ -179,7 +174,7 @@ class SelfAttention2d(nn.Module):
         super().__init__()
         key_channels = max(1, channels // 8) if key_channels is None else key_channels
         value_channels = channels if value_channels is None else value_channels
-        _check_positive(channels=channels, key_channels=key_channels, value_channels=value_channels)
+        check_positive_ints(channels=channels, key_channels=key_channels, value_channels=value_channels)
         self.channels, self.key_channels, self.value_channels = int(channels), int(key_channels), int(value_channels)
         self.w_q = nn.Conv2d(self.channels, self.key_channels, 1)
         self.w_k = nn.Conv2d(self.channels, self.key_channels, 1)
@@ -350,7 +345,7 @@ class PlainCNN(_Classifier):
     receptive_field: int = receptive_field(spatial_layers)
 
     def __init__(self, num_classes: int = 2, channels: int = 32, in_channels: int = 1) -> None:
-        _check_positive(num_classes=num_classes, channels=channels, in_channels=in_channels)
+        check_positive_ints(num_classes=num_classes, channels=channels, in_channels=in_channels)
         mixer = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU())
         super().__init__(mixer, int(in_channels), int(channels), int(num_classes))
 
@@ -392,7 +387,7 @@ class AttentionCNN(_Classifier):
         self, num_classes: int = 2, channels: int = 40, key_channels: int | None = None, in_channels: int = 1,
         gamma_init: float = 0.0,
     ) -> None:
-        _check_positive(num_classes=num_classes, channels=channels, in_channels=in_channels)
+        check_positive_ints(num_classes=num_classes, channels=channels, in_channels=in_channels)
         block = SelfAttention2d(int(channels), key_channels, gamma_init=gamma_init)
         super().__init__(block, int(in_channels), int(channels), int(num_classes))
         self.attention = block

@@ -36,7 +36,6 @@ from torch import nn
 
 from attncourse.nn.attention import merge_heads
 from attncourse.nn.gqa import CausalSelfAttention
-from attncourse.nn.rope import RopeScaling
 
 
 @dataclass(frozen=True)
@@ -78,13 +77,7 @@ class GatedSelfAttention(CausalSelfAttention):
         nn.init.zeros_(self.w_g.bias)
         self.last_gate: torch.Tensor | None = None
 
-    @classmethod
-    def from_options(cls, options: GatedOptions, *, d_model: int, num_heads: int, causal: bool,
-                     positional: str | None, rope_base: float,
-                     rope_scaling: RopeScaling | None = None) -> GatedSelfAttention:
-        """Build the ``"gated"`` variant of a model spec (:mod:`attncourse.nn.spec`)."""
-        return cls(d_model, num_heads, options.num_kv_heads, positional, causal, options.window,
-                   rope_base, options.bias, rope_scaling)
+    # from_options is CausalSelfAttention's: GatedOptions has GQAOptions' fields, and it builds cls.
 
     def output(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """``(merge_heads(heads) * sigmoid(x W_g + b_g)) W^O``: heads ``(batch, h, seq_len, d_k)``,

@@ -267,7 +267,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
     def from_options(cls, options: GQAOptions, *, d_model: int, num_heads: int, causal: bool,
                      positional: str | None, rope_base: float,
                      rope_scaling: RopeScaling | None = None) -> CausalSelfAttention:
-        """Build the ``"gqa"`` variant of a model spec (:mod:`attncourse.nn.spec`)."""
+        """Build the ``"gqa"`` variant of a model spec (:mod:`attncourse.nn.spec`), or a subclass's
+        with the same options (``"gated"``, :class:`~attncourse.nn.gated.GatedSelfAttention`)."""
         return cls(d_model, num_heads, options.num_kv_heads, positional, causal, options.window,
                    rope_base, options.bias, rope_scaling)
 

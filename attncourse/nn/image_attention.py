@@ -62,6 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attncourse.functional.validation import check_positive_ints
 from attncourse.nn.additive import AdditiveAttention
 
 #: The values of ``ImageCaptioner(attention=...)``.
@@ -71,12 +72,6 @@ IMAGE_ATTENTION_KINDS: tuple[str, ...] = ("soft", "hard", "gumbel")
 REWARD_KINDS: tuple[str, ...] = ("log_likelihood", "correct")
 
 _TINY = torch.finfo(torch.float32).tiny
-
-
-def _check_positive(**sizes: int) -> None:
-    for name, value in sizes.items():
-        if int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 class ConvEncoder(nn.Module):
@@ -128,8 +123,8 @@ class ConvEncoder(nn.Module):
         num_blocks: int = 2, coordinates: bool = True,
     ) -> None:
         super().__init__()
-        _check_positive(in_channels=in_channels, feature_dim=feature_dim, channels=channels,
-                        num_blocks=num_blocks)
+        check_positive_ints(in_channels=in_channels, feature_dim=feature_dim, channels=channels,
+                            num_blocks=num_blocks)
         if coordinates and feature_dim < 3:
             raise ValueError(f"feature_dim must be at least 3 with coordinates (2 of them), got {feature_dim}")
         self.in_channels, self.feature_dim = int(in_channels), int(feature_dim)
@@ -351,7 +346,7 @@ class ImageCaptioner(nn.Module):
         if attention not in IMAGE_ATTENTION_KINDS:
             raise ValueError(f"attention must be one of {IMAGE_ATTENTION_KINDS}, got {attention!r}")
         attn_dim = hidden_dim if attn_dim is None else attn_dim
-        _check_positive(num_classes=num_classes, hidden_dim=hidden_dim, emb_dim=emb_dim, attn_dim=attn_dim)
+        check_positive_ints(num_classes=num_classes, hidden_dim=hidden_dim, emb_dim=emb_dim, attn_dim=attn_dim)
         if not tau > 0:
             raise ValueError(f"tau must be positive, got {tau}")
         if not 0.0 <= expectation_prob < 1.0 or (expectation_prob and attention != "hard"):

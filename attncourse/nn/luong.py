@@ -56,6 +56,7 @@ from attncourse.functional.luong import (
     check_window,
 )
 from attncourse.functional.torch_attention import masked_softmax
+from attncourse.nn.additive import check_key_mask
 from attncourse.nn.protocol import EncoderDecoder
 from attncourse.nn.rnn import (
     PAD_ID,
@@ -339,13 +340,8 @@ class LuongAttention(nn.Module):
             raise ValueError(f"h_t {tuple(h_t.shape)} and h_s {tuple(h_s.shape)} have different batch sizes")
         if src_mask is None:
             src_mask = torch.ones(batch, src_len, dtype=torch.bool, device=h_s.device)
-        elif src_mask.dtype != torch.bool:
-            raise TypeError(f"src_mask must be boolean (True = real token), got dtype {src_mask.dtype}")
-        elif tuple(src_mask.shape) != (batch, src_len):
-            raise ValueError(
-                f"src_mask must be (batch, src_len) = {(batch, src_len)} to fit h_s {tuple(h_s.shape)}, "
-                f"got {tuple(src_mask.shape)}"
-            )
+        else:
+            check_key_mask(src_mask, "src_mask", h_s, "h_s")
         if self.score == "location" and src_len > self.max_src_len:
             raise ValueError(
                 f"score='location' covers max_src_len={self.max_src_len} positions, but h_s "

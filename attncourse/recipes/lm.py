@@ -382,6 +382,68 @@ def loss_without_peeking(model: GPT, ids: torch.Tensor, context: int, n_targets:
     return loss
 
 
+def decoupled_adamw(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW that decays the matrices only.
+
+    Parameters of two or more dimensions (the weight matrices and embeddings) get
+    ``weight_decay``; the others (biases, the norms' gains) get none, as GPT-2 and most
+    language models since train them.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    lr : float
+        AdamW's learning rate.
+    weight_decay : float
+        Decoupled weight decay of the matrices (Loshchilov, Hutter 2019).
+
+    Returns
+    -------
+    torch.optim.AdamW
+        Two parameter groups, the decayed one first, each in ``model.parameters()``'s order.
+    """
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr)
+
+
+def train_lm_epoch(epoch: Epoch, config: LMConfig, corpus: CharCorpus) -> dict[str, float]:
+    """One epoch of next-character training, for :func:`~attncourse.train.loop.train_epochs`.
+
+    ``config.steps_per_epoch`` steps, each on ``config.batch_size`` random windows of
+    ``config.context`` characters of ``corpus.train``, the learning rate rising linearly
+    over the first ``config.warmup`` steps, then constant at ``config.lr``; the gradient is
+    clipped by the loop (its ``clip_norm``).
+
+    Returns
+    -------
+    dict
+        ``step`` (the last step's number) and ``train_loss`` (nats, mean over the epoch).
+
+    Raises
+    ------
+    FloatingPointError
+        If the loss becomes NaN or infinite.
+    """
+    dev = epoch.device
+    total = 0.0
+    for i in range(config.steps_per_epoch):
+        step = (epoch.number - 1) * config.steps_per_epoch + i + 1
+        for group in epoch.optimizer.param_groups:
+            group["lr"] = config.lr * min(1.0, step / max(1, config.warmup))
+        inputs, targets = random_windows(corpus.train, config.context, config.batch_size)
+        with epoch.autocast():
+            logits, _ = epoch.forward(inputs.to(dev))
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.to(dev).flatten())
+        epoch.step(loss)  # clipped at config.clip_norm
+        total += float(loss.detach())
+        if not math.isfinite(total):
+            raise FloatingPointError(f"training diverged at step {step} (loss {total / (i + 1):g}); "
+                                     f"lower the learning rate (lr={config.lr:g})")
+    return {"step": epoch.number * config.steps_per_epoch, "train_loss": total / config.steps_per_epoch}
+
+
 def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, progress: bool = True,
              device: str | torch.device | None = None, out_dir: str | Path | None = None, *,
              amp: str | None = None, compile: bool = False, extend: bool = False) -> EpochRun:
@@ -435,29 +497,10 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
 
     def build(dev: torch.device):
         model = build_lm(config, vocab_size).to(dev)
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
-        return model, optimizer
+        return model, decoupled_adamw(model, config.lr, config.weight_decay)
 
     def train_epoch(epoch: Epoch):
-        dev = epoch.device
-        total = 0.0
-        for i in range(config.steps_per_epoch):
-            step = (epoch.number - 1) * config.steps_per_epoch + i + 1
-            for group in epoch.optimizer.param_groups:
-                group["lr"] = config.lr * min(1.0, step / max(1, config.warmup))
-            inputs, targets = random_windows(corpus.train, config.context, config.batch_size)
-            with epoch.autocast():
-                logits, _ = epoch.forward(inputs.to(dev))
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.to(dev).flatten())
-            epoch.step(loss)  # clipped at config.clip_norm
-            total += float(loss.detach())
-            if not math.isfinite(total):
-                raise FloatingPointError(f"training diverged at step {step} (loss {total / (i + 1):g}); "
-                                         f"lower the learning rate (lr={config.lr:g})")
-        return {"step": epoch.number * config.steps_per_epoch, "train_loss": total / config.steps_per_epoch}
+        return train_lm_epoch(epoch, config, corpus)
 
     def evaluate(model: GPT):
         loss = heldout_loss(model, corpus.valid, config.context, max_windows=64)

@@ -89,7 +89,7 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
             group: str = "training", flag: str | None = None, metavar: str | tuple[str, ...] | None = None,
             choices: tuple[str, ...] | None = None, nargs: int | str | None = None, preset: bool = False,
             only: str | None = None, positional: bool = False, required: bool = False,
-            negatable: bool = True) -> Any:
+            negatable: bool = True, repeat: bool = False) -> Any:
     """A dataclass field that is also an option of a command (``train``, ``train-lm``, ``sample``...).
 
     The command line's parsers are generated from these fields
@@ -125,10 +125,14 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
         The option must be given.
     negatable : bool
         For a boolean: ``--x/--no-x`` (True) or a switch ``--x`` alone (False).
+    repeat : bool
+        The option may be given several times: its values in a list (None if it is not given).
     """
     metadata = {"help": help, "check": check, "limit": limit, "group": group, "flag": flag,
                 "metavar": metavar, "choices": choices, "nargs": nargs, "preset": preset, "only": only,
                 "positional": positional, "required": required, "negatable": negatable}
+    if repeat:  # only when set: the other fields' metadata stay as they were
+        metadata["repeat"] = True
     return field(default=default, metadata=metadata)
 
 

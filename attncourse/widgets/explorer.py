@@ -43,6 +43,37 @@ KIND_LABELS: dict[str, str] = {
 ALL_HEADS = -1
 
 
+def source_sentences(texts: str | Sequence[str], level: str, name: str = "sources") -> tuple[str, ...]:
+    """The source sentences a translation explorer offers, checked; one string is one sentence.
+
+    Parameters
+    ----------
+    texts : str or sequence of str
+    level : {"word", "char"}
+        The tokenisation each sentence must give at least one token at.
+    name : str
+        The argument's name in the error messages (a plural; its singular drops the "s").
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    ValueError
+        If there is no sentence, or one has no token at ``level``.
+    """
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = tuple(texts)
+    if not texts:
+        raise ValueError(f"{name} is empty: give at least one source sentence")
+    for text in texts:
+        if not tokenize(text, level):
+            raise ValueError(f"{name.removesuffix('s')} {text!r} has no token at level {level!r}")
+    return texts
+
+
 class AttentionExplorer(Explorer):
     """Pick an example, a kind of attention, a layer and a head of a trained Transformer.
 
@@ -132,14 +163,7 @@ class AttentionExplorer(Explorer):
         layer: int | None = None,
         head: int | None = None,
     ) -> None:
-        if isinstance(sources, str):
-            sources = [sources]
-        sources = tuple(sources)
-        if not sources:
-            raise ValueError("sources is empty: give at least one source sentence")
-        for text in sources:
-            if not tokenize(text, level):
-                raise ValueError(f"source {text!r} has no token at level {level!r}")
+        sources = source_sentences(sources, level)
         if kind not in ATTENTION_KINDS:
             raise ValueError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")
         if int(max_len) < 1:

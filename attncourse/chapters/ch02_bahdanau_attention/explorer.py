@@ -40,6 +40,7 @@ from attncourse.viz.seq2seq import (
     plot_bahdanau_step,
 )
 from attncourse.widgets.base import Explorer
+from attncourse.widgets.explorer import source_sentences
 from attncourse.widgets.static import BookAxis
 
 #: Largest difference allowed between the teaching path's weights and the model's.
@@ -148,14 +149,7 @@ class BahdanauStepper(Explorer):
                 "this model has no attention (model.attention is None), so there are no weights to "
                 "step through; build it with Seq2Seq(..., attention='bahdanau')"
             )
-        if isinstance(examples, str):
-            examples = [examples]
-        examples = tuple(examples)
-        if not examples:
-            raise ValueError("examples is empty: give at least one source sentence")
-        for text in examples:
-            if not tokenize(text, level):
-                raise ValueError(f"example {text!r} has no token at level {level!r}")
+        examples = source_sentences(examples, level, "examples")
         if max_len < 1:
             raise ValueError(f"max_len must be at least 1, got {max_len}")
         self.model, self.src_vocab, self.tgt_vocab = model, src_vocab, tgt_vocab

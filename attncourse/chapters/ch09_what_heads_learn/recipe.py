@@ -48,6 +48,7 @@ from attncourse.functional.head_scores import (
 )
 from attncourse.nn.circuits import ov_circuit
 from attncourse.nn.gpt import GPT
+from attncourse.recipes.lm import decoupled_adamw
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: Values of ``InductionConfig(task=...)``.
@@ -265,11 +266,7 @@ def train_induction(config: InductionConfig, corpus: CharCorpus | None = None, t
 
     def build(dev: torch.device):
         model = build_induction_model(config, vocab_size).to(dev)
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
-        return model, optimizer
+        return model, decoupled_adamw(model, config.lr, config.weight_decay)
 
     def snapshot(model: GPT) -> dict[str, torch.Tensor]:
         return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}

@@ -21,7 +21,6 @@ first token's share of attention; Mohtashami and Jaggi (2023) for the passkey ta
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,10 +28,17 @@ import torch
 import torch.nn.functional as F
 
 from attncourse.data.passkey import passkey_batch, passkey_vocab_size
-from attncourse.data.text import CharCorpus, random_windows
+from attncourse.data.text import CharCorpus
 from attncourse.nn.gpt import GPT
 from attncourse.nn.spec import PositionSpec
-from attncourse.recipes.lm import LMConfig, heldout_loss, lm_settings, lm_spec
+from attncourse.recipes.lm import (
+    LMConfig,
+    decoupled_adamw,
+    heldout_loss,
+    lm_settings,
+    lm_spec,
+    train_lm_epoch,
+)
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
@@ -83,28 +89,10 @@ def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: Positio
         model = GPT(spec=spec).to(dev)
         if init is not None:
             model.load_state_dict(init.model.state_dict())
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=config.lr)
-        return model, optimizer
+        return model, decoupled_adamw(model, config.lr, config.weight_decay)
 
     def train_epoch(epoch: Epoch):
-        total = 0.0
-        for i in range(config.steps_per_epoch):
-            step = (epoch.number - 1) * config.steps_per_epoch + i + 1
-            for group in epoch.optimizer.param_groups:
-                group["lr"] = config.lr * min(1.0, step / max(1, config.warmup))
-            inputs, targets = random_windows(corpus.train, config.context, config.batch_size)
-            with epoch.autocast():
-                logits, _ = epoch.forward(inputs.to(epoch.device))
-            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.to(epoch.device).flatten())
-            epoch.step(loss)
-            total += float(loss.detach())
-            if not math.isfinite(total):
-                raise FloatingPointError(f"training diverged at step {step}; lower the learning rate "
-                                         f"(lr={config.lr:g})")
-        return {"step": epoch.number * config.steps_per_epoch, "train_loss": total / config.steps_per_epoch}
+        return train_lm_epoch(epoch, config, corpus)
 
     def evaluate(model: GPT):
         return {"valid_loss": heldout_loss(model, corpus.valid, config.context, max_windows=16)}
