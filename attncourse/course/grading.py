@@ -66,6 +66,28 @@ def autograde(course: Path, assignment: str,
     return scores
 
 
+def grading_problems(course: Path, assignment: str, student: str) -> list[str]:
+    """What went wrong grading ``student``'s ``assignment``: cells stopped by their time
+    limit, and automatic checks that did not score full marks; empty if all went well (an
+    assignment without any automatic check is a problem too)."""
+    from nbgrader.api import Gradebook
+
+    graded = nbformat.read(course / "autograded" / student / assignment / f"{assignment}.ipynb",
+                           as_version=4)
+    problems = [f"stopped by its time limit: {cell.source.split(chr(10))[0]}"
+                for cell in graded.cells if cell.cell_type == "code"
+                for out in cell.get("outputs", []) if out.get("ename") == "CellTimeoutError"]
+    with _scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        notebook = gb.find_submission_notebook(assignment, assignment, student)
+        checks = [(g.name, g.score, g.max_score) for g in notebook.grades
+                  if g.name.endswith("-check")]
+    if not checks:
+        problems.append("no automatic check")
+    problems += [f"{name} scored {score} of {most}" for name, score, most in checks
+                 if score != most]
+    return problems
+
+
 def grade_chapter(chapter: Path, course: Path,
                   trim=None) -> dict[str, dict[str, tuple[float | None, float]]]:
     """Release ``chapter`` and autograde two submissions: ``"blank"`` and ``"solved"``.

@@ -1,0 +1,97 @@
+"""Seconds nbgrader's ``autograde`` takes per submission of each chapter, first and later.
+
+Issue 36 asks the instructors' guide to say how long grading one submission takes. This
+does what the guide tells an instructor to do, timed: write the course folder with the
+chapters given (whole, training included), ``nbgrader generate_assignment``, then for each
+chapter in the order given submit the reference answers for student ``first`` and run
+``nbgrader autograde <chapter> --student first --create --force``, then the same for
+student ``later``. The first submission finds no trained model in ``ATTNCOURSE_RUNS`` (a
+new folder, shared by the chapters of this run in their order) and trains them; the later
+one loads them. Every cell must finish within its limit and every automatic check must
+score (:func:`attncourse.course.grading.grading_problems`), or the run exits 1.
+
+Run it from the repository root; it prints one Markdown table row per chapter as it goes,
+with the load average (``/proc/loadavg``, 1 minute) before each autograde::
+
+    OMP_NUM_THREADS=1 .venv/bin/python tools/autograde_seconds.py notebooks/06_transformer.md
+
+``--keep DIR`` keeps the course folder (and its runs) in ``DIR`` instead of a temporary one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from attncourse.course.grading import grading_problems, nbgrader  # noqa: E402
+from attncourse.course.nbgrader_source import (  # noqa: E402
+    paste_solutions,
+    write_course,
+)
+
+STUDENTS = ("first", "later")
+
+
+def load() -> str:
+    """The machine's 1-minute load average."""
+    return Path("/proc/loadavg").read_text().split()[0]
+
+
+def submit(course: Path, name: str, student: str) -> None:
+    """``student`` submits the released ``name`` with the reference answers."""
+    released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
+    source = nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4)
+    target = course / "submitted" / student / name / f"{name}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(paste_solutions(released, source), target)
+
+
+def time_chapters(chapters: list[Path], course: Path) -> int:
+    """Grade each chapter's two submissions, print a row each; 1 if any went wrong.
+
+    The kernels nbgrader starts must import this checkout's ``attncourse`` (``PYTHONPATH``)
+    and cache the trained models in a new folder (``ATTNCOURSE_RUNS``): :func:`main` sets both.
+    """
+    write_course(chapters, course)
+    nbgrader(course, "generate_assignment", "*", "--force")
+    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, "
+          f"{os.cpu_count()} CPUs, course in {course}")
+    print("| chapter | first (s) | load | later (s) | load | problems |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    failed = 0
+    for chapter in chapters:
+        name, cells, problems = chapter.stem, [], []
+        for student in STUDENTS:
+            submit(course, name, student)
+            before = load()
+            start = time.perf_counter()
+            nbgrader(course, "autograde", name, "--student", student, "--create", "--force")
+            cells += [f"{time.perf_counter() - start:.1f}", before]
+            problems += [f"{student}: {p}" for p in grading_problems(course, name, student)]
+        failed |= bool(problems)
+        print(f"| {name} | {' | '.join(cells)} | {'; '.join(problems) or 'none'} |", flush=True)
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tools/autograde_seconds.py")
+    parser.add_argument("chapters", nargs="+", type=Path, help="notebooks/*.md files, in order")
+    parser.add_argument("--keep", type=Path, help="an empty or new folder for the course")
+    args = parser.parse_args(argv)
+    course = (args.keep or Path(tempfile.mkdtemp(prefix="attncourse-autograde-"))) / "course"
+    os.environ["ATTNCOURSE_RUNS"] = str(course / "runs")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return time_chapters([path.resolve() for path in args.chapters], course)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
