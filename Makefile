@@ -61,7 +61,7 @@ fresh-runs:
 # One pytest-xdist worker per core, each test file on one worker (its module fixtures
 # built once); the tests run single-threaded (tests/conftest.py), so two cores halve the time.
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q --ignore=tests/browser -n auto --dist loadfile
+	$(BIN)/python -m pytest tests -q --ignore=tests/browser -n auto --dist loadfile --durations=15
 
 ## lint: ruff's lint and import-order checks (rules in pyproject.toml); seconds.
 lint: $(STAMP)
