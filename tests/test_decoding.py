@@ -138,6 +138,32 @@ def test_beam_recovers_from_a_greedy_mistake():
     assert beam_search(model, src, mask, beam_size=2, max_len=5, length_penalty=0.0)[0] == [[5]]
 
 
+@pytest.mark.parametrize("attention", ["bahdanau", None])
+@pytest.mark.parametrize("max_len", [4, 15])
+def test_beam_search_of_a_batch_equals_each_sentence_searched_alone(attention, max_len):
+    # The sentences of a batch share one decoder call per step: each must still get what it
+    # gets alone, as its beam shrinks at its own pace (varied lengths, some cut at max_len).
+    lengths = set()
+    for seed in range(3):
+        model = random_model(attention, seed=seed)
+        with torch.no_grad():
+            model.output.weight.mul_(3.0)  # peakier distributions: outputs of varied lengths
+        src, mask = random_batch([5, 2, 7, 3, 6, 1], seed=seed)
+        for beam_size, alpha in ((3, 0.6), (5, 0.0)):
+            tokens, attn = beam_search(model, src, mask, beam_size=beam_size, max_len=max_len, length_penalty=alpha)
+            for b in range(src.shape[0]):
+                alone, alone_attn = beam_search(model, src[b : b + 1], mask[b : b + 1], beam_size=beam_size,
+                                                max_len=max_len, length_penalty=alpha)
+                assert tokens[b] == alone[0], (seed, b)
+                lengths.add(len(tokens[b]))
+                if attention is None:
+                    assert attn[b] is None and alone_attn[0] is None
+                else:
+                    assert attn[b].shape == (len(tokens[b]), int(mask[b].sum()))
+                    np.testing.assert_allclose(attn[b], alone_attn[0], atol=1e-6)
+    assert len(lengths) >= 3  # the beams ended at different steps
+
+
 def test_beam_finds_at_least_greedy_log_prob_on_random_models():
     # Not a theorem of beam search (greedy's prefix can be pruned), but what it should do; it holds
     # here. Only outputs that greedy finished (ended with eos) are compared, as complete hypotheses.

@@ -153,6 +153,26 @@ def test_attention_explorer_kind_layer_and_head(model_and_vocabs):
     assert explorer.shown["head"] is None and explorer.shown["weights"].shape[0] == 2
 
 
+def test_attention_explorer_book_walk_draws_each_state_once(model_and_vocabs, monkeypatch):
+    # Setting the example or the kind quietly (as the book walk does) must not draw a
+    # figure that no state keeps: one figure per state, and one for the live widget.
+    model, sv, tv = model_and_vocabs
+    explorer = AttentionExplorer(model, sv, tv, SOURCES, max_len=12)
+    monkeypatch.setattr("attncourse.widgets.base.figure_data_uri", lambda fig: "frame")
+    updates = []
+    original = explorer._update
+    monkeypatch.setattr(explorer, "_update", lambda: (updates.append(1), original())[1])
+    states = explorer.book_states()
+    # 2 examples x (3 + 2 + 2 layers of encoder_self, decoder_self, cross) x 3 head choices
+    assert len(states) == 2 * 7 * 3 and len(updates) == len(states) + 1
+    assert explorer.shown["example"] == SOURCES[0] and explorer.shown["kind"] == "cross"
+    # Live, a new example or kind still redraws at once.
+    explorer.example.value = SOURCES[1]
+    assert explorer.shown["example"] == SOURCES[1] and len(updates) == len(states) + 2
+    explorer.kind.value = "encoder_self"
+    assert explorer.shown["kind"] == "encoder_self" and len(updates) == len(states) + 3
+
+
 def test_attention_explorer_marks_unknown_source_tokens(model_and_vocabs):
     model, sv, tv = model_and_vocabs
     explorer = AttentionExplorer(model, sv, tv, ["1 x 2"], max_len=5, kind="encoder_self", layer=1, head=2)

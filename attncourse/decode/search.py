@@ -153,7 +153,7 @@ def beam_search(
     bos_id: int = 1,
     eos_id: int = 2,
 ) -> tuple[Tokens, Attention]:
-    """Beam search, one sentence at a time (clarity first).
+    """Beam search, each sentence searched on its own, all of them side by side.
 
     At each step every live hypothesis is extended by every token; the
     ``beam_size - n_finished`` best extensions by total log-probability are kept.
@@ -203,64 +203,95 @@ def beam_search(
         raise ValueError(f"length_penalty (alpha) must be >= 0, got {length_penalty}")
     device = _model_device(model)
     src, src_mask = src.to(device), src_mask.to(device)
-    tokens, attention = [], []
     with _inference(model):
-        enc_all = model.encode(src, src_mask)
-        for b in range(src.shape[0]):
-            enc = model.reorder(enc_all, torch.tensor([b], device=device))
-            best_tokens, best_weights = _beam_one(model, enc, beam_size, max_len, length_penalty, bos_id, eos_id)
-            n_src = int(src_mask[b].sum())
-            tokens.append(best_tokens)
-            attention.append(None if best_weights is None else best_weights[:, :n_src])
+        # The sentences are searched side by side, each exactly as alone: one decoder call per
+        # step for the live hypotheses of every sentence (one call per sentence and step spent
+        # most of its time in per-call overhead at these sizes), then each sentence's own top-k.
+        enc = model.encode(src, src_mask)
+        state = model.init_state(enc)
+        beams = [_Beam(beam_size, length_penalty, bos_id, eos_id, device) for _ in range(src.shape[0])]
+        searching = list(range(src.shape[0]))  # the sentences still searching, in row order
+        for _ in range(max_len if searching else 0):
+            prev = torch.tensor([t[-1] if t else bos_id for b in searching for t in beams[b].live_tokens],
+                                device=device)
+            logits, state, weights = model.decode_step(prev, state, enc)
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            rows, still, start = [], [], 0
+            for b in searching:
+                n = len(beams[b].live_tokens)
+                step_weights = None if weights is None else weights[start:start + n]
+                kept = beams[b].extend(log_probs[start:start + n], step_weights)
+                if kept:
+                    rows += [start + k for k in kept]
+                    still.append(b)
+                start += n
+            if not rows:
+                break
+            index = torch.tensor(rows, device=device)
+            state, enc = model.reorder(state, index), model.reorder(enc, index)
+            searching = still
+    tokens, attention = [], []
+    for b, beam in enumerate(beams):
+        best_tokens, best_weights = beam.best()
+        tokens.append(best_tokens)
+        attention.append(None if best_weights is None else best_weights[:, : int(src_mask[b].sum())])
     return tokens, attention
 
 
-def _beam_one(model, enc, beam_size, max_len, alpha, bos_id, eos_id):
-    """Beam search for one sentence whose ``enc`` has batch size 1."""
-    device = _model_device(model)
-    state = model.init_state(enc)
-    live_tokens: list[list[int]] = [[]]
-    live_weights: list[list[np.ndarray]] = [[]]
-    live_scores = torch.zeros(1, device=device)
-    finished = []  # (ranking score, tokens without eos, attention rows)
-    for _ in range(max_len):
-        prev = torch.tensor([t[-1] if t else bos_id for t in live_tokens], device=device)
-        logits, state, weights = model.decode_step(prev, state, enc)
-        log_probs = torch.log_softmax(logits.float(), dim=-1)
+class _Beam:
+    """The beam of one sentence: its live hypotheses, its finished ones, and one step of the search."""
+
+    def __init__(self, beam_size: int, alpha: float, bos_id: int, eos_id: int, device: torch.device) -> None:
+        self.beam_size, self.alpha, self.bos_id, self.eos_id = beam_size, alpha, bos_id, eos_id
+        self.live_tokens: list[list[int]] = [[]]
+        self.live_weights: list[list[np.ndarray]] = [[]]
+        self.live_scores = torch.zeros(1, device=device)
+        self.finished: list = []  # (ranking score, tokens without eos, attention rows)
+        self.width: int | None = None  # source columns of the attention rows; None without attention
+
+    def extend(self, log_probs: torch.Tensor, weights: torch.Tensor | None) -> list[int]:
+        """Extend every live hypothesis by every token and keep the best; the parents kept, in order.
+
+        ``log_probs`` (live, vocab) and ``weights`` (live, src_len) or None are this step's, row i
+        for live hypothesis i. An empty list: no live hypothesis left, the search is over.
+        """
         vocab = log_probs.shape[-1]
-        totals = (live_scores[:, None] + log_probs).flatten()
-        k = min(beam_size - len(finished), totals.numel())
+        self.width = None if weights is None else weights.shape[-1]
+        totals = (self.live_scores[:, None] + log_probs).flatten()
+        k = min(self.beam_size - len(self.finished), totals.numel())
         top_scores, top_index = totals.topk(k)
         parents = (top_index // vocab).tolist()
         words = (top_index % vocab).tolist()
         keep, next_tokens, next_weights, next_scores = [], [], [], []
         for score, parent, word in zip(top_scores.tolist(), parents, words):
-            rows = live_weights[parent] + ([] if weights is None else [weights[parent].cpu().numpy()])
-            if word == eos_id:
-                length = len(live_tokens[parent]) + 1
-                finished.append((score / wu_length_penalty(length, alpha), live_tokens[parent], rows))
+            rows = self.live_weights[parent] + ([] if weights is None else [weights[parent].cpu().numpy()])
+            if word == self.eos_id:
+                length = len(self.live_tokens[parent]) + 1
+                self.finished.append((score / wu_length_penalty(length, self.alpha), self.live_tokens[parent], rows))
             else:
                 keep.append(parent)
-                next_tokens.append(live_tokens[parent] + [word])
+                next_tokens.append(self.live_tokens[parent] + [word])
                 next_weights.append(rows)
                 next_scores.append(score)
-        if not keep:
-            break
-        index = torch.tensor(keep, device=device)
-        state, enc = model.reorder(state, index), model.reorder(enc, index)
-        live_tokens, live_weights = next_tokens, next_weights
-        live_scores = torch.tensor(next_scores, device=device)
-    if not finished:  # nothing reached eos within max_len: rank the live hypotheses
-        finished = [
-            (s / wu_length_penalty(len(t), alpha), t, w)
-            for s, t, w in zip(live_scores.tolist(), live_tokens, live_weights)
-        ]
-    _, best_tokens, best_rows = max(finished, key=lambda f: f[0])
-    if weights is None:
-        return best_tokens, None
-    rows = best_rows[: len(best_tokens)]
-    best = np.stack(rows) if rows else np.zeros((0, weights.shape[-1]), dtype=np.float32)
-    return best_tokens, best
+        if keep:
+            self.live_tokens, self.live_weights = next_tokens, next_weights
+            self.live_scores = torch.tensor(next_scores, device=self.live_scores.device)
+        return keep
+
+    def best(self) -> tuple[list[int], np.ndarray | None]:
+        """The best finished hypothesis by log p / lp (if none finished, the best live one) and its weights."""
+        finished = self.finished
+        if not finished:  # nothing reached eos within max_len: rank the live hypotheses
+            finished = [
+                (s / wu_length_penalty(len(t), self.alpha), t, w)
+                for s, t, w in zip(self.live_scores.tolist(), self.live_tokens, self.live_weights)
+            ]
+        _, best_tokens, best_rows = max(finished, key=lambda f: f[0])
+        if self.width is None:
+            return best_tokens, None
+        rows = best_rows[: len(best_tokens)]
+        best = np.stack(rows) if rows else np.zeros((0, self.width), dtype=np.float32)
+        return best_tokens, best
 
 
 def sequence_log_probs(

@@ -235,7 +235,8 @@ class AttentionExplorer(Explorer):
 
     def _on_example(self, change: dict) -> None:
         self._translate(change["new"])
-        self._update()
+        if not self._quiet:  # the book walk sets controls quietly and draws once per state
+            self._update()
 
     def _on_kind(self, change: dict) -> None:
         n = self.num_layers[change["new"]]
@@ -243,7 +244,8 @@ class AttentionExplorer(Explorer):
         with self._quietly():
             self.layer.max = n
             self.layer.value = min(self.layer.value, n)
-        self._update()
+        if not self._quiet:
+            self._update()
 
     def _update(self) -> None:
         kind, layer = self.kind.value, self.layer.value - 1
