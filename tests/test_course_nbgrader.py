@@ -21,6 +21,7 @@ from pathlib import Path
 
 import nbformat
 
+from attncourse.course.grading import grading_problems
 from attncourse.course.nbgrader_source import paste_solutions
 from attncourse.course.plain import LEFTOVERS
 
@@ -122,6 +123,11 @@ def test_the_guides_grading_cycle_runs_as_written(tmp_path):
     assert set(grades) >= {"alice", "bob"}, (grades, log)
     assert float(grades["alice"]["raw_score"]) == 3.0, grades["alice"]  # 3 checks; written: by hand
     assert float(grades["bob"]["raw_score"]) == 0.0, grades["bob"]
+    # tools/autograde_seconds.py's verdict on a submission: nothing for the reference
+    # answers, each unanswered check for the blank one.
+    assert grading_problems(course, CHAPTER, "alice") == []
+    problems = grading_problems(course, CHAPTER, "bob")
+    assert len(problems) == 3 and all("-check scored 0" in p for p in problems), problems
     for student in ("alice", "bob"):
         home = tmp_path / "home" / student
         run_block(blocks["student: feedback"], home, {**env, "HOME": str(home)})
