@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from attncourse.course.grading import grading_problems
-from attncourse.course.nbgrader_source import paste_solutions, write_course
+from attncourse.course.grading import grading_problems, submit_solutions
+from attncourse.course.nbgrader_source import write_course
 
 pytest.importorskip("nbgrader")
 
@@ -97,15 +97,6 @@ def build_course(root: Path) -> Path:
         source_path = course / "source" / chapter.stem / f"{chapter.stem}.ipynb"
         nbformat.write(quick(nbformat.read(source_path, as_version=4)), source_path)
     return course
-
-
-def submit_solutions(course: Path, name: str) -> None:
-    """Student ``solved`` submits the released ``name`` with the reference answers."""
-    released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
-    source = nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4)
-    target = course / "submitted" / "solved" / name / f"{name}.ipynb"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(paste_solutions(released, source), target)
 
 
 def assert_graded_in_time(course: Path, name: str) -> None:

@@ -27,14 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import nbformat
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from attncourse.course.grading import grading_problems, nbgrader  # noqa: E402
+from attncourse.course.grading import (  # noqa: E402
+    grading_problems,
+    nbgrader,
+    submit_solutions,
+)
 from attncourse.course.nbgrader_source import (  # noqa: E402
-    paste_solutions,
     write_course,
 )
 
@@ -44,15 +45,6 @@ STUDENTS = ("first", "later")
 def load() -> str:
     """The machine's 1-minute load average."""
     return Path("/proc/loadavg").read_text().split()[0]
-
-
-def submit(course: Path, name: str, student: str) -> None:
-    """``student`` submits the released ``name`` with the reference answers."""
-    released = nbformat.read(course / "release" / name / f"{name}.ipynb", as_version=4)
-    source = nbformat.read(course / "source" / name / f"{name}.ipynb", as_version=4)
-    target = course / "submitted" / student / name / f"{name}.ipynb"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(paste_solutions(released, source), target)
 
 
 def time_chapters(chapters: list[Path], course: Path) -> int:
@@ -71,7 +63,7 @@ def time_chapters(chapters: list[Path], course: Path) -> int:
     for chapter in chapters:
         name, cells, problems = chapter.stem, [], []
         for student in STUDENTS:
-            submit(course, name, student)
+            submit_solutions(course, name, student)
             before = load()
             start = time.perf_counter()
             nbgrader(course, "autograde", name, "--student", student, "--create", "--force")

@@ -66,6 +66,21 @@ def autograde(course: Path, assignment: str,
     return scores
 
 
+def submit_solutions(course: Path, assignment: str, student: str = "solved") -> Path:
+    """``student`` submits the released ``assignment`` with the reference answers pasted in.
+
+    Writes ``course/submitted/<student>/<assignment>/<assignment>.ipynb`` (the folder
+    ``nbgrader autograde`` reads) and returns its path. The assignment must have been
+    released (``nbgrader generate_assignment``); ``FileNotFoundError`` otherwise.
+    """
+    released = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
+    source = nbformat.read(course / "source" / assignment / f"{assignment}.ipynb", as_version=4)
+    target = course / "submitted" / student / assignment / f"{assignment}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(paste_solutions(released, source), target)
+    return target
+
+
 def grading_problems(course: Path, assignment: str, student: str) -> list[str]:
     """What went wrong grading ``student``'s ``assignment``: cells stopped by their time
     limit, and automatic checks that did not score full marks; empty if all went well (an
