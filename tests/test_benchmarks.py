@@ -111,3 +111,14 @@ def test_train_overhead_counts_syncs_and_graphs_apart_from_the_timing(tmp_path, 
     assert row["host_ms_per_step"] > 0 and row["wall_ms_per_step"] > 0
     with pytest.raises(ValueError, match="--epochs must be at least 3"):
         module.measure(epochs=2)
+
+
+def test_max_pool_layout_checks_equality_then_reports_ratios(tmp_path, capsys):
+    rows, record = run_quickly("max_pool_layout", tmp_path)
+    module = load("max_pool_layout")
+    assert [(r["shape"], r["pass"]) for r in rows] == [(name, p) for name, _ in module.SHAPES
+                                                       for p in ("forward", "fwd+bwd")]
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["torch_ms"] / r["ours_ms"]) and r["ratio"] > 0
+    assert "ratio torch / ours" in capsys.readouterr().out
+    assert record["benchmark"] == "max_pool_layout" and record["rows"] == rows

@@ -55,6 +55,7 @@ from torch import nn
 
 from attncourse.functional.torch_attention import attention
 from attncourse.functional.validation import check_positive_ints
+from attncourse.nn.pooling import MaxPool2d
 
 
 def receptive_field(layers: Sequence[tuple[int, int]]) -> int:
@@ -262,8 +263,8 @@ def conv_stem(in_channels: int, channels: int) -> list[nn.Module]:
     pretrains one and shares it between the two classifiers.
     """
     return [
-        nn.Conv2d(in_channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(in_channels, channels, 3, padding=1), nn.ReLU(), MaxPool2d(2),
+        nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(), MaxPool2d(2),
     ]
 
 

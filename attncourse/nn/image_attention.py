@@ -64,6 +64,7 @@ from torch import nn
 
 from attncourse.functional.validation import check_positive_ints
 from attncourse.nn.additive import AdditiveAttention
+from attncourse.nn.pooling import MaxPool2d
 
 #: The values of ``ImageCaptioner(attention=...)``.
 IMAGE_ATTENTION_KINDS: tuple[str, ...] = ("soft", "hard", "gumbel")
@@ -134,7 +135,7 @@ class ConvEncoder(nn.Module):
         width_in = self.in_channels
         for block in range(self.num_blocks):
             width_out = cnn_out if block == self.num_blocks - 1 else int(channels)
-            layers += [nn.Conv2d(width_in, width_out, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)]
+            layers += [nn.Conv2d(width_in, width_out, 3, padding=1), nn.ReLU(), MaxPool2d(2)]
             width_in = width_out
         self.cnn = nn.Sequential(*layers)
 
