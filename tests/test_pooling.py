@@ -41,3 +41,15 @@ def test_is_a_max_pool_without_state():
     layer = MaxPool2d(2)
     assert isinstance(layer, nn.MaxPool2d) and layer.state_dict() == {}
     assert repr(layer) == repr(nn.MaxPool2d(2))
+
+
+def test_torch_func_transforms_run_through_it():
+    """vmap over grad, as benchmarks/ensemble_vmap.py trains K captioners at once."""
+    x = torch.relu(torch.randn(3, 2, 4, 6, 8))
+
+    def loss(layer, image):
+        return layer(image).square().sum()
+
+    ours = torch.func.vmap(torch.func.grad(lambda image: loss(MaxPool2d(2), image)))(x)
+    expected = torch.func.vmap(torch.func.grad(lambda image: loss(nn.MaxPool2d(2), image)))(x)
+    assert torch.equal(ours, expected)

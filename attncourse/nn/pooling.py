@@ -50,12 +50,15 @@ class MaxPool2d(nn.MaxPool2d):
     Same arguments, same output and gradients as :class:`torch.nn.MaxPool2d`;
     input ``(batch, channels, height, width)``, output
     ``(batch, channels, height_out, width_out)``, contiguous. On other devices,
-    for unbatched input and with ``return_indices=True`` it is ``nn.MaxPool2d``
-    unchanged; no second derivative. No parameters, so state dicts are the same.
+    for unbatched input, with ``return_indices=True`` and inside ``torch.func``
+    transforms it is ``nn.MaxPool2d`` unchanged; no second derivative. No parameters, so state dicts are the same.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.device.type != "cpu" or x.dim() != 4 or self.return_indices:
+        # Under torch.func transforms (vmap, grad; benchmarks/ensemble_vmap.py) a channels-last
+        # copy of a batched tensor is not implemented: torch's own layer runs there.
+        if (x.device.type != "cpu" or x.dim() != 4 or self.return_indices
+                or torch._C._are_functorch_transforms_active()):
             return super().forward(x)
         stride = self.stride if self.stride is not None else self.kernel_size
         return _ChannelsLastForward.apply(x, _pair(self.kernel_size), _pair(stride), _pair(self.padding),
