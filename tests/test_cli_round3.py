@@ -477,8 +477,10 @@ def test_two_train_lm_processes_into_one_new_out(tmp_path, text_file):
     codes = sorted(code for code, _ in results)
     assert codes in ([0, 2], [0, 0]), results  # [0, 0]: the second started after the first ended
     if codes == [0, 2]:
+        # refused by the lock, or by the checks of --out when they saw the other run's first
+        # files (its config.json) or its finished run: each one line, nothing replaced
         assert any("in use by another attncourse run" in err or "already holds a run" in err
-                   for _, err in results), results
+                   or "holds files of an earlier run" in err for _, err in results), results
     config = json.loads((out / "config.json").read_text())
     saved = torch.load(out / "checkpoint.pt", weights_only=True)
     assert saved["extra"]["config"]["seed"] == config["seed"]
