@@ -110,7 +110,7 @@ def _epoch_line(row: dict[str, float]) -> str:
 def device_name(device: torch.device) -> str:
     """The GPU's name on CUDA, else the device's type (``cpu``, ``mps``)."""
     if device.type == "cuda":
-        return torch.cuda.getdevice_name(device)
+        return torch.cuda.get_device_name(device)
     return device.type
 
 
