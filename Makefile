@@ -15,7 +15,7 @@ BROWSER_SHOTS := _build/browser
 # which reports its error (hence the `-`).
 EXECUTE_CHAPTERS := $(BIN)/python book/_ext/execute_chapters.py
 
-.PHONY: all book test lint unit gpu-smoke gpu fresh-runs nbval book-check browser lab student timings clean
+.PHONY: all book test lint unit gpu-smoke gpu fresh-runs nbval book-check browser lab student timings claims clean
 
 all: book
 
@@ -88,10 +88,11 @@ nbval: $(STAMP)
 
 # A fresh build (empty execution cache, all pages re-read) so that a failing
 # notebook cannot pass from a stale cache; every warning is an error.
+# A cell that runs past 900 s fails here (a hung cell); `make book` has no such limit.
 book-check: $(STAMP)
 	rm -rf $(TEST_BOOK)
-	-TQDM_DISABLE=1 $(EXECUTE_CHAPTERS) $(TEST_BOOK) notebooks/*.md
-	TQDM_DISABLE=1 $(BIN)/jupyter-book build . --path-output $(TEST_BOOK) -n -W --keep-going --all
+	-TQDM_DISABLE=1 ATTNCOURSE_CELL_TIMEOUT=900 $(EXECUTE_CHAPTERS) $(TEST_BOOK) notebooks/*.md
+	TQDM_DISABLE=1 ATTNCOURSE_CELL_TIMEOUT=900 $(BIN)/jupyter-book build . --path-output $(TEST_BOOK) -n -W --keep-going --all
 
 # Every page of the fresh book in headless Chromium, network blocked (tests/browser), and
 # the learner's path in JupyterLab: chapter 4 opened and its explorer run (test_lab.py).
@@ -116,6 +117,19 @@ student: $(STAMP)
 ## `make test`'s fresh book build, into book/chapter_timings.json (the instructor's guide).
 timings: $(STAMP)
 	$(BIN)/python -m attncourse.course.timings $(TEST_BOOK)/_build/.jupyter_cache
+
+## claims: every chapter under each variant of this machine (torch's plain CPU kernels for
+## another CPU's rounding, 1 and 2 threads, every model from another seed), each assert's
+## operands and margin to its bound recorded, merged into book/claims.json, which the book's
+## page "How sure are these numbers?" shows (tools/claims.py). Hours; not part of `make test`.
+## One chapter or some variants: make claims CHAPTERS="04_self_attention 09" VARIANTS=native
+# Each variant trains its own models afresh (_build/claims/<variant>/runs); a run that
+# crashes does not stop the merge of the others (hence the `-`).
+CLAIMS_OUT := _build/claims
+claims: $(STAMP)
+	-$(BIN)/python tools/claims.py run --out $(CLAIMS_OUT) --fresh \
+	  $(if $(CHAPTERS),--chapters $(CHAPTERS)) $(if $(VARIANTS),--variants $(VARIANTS))
+	$(BIN)/python tools/claims.py merge --out $(CLAIMS_OUT)
 
 ## lab: JupyterLab with the MyST notebooks opening as notebooks (jupytext) and their MyST
 ## markup rendered (jupyterlab-myst). lab/overrides.json holds the settings; the browser

@@ -111,8 +111,24 @@ def add_static(app: Any) -> None:
     app.config.html_static_path.append(str(Path(__file__).parent / "static"))
 
 
+#: The per-cell time limit of a test build, in seconds (`make test`); `make book` has none.
+CELL_TIMEOUT_ENV = "ATTNCOURSE_CELL_TIMEOUT"
+
+
+def cell_timeout(default: int) -> int:
+    """The per-cell limit: ``ATTNCOURSE_CELL_TIMEOUT`` if set (seconds), else ``default`` (-1: none)."""
+    value = os.environ.get(CELL_TIMEOUT_ENV, "").strip()
+    return int(value) if value else default
+
+
+def apply_cell_timeout(app: Any, config: Any) -> None:
+    """myst-nb's execution timeout from the environment, for the notebooks the build runs itself."""
+    config.nb_execution_timeout = cell_timeout(config.nb_execution_timeout)
+
+
 def setup(app: Any) -> dict[str, Any]:
     os.environ[BOOK_ENV] = "1"
+    app.connect("config-inited", apply_cell_timeout)
     app.connect("builder-inited", add_static)
     app.add_css_file("attncourse.css")
     app.connect("doctree-resolved", describe_images)

@@ -10,7 +10,8 @@ executor, into the cache the build then reads (``execute_notebooks: cache`` in
 
 - notebooks are read with myst-nb's reader, as the build reads them, so the cache keys
   match;
-- each runs in its own folder, with the timeout and ``allow_errors`` of ``_config.yml``,
+- each runs in its own folder, with the timeout and ``allow_errors`` of ``_config.yml``
+  (the timeout replaced by ``ATTNCOURSE_CELL_TIMEOUT`` where set: ``make test``),
   and with the book's variable for static explorers set, as in the build;
 - two chapters that need the same trained model do not train it twice: the second
   waits for the first (:func:`attncourse.runtime.run_lock`);
@@ -44,8 +45,9 @@ from jupyter_cache.executors.basic import (
 )
 
 sys.path.insert(0, str(Path(__file__).parent))
-from attncourse_book import (
-    BOOK_ENV,  # noqa: E402  (the extension's own copy of the name)
+from attncourse_book import (  # noqa: E402  (the extension's own copies)
+    BOOK_ENV,
+    cell_timeout,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +107,7 @@ def main(argv: list[str]) -> int:
     executor = LongestFirstExecutor(cache)
     result = executor.run_and_cache(
         filter_uris=[str(nb) for nb in notebooks],
-        timeout=execute["timeout"],
+        timeout=cell_timeout(execute["timeout"]),
         allow_errors=execute["allow_errors"],
     )
     for record in cache.list_cache_records():
