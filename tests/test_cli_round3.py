@@ -37,6 +37,32 @@ from attncourse.data.text import char_corpus, random_windows, read_utf8
 ROOT = Path(cli.__file__).parents[2]
 
 
+@pytest.fixture
+def sigint_at_its_default():
+    """Ctrl-C reaches pytest and the processes the test starts, however pytest began.
+
+    A shell that runs a job in the background (``nohup make test > log &``) leaves
+    SIGINT ignored, and an ignored signal stays ignored across fork and exec: the
+    SIGINT these tests send would be ignored by pytest and by every child. A signal
+    with a handler is reset to its default by exec (POSIX), so with Python's handler
+    installed here each child starts with SIGINT at its default, as from a terminal.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def end(proc: subprocess.Popen) -> None:
+    """Kill ``proc`` if it still runs, reap it, close its pipe: it outlives no test."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
 def files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
@@ -471,9 +497,11 @@ def test_two_train_lm_processes_into_one_new_out(tmp_path, text_file):
             *LM_SMALL[:-1], "--steps", "400", "--steps-per-epoch", "20", "--no-progress"]
     procs = [subprocess.Popen([*argv, "--seed", str(seed)], env=env, stderr=subprocess.PIPE, text=True)
              for seed in (1, 2)]
-    results = [(p.wait(timeout=600), p.stderr.read()) for p in procs]
-    for p in procs:
-        p.stderr.close()
+    try:
+        results = [(p.wait(timeout=600), p.stderr.read()) for p in procs]
+    finally:
+        for p in procs:
+            end(p)
     codes = sorted(code for code, _ in results)
     assert codes in ([0, 2], [0, 0]), results  # [0, 0]: the second started after the first ended
     if codes == [0, 2]:
@@ -489,7 +517,7 @@ def test_two_train_lm_processes_into_one_new_out(tmp_path, text_file):
 # --- 12. gpu-report: Ctrl-C ends the stage's processes ----------------------------------------
 
 
-def test_interrupted_stage_leaves_no_process(tmp_path):
+def test_interrupted_stage_leaves_no_process(tmp_path, sigint_at_its_default):
     pid_file = tmp_path / "pid"
     code = ("import os, subprocess, sys, time\n"
             "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
@@ -500,12 +528,21 @@ def test_interrupted_stage_leaves_no_process(tmp_path):
     try:
         with pytest.raises(KeyboardInterrupt):
             run_stage(Stage("sleep"), [sys.executable, "-c", code], 100, dict(os.environ), tmp_path)
+        timer.cancel()
+        grandchild = Path(f"/proc/{int(pid_file.read_text())}/status")
+        time.sleep(0.5)
+        # gone, or a zombie waiting for a container's init to reap it: it runs no more
+        assert not grandchild.exists() or "State:\tZ" in grandchild.read_text()
     finally:
         timer.cancel()
-    grandchild = Path(f"/proc/{int(pid_file.read_text())}/status")
-    time.sleep(0.5)
-    # gone, or a zombie waiting for a container's init to reap it: either way it runs no more
-    assert not grandchild.exists() or "State:\tZ" in grandchild.read_text()
+        # run_stage ends the stage's group, pass or fail; should a sleeper outlive it,
+        # end it here (it is no child of ours to wait for)
+        try:
+            pid = int(pid_file.read_text())
+            if b"time.sleep(120)" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
 
 
 # --- 13. memory of the text, checkpoints that lie about their sizes, double Ctrl-C, UTF-8 ------
@@ -536,22 +573,25 @@ def test_checkpoint_whose_weights_do_not_fit_its_config_is_refused_before_alloca
 
 
 @pytest.mark.parametrize("gap", [0.02, 0.4])  # the second during the cleanup, or in Python's shutdown
-def test_double_ctrl_c_exits_130(tmp_path, text_file, gap):
+def test_double_ctrl_c_exits_130(tmp_path, text_file, gap, sigint_at_its_default):
     out = tmp_path / "o"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "attncourse", "train-lm", "--text", str(text_file), "--out",
                              str(out), *LM_SMALL[:-1], "--steps", "100000", "--steps-per-epoch", "20",
                              "--no-progress"], env=env, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while not (out / "checkpoint.pt").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    time.sleep(gap)
-    if proc.poll() is None:
+    try:
+        deadline = time.time() + 120
+        while (not (out / "checkpoint.pt").exists() and time.time() < deadline
+               and proc.poll() is None):
+            time.sleep(0.1)
         proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == 130
-    assert "Traceback" not in proc.stderr.read()
-    proc.stderr.close()
+        time.sleep(gap)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        end(proc)  # 100,000 steps: never left running, pass or fail
 
 
 def test_invalid_utf8_is_reported_at_its_real_offset(tmp_path, capsys):
