@@ -68,12 +68,48 @@ def describe_device(device: torch.device) -> str:
     return device.type
 
 
+#: Added to every training seed (:func:`training_seed`); unset or 0 in normal use.
+SEED_OFFSET_ENV = "ATTNCOURSE_SEED_OFFSET"
+
+
+def seed_offset() -> int:
+    """The integer in ``$ATTNCOURSE_SEED_OFFSET`` (default 0), added to every training seed.
+
+    Why: a chapter's claims about trained models (a loss below a bound, a head found at a
+    step) hold for the seeds the chapter uses; ``tools/claims.py``'s ``seed+1`` variant
+    (``make claims``) runs every chapter again with each model trained from another seed,
+    without editing the chapters, to see by how much each claim still holds. This is the
+    one place that reads the variable; :func:`seed_everything`, the training loops
+    (:func:`attncourse.train.loop.train_epochs`, :func:`attncourse.train.fit.fit`),
+    :func:`attncourse.recipes.run_experiment` and chapter 12's passkey model take their
+    seeds through :func:`training_seed`, and :func:`runs_dir` keeps such runs apart from
+    the cached runs of the chapters' own seeds. Data seeds are not shifted: the same data,
+    another model.
+
+    Raises
+    ------
+    ValueError
+        If the variable is set to something other than an integer.
+    """
+    value = os.environ.get(SEED_OFFSET_ENV, "").strip()
+    try:
+        return int(value) if value else 0
+    except ValueError:
+        raise ValueError(f"{SEED_OFFSET_ENV}={value!r}: expected an integer") from None
+
+
+def training_seed(seed: int) -> int:
+    """``seed`` plus :func:`seed_offset`: the seed a model is initialised and trained with."""
+    return int(seed) + seed_offset()
+
+
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python's, NumPy's and torch's global generators.
+    """Seed Python's, NumPy's and torch's global generators (with :func:`training_seed`).
 
     Library code takes explicit ``seed`` arguments; this is for notebooks and
     scripts, so that a whole run is repeatable.
     """
+    seed = training_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -85,7 +121,9 @@ def runs_dir(name: str | None = None) -> Path:
     ``$ATTNCOURSE_RUNS`` if set (``make`` sets it to ``_build/runs`` of the
     repository, and ``make test`` empties it first so that every test run trains
     afresh); otherwise ``_build/runs`` next to the package in a source checkout,
-    or ``~/.cache/attncourse/runs`` for an installed package.
+    or ``~/.cache/attncourse/runs`` for an installed package. With a
+    :func:`seed_offset` k other than 0, the runs live in its sub-folder
+    ``seed-offset-k``.
 
     Parameters
     ----------
@@ -104,6 +142,8 @@ def runs_dir(name: str | None = None) -> Path:
         checkout = Path(__file__).resolve().parents[1]
         is_checkout = (checkout / "pyproject.toml").exists() and (checkout / "notebooks").is_dir()
         base = checkout / "_build" / "runs" if is_checkout else Path.home() / ".cache" / "attncourse" / "runs"
+    if seed_offset():  # models trained from shifted seeds are never loaded as the seeds' own
+        base = base / f"seed-offset-{seed_offset()}"
     path = base / name if name else base
     path.mkdir(parents=True, exist_ok=True)
     return path

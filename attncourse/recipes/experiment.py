@@ -33,7 +33,7 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.nn.transformer import Transformer
-from attncourse.runtime import run_lock, runs_dir
+from attncourse.runtime import run_lock, runs_dir, training_seed
 from attncourse.train.config import (
     FFN_WIDTH,
     HEADS,
@@ -423,7 +423,7 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
     splits = load_task(e.task, n_train=e.n_train, n_valid=e.n_valid, n_test=e.n_test, seed=e.data_seed)
     train = splits.train if e.max_train_src_len is None else shorter_than(splits.train, e.max_train_src_len)
     src_vocab, tgt_vocab = build_vocabs(train)
-    torch.manual_seed(e.seed)
+    torch.manual_seed(training_seed(e.seed))  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
     model = build_model(e, src_vocab, tgt_vocab)
     out = Path(out_dir) if out_dir is not None else runs_dir(e.name)
     config = e.fit_config(device=device)

@@ -32,7 +32,8 @@ initialised, e.g. under ``torchrun``: see :mod:`attncourse.train.distributed`.
 
 Seeding: a fresh run calls ``torch.manual_seed(config.seed)`` (dropout draws
 from torch's global generator), so seed yourself *before* building the model
-for a repeatable initialisation. Exact replay after ``resume`` holds on the
+for a repeatable initialisation. (``$ATTNCOURSE_SEED_OFFSET``, when set, is added
+to ``config.seed``: see :func:`attncourse.runtime.seed_offset`.) Exact replay after ``resume`` holds on the
 CPU; CUDA kernels may be non-deterministic unless
 ``torch.use_deterministic_algorithms(True)``.
 
@@ -77,7 +78,7 @@ from typing import Any
 import torch
 
 from attncourse.data.batching import Batch, pad_to_buckets
-from attncourse.runtime import pick_device
+from attncourse.runtime import pick_device, training_seed
 from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import (
     check_compatible,
@@ -517,16 +518,17 @@ def fit(
             model.to(device)
             optimizer = make_optimizer(model, config, device)
             scheduler = make_scheduler(optimizer, config, model)
-            generator = torch.Generator().manual_seed(config.seed)
+            seed = training_seed(config.seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
+            generator = torch.Generator().manual_seed(seed)
             if resume:
                 saved = check_resume(out, model, train_batches, config, extra, fingerprint)
                 record = _resume(saved, model, optimizer, scheduler, generator, device)
             else:
-                torch.manual_seed(config.seed + world.rank)
+                torch.manual_seed(seed + world.rank)
                 record = Record()
             start_epoch = len(record.history)
             epoch = seq2seq_epoch(_padded(train_batches, config), generator, config.teacher_forcing,
-                                  config.label_smoothing, config.seed)
+                                  config.label_smoothing, seed)
             save = _saver(out, model, optimizer, scheduler, generator, device, extra,
                           _replay_settings(config, world.world_size), fingerprint)
             run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device),

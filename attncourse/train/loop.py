@@ -50,7 +50,13 @@ from typing import Any
 
 import torch
 
-from attncourse.runtime import pick_device, progress_bar, run_lock, runs_dir
+from attncourse.runtime import (
+    pick_device,
+    progress_bar,
+    run_lock,
+    runs_dir,
+    training_seed,
+)
 from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import differences, load_checkpoint, save_checkpoint
 from attncourse.train.schedule import TimeBudget
@@ -561,6 +567,7 @@ def train_epochs(
     out.mkdir(parents=True, exist_ok=True)
     with _cached_run(out, shared=out_dir is None):
         device = pick_device(None if device is None else str(device))
+        seed = training_seed(seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims' seed+1)
         torch.manual_seed(seed)
         model, optimizer = build(device)
         path = out / CHECKPOINT

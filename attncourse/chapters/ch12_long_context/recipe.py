@@ -39,6 +39,7 @@ from attncourse.recipes.lm import (
     lm_spec,
     train_lm_epoch,
 )
+from attncourse.runtime import training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
@@ -218,7 +219,7 @@ def train_passkey(config: PasskeyConfig) -> GPT:
     GPT
         In eval mode; trained with cross-entropy on the passkey at the query only.
     """
-    torch.manual_seed(config.seed)
+    torch.manual_seed(training_seed(config.seed))  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
     model = GPT(passkey_vocab_size(config.n_filler, config.n_keys), d_model=config.d_model,
                 num_heads=config.num_heads, num_layers=config.num_layers, d_ff=config.d_ff,
                 max_len=config.length if config.positional == "learned" else 8 * config.length,

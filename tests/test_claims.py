@@ -1,0 +1,262 @@
+"""The claims sweep (issue 46): tools/claims.py's assert rewriter, and book/claims.json fresh.
+
+``make claims`` executes every chapter with its ``assert`` statements rewritten to record
+their operands and margins (``tools/claims.py``). The rewriter is tested here on snippets:
+what it records, and that a false claim still raises. The freshness test holds
+``book/claims.json`` to the chapters' code: a chapter whose code changed after its sweep
+fails, naming the command that sweeps it again.
+"""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import jupytext
+import pytest
+
+from attncourse.course import claims as book_claims
+from attncourse.runtime import runs_dir, seed_offset, training_seed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("claims_tool", ROOT / "tools" / "claims.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = _load_tool()
+
+
+def run_cell(source: str, first_line: int = 1, **names):
+    """Rewrite ``source``, execute it with a fresh recorder; the recorder and metadata."""
+    new, metas = tool.rewrite_source(source, first_line)
+    recorder = tool.Recorder(Path("unused.json"))
+    scope = {"_claims": recorder, **names}
+    error = None
+    try:
+        exec(compile(new, "<cell>", "exec"), scope)
+    except AssertionError as err:
+        error = err
+    return recorder, metas, error, new
+
+
+def worst(recorder, claim_id):
+    return recorder.claims[claim_id]["worst"]
+
+
+# ---- the rewriter -----------------------------------------------------------------------
+
+def test_a_comparison_records_its_operands_margin_and_bound():
+    recorder, metas, error, _ = run_cell("x = 0.3\nassert x < 0.5, 'too big'\n", first_line=10)
+    assert error is None
+    assert metas == [{"id": "11", "line": 11, "expression": "x < 0.5", "kind": "comparison"}]
+    run = worst(recorder, "11")
+    assert run["values"] == [0.3, 0.5] and run["bound"] == 0.5 and run["held"]
+    assert run["margin"] == pytest.approx(0.2) and run["relative_margin"] == pytest.approx(0.4)
+
+
+def test_greater_than_measures_from_the_bound_on_either_side():
+    recorder, _, _, _ = run_cell("loss = -3.5\nassert loss < -3.0\nassert 2.0 > loss\n"
+                                 "acc = 0.97\nassert acc >= 0.95\n")
+    assert worst(recorder, "2")["margin"] == pytest.approx(0.5)
+    assert worst(recorder, "2")["relative_margin"] == pytest.approx(0.5 / 3)
+    assert worst(recorder, "3")["bound"] == 2.0  # the written number, on the left
+    assert worst(recorder, "5")["margin"] == pytest.approx(0.02)
+
+
+def test_a_false_claim_is_recorded_then_raises_with_its_message():
+    recorder, _, error, _ = run_cell("acc = 0.977\nassert acc >= 0.98, f'only {acc}'\n")
+    assert isinstance(error, AssertionError) and str(error) == "only 0.977"
+    run = worst(recorder, "2")
+    assert run["held"] is False and recorder.claims["2"]["held"] is False
+    assert run["margin"] == pytest.approx(-0.003)
+
+
+def test_chains_and_conjunctions_keep_the_smallest_margin():
+    source = ("r, s = 0.5, 0.12\n"
+              "assert 0.45 < r < 0.55 and 0.10 < s < 0.15\n"
+              "assert before < 0.4 < 0.7 < after\n"
+              "assert max(f) - min(f) <= 30 and 70 <= min(f) <= max(f) <= 130\n")
+    recorder, _, error, _ = run_cell(source, before=0.2, after=0.75, f=[100, 110])
+    assert error is None
+    assert worst(recorder, "2")["values"] == [0.45, 0.5, 0.55, 0.10, 0.12, 0.15]
+    # the tightest part relative to its bound: 0.55 - r (9 %), not s - 0.10 (20 %)
+    assert worst(recorder, "2")["margin"] == pytest.approx(0.05)
+    assert worst(recorder, "2")["bound"] == 0.55
+    # 0.4 < 0.7 compares two written numbers: no margin; after - 0.7 is the smallest
+    assert worst(recorder, "3")["margin"] == pytest.approx(0.05)
+    # min(f) <= max(f) only orders two measured values: 130 - 110 and 100 - 70 count
+    assert worst(recorder, "4")["margin"] == pytest.approx(20)
+
+
+def test_an_assert_in_a_loop_counts_its_runs_and_keeps_the_worst():
+    recorder, _, error, _ = run_cell("for loss in (0.2, 0.9, 0.5):\n    assert loss < 1.0, loss\n")
+    assert error is None
+    assert recorder.claims["2"]["count"] == 3
+    assert worst(recorder, "2")["values"] == [0.9, 1.0]
+    assert worst(recorder, "2")["margin"] == pytest.approx(0.1)
+
+
+def test_facts_without_a_margin_record_their_truth():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    source = ("assert np.allclose(a, a)\n"
+              "assert torch.allclose(t, t) and all(v > 0 for v in a)\n"
+              "assert len(a) == 3\n")
+    recorder, metas, error, _ = run_cell(source, np=np, torch=torch, a=np.ones(3),
+                                         t=torch.ones(2))
+    assert error is None
+    assert [m["kind"] for m in metas] == ["truth", "truth", "truth"]
+    assert worst(recorder, "1")["values"] == [True] and worst(recorder, "1")["margin"] is None
+    assert worst(recorder, "2")["values"] == [True, True]
+    assert worst(recorder, "3")["values"] == [3, 3]
+
+
+def test_numpy_and_torch_values_become_plain_json():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    recorder, _, error, _ = run_cell("assert gap.max() < 1e-4\nassert t < 2\nassert v < 5\n",
+                                     gap=np.array([1e-6, 3e-6]), t=torch.tensor(1.5),
+                                     v=torch.tensor([4.0]))
+    assert error is None
+    assert worst(recorder, "1")["values"] == [3e-6, 1e-4]
+    assert worst(recorder, "2")["values"] == [1.5, 2]
+    assert worst(recorder, "3")["values"][0] == {"min": 4.0, "max": 4.0, "shape": [1]}
+    assert worst(recorder, "3")["margin"] == pytest.approx(1.0)
+    json.dumps(recorder.claims)  # every value is JSON
+    assert tool.summarise(torch.tensor([[1.0, -2.0]])) == {"min": -2.0, "max": 1.0,
+                                                           "shape": [1, 2]}
+    assert tool.summarise(float("nan")) == "nan" and tool.summarise(np.int64(3)) == 3
+    assert tool.margin_of("<", np.array([0.1, 0.7]), 1.0, "right")["margin"] == \
+        pytest.approx(0.3)  # an array's worst element
+    # an ambiguous truth raises as the plain assert would
+    with pytest.raises(RuntimeError):
+        run_cell("assert v < 5\n", v=torch.tensor([1.0, 4.0]))
+
+
+def test_evaluation_order_and_short_circuits_are_python_s():
+    calls = []
+
+    def f(name, value):
+        calls.append(name)
+        return value
+
+    recorder, _, error, _ = run_cell("assert f('a', 1) < f('b', 0) < f('c', 2) or f('d', True)\n",
+                                     f=f)
+    assert error is None and calls == ["a", "b", "d"]  # c is never evaluated, as in Python
+    assert recorder.claims["1"]["held"] is True
+
+
+def test_the_rewritten_cell_keeps_its_lines():
+    source = ("x = 1\n"
+              "assert (x > 0\n"
+              "        and x < 2)  # a comment\n"
+              "y = 'é'; assert y == 'é'\n"
+              "raise ValueError('here')\n")
+    new, metas = tool.rewrite_source(source, 100)
+    assert new.count("\n") == source.count("\n")
+    assert [m["line"] for m in metas] == [101, 103]
+    with pytest.raises(ValueError) as err:
+        exec(compile(new, "<cell>", "exec"), {"_claims": tool.Recorder(Path("x.json"))})
+    assert err.traceback[-1].lineno == 4  # traceback lines are the cell's own (0-based)
+
+
+def test_walrus_asserts_are_evaluated_in_place():
+    recorder, metas, error, _ = run_cell("assert (n := 3) > 2\nm = n\n")
+    assert error is None and metas[0]["kind"] == "truth" and recorder.claims["1"]["held"]
+
+
+def test_manual_seed_takes_the_offset(monkeypatch):
+    seen = []
+
+    class Torch:
+        @staticmethod
+        def manual_seed(value):
+            seen.append(value)
+
+    monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "1")
+    run_cell("torch.manual_seed(0)\ntorch.manual_seed(7)\n", torch=Torch)
+    assert seen == [1, 8]
+
+
+def test_the_seed_offset_shifts_seeds_and_runs(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path))
+    monkeypatch.delenv("ATTNCOURSE_SEED_OFFSET", raising=False)
+    assert seed_offset() == 0 and training_seed(3) == 3 and runs_dir("a") == tmp_path / "a"
+    monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "1")
+    assert training_seed(3) == 4
+    assert runs_dir("a") == tmp_path / "seed-offset-1" / "a"  # never the seed's own cache
+    monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "one")
+    with pytest.raises(ValueError, match="ATTNCOURSE_SEED_OFFSET"):
+        seed_offset()
+
+
+@pytest.mark.parametrize("chapter", book_claims.chapter_names())
+def test_every_assert_of_a_chapter_is_found_at_its_line(chapter):
+    path = ROOT / "notebooks" / f"{chapter}.md"
+    notebook = jupytext.read(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    found = 0
+    for cell, first in zip(cells, tool.code_cell_lines(path, notebook)):
+        new, metas = tool.rewrite_source(cell.source, first)
+        compile(new, chapter, "exec")
+        assert new.count("\n") == cell.source.count("\n")
+        found += len(metas)
+        for meta in metas:
+            assert "assert" in lines[meta["line"] - 1], (chapter, meta)
+    expected = sum(line.lstrip().startswith("assert ") for cell in cells
+                   for line in cell.source.splitlines())
+    assert found >= expected > 0
+
+
+# ---- the book page and the file ---------------------------------------------------------
+
+def test_the_page_says_what_is_missing_and_never_fails(tmp_path):
+    absent = book_claims.page_markdown(tmp_path / "none.json")
+    assert "does not exist" in absent
+    (tmp_path / "bad.json").write_text("{not json")
+    assert "does not exist" in book_claims.page_markdown(tmp_path / "bad.json")
+    name = book_claims.chapter_names()[0]
+    digest = book_claims.code_digest(ROOT / "notebooks" / f"{name}.md")
+    partial = {"generated": "2026-11-28", "variants": {"native": {"env": {}}},
+               "chapters": {name: {"digest": digest, "wall_seconds": {"native": 3.0},
+                                   "status": {"native": "ok"}, "claims": [
+                                       {"line": 5, "expression": "a | b < 1", "kind": "comparison",
+                                        "values": {"native": [0.5, 1]},
+                                        "held": {"native": True}, "margin": {"native": 0.5},
+                                        "relative_margin": {"native": 0.5},
+                                        "bound": {"native": 1}, "count": {"native": 1}},
+                                       {"line": 9, "kind": "truth"}]}}}
+    (tmp_path / "partial.json").write_text(json.dumps(partial))
+    page = book_claims.page_markdown(tmp_path / "partial.json")
+    assert "**Not swept yet**" in page and book_claims.chapter_names()[1] in page
+    assert "`a \\| b < 1` (5) | 0.5, 1 | 1 | 0.5 (native, 50.0% of the bound) |" in page
+    assert "1 more claim without a margin" in page
+
+
+def test_a_changed_chapter_is_stale(tmp_path):
+    name = book_claims.chapter_names()[0]
+    data = {"chapters": {name: {"digest": "0" * 64}, "99_gone": {"digest": "1" * 64}}}
+    stale = book_claims.stale_chapters(data)
+    assert set(stale) == {name, "99_gone"}
+    assert f"make claims CHAPTERS={name}" in stale[name]
+
+
+SWEPT = book_claims.load()
+
+
+@pytest.mark.parametrize("chapter", sorted((SWEPT or {}).get("chapters", {})) or ["-"])
+def test_each_swept_chapter_matches_its_code(chapter):
+    """book/claims.json's record of a chapter is of the chapter's current code."""
+    if SWEPT is None:
+        pytest.skip("book/claims.json does not exist: no sweep recorded yet (make claims)")
+    if chapter == "-":
+        pytest.skip("book/claims.json records no chapter yet")
+    stale = book_claims.stale_chapters({"chapters": {chapter: SWEPT["chapters"][chapter]}})
+    assert chapter not in stale, stale.get(chapter)

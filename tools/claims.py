@@ -1,0 +1,909 @@
+"""Sweep the chapters' claims over variants of the machine: ``make claims`` (issue 46).
+
+Each chapter checks its claims with ``assert`` statements. They pass on the machine that
+built the book; this tool measures by how much they would pass elsewhere. It executes
+every chapter under each *variant* of the machine and records, for every ``assert``, its
+operands, whether it held and its margin to the bound, then merges the records into
+``book/claims.json``, which the book's page *How sure are these numbers?*
+(``book/claims.md``) shows and ``tests/test_claims.py`` keeps fresh.
+
+Variants (:data:`VARIANTS`):
+
+- ``native``: as the book build runs a chapter (one per core, each kernel with its
+  share of the threads);
+- ``default-kernels``: ``ATEN_CPU_CAPABILITY=default``, torch's non-vectorised CPU
+  kernels, which round differently: a stand-in for another CPU (an AVX2 machine's
+  results differ bit for bit from an AVX-512 one's);
+- ``1-thread`` and ``2-threads``: other thread counts, which change the order of
+  reductions (a 2-thread chapter runs alone, so as not to share the 2 cores);
+- ``seed+1``: every trained model from another seed (``ATTNCOURSE_SEED_OFFSET=1``,
+  :func:`attncourse.runtime.seed_offset`; the chapters' own ``torch.manual_seed(n)``
+  calls are shifted too, below), the same data.
+
+Each variant has its own folder under ``--out`` (default ``_build/claims``): its trained
+models (``ATTNCOURSE_RUNS=<out>/<variant>/runs``, so that no variant loads another's
+model), and per chapter the executed notebook, its log, ``<chapter>.jsonl`` (one line per
+assert) and ``<chapter>.run.json`` (wall time, status, digest of the code that ran).
+
+How an assert is recorded: before execution each code cell is parsed (:mod:`ast`) and
+every ``assert TEST, MSG`` is rewritten in place, on its own lines so that tracebacks keep
+the chapter's line numbers, into ``assert _claims.claim(ID, lambda: ...), MSG``. The
+rewritten test evaluates the same operands in the same order (chained comparisons,
+``and``/``or`` short-circuits) and returns the same truth, so a false claim still raises
+``AssertionError`` and stops the chapter; but first it records, for a comparison
+``a < b`` (``<=``, ``>``, ``>=``, chains), the operands and the margin (``b - a`` for
+``<``, ``a - b`` for ``>``; the relative margin divides by ``|bound|``, the bound being
+the operand that is a number written in the code, else the right-hand one); for ``and``
+the smallest margin of its parts, for ``or`` the largest (compared relative to their
+bounds, :func:`tightest`); anything else
+(``np.allclose``, ``all(...)``, a flag) only its truth. An assert that runs many times
+(in a loop) keeps its count and its worst run. ``np.testing.assert_*`` calls are not
+``assert`` statements: they check, unrecorded.
+
+Usage (from the repository root)::
+
+    .venv/bin/python tools/claims.py run [--chapters 04_self_attention ...]
+                                         [--variants native default-kernels ...]
+                                         [--out _build/claims] [--workers 2] [--fresh]
+    .venv/bin/python tools/claims.py merge [--out _build/claims]   # into book/claims.json
+    .venv/bin/python tools/claims.py check [--margin 0.05]        # stale chapters, thin claims
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import datetime
+import json
+import math
+import numbers
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+CLAIMS = ROOT / "book" / "claims.json"
+TIMINGS = ROOT / "book" / "chapter_timings.json"
+DEFAULT_OUT = ROOT / "_build" / "claims"
+
+#: The thread-count variables that torch's OpenMP, MKL and OpenBLAS read at start-up.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+#: Variables a variant may set: cleared from the inherited environment of every job, so
+#: that ``native`` is native whatever the shell exported.
+VARIANT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ATTNCOURSE_SEED_OFFSET", *THREAD_VARIABLES)
+
+#: name -> environment it sets, thread count (None: the book build's share) and why.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "native": {"env": {}, "threads": None,
+               "about": "as the book build runs a chapter (its share of the cores)"},
+    "default-kernels": {"env": {"ATEN_CPU_CAPABILITY": "default"}, "threads": None,
+                        "about": "torch's non-vectorised CPU kernels: another CPU's rounding"},
+    "1-thread": {"env": {}, "threads": 1, "about": "one thread: another order of sums"},
+    "2-threads": {"env": {}, "threads": 2, "about": "two threads: another order of sums"},
+    "seed+1": {"env": {"ATTNCOURSE_SEED_OFFSET": "1"}, "threads": None,
+               "about": "every trained model from another seed, on the same data"},
+}
+
+
+# ---- where the code cells are in the .md file ------------------------------------------
+
+FENCE = re.compile(r"^(`{3,}|~{3,})\{code-cell\}")
+
+
+def code_cell_lines(path: Path, notebook: Any) -> list[int]:
+    """For each code cell of ``notebook`` (jupytext's reading of ``path``), the line of
+    ``path`` (1-based) that holds its first source line.
+
+    Raises
+    ------
+    ValueError
+        If the file's ``{code-cell}`` fences and the notebook's code cells disagree.
+    """
+    lines = path.read_text(encoding="utf-8").splitlines()
+    fences = [i for i, line in enumerate(lines) if FENCE.match(line)]
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    if len(fences) != len(cells):
+        raise ValueError(f"{path.name}: {len(fences)} code-cell fences, {len(cells)} code cells")
+    found = []
+    for fence, cell in zip(fences, cells):
+        source = cell.source.splitlines()
+        for start in range(fence + 1, min(fence + 80, len(lines) + 1)):
+            if lines[start:start + len(source)] == source:
+                found.append(start + 1)
+                break
+        else:
+            raise ValueError(f"{path.name}: the code cell after line {fence + 1} was not found")
+    return found
+
+
+# ---- the rewriter ------------------------------------------------------------------------
+
+#: The name of the recorder in the kernel (set by :data:`SETUP`).
+RECORDER = "_claims"
+COMPARISONS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
+               ast.NotEq: "!=", ast.Is: "is", ast.IsNot: "is not", ast.In: "in",
+               ast.NotIn: "not in"}
+
+
+def _is_number(node: ast.AST) -> bool:
+    """Whether ``node`` is a number written in the code (``0.5``, ``-3``, ``1 / 3``)."""
+    for part in ast.walk(node):
+        if isinstance(part, ast.Constant):
+            if isinstance(part.value, bool) or not isinstance(part.value, (int, float)):
+                return False
+        elif not isinstance(part, (ast.UnaryOp, ast.BinOp, ast.operator, ast.unaryop)):
+            return False
+    return True
+
+
+def _bound_sides(operands: list[ast.expr]) -> tuple[str, ...]:
+    """For each comparison of a chain, which operand is its bound: ``"left"``,
+    ``"right"`` or ``"none"`` (no margin to record).
+
+    A number written in the code is the bound. Two such numbers (``0.4 < 0.7`` in
+    ``a < 0.4 < 0.7 < b``) compare nothing measured, and two measured values in a chain
+    that has written bounds (``min(x) <= max(x)`` in ``70 <= min(x) <= max(x) <= 130``)
+    only order them: neither has a margin. Without any written number (``a < b - 1.5``)
+    the right-hand side is the bound.
+    """
+    numbers_ = [_is_number(operand) for operand in operands]
+    sides = []
+    for left, right in zip(numbers_, numbers_[1:]):
+        if left and right:
+            sides.append("none")
+        elif left or right:
+            sides.append("left" if left else "right")
+        else:
+            sides.append("none" if any(numbers_) else "right")
+    return tuple(sides)
+
+
+def _thunk(body: ast.expr) -> ast.Lambda:
+    return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[],
+                                         kw_defaults=[], kwarg=None, defaults=[]), body=body)
+
+
+def _call(method: str, *args: ast.expr) -> ast.Call:
+    func = ast.Attribute(value=ast.Name(id=RECORDER, ctx=ast.Load()), attr=method, ctx=ast.Load())
+    return ast.Call(func=func, args=list(args), keywords=[])
+
+
+def _recorded(node: ast.expr) -> ast.expr:
+    """The test ``node``, evaluated through the recorder's helpers (same order, same truth)."""
+    if isinstance(node, ast.Compare) and all(type(op) in COMPARISONS for op in node.ops):
+        operands = [node.left, *node.comparators]
+        ops = tuple(COMPARISONS[type(op)] for op in node.ops)
+        return _call("compare", ast.Constant(ops), ast.Constant(_bound_sides(operands)),
+                     *(_thunk(operand) for operand in operands))
+    if isinstance(node, ast.BoolOp):
+        method = "all_of" if isinstance(node.op, ast.And) else "any_of"
+        return _call(method, *(_thunk(_recorded(value)) for value in node.values))
+    return _call("term", _thunk(node))
+
+
+def _has_margin(node: ast.expr) -> bool:
+    """Whether the recorded test holds an ordering (``<``, ``>=``...): it has a margin."""
+    if isinstance(node, ast.BoolOp):
+        return any(_has_margin(value) for value in node.values)
+    if not isinstance(node, ast.Compare):
+        return False
+    sides = _bound_sides([node.left, *node.comparators])
+    return any(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) and side != "none"
+               for op, side in zip(node.ops, sides))
+
+
+def _binds_or_suspends(node: ast.AST) -> bool:
+    """Whether a lambda around ``node`` would change it (``:=``, ``await``, ``yield``)."""
+    return any(isinstance(part, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom))
+               for part in ast.walk(node))
+
+
+def _offsets(text: str) -> list[int]:
+    """Byte offset of each line's start in ``text`` encoded as UTF-8 (ast's columns)."""
+    starts, total = [], 0
+    for line in text.encode("utf-8").splitlines(keepends=True):
+        starts.append(total)
+        total += len(line)
+    return starts + [total]
+
+
+def _parse(source: str) -> tuple[str, ast.Module] | None:
+    """The cell as Python (IPython's line magics translated, lines kept) and its tree."""
+    try:
+        return source, ast.parse(source)
+    except SyntaxError:
+        pass
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        python = TransformerManager().transform_cell(source)
+        if python.count("\n") - source.count("\n") in (0, 1):
+            return python, ast.parse(python)
+    except (ImportError, SyntaxError):
+        pass
+    return None
+
+
+def rewrite_source(source: str, first_line: int = 1,
+                   recorder: str = RECORDER) -> tuple[str, list[dict[str, Any]]]:
+    """Rewrite a code cell's asserts so that each records itself through ``recorder``.
+
+    Parameters
+    ----------
+    source : str
+        The cell's code.
+    first_line : int
+        The line of the chapter's file that holds the cell's first line: claims are named
+        by their line in the file.
+
+    Returns
+    -------
+    (str, list of dict)
+        The new code, with as many lines as ``source`` and every statement where it was,
+        and one entry per assert: ``id``, ``line``, ``expression`` (its source) and
+        ``kind`` (``"comparison"`` when it has a margin to record, else ``"truth"``).
+        Also ``torch.manual_seed(n)`` becomes ``torch.manual_seed(recorder.seed(n))``,
+        which adds ``$ATTNCOURSE_SEED_OFFSET`` (0 unless the ``seed+1`` variant). A cell
+        that does not parse is returned unchanged.
+    """
+    parsed = _parse(source)
+    if parsed is None:
+        return source, []
+    python, tree = parsed
+    starts = _offsets(python)
+    data = python.encode("utf-8")
+    edits: list[tuple[int, int, str]] = []
+    claims: list[dict[str, Any]] = []
+    asserts = [node for node in ast.walk(tree) if isinstance(node, ast.Assert)]
+    for node in sorted(asserts, key=lambda n: (n.lineno, n.col_offset)):
+        line = first_line + node.lineno - 1
+        claim_id = f"{line}" + (f".{sum(c['line'] == line for c in claims)}"
+                                if any(c["line"] == line for c in claims) else "")
+        expression = ast.get_source_segment(python, node.test) or ast.unparse(node.test)
+        if _binds_or_suspends(node.test):
+            test, kind = _call("plain", ast.Constant(claim_id), node.test), "truth"
+        else:
+            kind = "comparison" if _has_margin(node.test) else "truth"
+            test = _call("claim", ast.Constant(claim_id), _thunk(_recorded(node.test)))
+        text = ast.unparse(test)
+        if recorder != RECORDER:
+            text = text.replace(f"{RECORDER}.", f"{recorder}.")
+        # Same number of lines: the newlines go inside the call's parentheses.
+        text = text[:-1] + "\n" * (node.end_lineno - node.lineno) + ")"
+        message = "" if node.msg is None else ", " + ast.unparse(node.msg)
+        begin = starts[node.lineno - 1] + node.col_offset
+        end = starts[node.end_lineno - 1] + node.end_col_offset
+        edits.append((begin, end, f"assert {text}{message}"))
+        claims.append({"id": claim_id, "line": line, "expression": " ".join(expression.split()),
+                       "kind": kind})
+    spans = [(b, e) for b, e, _ in edits]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+                and isinstance(node.func, ast.Attribute) and node.func.attr == "manual_seed"
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"):
+            arg = node.args[0]
+            begin = starts[arg.lineno - 1] + arg.col_offset
+            end = starts[arg.end_lineno - 1] + arg.end_col_offset
+            if not any(b <= begin < e for b, e in spans):
+                old = data[begin:end].decode("utf-8")
+                edits.append((begin, end, f"{recorder}.seed({old})"))
+    for begin, end, text in sorted(edits, reverse=True):
+        data = data[:begin] + text.encode("utf-8") + data[end:]
+    return data.decode("utf-8"), claims
+
+
+# ---- the recorder, inside the chapter's kernel ----------------------------------------
+
+def summarise(value: Any) -> Any:
+    """A JSON-safe summary: numbers and flags as they are, arrays as min/max/shape."""
+    if value is None or isinstance(value, (bool, str)):
+        return value if not isinstance(value, str) else value[:80]
+    if isinstance(value, numbers.Integral):
+        return int(value) if abs(int(value)) < 2**53 else float(value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return number if math.isfinite(number) else str(number)
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
+        try:
+            value = value.detach().cpu().double().numpy()
+        except (RuntimeError, TypeError):
+            return repr(value)[:80]
+    if type(value).__module__ == "numpy":
+        import numpy as np
+
+        array = np.asarray(value)
+        if array.ndim == 0:
+            return summarise(array.item())
+        if array.dtype.kind in "biuf" and array.size:
+            return {"min": summarise(array.min().item()), "max": summarise(array.max().item()),
+                    "shape": list(array.shape)}
+        return {"shape": list(array.shape), "dtype": str(array.dtype)}
+    if isinstance(value, (list, tuple)) and len(value) <= 8:
+        return [summarise(item) for item in value]
+    return repr(value)[:80]
+
+
+def _floats(value: Any) -> Any:
+    import numpy as np
+
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().double().numpy()
+    return np.asarray(value, dtype=float)
+
+
+def margin_of(op: str, left: Any, right: Any, side: str) -> dict[str, Any] | None:
+    """The margin of ``left op right`` (its smallest element for arrays), its bound and
+    the margin relative to the bound; None for an operator without a margin."""
+    if op not in ("<", "<=", ">", ">=") or side == "none":
+        return None
+    try:
+        import numpy as np
+
+        a, b = _floats(left), _floats(right)
+        margin = float(np.min(b - a if op in ("<", "<=") else a - b))
+    except Exception:  # noqa: BLE001  (operands that are not numbers: no margin)
+        return None
+    if not math.isfinite(margin):
+        return None
+    bound = right if side == "right" else left
+    scalar = summarise(bound)
+    relative = None
+    if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar != 0:
+        relative = margin / abs(scalar)
+    return {"margin": margin, "bound": scalar, "relative_margin": relative}
+
+
+def tightest(margins: list[dict[str, Any]], pick: Any) -> dict[str, Any] | None:
+    """The binding one of several margins (``pick``: min for ``and``, max for ``or``).
+
+    Margins of different quantities (a loss in nats, an error near 1e-12) compare by
+    their size relative to their bounds; by their absolute size only where a bound is 0.
+    """
+    if not margins:
+        return None
+    if all(m["relative_margin"] is not None for m in margins):
+        return pick(margins, key=lambda m: m["relative_margin"])
+    return pick(margins, key=lambda m: m["margin"])
+
+
+class Recorder:
+    """Records the chapter's claims as they run; written to ``path`` after every cell."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.frames: list[dict[str, Any]] = []
+        self.last_failed: str | None = None
+
+    # -- the helpers the rewritten asserts call
+    def claim(self, claim_id: str, test: Any) -> bool:
+        """Evaluate the rewritten test, record the run, return its truth."""
+        frame = {"values": [], "last": None}
+        self.frames.append(frame)
+        try:
+            value = test()
+        finally:
+            self.frames.pop()
+        held = bool(value)  # raises as `assert value` would (an array's truth, say)
+        self._add(claim_id, held, frame["values"], frame["last"])
+        return held
+
+    def plain(self, claim_id: str, value: Any) -> bool:
+        """A test that a lambda would change (``:=``): already evaluated, truth only."""
+        held = bool(value)
+        self._add(claim_id, held, [held], None)
+        return held
+
+    def compare(self, ops: tuple[str, ...], sides: tuple[str, ...], *operands: Any) -> Any:
+        """``a op0 b op1 c ...`` as Python evaluates it, recording operands and margins."""
+        frame = self.frames[-1]
+        left = operands[0]()
+        frame["values"].append(summarise(left))
+        margins, result = [], True
+        for index, op in enumerate(ops):
+            right = operands[index + 1]()
+            frame["values"].append(summarise(right))
+            result = _OPERATORS[op](left, right)
+            found = margin_of(op, left, right, sides[index])
+            if found is not None:
+                margins.append(found)
+            if index < len(ops) - 1 and not result:
+                break
+            left = right
+        frame["last"] = tightest(margins, min)
+        return result
+
+    def all_of(self, *parts: Any) -> Any:
+        """``p and q and ...``: the smallest margin of the parts evaluated."""
+        frame, margins, result = self.frames[-1], [], True
+        for index, part in enumerate(parts):
+            frame["last"] = None
+            result = part()
+            last = frame["last"]
+            if last is not None:
+                margins.append(last)
+            if index < len(parts) - 1 and not result:
+                if last is None:  # a flag failed: the margins of the others say nothing
+                    margins = []
+                break
+        frame["last"] = tightest(margins, min)
+        return result
+
+    def any_of(self, *parts: Any) -> Any:
+        """``p or q or ...``: the largest margin of the parts evaluated."""
+        frame, margins, result = self.frames[-1], [], False
+        for index, part in enumerate(parts):
+            frame["last"] = None
+            result = part()
+            last = frame["last"]
+            if last is not None:
+                margins.append(last)
+            if index < len(parts) - 1 and result:
+                if last is None:  # held by a flag
+                    margins = []
+                break
+        frame["last"] = tightest(margins, max)
+        return result
+
+    def term(self, part: Any) -> Any:
+        """Anything else: record its truth."""
+        value = part()
+        try:
+            truth: Any = bool(value)
+        except Exception:  # noqa: BLE001  (the assert raises it itself)
+            truth = summarise(value)
+        self.frames[-1]["values"].append(truth)
+        self.frames[-1]["last"] = None
+        return value
+
+    @staticmethod
+    def seed(value: int) -> int:
+        """A chapter's own ``torch.manual_seed(value)``, shifted by the variant's offset."""
+        from attncourse.runtime import training_seed
+
+        return training_seed(value)
+
+    # -- bookkeeping
+    def _add(self, claim_id: str, held: bool, values: list, last: dict | None) -> None:
+        run = {"held": held, "values": values, "margin": None, "bound": None,
+               "relative_margin": None, **(last or {})}
+        entry = self.claims.setdefault(claim_id, {"count": 0, "held": True, "worst": None})
+        entry["count"] += 1
+        entry["held"] = entry["held"] and held
+        if not held:
+            self.last_failed = claim_id
+        worst = entry["worst"]
+        if worst is None or (worst["held"] and not held):
+            entry["worst"] = run
+        elif worst["held"] == held and run["margin"] is not None and (
+                worst["margin"] is None or tightest([worst, run], min) is run):
+            entry["worst"] = run
+
+    def runtime(self) -> dict[str, Any]:
+        """What the kernel ran with: torch's version, kernel family and threads."""
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return {}
+        info: dict[str, Any] = {"torch": torch.__version__, "threads": torch.get_num_threads()}
+        try:
+            info["capability"] = torch.backends.cpu.get_cpu_capability()
+        except Exception:  # noqa: BLE001  (older torch)
+            pass
+        return info
+
+    def flush(self) -> None:
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"runtime": self.runtime(), "claims": self.claims,
+                                         "last_failed": self.last_failed}))
+        temporary.replace(self.path)
+
+    def flush_after_cell(self, result: Any = None) -> None:
+        self.flush()
+
+
+def _operators() -> dict[str, Any]:
+    import operator
+
+    return {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+            "==": operator.eq, "!=": operator.ne, "is": operator.is_,
+            "is not": operator.is_not, "in": lambda a, b: a in b,
+            "not in": lambda a, b: a not in b}
+
+
+_OPERATORS = _operators()
+
+#: The first cell of every swept chapter: loads this file as a module and the recorder.
+SETUP = """\
+import importlib.util as _claims_util
+import sys as _claims_sys
+_claims_spec = _claims_util.spec_from_file_location("_attncourse_claims", {tool!r})
+_claims_module = _claims_util.module_from_spec(_claims_spec)
+_claims_sys.modules[_claims_spec.name] = _claims_module
+_claims_spec.loader.exec_module(_claims_module)
+_claims = _claims_module.Recorder({raw!r})
+get_ipython().events.register("post_run_cell", _claims.flush_after_cell)
+del _claims_util, _claims_sys, _claims_spec, _claims_module
+"""
+
+
+# ---- one chapter in one variant (a process of its own, started by `run`) ----------------
+
+def execute_chapter(path: Path, variant: str, folder: Path, cell_timeout: int = -1) -> dict:
+    """Execute the chapter at ``path`` with its asserts recording, in this environment.
+
+    Writes ``<chapter>.ipynb``, ``<chapter>.jsonl`` and ``<chapter>.run.json`` into
+    ``folder``; returns the last one's content.
+    """
+    import jupytext
+    import nbformat
+    from nbclient import NotebookClient
+
+    sys.path.insert(0, str(ROOT))
+    from attncourse.course.claims import code_digest
+
+    chapter = path.stem
+    notebook = jupytext.read(path)
+    digest = code_digest(path)
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    metas: list[dict[str, Any]] = []
+    cell_line = {}
+    for cell, line in zip(cells, code_cell_lines(path, notebook)):
+        cell.source, found = rewrite_source(cell.source, line)
+        cell_line[id(cell)] = line
+        metas += found
+    raw = folder / f"{chapter}.raw.json"
+    for stale in (raw, folder / f"{chapter}.jsonl", folder / f"{chapter}.run.json"):
+        stale.unlink(missing_ok=True)
+    setup = nbformat.v4.new_code_cell(SETUP.format(tool=str(Path(__file__).resolve()),
+                                                   raw=str(raw)))
+    notebook.cells.insert(0, setup)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}
+    work = folder / "work" / chapter
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    client = NotebookClient(notebook, timeout=None if cell_timeout <= 0 else cell_timeout,
+                            kernel_name="python3", allow_errors=False,
+                            resources={"metadata": {"path": str(work)}})
+    start = time.perf_counter()
+    status = "ok"
+    try:
+        client.execute()
+    except Exception as err:  # noqa: BLE001  (a failing chapter is a result, not a crash)
+        failed = next((cell for cell in notebook.cells if cell.cell_type == "code"
+                       and any(o.get("output_type") == "error" for o in cell.get("outputs", []))),
+                      None)
+        name = getattr(err, "ename", type(err).__name__)
+        value = " ".join(str(getattr(err, "evalue", "")).split())[:200]
+        where = f" in the cell at line {cell_line[id(failed)]}" if id(failed) in cell_line else ""
+        status = f"{name}{': ' + value if value else ''}{where}"
+    seconds = time.perf_counter() - start
+    nbformat.write(notebook, folder / f"{chapter}.ipynb")
+    recorded = json.loads(raw.read_text()) if raw.exists() else {"runtime": {}, "claims": {}}
+    failed_claim = next((m for m in metas if m["id"] == recorded.get("last_failed")), None)
+    if status.startswith("AssertionError") and failed_claim is not None:
+        status += f": the claim at line {failed_claim['line']}, {failed_claim['expression']}"
+    with open(folder / f"{chapter}.jsonl", "w", encoding="utf-8") as out:
+        for meta in metas:
+            entry = recorded["claims"].get(meta["id"])
+            worst = (entry or {}).get("worst") or {}
+            out.write(json.dumps({
+                "chapter": chapter, "variant": variant, "line": meta["line"],
+                "expression": meta["expression"], "kind": meta["kind"],
+                "count": (entry or {}).get("count", 0),
+                "held": None if entry is None else entry["held"],
+                "values": worst.get("values"), "bound": worst.get("bound"),
+                "margin": worst.get("margin"),
+                "relative_margin": worst.get("relative_margin")}) + "\n")
+    env = {name: os.environ[name] for name in
+           (*VARIANT_VARIABLES, "ATTNCOURSE_RUNS") if name in os.environ}
+    run = {"chapter": chapter, "variant": variant, "digest": digest,
+           "wall_seconds": round(seconds, 1), "status": status,
+           "asserts": len(metas), "recorded": len(recorded["claims"]),
+           "runtime": recorded.get("runtime", {}), "env": env,
+           "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    (folder / f"{chapter}.run.json").write_text(json.dumps(run, indent=1) + "\n")
+    return run
+
+
+# ---- the sweep -------------------------------------------------------------------------
+
+def chapter_paths(names: list[str] | None) -> list[Path]:
+    """The chapters named (stems, prefixes such as ``04`` or paths), default all."""
+    every = sorted(NOTEBOOKS.glob("*.md"))
+    if not names:
+        return every
+    found = []
+    for name in names:
+        stem = Path(name).stem
+        matches = [p for p in every if p.stem == stem] or [p for p in every
+                                                             if p.stem.startswith(stem + "_")]
+        if len(matches) != 1:
+            raise SystemExit(f"claims: no single chapter named {name!r} in notebooks/")
+        found += [m for m in matches if m not in found]
+    return found
+
+
+def variant_environment(variant: str, out: Path, threads: int) -> dict[str, str]:
+    """The environment of one job: the variant's, its threads, its runs folder."""
+    spec = VARIANTS[variant]
+    env = {k: v for k, v in os.environ.items() if k not in VARIANT_VARIABLES}
+    env.update(spec["env"])
+    env.update({name: str(threads) for name in THREAD_VARIABLES})
+    env["ATTNCOURSE_RUNS"] = str(out / variant / "runs")
+    env["TQDM_DISABLE"] = "1"
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_sweep(chapters: list[Path], variants: list[str], out: Path, workers: int,
+              fresh: bool = False, cell_timeout: int = -1) -> int:
+    """Every chapter under every variant, at most ``workers`` at a time, one per core."""
+    cores = os.cpu_count() or 1
+    workers = max(1, min(workers, cores))
+    # The book build's share (book/_ext/execute_chapters.py): every chapter at once, one
+    # per core, each with cores // processes threads; whatever --workers says.
+    share = max(1, cores // max(1, min(cores, len(list(NOTEBOOKS.glob("*.md"))))))
+    seconds = json.loads(TIMINGS.read_text())["seconds"] if TIMINGS.exists() else {}
+    jobs = []
+    for variant in variants:
+        folder = out / variant
+        if fresh:
+            shutil.rmtree(folder / "runs", ignore_errors=True)
+        folder.mkdir(parents=True, exist_ok=True)
+        threads = VARIANTS[variant]["threads"] or share
+        jobs += [(chapter, variant, threads) for chapter in chapters]
+    # Longest first; jobs of more threads in a phase of their own, fewer at a time.
+    jobs.sort(key=lambda job: (job[2], -seconds.get(job[0].stem, 300)))
+    total, done, failures = len(jobs), [0], []
+    lock = threading.Lock()
+    started = time.perf_counter()
+    print(f"claims: {len(chapters)} chapter(s) x {len(variants)} variant(s) = {total} runs, "
+          f"at most {workers} at a time, into {out}", flush=True)
+
+    def one(job: tuple[Path, str, int]) -> None:
+        chapter, variant, threads = job
+        folder = out / variant
+        with lock:
+            print(f"  start  {variant:<15} {chapter.stem} ({threads} thread"
+                  f"{'s' if threads > 1 else ''})", flush=True)
+        command = [sys.executable, str(Path(__file__).resolve()), "_chapter", str(chapter),
+                   variant, str(folder), "--cell-timeout", str(cell_timeout)]
+        with open(folder / f"{chapter.stem}.log", "w") as log:
+            code = subprocess.call(command, env=variant_environment(variant, out, threads),
+                                   stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+        result = folder / f"{chapter.stem}.run.json"
+        with lock:
+            done[0] += 1
+            if code != 0 or not result.exists():
+                failures.append(f"{variant} {chapter.stem}")
+                print(f"[{done[0]}/{total}] {variant:<15} {chapter.stem}: the run crashed "
+                      f"(exit {code}); see {folder / (chapter.stem + '.log')}", flush=True)
+                return
+            print(f"[{done[0]}/{total}] {variant:<15} {summary_line(folder, chapter.stem)}",
+                  flush=True)
+
+    for threads in sorted({job[2] for job in jobs}):
+        phase = [job for job in jobs if job[2] == threads]
+        pool = max(1, min(workers, cores // threads, len(phase)))
+        queue = list(phase)
+
+        def worker() -> None:
+            while True:
+                with lock:
+                    if not queue:
+                        return
+                    job = queue.pop(0)
+                one(job)
+
+        threads_ = [threading.Thread(target=worker) for _ in range(pool)]
+        for thread in threads_:
+            thread.start()
+        for thread in threads_:
+            thread.join()
+    wall = time.perf_counter() - started
+    print(f"claims: sweep of {total} runs took {wall:.0f} s ({wall / 60:.1f} min) of wall time",
+          flush=True)
+    if failures:
+        print(f"claims: {len(failures)} run(s) crashed: {', '.join(failures)}", flush=True)
+    return 1 if failures else 0
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+
+
+def summary_line(folder: Path, chapter: str) -> str:
+    """One line on a finished run: claims recorded and held, thinnest margin, time."""
+    run = json.loads((folder / f"{chapter}.run.json").read_text())
+    records = read_jsonl(folder / f"{chapter}.jsonl")
+    reached = [r for r in records if r["held"] is not None]
+    held = sum(bool(r["held"]) for r in reached)
+    relative = [r for r in reached if r.get("relative_margin") is not None]
+    thinnest = min(relative, key=lambda r: r["relative_margin"], default=None)
+    thin = ("" if thinnest is None else
+            f"; thinnest margin {thinnest['relative_margin']:.1%} (line {thinnest['line']})")
+    status = "" if run["status"] == "ok" else f"; STOPPED: {run['status']}"
+    return (f"{chapter}: {len(reached)}/{len(records)} asserts recorded, {held} held"
+            f"{thin}; {run['wall_seconds']:.0f} s{status}")
+
+
+# ---- merge and check ---------------------------------------------------------------------
+
+PER_VARIANT = ("values", "held", "margin", "relative_margin", "bound", "count")
+
+
+def machine() -> str:
+    """The CPU's model name and core count, as /proc/cpuinfo says."""
+    model = "an unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def dump(data: dict[str, Any]) -> str:
+    """``book/claims.json``'s text: one line per claim, so that a diff shows what moved."""
+    def text(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    parts = [f" {text(key)}: {text(data[key])}" for key in ("generated", "machine")]
+    variants = ",\n".join(f"  {text(k)}: {text(v)}" for k, v in data["variants"].items())
+    parts.append(' "variants": {\n' + variants + "\n }")
+    chapters = []
+    for name, entry in data["chapters"].items():
+        fields = []
+        for key, value in entry.items():
+            if key == "claims":
+                claims = ",\n".join(f"    {text(claim)}" for claim in value)
+                fields.append('   "claims": [\n' + claims + "\n   ]")
+            else:
+                fields.append(f"   {text(key)}: {text(value)}")
+        chapters.append(f"  {text(name)}: {{\n" + ",\n".join(fields) + "\n  }")
+    parts.append(' "chapters": {\n' + ",\n".join(chapters) + "\n }")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def merge(out: Path, target: Path = CLAIMS) -> int:
+    """Merge every fresh run under ``out`` into ``target``; stale runs are skipped."""
+    sys.path.insert(0, str(ROOT))
+    from attncourse.course.claims import code_digest, load
+
+    data = load(target) or {}
+    data.setdefault("chapters", {})
+    merged_variants = dict(data.get("variants") or {})
+    digests: dict[str, str | None] = {}
+    count = 0
+    for run_file in sorted(out.glob("*/*.run.json")):
+        run = json.loads(run_file.read_text())
+        chapter, variant = run["chapter"], run["variant"]
+        if chapter not in digests:
+            path = NOTEBOOKS / f"{chapter}.md"
+            digests[chapter] = code_digest(path) if path.exists() else None
+        if run["digest"] != digests[chapter]:
+            print(f"claims: skipped {variant} {chapter}: its code changed since that run")
+            continue
+        entry = data["chapters"].get(chapter)
+        if not isinstance(entry, dict) or entry.get("digest") != run["digest"]:
+            entry = {"digest": run["digest"], "claims": [], "wall_seconds": {}, "status": {},
+                     "runtime": {}, "swept": {}}
+        claims = {(c["line"], c["expression"]): c for c in entry["claims"]}
+        for claim in claims.values():
+            for key in PER_VARIANT:
+                claim.setdefault(key, {}).pop(variant, None)
+        for record in read_jsonl(run_file.with_name(f"{chapter}.jsonl")):
+            claim = claims.setdefault((record["line"], record["expression"]), {
+                "line": record["line"], "expression": record["expression"],
+                "kind": record["kind"], **{key: {} for key in PER_VARIANT}})
+            if record["held"] is not None:
+                for key in PER_VARIANT:
+                    claim[key][variant] = record[key]
+        entry["claims"] = sorted(claims.values(), key=lambda c: (c["line"], c["expression"]))
+        entry["wall_seconds"][variant] = run["wall_seconds"]
+        entry["status"][variant] = run["status"]
+        entry["runtime"][variant] = run["runtime"]
+        entry["swept"][variant] = run["finished"]
+        data["chapters"][chapter] = entry
+        spec = VARIANTS.get(variant, {})
+        env = {k: v for k, v in run["env"].items() if k != "ATTNCOURSE_RUNS"}
+        merged_variants[variant] = {"env": env, "about": spec.get("about", "")}
+        count += 1
+    order = [v for v in VARIANTS if v in merged_variants] + sorted(
+        v for v in merged_variants if v not in VARIANTS)
+
+    def ordered(by_variant: dict) -> dict:
+        return {v: by_variant[v] for v in order if v in by_variant}
+
+    for entry in data["chapters"].values():
+        for key in ("wall_seconds", "status", "runtime", "swept"):
+            entry[key] = ordered(entry.get(key, {}))
+        for claim in entry["claims"]:
+            for key in PER_VARIANT:
+                claim[key] = ordered(claim.get(key, {}))
+    data["variants"] = ordered(merged_variants)
+    data["chapters"] = dict(sorted(data["chapters"].items()))
+    data["generated"] = datetime.date.today().isoformat()
+    data["machine"] = machine()
+    target.write_text(dump(data), encoding="utf-8")
+    print(f"claims: merged {count} run(s) into {target}")
+    return 0
+
+
+def check(target: Path = CLAIMS, margin: float = 0.05) -> int:
+    """Stale or missing chapters, and claims that failed or hold by less than ``margin``."""
+    sys.path.insert(0, str(ROOT))
+    from attncourse.course.claims import RERUN, chapter_names, load, stale_chapters
+
+    data = load(target)
+    if data is None:
+        print(f"claims: {target} does not exist; run `make claims`")
+        return 1
+    stale = stale_chapters(data)
+    for reason in stale.values():
+        print(f"stale:   {reason}")
+    for name in chapter_names():
+        if name not in data.get("chapters", {}):
+            print(f"missing: {name} (run `{RERUN.format(chapter=name)}`)")
+    for name, entry in data.get("chapters", {}).items():
+        for claim in entry.get("claims", []):
+            for variant, held in claim.get("held", {}).items():
+                relative = claim.get("relative_margin", {}).get(variant)
+                if held is False:
+                    print(f"failed:  {name} line {claim['line']} in {variant}: "
+                          f"{claim['expression']}")
+                elif relative is not None and relative < margin:
+                    print(f"thin:    {name} line {claim['line']} in {variant}: margin "
+                          f"{relative:.1%} of the bound: {claim['expression']}")
+    return 1 if stale else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tools/claims.py", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="execute chapters under variants, recording asserts")
+    run.add_argument("--chapters", nargs="+", help="names or number prefixes (default: all)")
+    run.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+    run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="default: %(default)s")
+    run.add_argument("--workers", type=int, default=2, help="chapters at a time (default 2)")
+    run.add_argument("--fresh", action="store_true",
+                     help="empty each variant's trained models first")
+    run.add_argument("--cell-timeout", type=int, default=-1, help="seconds; -1: none")
+    merge_ = commands.add_parser("merge", help="merge the runs under --out into book/claims.json")
+    merge_.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    merge_.add_argument("--into", type=Path, default=CLAIMS)
+    check_ = commands.add_parser("check", help="stale chapters, failed and thin claims")
+    check_.add_argument("--file", type=Path, default=CLAIMS)
+    check_.add_argument("--margin", type=float, default=0.05,
+                        help="report relative margins below this (default 0.05)")
+    one = commands.add_parser("_chapter")  # one job, in the variant's environment
+    one.add_argument("path", type=Path)
+    one.add_argument("variant")
+    one.add_argument("folder", type=Path)
+    one.add_argument("--cell-timeout", type=int, default=-1)
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        return run_sweep(chapter_paths(args.chapters), args.variants, args.out.resolve(),
+                         args.workers, args.fresh, args.cell_timeout)
+    if args.command == "merge":
+        return merge(args.out.resolve(), args.into)
+    if args.command == "check":
+        return check(args.file, args.margin)
+    execute_chapter(args.path.resolve(), args.variant, args.folder.resolve(), args.cell_timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
