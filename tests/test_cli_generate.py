@@ -79,6 +79,19 @@ def test_options_out_of_range_are_one_line(capsys):
     assert "--top-p 1" in _one_line(capsys)
 
 
+def test_every_top_p_out_of_range_gets_the_same_message(capsys):
+    # Issue 47, item 29: 0 was refused as "above 0 and at most 1", -0.5 and 1.5 as "a
+    # probability in [0, 1]", a range that holds the refused 0. One range, one message.
+    messages = {}
+    for value in ("0", "-0.5", "1.5", "-1", "2"):
+        assert main(["generate", "--top-p", value, "hello"]) == 2
+        err = _one_line(capsys)
+        messages[value] = err.replace(f"got {value}", "got P")
+    assert len(set(messages.values())) == 1, messages
+    assert "--top-p must be above 0 and at most 1" in messages["0"]
+    assert "[0, 1]" not in messages["0"]
+
+
 @needs_gguf
 def test_greedy_generation_streams_and_self_speculation_is_exact(tiny, capsys):
     assert main(["generate", "--model", str(tiny), "--temperature", "0", "--max-tokens", "12", "the"]) == 0

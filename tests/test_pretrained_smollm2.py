@@ -232,6 +232,23 @@ def test_a_number_character_after_a_space_is_split_as_llama_cpp_does(tokenizer):
     assert [tokenizer.token(i) for i in tokenizer.encode("x ²")] == ["x", "Ġ", "Â²"]
 
 
+def test_a_digit_after_a_newline_and_a_space_is_split_as_llama_cpp_does(tokenizer):
+    # Issue 47, item 25. llama.cpp's smollm pre-tokenizer cuts the digits off first, so
+    # "\n " stays one piece (ĊĠ); GPT-2's split alone, which transformers' GGUF loader
+    # applies (it ignores tokenizer.ggml.pre), gives "\n", " 1" -> Ċ, Ġ, 1.
+    assert [tokenizer.token(i) for i in tokenizer.encode("\n 1")] == ["ĊĠ", "1"]
+    assert [tokenizer.token(i) for i in tokenizer.encode("a\n 12")] == ["a", "ĊĠ", "1", "2"]
+    assert tokenizer.encode("\n 1") == sum((tokenizer.encode(p) for p in split_numbers("\n 1")), [])
+
+
+@needs_transformers
+def test_transformers_gguf_loader_splits_a_digit_after_a_newline_otherwise(tokenizer, hf_tokenizer):
+    # The course follows llama.cpp; transformers does not (issue 47, item 25): one token more.
+    theirs = hf_tokenizer("\n 1", add_special_tokens=False)["input_ids"]
+    assert [tokenizer.token(i) for i in theirs] == ["Ċ", "Ġ", "1"]
+    assert len(theirs) == len(tokenizer.encode("\n 1")) + 1
+
+
 def test_known_ids_and_the_digits_split_one_by_one(tokenizer):
     # transformers' ids of this sentence (checked once, /work/shared/notes/real-model.md).
     assert tokenizer.encode("The quick brown fox jumps over the lazy dog.")[:8] == \
@@ -314,10 +331,12 @@ def test_our_logits_equal_transformers_logits(ours, hf_model, length):
 
 
 @needs_transformers
-def test_the_gap_to_transformers_is_float32_rounding_mostly_theirs(ours, hf_model):
+def test_the_gap_to_transformers_is_float32_rounding(ours, hf_model):
     """Both float32 forwards against the exact one: our model in float64 (every op, RoPE and RMSNorm
     included). In float64 the two models agree to 2.4e-5 (transformers keeps RMSNorm and RoPE's
-    angles in float32 even there)."""
+    angles in float32 even there). Which float32 forward lands nearer the truth depends on the
+    CPU's kernels and thread count (ours 7.2e-5 and theirs 1.1e-4 at 300 tokens on one run,
+    ours 9.4e-5 and theirs 8.1e-5 on a loaded machine): the test asserts the order of both."""
     import copy
 
     model, tokenizer = ours
@@ -334,8 +353,9 @@ def test_the_gap_to_transformers_is_float32_rounding_mostly_theirs(ours, hf_mode
               f"float64, ours - transformers' {both64:.2e}")
         # Measured: ours 1.9e-5 / 6.4e-5 / 7.2e-5, transformers' 1.9e-5 / 1.1e-4 / 1.1e-4, float64 gap
         # 1.3e-5 / 1.6e-5 / 2.4e-5 for 1 / 17 / 300 tokens.
-        assert our_error <= 1e-4 and both64 <= 5e-5
-        assert their_error >= our_error
+        # float32 rounding: about 1e-7 of the logits' scale (~20) over 30 layers, a few times
+        assert our_error <= 2e-4 and their_error <= 3e-4 and both64 <= 5e-5
+        assert our_error <= 2 * their_error   # ours no worse than theirs, up to the kernels
     del exact, theirs64
 
 

@@ -219,7 +219,7 @@ class GenerateOptions:
                                                              "beyond it"), metavar="T")
     top_p: float = setting(
         0.9, "nucleus sampling: sample among the most probable tokens whose probabilities sum to P (default 0.9; "
-        "1: all)", check="probability", limit=Limit(0.0, 1.0, "a share of the probability", open_low=True),
+        "1: all)", check="float", limit=Limit(0.0, 1.0, "a share of the probability", open_low=True),
         metavar="P")
     max_tokens: int = setting(
         128, "tokens to generate at most (default 128); it stops earlier at the end of the text",

@@ -8,11 +8,13 @@ are listed in llama.cpp's ``gguf-py/gguf/constants.py``, class ``Keys``).
 :func:`expected_shapes` lists the tensors the file must then hold, in torch's
 ``(out_features, in_features)`` orientation.
 
-Llama (Touvron et al. 2023, section 2.2) is chapter 7's pre-norm decoder with three
-changes and grouped-query attention: RMSNorm instead of LayerNorm (Zhang and
-Sennrich 2019), a SwiGLU feed-forward layer (Shazeer 2020), rotary positions (Su et
-al. 2021) and, in the smaller models, fewer key/value heads than query heads
-(Ainslie et al. 2023).
+Llama (Touvron et al. 2023, section 2.2) is chapter 7's pre-norm decoder with rotary
+positions (Su et al. 2021) and two changes: RMSNorm instead of LayerNorm (Zhang and
+Sennrich 2019) and a SwiGLU feed-forward layer (Shazeer 2020); its attention is
+multi-head. Later Llama-style models add grouped-query attention, fewer key/value heads
+than query heads (Ainslie et al. 2023): Llama 2 in its larger models only, 34B and 70B
+(Touvron et al. 2023b, section 2.2), SmolLM2-135M with 3 key/value heads for 9 query
+heads. Multi-head attention is the case ``num_kv_heads == num_heads``.
 """
 
 from __future__ import annotations
