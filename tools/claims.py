@@ -422,34 +422,27 @@ class Recorder:
 
     def all_of(self, *parts: Any) -> Any:
         """``p and q and ...``: the smallest margin of the parts evaluated."""
-        frame, margins, result = self.frames[-1], [], True
-        for index, part in enumerate(parts):
-            frame["last"] = None
-            result = part()
-            last = frame["last"]
-            if last is not None:
-                margins.append(last)
-            if index < len(parts) - 1 and not result:
-                if last is None:  # a flag failed: the margins of the others say nothing
-                    margins = []
-                break
-        frame["last"] = tightest(margins, min)
-        return result
+        return self._boolean(parts, stop_on=False, pick=min)
 
     def any_of(self, *parts: Any) -> Any:
         """``p or q or ...``: the largest margin of the parts evaluated."""
-        frame, margins, result = self.frames[-1], [], False
+        return self._boolean(parts, stop_on=True, pick=max)
+
+    def _boolean(self, parts: tuple[Any, ...], stop_on: bool, pick: Any) -> Any:
+        """Evaluate ``parts`` as Python's ``and`` (stops at the first false) or ``or``
+        (at the first true) does, and keep the margin ``pick`` chooses among theirs."""
+        frame, margins, result = self.frames[-1], [], not stop_on
         for index, part in enumerate(parts):
             frame["last"] = None
             result = part()
             last = frame["last"]
             if last is not None:
                 margins.append(last)
-            if index < len(parts) - 1 and result:
-                if last is None:  # held by a flag
+            if index < len(parts) - 1 and bool(result) == stop_on:
+                if last is None:  # decided by a flag: the others' margins say nothing
                     margins = []
                 break
-        frame["last"] = tightest(margins, max)
+        frame["last"] = tightest(margins, pick)
         return result
 
     def term(self, part: Any) -> Any:
