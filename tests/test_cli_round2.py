@@ -91,10 +91,14 @@ def test_overwrite_deletes_only_what_the_earlier_run_recorded(tmp_path, capsys):
         "test.tsv",
     }
     (out / "notes.txt").write_text("mine", encoding="utf-8")
+    # issue 49: a file the tool did not write makes --overwrite refuse, deleting nothing
+    assert main(["train", *TASK, "--out", str(out), "--overwrite", "--n-test", "0"]) == 2
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
+    assert (out / "test.tsv").exists()
+    (out / "notes.txt").unlink()
     assert (
         main(["train", *TASK, "--out", str(out), "--overwrite", "--n-test", "0"]) == 0
     )
-    assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
     assert not (
         out / "test.tsv"
     ).exists()  # the earlier run's, deleted: this run writes none
@@ -113,7 +117,7 @@ def test_overwrite_help_says_what_is_deleted():
     sub = build_parser()._subparsers._group_actions[0].choices
     for command in ("train", "train-lm"):
         text = " ".join(sub[command].format_help().split())
-        assert "listed in its config.json" in text
+        assert "recorded with their digests in its .attncourse-run.json" in text  # issue 49
 
 
 # --- 2. train-lm onto a train run: every condition checked before writing -----------------------
@@ -134,7 +138,8 @@ def test_train_lm_onto_a_train_run(tmp_path, text_file, capsys):  # noqa: F811
         "vocab.json",
         "config.json",
         "history.json",
-    }  # no best.pt, results.json
+        ".attncourse-run.json",
+    }  # no best.pt, results.json; the manifest (issue 49)
 
 
 # --- 3. train-lm's corpus: compact encoding, a stated cap --------------------------------------

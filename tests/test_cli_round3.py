@@ -166,15 +166,25 @@ def test_overwrite_keeps_lookalike_temporaries_and_ignores_a_forged_list(lm_run,
             "notes.txt": b"my notes", "model.pt": b"my model"}
     for name, data in kept.items():
         (lm_run / name).write_bytes(data)
-    config = json.loads((lm_run / "config.json").read_text())
-    config["files"] += ["notes.txt", "model.pt", "../x", "/etc/passwd"]
-    (lm_run / "config.json").write_text(json.dumps(config))
     ours = lm_run / ".checkpoint.pt.k1ll3d_x.tmp"
     ours.write_bytes(b"partial")
-    assert main(["train-lm", "--text", str(text_file), "--out", str(lm_run), *LM_SMALL, "--overwrite"]) == 0
-    assert not ours.exists()  # a temporary of the tool's own form
+    argv = ["train-lm", "--text", str(text_file), "--out", str(lm_run), *LM_SMALL, "--overwrite"]
+    # issue 49: files the tool did not write make --overwrite refuse, and nothing is deleted
+    assert main(argv) == 2
+    assert "holds .checkpoint.pt.mine.tmp, .config.json.notes.tmp, model.pt, notes.txt that no run wrote" \
+        in one_error_line(capsys)
+    assert ours.exists()
     for name, data in kept.items():
         assert (lm_run / name).read_bytes() == data, name
+        (lm_run / name).unlink()
+    config = json.loads((lm_run / "config.json").read_text())
+    config["files"] += ["notes.txt", "model.pt", "../x", "/etc/passwd"]
+    (lm_run / "config.json").write_text(json.dumps(config))  # an edited config.json is the user's
+    assert main(argv) == 2
+    assert "holds config.json that no run wrote or that changed since" in one_error_line(capsys)
+    (lm_run / "config.json").unlink()
+    assert main(argv) == 0
+    assert not ours.exists()  # a temporary of the tool's own form
     assert json.loads((lm_run / "config.json").read_text())["files"] == [
         "config.json", "vocab.json", "checkpoint.pt", "history.json"]
 

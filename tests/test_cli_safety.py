@@ -53,13 +53,14 @@ def test_non_empty_out_that_is_no_run_is_refused(tmp_path, capsys):
     (out / "test.tsv").write_text("mine\tx\n", encoding="utf-8")
     assert main(["train", *TASK, "--out", str(out)]) == 2
     line = one_error_line(capsys)
-    assert "test.tsv" in line and "--overwrite" in line and "not empty" in line
+    # a folder of other things is no run folder (issue 49, item 2): no --overwrite offered
+    assert "test.tsv" in line and "a folder of its own" in line and "not empty" in line
     assert (out / "test.tsv").read_text(encoding="utf-8") == "mine\tx\n"
     assert sorted(os.listdir(out)) == ["test.tsv"]
     # --overwrite never replaces a file no run wrote (issue 28, item 1): it stops and names it
     assert main(["train", *TASK, "--out", str(out), "--overwrite"]) == 2
     line = one_error_line(capsys)
-    assert "test.tsv" in line and "no run wrote" in line
+    assert "none of its files (test.tsv) is deleted" in line
     assert (out / "test.tsv").read_text(encoding="utf-8") == "mine\tx\n"
     assert sorted(os.listdir(out)) == ["test.tsv"]
 

@@ -29,10 +29,11 @@ A training run writes into ``--out``: ``checkpoint.pt`` (resume with ``--resume`
 ``best.pt`` (the best epoch's weights and vocabularies), ``config.json``,
 ``history.json`` (updated every epoch), ``results.json`` (what ran where, how
 fast, and the learning curves of every segment of training, resumed or not) and,
-for a generated task, ``test.tsv``; ``config.json`` is written first and lists
-them. ``--out`` must be new or empty: a directory holding anything else is never
-written into unless ``--overwrite`` says so, and even then only the files an
-earlier run listed are deleted or replaced (:mod:`attncourse.cli.rundir`); a run
+for a generated task, ``test.tsv``; each is recorded with its SHA-256 in the
+folder's ``.attncourse-run.json``. ``--out`` must be new or empty; ``--overwrite``
+replaces an earlier run, but only if every file in the folder is one the manifest
+shows the tool wrote (:mod:`attncourse.cli.rundir`), and never a filesystem root
+or the home folder; a run
 locks ``--out`` while it writes there, so a second run into it stops with one line;
 every numeric option has a ceiling (:mod:`attncourse.cli.limits`), and the memory
 of the weights, logits and activations is checked before training.

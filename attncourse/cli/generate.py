@@ -56,11 +56,25 @@ GREEDY_TEMPERATURE = 1e-4
 END_OF_TEXT = "<|endoftext|>"
 
 
+def _is_utf8(text: str | None) -> bool:
+    """False if ``text`` came from bytes that are not UTF-8 (kept as lone surrogates)."""
+    try:
+        (text or "").encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_generate_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     """Raise ``usage_error`` for a ``generate`` command that would fail after loading the model."""
     problem = check_limits(args)
     if problem:
         raise usage_error(problem)
+    # the tokenizer takes only a str that encodes: refuse before loading the model
+    if not _is_utf8(args.prompt):
+        raise usage_error("PROMPT is not valid UTF-8 text (it holds bytes that decode "
+                          "to no character); "
+                          "give it in UTF-8")
     if args.model not in MODELS:
         path = Path(args.model)
         if path.is_dir():

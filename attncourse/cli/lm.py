@@ -61,6 +61,7 @@ from attncourse.train.checkpoint import (
     temporaries,
 )
 from attncourse.train.fit import CHECKPOINT_NAME
+from attncourse.train.runfiles import read_run_bytes, start_manifest
 
 #: The sub-commands this module adds.
 LM_COMMANDS = ("train-lm", "sample")
@@ -177,7 +178,7 @@ def _read_text(path: Path | None, max_chars: int) -> str:
 def _read_vocab(path: Path) -> Vocabulary:
     """The vocabulary a run's ``vocab.json`` holds; ValueError naming the file if it holds none."""
     try:
-        return Vocabulary.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        return Vocabulary.from_dict(json.loads(read_run_bytes(path)))
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as err:
         reason = " ".join(str(err).split())[:200] or type(err).__name__
         raise ValueError(f"{path} is not a vocabulary written by train-lm ({reason})") from None
@@ -257,6 +258,7 @@ def _train_lm(args: argparse.Namespace, out: Path) -> int:
     remove_temporaries(out, LM_RUN_FILES)
     if args.overwrite or (fresh_start and not args.resume):
         remove_recorded(out)
+    start_manifest(out)  # every file written from here on is recorded with its digest
     write_json(out / "config.json", lm_settings(config) | {
         "command": "train-lm", "files": list(LM_RUN_FILES),
         "text": None if args.text is None else str(args.text)})
@@ -361,9 +363,13 @@ def _load_lm(run: Path, device, rope_scaling: str | None = None,
 
 def _read_context(run: Path) -> int:
     """The training window of a train-lm run, from its config.json; ValueError (one line) if absent."""
+    try:  # a FIFO or a huge file is refused in its own words (ValueError), not read
+        data = read_run_bytes(run / "config.json")
+    except OSError:
+        data = b""
     try:
-        context = json.loads((run / "config.json").read_text(encoding="utf-8"))["context"]
-    except (OSError, ValueError, KeyError, TypeError):
+        context = json.loads(data)["context"]
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise ValueError(f"--rope-scaling needs the training length: {run / 'config.json'} does not give "
                          "its 'context'") from None
     if not isinstance(context, int) or context < 1:

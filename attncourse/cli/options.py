@@ -42,6 +42,7 @@ from attncourse.train.checkpoint import temporaries
 from attncourse.train.config import FitConfig, settings
 from attncourse.train.distributed import env_world_size
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
+from attncourse.train.runfiles import MANIFEST_NAME, read_manifest
 
 EXIT_INTERRUPTED = 130
 
@@ -122,6 +123,9 @@ def check_train_args(args: argparse.Namespace) -> None:
     """
     if args.resume and args.overwrite:
         raise UsageError("give --resume (continue the run in --out) or --overwrite (start it again), not both")
+    # before check_writable: the folder itself is wrong, writable or not
+    if shared_folder(args.out):
+        raise UsageError(out_dir_problem(args.out, False, False))
     check_writable(args.out, "--out", directory=True)
     if args.task is None:
         if args.train is None or args.valid is None:
@@ -282,6 +286,21 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         check_writable(results, "DIR")
 
 
+def shared_folder(out: Path) -> str | None:
+    """What ``out`` is if no run may own it (a filesystem root, the home folder), or None."""
+    try:
+        where = out.resolve()
+        home = Path.home().resolve()
+    # no home (HOME unset and no passwd entry), or a link loop
+    except (OSError, RuntimeError, KeyError):
+        return None
+    if where == Path(where.anchor):
+        return "a filesystem root"
+    if where == home:
+        return "your home folder"
+    return None
+
+
 def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str, ...] = TRAIN_WRITES,
                     command: str = "train") -> str | None:
     """Why ``command`` must not write into ``out``, or None: no file is replaced that a run did not write.
@@ -296,6 +315,11 @@ def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str,
     """
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} exists and is not a directory"
+    shared = shared_folder(out)
+    if shared:
+        return (f"--out {str(out)!r} is {shared}, not a run folder: a run needs "
+                "a folder of its own; "
+                "choose another --out")
     # a link or a special file under a name the run writes would be replaced by the atomic rename
     special = [n for n in sorted(set(writes) | {"config.json"}) if os.path.lexists(out / n)
                and not ((out / n).is_file() and not (out / n).is_symlink())]
@@ -315,14 +339,24 @@ def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str,
         return None
     foreign = foreign_files(out, writes)
     if overwrite:
+        more = len(foreign) - 5
+        shown = ", ".join(foreign[:5]) + (f" and {more} more" if more > 0 else "")
+        # a run of an earlier attncourse, or no run: nothing can be shown to be ours
+        if foreign and read_manifest(out) is None:
+            return (f"--overwrite: {str(out)!r} has no {MANIFEST_NAME} recording the "
+                    "files attncourse wrote (a run of an earlier version, or not a run), "
+                    f"so none of its files ({shown}) is "
+                    "deleted; empty the folder yourself, or choose another --out")
         if foreign:
-            return (f"--overwrite replaces only the files an earlier run wrote (listed in its config.json), and "
-                    f"{str(out)!r} holds {', '.join(foreign)} that no run wrote; move it away or choose "
-                    "another --out")
+            return ("--overwrite replaces only the files an earlier run wrote (recorded "
+                    f"with their digests in {MANIFEST_NAME}), and {str(out)!r} holds "
+                    f"{shown} that no run wrote or that changed "
+                    "since; move it away or choose another --out")
         return None
     if unstarted_run(out, leftovers):
         return None
-    names = sorted(p.name for p in out.iterdir() if p not in leftovers)
+    names = sorted(p.name for p in out.iterdir()
+                   if p not in leftovers and p.name != MANIFEST_NAME)
     if not names:
         return None
     listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
@@ -332,8 +366,9 @@ def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str,
     if any(name in RUN_FILES for name in names):
         return (f"--out {str(out)!r} holds files of an earlier run but no {CHECKPOINT_NAME} to resume from "
                 f"({listed}); pass --overwrite to replace that run, or choose another --out")
-    return (f"--out {str(out)!r} is not empty and holds no attncourse run ({listed}); pass --overwrite to "
-            "write the run into it anyway (files of other names are kept), or choose another --out")
+    return (f"--out {str(out)!r} is not empty and holds no attncourse run ({listed}); "
+            "a run needs a folder "
+            "of its own: choose a new or empty --out")
 
 
 def length_hint(max_tokens: int, model_limit: int | None, sources_only: bool = False) -> tuple[int, str]:

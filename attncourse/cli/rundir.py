@@ -1,14 +1,14 @@
 """A run directory's own files: which files a run wrote, so that nothing else is ever replaced.
 
-A ``train`` or ``train-lm`` run writes its ``config.json`` first, and that file
-lists (under ``"files"``) every file the run writes into ``--out``. ``--overwrite``
-deletes those files, and only those, and only under the names the command owns
-(:data:`OWNED_FILES`: a forged or edited list deletes nothing else); a file of the same name that no run
-recorded (the user's own ``test.tsv``, say) is never deleted nor replaced; the
-command stops instead, before writing anything, and names it. Runs written
-before the list existed are recognised by their ``config.json`` (an
-``attncourse_version`` entry for ``train``, a ``corpus`` digest for
-``train-lm``); their files are the fixed names such runs wrote.
+A ``train`` or ``train-lm`` run creates a manifest (``.attncourse-run.json``,
+:mod:`attncourse.train.runfiles`) before it writes anything, and every file it
+writes is recorded there with its SHA-256. ``--overwrite`` deletes only the files
+listed there whose digest still matches, and only under the names the command
+owns (:data:`OWNED_FILES`); any other file in the folder (the user's ``test.tsv``,
+an edited or forged ``config.json``) is the user's, and the command stops
+before writing anything and names it. Runs written before the manifest existed
+have no file the tool can show it wrote: ``--overwrite`` refuses them (they can
+still be resumed), and the message says to empty the folder by hand.
 
 JSON files are written strictly: NaN and infinities become ``null``, so that any
 JSON reader can read them.
@@ -22,7 +22,14 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from attncourse.train.checkpoint import atomic_write_text
+from attncourse.train.checkpoint import atomic_write_text, temporaries
+from attncourse.train.runfiles import (
+    MANIFEST_NAME,
+    owned_names,
+    read_manifest,
+    read_run_bytes,
+    write_manifest,
+)
 
 CONFIG_NAME = "config.json"
 #: Files whose presence means that training has started (an epoch finished or a result was written).
@@ -74,10 +81,14 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_config(out: Path) -> dict[str, Any] | None:
-    """The dict ``out/config.json`` holds, or None (missing, unreadable, not a dict)."""
+    """The dict ``out/config.json`` holds, or None (missing, unreadable, not a dict).
+
+    Read only if it is a regular file of at most
+    :data:`~attncourse.train.runfiles.MAX_JSON_BYTES` (a FIFO would block).
+    """
     try:
-        obj = json.loads((out / CONFIG_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        obj = json.loads(read_run_bytes(out / CONFIG_NAME))
+    except (OSError, ValueError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -96,40 +107,56 @@ def run_command(config: dict[str, Any] | None) -> str | None:
 
 
 def recorded_files(out: Path) -> set[str]:
-    """Names of the files in ``out`` that a run wrote (its config.json's list), present or not.
+    """Names of the files in ``out`` the tool can show it wrote.
 
-    Only names the command owns (:data:`OWNED_FILES`) count: a list naming any
-    other file (the user's ``notes.txt``) is not believed for that file.
+    The manifest lists them with the SHA-256 they still have
+    (:func:`~attncourse.train.runfiles.owned_names`).
+
+    Only names a command may write (:data:`OWNED_FILES`) count, so that even a
+    forged manifest cannot make ``--overwrite`` delete the user's ``notes.txt``.
+    A folder without a manifest (a run of an attncourse before it, or no run)
+    has none.
     """
-    config = read_config(out)
-    command = run_command(config)
-    if command is None:
+    if not out.is_dir():
         return set()
-    listed = config.get("files") if config is not None else None
-    if isinstance(listed, list):
-        names = {n for n in listed if isinstance(n, str)}
-    else:
-        names = set(LEGACY_FILES[command])
-    return (names & set(OWNED_FILES[command])) | {CONFIG_NAME}
+    names = {n for files in OWNED_FILES.values() for n in files}
+    return owned_names(out) & names
 
 
-def foreign_files(out: Path, writes: Collection[str]) -> list[str]:
-    """The files among ``writes`` that exist in ``out`` but no run recorded: a run must not replace them."""
+def foreign_files(out: Path, writes: Collection[str] = ()) -> list[str]:
+    """The files in ``out`` that the tool cannot show it wrote (:func:`recorded_files`).
+
+    Every entry counts, whatever its name (``writes`` is kept for callers; a
+    user's ``notes.txt`` is as foreign as a user's ``checkpoint.pt``), but the
+    manifest and the temporary files an interrupted atomic write left do not.
+    """
     if not out.is_dir():
         return []
-    own = recorded_files(out)
-    return sorted(n for n in writes if (out / n).exists() and n not in own)
+    own = recorded_files(out) | {MANIFEST_NAME}
+    runs = {n for files in OWNED_FILES.values() for n in files} | set(writes)
+    leftovers = {p.name for p in temporaries(out, tuple(runs))}
+    return sorted(p.name for p in out.iterdir()
+                  if p.name not in own and p.name not in leftovers
+                  and not p.name.startswith(".attncourse-run."))
 
 
 def remove_recorded(out: Path) -> list[str]:
-    """Delete the files ``out``'s config.json lists (config.json last); return their names."""
-    names = sorted(recorded_files(out) - {CONFIG_NAME}) + [CONFIG_NAME]
+    """Delete the files ``out``'s manifest shows the tool wrote (config.json last).
+
+    Returns their names.
+
+    The manifest is emptied too: the new run records its own files.
+    """
+    own = recorded_files(out)
+    names = sorted(own - {CONFIG_NAME}) + ([CONFIG_NAME] if CONFIG_NAME in own else [])
     removed = []
     for name in names:
         path = out / name
         if path.is_file() and not path.is_symlink():
             path.unlink()
             removed.append(name)
+    if read_manifest(out) is not None:
+        write_manifest(out, {})
     return removed
 
 
@@ -151,5 +178,5 @@ def unstarted_run(out: Path, leftovers: Collection[Path] = ()) -> bool:
     own = recorded_files(out)
     if not own or not out.is_dir():
         return False
-    names = {p.name for p in out.iterdir() if p not in set(leftovers)}
+    names = {p.name for p in out.iterdir() if p not in set(leftovers)} - {MANIFEST_NAME}
     return names <= own and not names & set(PROGRESS_FILES)

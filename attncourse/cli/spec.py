@@ -53,8 +53,9 @@ DRAFT_TOKENS = Limit(1, 64, "each round runs the draft model that many times")
 TOP_K = Limit(1, 1_000_000, "a vocabulary's size")
 TOO_LONG_HELP = ("what a pair above the limit does: 'error' stops with its line number (default), 'skip' leaves "
                  "it out and prints how many were left out")
-OVERWRITE_RUN_HELP = ("replace the run in --out: the files it wrote (listed in its config.json) are deleted, no "
-                      "other file is deleted or replaced")
+OVERWRITE_RUN_HELP = ("replace the run in --out: the files it wrote (recorded with "
+                      "their digests in its .attncourse-run.json) are deleted; any "
+                      "other file makes the command refuse")
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,10 @@ class TrainOptions:
         None, "directory for checkpoint.pt, best.pt, config.json, history.json, results.json (and test.tsv); it "
         "must be new or empty, unless --resume or --overwrite", check="path", metavar="DIR", required=True)
     overwrite: bool = setting(
-        False, "train into --out even though it holds other files or an earlier run: the files the earlier run "
-        "wrote (listed in its config.json) are deleted, other files are kept and never replaced (a test.tsv of "
-        "yours stops the run instead)", negatable=False)
+        False, "train into --out even though it holds an earlier run: the files the "
+        "earlier run wrote (recorded with their digests in its .attncourse-run.json) "
+        "are deleted; any other file, or one changed "
+        "since, stops the run instead and nothing is deleted", negatable=False)
     no_clip: bool = setting(False, "do not clip the gradient", negatable=False)
     threads: int = setting(1, "CPU threads for torch (default 1: faster than more for these small models)",
                            check="positive_int", limit=THREADS, metavar="N")

@@ -62,6 +62,7 @@ from attncourse.train.fit import (
     fit,
 )
 from attncourse.train.metrics import format_table
+from attncourse.train.runfiles import note_written, read_run_bytes, start_manifest
 from attncourse.train.seq2seq import evaluate, max_positions
 
 
@@ -82,8 +83,9 @@ def experiment_from_args(args: argparse.Namespace) -> Experiment:
 def _read_json(path: Path) -> dict[str, Any]:
     """The dict a JSON file holds, or {} if it is missing, unreadable or holds something else."""
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        # regular files only, size-limited: a FIFO never blocks
+        obj = json.loads(read_run_bytes(path))
+    except (OSError, ValueError, RecursionError):
         return {}
     return obj if isinstance(obj, dict) else {}
 
@@ -192,6 +194,7 @@ def _train(args: argparse.Namespace, world: Any, stack: ExitStack) -> int:
                   flush=True)
         if args.overwrite or fresh_start:  # only what the earlier run wrote (its config.json lists it)
             remove_recorded(out)
+        start_manifest(out)  # every file written from here on is recorded
         writes_test = splits is not None and len(splits.test) > 0
         # a resumed run keeps the test.tsv its first segment wrote (edited or not)
         keep_test = args.resume and (out / "test.tsv").exists()
@@ -216,6 +219,8 @@ def _train(args: argparse.Namespace, world: Any, stack: ExitStack) -> int:
         })
         if writes_test and not keep_test:
             save_tsv(splits.test, out / "test.tsv")
+            # save_tsv writes in place, not through the atomic writer that records
+            note_written(out / "test.tsv")
         preset = f" (preset {args.preset})" if args.preset else ""
         print(f"attncourse: {args.model} model{preset}, {n_parameters:,} parameters, "
               f"{len(train_data)} training pairs, on {where}", flush=True)
@@ -343,7 +348,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not is_stdout(args.json):
         print(f"metrics written to {args.json}", file=info)
     results_path = args.dir / "results.json"
-    results = _read_json(results_path)
+    results = _read_json(results_path)  # a FIFO or a huge file: {}, left alone
     evaluations = results.get("evaluations", [])
     if results and not isinstance(evaluations, list):
         print(f"attncourse: note: {results_path} not updated: its 'evaluations' entry is not a list "

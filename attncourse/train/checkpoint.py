@@ -48,6 +48,8 @@ from typing import Any
 
 import torch
 
+from attncourse.train.runfiles import check_run_file, note_written
+
 FORMAT = "attncourse-checkpoint"
 VERSION = 1
 
@@ -145,6 +147,8 @@ def _atomic_write(path: Path, write: Any) -> Path:
             raise KeyboardInterrupt from None
         raise
     _fsync_directory(path.parent)
+    # a run folder's manifest records what the tool wrote: --overwrite trusts only it
+    note_written(path)
     return path
 
 
@@ -345,11 +349,14 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
     ValueError
         ``"<path> is not a readable attncourse checkpoint: <why>"`` if the file is
         truncated or corrupt, holds objects other than tensors and plain values,
-        or was not written by :func:`save_checkpoint`.
+        or was not written by :func:`save_checkpoint`; ``"<path> is not a regular
+        file ..."`` for a FIFO or a device, ``"<path> is larger than ..."`` past
+        :data:`~attncourse.train.runfiles.MAX_CHECKPOINT_BYTES`.
     """
     path = Path(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise FileNotFoundError(f"no such checkpoint file: {str(path)!r}")
+    check_run_file(path)  # a FIFO would block torch.load, a device read forever
     try:
         with warnings.catch_warnings():  # torch warns about some files before refusing them: the error says it
             warnings.simplefilter("ignore")

@@ -1,0 +1,149 @@
+"""A run folder's manifest and safe reads of its files.
+
+A run folder is owned by content, not by names: ``train`` and ``train-lm``
+create :data:`MANIFEST_NAME` before they write anything, and every atomic write
+into a folder holding one (:func:`note_written`, called by the atomic writers
+of :mod:`attncourse.train.checkpoint`) records the file's SHA-256 there. A file
+is the tool's only while its digest still matches (:func:`owned_names`); any
+other file, whatever its name, is the user's and is never deleted.
+
+Run files are read with :func:`read_run_bytes`: only regular files, and only up
+to a size limit, so that a FIFO or a copy of ``/dev/zero`` neither blocks nor
+reads forever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+#: The manifest's name; a leading dot keeps it out of the way of a user's listing.
+MANIFEST_NAME = ".attncourse-run.json"
+#: Largest JSON run file read (config.json, results.json, vocab.json, history.json,
+#: the manifest): real ones are kilobytes, a big vocabulary a few megabytes.
+MAX_JSON_BYTES = 64 * 2**20
+#: Largest checkpoint read: the course's models are far smaller.
+MAX_CHECKPOINT_BYTES = 8 * 2**30
+
+
+def read_run_bytes(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of run file ``path``: a regular file of at most ``limit`` bytes.
+
+    Opened without blocking (a FIFO with no writer would block a plain open),
+    checked on the open descriptor, then read up to ``limit`` + 1 bytes.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` does not exist.
+    ValueError
+        ``"<path> is not a regular file (a FIFO, a device or a folder): a run file
+        must be one"`` or ``"<path> is larger than <limit> bytes: not a run file"``.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:  # checked before fdopen, which refuses a folder in words of its own
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise ValueError(
+            f"{path} is not a regular file (a FIFO, a device or a folder): "
+            "a run file must be one"
+        )
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{path} is larger than {limit:,} bytes: not a run file")
+    return data
+
+
+def check_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
+    """Raise ValueError as :func:`read_run_bytes` does, without reading (checkpoints).
+
+    ``torch.load`` opens the file itself; a FIFO or a device must never reach it.
+    """
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(
+            f"{path} is not a regular file (a FIFO, a device or a folder): "
+            "a run file must be one"
+        )
+    if info.st_size > limit:
+        raise ValueError(f"{path} is larger than {limit:,} bytes: not a run file")
+
+
+def file_digest(path: Path) -> str | None:
+    """SHA-256 (hex) of regular file ``path``; None if missing or not a regular file."""
+    try:
+        if path.is_symlink() or not path.is_file():
+            return None
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(2**20), b""):
+                digest.update(block)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+def read_manifest(directory: Path) -> dict[str, str] | None:
+    """The manifest of ``directory`` (name -> SHA-256); None if absent or unreadable."""
+    try:
+        obj = json.loads(read_run_bytes(directory / MANIFEST_NAME))
+    except (OSError, ValueError):
+        return None
+    files = obj.get("files") if isinstance(obj, dict) else None
+    if not isinstance(files, dict):
+        return None
+    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def write_manifest(directory: Path, files: dict[str, str]) -> None:
+    """Write ``files`` as ``directory``'s manifest, atomically (temporary + rename)."""
+    text = json.dumps(
+        {"format": "attncourse-run", "files": dict(sorted(files.items()))}, indent=2
+    )
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".attncourse-run.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        os.replace(tmp, directory / MANIFEST_NAME)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def start_manifest(directory: Path) -> None:
+    """Create an empty manifest in ``directory`` unless it has one.
+
+    From then on, every atomic write into ``directory`` is recorded there.
+    """
+    if read_manifest(directory) is None:
+        write_manifest(directory, {})
+
+
+def note_written(path: Path) -> None:
+    """Record ``path``'s digest in its folder's manifest, if it has one (a run's)."""
+    if path.name == MANIFEST_NAME:
+        return
+    files = read_manifest(path.parent)
+    digest = file_digest(path)
+    if files is None or digest is None:
+        return
+    files[path.name] = digest
+    write_manifest(path.parent, files)
+
+
+def owned_names(directory: Path) -> set[str]:
+    """Names of the files in ``directory`` its manifest lists with their digest now."""
+    files = read_manifest(directory) or {}
+    return {
+        n for n, d in files.items() if "/" not in n and file_digest(directory / n) == d
+    }
