@@ -7,6 +7,7 @@ run top to bottom is checked by `make nbval`, which runs them (see the Makefile)
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from attncourse.course.cli import main
 from attncourse.course.editions import instructor_notebook, student_notebook
 from attncourse.course.exercises import read_chapter, split_notebook
 from attncourse.course.nbgrader_source import BEGIN, END, answer_source, source_notebook
-from attncourse.course.plain import LEFTOVERS, Rewriter, read_bibliography
+from attncourse.course.plain import LEFTOVERS, Rewriter, plain_cells, read_bibliography
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 CHAPTERS = sorted(NOTEBOOKS.glob("*.md"))
@@ -77,7 +78,8 @@ def test_student_notebook_keeps_statements_stubs_and_checks(chapter):
     assert not re.search(r"\{solution(-start|-end)?\}", text)
     rewriter = Rewriter(read_bibliography(), {p.stem for p in CHAPTERS})
     for ex in exercises:
-        assert f"({ex.label})" in text and rewriter.markdown(ex.statement) in text
+        # the label is the instructor's name for the exercise (issue 51): not shown here
+        assert f"({ex.label})" not in text and rewriter.markdown(ex.statement) in text
         if ex.kind == "coding":
             stub = nb.cells[ex.stub_cell].source
             assert stub in text and f"{ex.check}({ex.function})" in stub
@@ -85,6 +87,7 @@ def test_student_notebook_keeps_statements_stubs_and_checks(chapter):
     assert "jupytext" not in student.metadata and student.metadata.kernelspec.name == "python3"
     nbformat.validate(student)
     full = instructor_notebook(nb)
+    assert all(f"({ex.label})" in _text(full) for ex in exercises)
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     assert [c.source for c in full.cells if c.cell_type == "code"] == code
 
@@ -124,6 +127,52 @@ def test_citations_read_author_year():
     block = rewriter.markdown("```{exercise} Title\n:label: ex-a\n\nDo it.\n```\n\n"
                               "```{admonition} Note\n:class: tip\nRead $x$.\n```")
     assert block == "### Exercise 1: Title (ex-a)\n\nDo it.\n\n> **Note**\n>\n> Read $x$."
+
+
+def test_references_read_as_titles_and_student_headings_carry_no_label():
+    """Issue 51, item 1: a ``{ref}`` read "(see decoder-positions)", a heading "(ex-a)".
+
+    The label a reference points at is the book's internal name; the learner reads the
+    title it stands for. The instructor edition keeps the label in the heading, where it
+    names the exercise's rubric and nbgrader ids.
+    """
+    cells = [nbformat.v4.new_markdown_cell(source) for source in (
+        "See {ref}`sec-b`, [](#fig-a), [this figure](#fig-a), {numref}`fig-a`;\n"
+        "exercise {ref}`ex-a` asks why (chapter 11, {ref}`chapter-real-model`).",
+        "(sec-b)=\n## Section B, {math}`x`",
+        "```{figure} a.png\n:name: fig-a\n\nA caption.\n```",
+        "```{exercise} Title\n:label: ex-a\n\nDo it.\n```",
+    )]
+    student = plain_cells(copy.deepcopy(cells), {"04_self_attention"}, {}, labels=False)
+    assert student[0].source == (
+        "See Section B, $x$, A caption., this figure, A caption.;\n"
+        "exercise 1 asks why (chapter 11, A real language model, opened).")
+    assert student[3].source == "### Exercise 1: Title\n\nDo it."
+    instructor = plain_cells(copy.deepcopy(cells), {"04_self_attention"}, {})
+    assert instructor[0].source == student[0].source
+    assert instructor[3].source == "### Exercise 1: Title (ex-a)\n\nDo it."
+
+
+def test_chapter_references_and_headings_in_the_editions(chapter):
+    path, nb, _, exercises = chapter
+    student, instructor = student_notebook(nb, path.stem), instructor_notebook(nb)
+    refs = re.findall(r"\{(?:ref|numref)\}`([A-Za-z0-9_:-]+)`|\]\(#([A-Za-z0-9_:-]+)\)",
+                      path.read_text(encoding="utf-8"))
+    for edition in (student, instructor):
+        text = "\n".join(c.source for c in edition.cells if c.cell_type == "markdown")
+        # the instructor's labels, where they belong: exercise headings, rubric titles
+        text = re.sub(r"(?m)^(### Exercise|\*\*Rubric:) .*$", "", text)
+        for label in (a or b for a, b in refs):
+            assert not re.search(rf"(?<![\w-]){re.escape(label)}(?![\w-])", text), label
+    text = _text(student)
+    headings = re.findall(r"^### Exercise \d+.*$", text, re.M)
+    assert len(headings) == len(exercises)
+    assert not [h for h in headings if re.search(r"\(ex-[a-z0-9-]+\)$", h)], headings
+    heading = r"^### Exercise \d+.* \((ex-[a-z0-9-]+)\)$"
+    labelled = re.findall(heading, _text(instructor), re.M)
+    assert labelled == [e.label for e in exercises]
+    if path.stem == "07_decoder_only":
+        assert "(see Positions, old and new)" in text, "the section's title, not label"
 
 
 def _chapter_imports(nb) -> str:

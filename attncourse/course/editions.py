@@ -23,11 +23,18 @@ from attncourse.course.plain import plain_cells
 from attncourse.course.rubrics import RUBRICS
 
 
-def _bare(nb: NotebookNode, cells: list[NotebookNode]) -> NotebookNode:
-    """A new notebook with ``cells`` in plain Markdown, ``nb``'s kernelspec, no jupytext pairing."""
+def _bare(nb: NotebookNode, cells: list[NotebookNode],
+          labels: bool = True) -> NotebookNode:
+    """A new notebook with ``cells`` in plain Markdown, ``nb``'s kernelspec, no jupytext
+    pairing.
+
+    ``labels`` keeps the exercises' labels in their headings: the instructor matches
+    them to rubrics and nbgrader ids, a student has no use for them.
+    """
     out = nbformat.v4.new_notebook()
     out.metadata = {k: copy.deepcopy(v) for k, v in nb.metadata.items() if k != "jupytext"}
-    out.cells = [notice_cell(), *plain_cells(cells)]  # every handed-out copy carries its licence
+    # every handed-out copy carries its licence
+    out.cells = [notice_cell(), *plain_cells(cells, labels=labels)]
     for cell in out.cells:
         if cell.cell_type == "code":
             cell.outputs = []
@@ -60,7 +67,8 @@ def student_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
     """
     parts, _ = split_notebook(nb, chapter)
     whole = _whole_cells(nb, parts)
-    return _bare(nb, [cell_from_part(nb, p, p.cell in whole) for p in parts if not p.solution])
+    cells = [cell_from_part(nb, p, p.cell in whole) for p in parts if not p.solution]
+    return _bare(nb, cells, labels=False)
 
 
 def instructor_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:

@@ -4,8 +4,10 @@ The chapters are written for Jupyter Book and jupyterlab-myst. Classic Jupyter N
 a JupyterHub without jupyterlab-myst and nbconvert's HTML (nbgrader's feedback) render
 Markdown only, so in the editions a class receives every markdown cell is rewritten:
 
-- an ``{exercise}`` becomes a heading ``### Exercise N: title`` (its label kept in
-  brackets for the instructor's tables) followed by its statement;
+- an ``{exercise}`` becomes a heading ``### Exercise N: title`` followed by its
+  statement; the instructor edition keeps its label in brackets, ``(ex-sa-softmax)``,
+  since the rubrics, the nbgrader ids and the guide's tables name exercises by label,
+  while the student edition leaves it out (a learner has no use for it);
 - a ``{solution}`` or ``{solution-start}`` region (instructor edition) becomes a
   ``#### Solution`` heading followed by its text;
 - an ``{admonition}`` (and any other directive) becomes a quoted block under a bold title;
@@ -13,6 +15,10 @@ Markdown only, so in the editions a class receives every markdown cell is rewrit
   notebook ends with a *Works cited* list of the entries it cites (``book/references.bib``);
 - a link to another chapter's ``.md`` points at its ``.ipynb`` beside it; a link to a page
   of the book (not handed out) keeps its text only;
+- ``{ref}`label```, ``{numref}`label``` and ``[](#label)`` become the title of what they
+  point at (a section's heading, a figure's caption, "exercise N (title)"), found in the
+  whole notebook or, failing that, in the other chapters; a given text
+  (``{ref}`text <label>```, ``[text](#label)``) is kept as it is;
 - ``(label)=`` targets and directive options (``:label:``, ``:class:``) are dropped.
 
 Code cells are left alone.
@@ -36,11 +42,81 @@ _TARGET = re.compile(r"^\([A-Za-z0-9_:-]+\)=\s*$")
 _CITE = re.compile(r"(?P<open>\()?\{cite(?::[a-z]+)?\}`(?P<keys>[^`]+)`")
 _LINK = re.compile(r"\[([^\]]+)\]\((?![a-z]+:)([^)\s#]+)\.md(#[^)\s]*)?\)")
 _ROLE = re.compile(r"\{(?:doc|ref|numref|eq|term|download)\}`(?:([^`<]*?)\s*<[^`>]*>|([^`]*))`")
+#: A reference to a label: ``{ref}`label``` or ``{numref}`label``` (no text of its own).
+_LABEL_ROLE = re.compile(r"\{(?:ref|numref)\}`([A-Za-z0-9_:-]+)`")
+#: A link to a label of the book, ``[text](#label)`` or ``[](#label)``.
+_ANCHOR = re.compile(r"\[([^\]]*)\]\(#([A-Za-z0-9_:-]+)\)")
+_TARGET_LABEL = re.compile(r"^\(([A-Za-z0-9_:-]+)\)=\s*$")
+_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
+_NAME = re.compile(r"^\s*:?(?:label|name):\s*([A-Za-z0-9_:-]+)\s*$")
 _MATH_ROLE = re.compile(r"\{math\}`([^`]*)`")
 #: What is left of MyST if a rewrite missed something (tests look for these).
 LEFTOVERS = re.compile(r"\{(?:exercise|solution|solution-start|solution-end|admonition|cite[a-z:]*|"
                        r"doc|ref|numref|eq|math|note|tip|warning|figure|margin)\}|^:label:|"
                        r"^\([A-Za-z0-9_:-]+\)=\s*$", re.M)
+
+
+def targets(sources: list[str], numbered: bool = True) -> dict[str, str]:
+    """``{label: title}`` of every target in ``sources`` (markdown, in order).
+
+    Why: a ``{ref}`` may point at a section further down the chapter (or in another
+    one), so the titles are gathered before any cell is rewritten. A ``(label)=``
+    target names the heading after it; a figure's ``:name:`` names its caption; an
+    exercise's ``:label:`` names its number N, counted as the headings "Exercise N"
+    count them, since the chapters write "exercise {ref}`label` asks why"
+    (``numbered=False``: its title, for a reference from another chapter, where that
+    number would mislead).
+    """
+    found: dict[str, str] = {}
+    exercises = 0
+    for source in sources:
+        lines = source.split("\n")
+        for i, line in enumerate(lines):
+            target = _TARGET_LABEL.match(line.strip())
+            if target is not None:
+                after = next((x for x in lines[i + 1:] if x.strip()), "")
+                heading = _HEADING.match(after.strip())
+                if heading is not None:
+                    found.setdefault(target.group(1), heading.group(1))
+                continue
+            fence = _FENCE.match(line.strip())
+            if fence is None or fence.group("name") not in ("exercise", "figure"):
+                continue
+            name, arg = fence.group("name"), fence.group("arg").strip()
+            exercises += name == "exercise"
+            body = []
+            for x in lines[i + 1:]:
+                if x.strip() == fence.group("fence"):
+                    break
+                body.append(x)
+            label = next((m.group(1) for m in map(_NAME.match, body) if m), "")
+            if not label:
+                continue
+            if name == "exercise":
+                found.setdefault(label, str(exercises) if numbered or not arg else arg)
+            else:
+                caption = next((x.strip() for x in body
+                                if x.strip() and not _OPTION.match(x.strip())), label)
+                found.setdefault(label, caption)
+    return found
+
+
+_BOOK_TARGETS: dict[str, str] | None = None
+
+
+def book_targets() -> dict[str, str]:
+    """The targets of every chapter in ``notebooks/`` (read once), for references
+    between chapters; an exercise there is named by its title (its number is that
+    chapter's).
+    """
+    global _BOOK_TARGETS
+    if _BOOK_TARGETS is None:
+        _BOOK_TARGETS = {}
+        for path in sorted((ROOT / "notebooks").glob("*.md")):
+            found = targets([path.read_text(encoding="utf-8")], numbered=False)
+            for label, title in found.items():
+                _BOOK_TARGETS.setdefault(label, title)
+    return _BOOK_TARGETS
 
 
 def _latex_text(value: str) -> str:
@@ -111,6 +187,10 @@ class Rewriter:
     chapters: set[str]
     cited: list[str] = field(default_factory=list)
     exercises: int = 0
+    #: ``{label: title}`` the references are rewritten with (:func:`targets`).
+    titles: dict[str, str] = field(default_factory=dict)
+    #: Keep an exercise's label in its heading (the instructor edition).
+    labels: bool = True
 
     def cite(self, match: re.Match) -> str:
         """``(Author, year; ...)``; inside parentheses already open, without a second pair."""
@@ -134,9 +214,22 @@ class Rewriter:
             return f"[{text}]({stem}.ipynb)"
         return f"{text} (in the course's book)"
 
+    def title(self, label: str) -> str:
+        """What a reference to ``label`` reads as: its target's title, plain Markdown.
+
+        A label found nowhere is kept as it is (the leftovers test then shows it).
+        """
+        title = self.titles.get(label)
+        if title is None:
+            title = book_targets().get(label, label)
+        return _ROLE.sub(lambda m: (m.group(1) or m.group(2) or "").strip(),
+                         _MATH_ROLE.sub(lambda m: f"${m.group(1)}$", title))
+
     def inline(self, text: str) -> str:
         text = _CITE.sub(self.cite, text)
         text = _LINK.sub(self.link, text)
+        text = _ANCHOR.sub(lambda m: m.group(1) or self.title(m.group(2)), text)
+        text = _LABEL_ROLE.sub(lambda m: self.title(m.group(1)), text)
         text = _MATH_ROLE.sub(lambda m: f"${m.group(1)}$", text)
         return _ROLE.sub(lambda m: (m.group(1) or m.group(2) or "").strip(), text)
 
@@ -151,7 +244,8 @@ class Rewriter:
         if name == "exercise":
             self.exercises += 1
             title = f"### Exercise {self.exercises}" + (f": {self.inline(arg)}" if arg else "")
-            return [title + (f" ({label})" if label else ""), "", *content]
+            shown = f" ({label})" if label and self.labels else ""
+            return [title + shown, "", *content]
         if name in ("solution", "solution-start"):
             return ["#### Solution", "", *content]
         if name == "solution-end":
@@ -198,17 +292,22 @@ class Rewriter:
 
 
 def plain_cells(cells: list, chapters: set[str] | None = None,
-                bibliography: dict[str, Entry] | None = None) -> list:
+                bibliography: dict[str, Entry] | None = None,
+                labels: bool = True) -> list:
     """``cells`` (nbformat cells, changed in place) with plain Markdown, plus *Works cited*.
 
     ``chapters`` defaults to the stems of the course's ``notebooks/``, ``bibliography`` to
-    :data:`BIBLIOGRAPHY`.
+    :data:`BIBLIOGRAPHY`; ``labels`` keeps each exercise's label in its heading (the
+    instructor edition), off for the student edition.
     """
     import nbformat
 
     if chapters is None:
         chapters = {p.stem for p in (ROOT / "notebooks").glob("*.md")}
-    rewriter = Rewriter(read_bibliography() if bibliography is None else bibliography, chapters)
+    if bibliography is None:
+        bibliography = read_bibliography()
+    rewriter = Rewriter(bibliography, chapters, labels=labels)
+    rewriter.titles = targets([c.source for c in cells if c.cell_type == "markdown"])
     for cell in cells:
         if cell.cell_type == "markdown":
             cell.source = rewriter.markdown(cell.source)
@@ -217,4 +316,5 @@ def plain_cells(cells: list, chapters: set[str] | None = None,
     return cells
 
 
-__all__ = ["BIBLIOGRAPHY", "LEFTOVERS", "Entry", "Rewriter", "plain_cells", "read_bibliography"]
+__all__ = ["BIBLIOGRAPHY", "LEFTOVERS", "Entry", "Rewriter", "book_targets",
+           "plain_cells", "read_bibliography", "targets"]
