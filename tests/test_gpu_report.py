@@ -238,3 +238,15 @@ def test_a_copy_without_git_takes_its_commit_from_the_environment(monkeypatch):
     assert git_commit() == "a" * 40
     monkeypatch.setenv("ATTNCOURSE_GIT_COMMIT", "not a commit")
     assert git_commit() is None or len(git_commit()) == 40
+
+
+def test_the_train_commands_cuda_only_path_runs_on_a_cpu(monkeypatch):
+    """The GPU run of 2026-11-28 failed its train stage on a misspelt ``torch.cuda`` call
+    (``getdevice_name``) that only the CUDA branch reaches: run that branch here."""
+    import torch
+
+    from attncourse.cli.train_evaluate import device_name
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    assert device_name(torch.device("cuda")) == "NVIDIA H200"
+    assert device_name(torch.device("cpu")) == "cpu"
