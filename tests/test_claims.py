@@ -260,3 +260,16 @@ def test_each_swept_chapter_matches_its_code(chapter):
         pytest.skip("book/claims.json records no chapter yet")
     stale = book_claims.stale_chapters({"chapters": {chapter: SWEPT["chapters"][chapter]}})
     assert chapter not in stale, stale.get(chapter)
+
+
+def test_the_digest_ignores_comments_and_wrapping_but_not_code(tmp_path):
+    from attncourse.course.claims import code_digest
+
+    def chapter(code: str) -> Path:
+        path = tmp_path / f"c{len(list(tmp_path.iterdir()))}.md"
+        path.write_text("# Title\n\n```{code-cell} ipython3\n" + code + "\n```\n")
+        return path
+
+    plain = code_digest(chapter('x = 1  # one\nprint(f"x is {x} here")'))
+    assert code_digest(chapter('x = 1\nprint(f"x is {x} "\n      "here")')) == plain
+    assert code_digest(chapter('x = 2  # one\nprint(f"x is {x} here")')) != plain

@@ -7,13 +7,15 @@ training seed) and records, for every assert, its operands, whether it held and 
 margin to the bound. This module reads that file for the book's page *How sure are these
 numbers?* (``book/claims.md``) and for the freshness test (``tests/test_claims.py``), and
 computes the digest that ties a chapter's record to its code: the SHA-256 of its code
-cells, so that a chapter whose code changed after its sweep is known to be stale.
+cells' syntax trees, so that a chapter whose code changed after its sweep is known to be
+stale.
 
 Reading never fails on a missing, partial or unreadable file: the page says what it lacks.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -30,16 +32,29 @@ CELL_SEPARATOR = "\n\n# ---- next code cell ----\n\n"
 
 
 def code_digest(path: str | Path) -> str:
-    """SHA-256 (hex) of a chapter's code cells, read by jupytext, joined in order.
+    """SHA-256 (hex) of what a chapter's code cells do, read by jupytext, joined in order.
 
-    Markdown cells do not count: rewording the prose keeps a chapter's sweep fresh;
-    changing any code, a comment included, makes it stale.
+    Each cell counts by its syntax tree, written back as code (``ast.unparse``; its text
+    is steadier across Python versions than ``ast.dump``'s, which changed in 3.13), so comments,
+    line breaks and the splitting of a string literal do not make a sweep stale
+    (re-wrapping a line to fit 88 characters is not worth an hours-long sweep), while any
+    change to what the code computes does. A cell Python cannot parse (an IPython magic)
+    counts by its text.
+    Markdown cells do not count either.
     """
     import jupytext
 
     notebook = jupytext.read(Path(path))
-    code = CELL_SEPARATOR.join(cell.source for cell in notebook.cells if cell.cell_type == "code")
+    code = CELL_SEPARATOR.join(_cell_form(cell.source) for cell in notebook.cells
+                               if cell.cell_type == "code")
     return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+def _cell_form(source: str) -> str:
+    try:
+        return ast.unparse(ast.parse(source))
+    except SyntaxError:
+        return source
 
 
 def chapter_names(notebooks: Path = NOTEBOOKS) -> list[str]:
