@@ -250,3 +250,17 @@ def test_the_train_commands_cuda_only_path_runs_on_a_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
     assert device_name(torch.device("cuda")) == "NVIDIA H200"
     assert device_name(torch.device("cpu")) == "cpu"
+
+
+def test_benchmark_tables_show_nested_speeds():
+    """transformer_step keeps tokens/s and MFU two levels down: the table flattens them."""
+    from attncourse.recipes.gpu_results import benchmark_markdown
+
+    row = {"device": "cuda", "config": {"d_model": 512},
+           "models": {"ours": {"tokens_per_s": 386798.0, "mfu": 0.1476, "step_ms": 66.2}},
+           "ratio": 0.99}
+    text = benchmark_markdown({"machine": {"gpu_name": "H200"},
+                               "benchmarks": {"transformer_step": {"rows": [row]}}})
+    header = next(line for line in text.splitlines() if line.startswith("| device"))
+    assert header == "| device | models.ours.tokens_per_s | models.ours.mfu | ratio |"
+    assert "| cuda | 3.868e+05 | 0.1476 | 0.99 |" in text

@@ -79,13 +79,32 @@ def benchmark_markdown(results: dict[str, Any]) -> str:
     for name, record in (results.get("benchmarks") or {}).items():
         rows = (record or {}).get("rows")
         if not rows:
-            lines += [f"- `{name}`: no result ({(record or {}).get('error', 'not run')})"]
+            lines += ["", f"- `{name}`: no result ({(record or {}).get('error', 'not run')})"]
             continue
-        keys = [k for k, v in rows[0].items() if isinstance(v, (int, float, str)) or v is None][:8]
+        flat = [_flatten(row) for row in rows]
+        keys = [k for k, v in flat[0].items() if isinstance(v, (int, float, str)) or v is None][:14]
         lines += ["", f"**{name}**", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-        for row in rows:
+        for row in flat:
             lines.append("| " + " | ".join(_cell(row.get(k)) for k in keys) + " |")
     return "\n".join(lines)
+
+
+#: Nested fields a table leaves out: the model's shape repeats the benchmark's settings, and
+#: a model's milliseconds and TFLOP/s say what its tokens/s and MFU say.
+_SKIPPED = ("config", "step_ms", "tflops")
+
+
+def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """One level per dot: ``{"models": {"ours": {"mfu": x}}}`` -> ``{"models.ours.mfu": x}``
+    (transformer_step's tokens/s and MFU sit two levels down)."""
+    flat: dict[str, Any] = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            if key not in _SKIPPED:
+                flat.update(_flatten(value, f"{prefix}{key}."))
+        elif not (prefix and key in _SKIPPED):
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _cell(value: Any) -> str:
