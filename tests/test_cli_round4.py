@@ -19,26 +19,10 @@ import pytest
 from test_cli import one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
 from test_cli_lm import SMALL as LM_SMALL
 from test_cli_lm import text_file  # noqa: F401 (the fixture)
+from test_cli_round3 import lm_run, run  # noqa: E402, F401 (the same run folders)
 
 from attncourse.cli.commands import main
 from attncourse.train.runfiles import MANIFEST_NAME, read_manifest, read_run_bytes
-
-
-@pytest.fixture
-def run(tsv, tmp_path, capsys):
-    out = tmp_path / "run"
-    assert main(train_args(tsv, out, epochs=1)) == 0
-    capsys.readouterr()
-    return out
-
-
-@pytest.fixture
-def lm_run(tmp_path, text_file):
-    out = tmp_path / "lm"
-    assert (
-        main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL]) == 0
-    )
-    return out
 
 
 def command(kind: str, out: Path, tsv, text_file) -> list[str]:
