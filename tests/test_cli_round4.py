@@ -110,20 +110,7 @@ def test_a_forged_manifest_cannot_claim_other_names(lm_run, text_file, capsys):
     manifest = json.loads((lm_run / MANIFEST_NAME).read_text())
     manifest["files"]["notes.txt"] = "0" * 64
     (lm_run / MANIFEST_NAME).write_text(json.dumps(manifest))
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *LM_SMALL,
-                "--overwrite",
-            ]
-        )
-        == 2
-    )
+    assert main([*command("train-lm", lm_run, None, text_file), "--overwrite"]) == 2
     assert "holds notes.txt that no run wrote" in one_error_line(capsys)
     assert (lm_run / "notes.txt").read_text() == "mine"
 
@@ -134,22 +121,8 @@ def test_a_run_can_still_be_resumed_after_its_manifest_is_lost(
     # a run of the previous version: no manifest; --resume continues it, records
     # its files
     (lm_run / MANIFEST_NAME).unlink()
-    assert (
-        main(
-            [
-                "train-lm",
-                "--text",
-                str(text_file),
-                "--out",
-                str(lm_run),
-                *LM_SMALL,
-                "--steps",
-                "60",
-                "--resume",
-            ]
-        )
-        == 0
-    )
+    lm_args = command("train-lm", lm_run, None, text_file)
+    assert main([*lm_args, "--steps", "60", "--resume"]) == 0
     assert {"config.json", "checkpoint.pt", "vocab.json", "history.json"} <= set(
         read_manifest(lm_run)
     )
