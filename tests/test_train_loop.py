@@ -1,9 +1,11 @@
 """The cached, resumable epoch loop of attncourse.train.loop."""
 
+import io
 import threading
 
 import pytest
 import torch
+from tqdm import tqdm
 
 from attncourse.train.loop import config_digest, train_epochs
 
@@ -159,3 +161,64 @@ def test_amp_runs_a_cached_model_under_bf16_autocast(tmp_path):
     train_epochs("toy", {"amp": "bf16"}, build, train_epoch, evaluate, 1, progress=False, out_dir=tmp_path,
                  device="cpu", amp="bf16")
     assert dtypes == [torch.bfloat16]
+
+
+def _stepping_problem():
+    """A model trained through ``Epoch.step``, four updates an epoch."""
+    build, _, evaluate, _ = _problem()
+    x = torch.randn(16, 3, generator=torch.Generator().manual_seed(2))
+
+    def train_epoch(epoch):
+        for _ in range(4):
+            epoch.step((epoch.forward(x) ** 2).mean())
+        return {"train_loss": 0.0}
+
+    return build, train_epoch, evaluate
+
+
+class _Bars:
+    """Stands in for loop.progress_bar: records each bar's settings and its counts."""
+
+    def __init__(self):
+        self.made = []
+
+    def __call__(self, iterable=None, *, progress=True, **kwargs):
+        bar = tqdm(iterable, disable=not progress, file=io.StringIO(), **kwargs)
+        counts = []
+        update = bar.update
+
+        def counted(n=1):
+            update(n)
+            counts.append(bar.n)
+        bar.update = counted
+        self.made.append((progress, kwargs, counts))
+        return bar
+
+
+def test_the_bar_counts_steps_and_a_finished_run_prints_one_line(tmp_path, monkeypatch, capsys):
+    import attncourse.train.loop as loop_module
+    bars = _Bars()
+    monkeypatch.setattr(loop_module, "progress_bar", bars)
+    build, train_epoch, evaluate = _stepping_problem()
+    train_epochs("toy", {}, build, train_epoch, evaluate, 3, out_dir=tmp_path, device="cpu",
+                 steps_per_epoch=4)
+    shown, settings, counts = bars.made[-1]
+    assert shown and settings["unit"] == "step" and settings["total"] == 12
+    # every step, and at each epoch's end a count already there (an update of 0)
+    assert counts == [1, 2, 3, 4, 4, 5, 6, 7, 8, 8, 9, 10, 11, 12, 12]
+    capsys.readouterr()
+    train_epochs("toy", {}, build, train_epoch, evaluate, 3, out_dir=tmp_path, device="cpu",
+                 steps_per_epoch=4)
+    shown, settings, counts = bars.made[-1]
+    assert not shown and counts == []           # no bar frozen at 100 %: one line instead
+    assert capsys.readouterr().out == "toy: trained already (12 steps), loaded from its checkpoint\n"
+
+
+def test_without_steps_the_bar_counts_epochs(tmp_path, monkeypatch):
+    import attncourse.train.loop as loop_module
+    bars = _Bars()
+    monkeypatch.setattr(loop_module, "progress_bar", bars)
+    build, train_epoch, evaluate = _stepping_problem()
+    train_epochs("toy", {}, build, train_epoch, evaluate, 2, out_dir=tmp_path, device="cpu")
+    shown, settings, counts = bars.made[-1]
+    assert settings["unit"] == "epoch" and settings["total"] == 2 and counts == [1, 2]

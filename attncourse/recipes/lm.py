@@ -457,7 +457,7 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
     text : str, optional
         The corpus's text, to name it in the config (required when ``config.corpus`` is empty).
     progress : bool
-        A tqdm bar over the epochs.
+        A tqdm bar over the steps (a run loaded from its folder prints one line).
     device : str or torch.device, optional
     out_dir : path, optional
         Default ``runs_dir(f"{config.run_name}-{hash}")``.
@@ -511,7 +511,7 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
     run = train_epochs(config.run_name, settings, build, train_epoch, evaluate,
                        config.steps // config.steps_per_epoch, seed=config.seed, progress=progress,
                        device=device, out_dir=out_dir, amp=amp, compile=compile, clip_norm=config.clip_norm,
-                       extendable=("steps",) if extend else ())
+                       extendable=("steps",) if extend else (), steps_per_epoch=config.steps_per_epoch)
     run.model.vocab = corpus.vocab
     return run
 

@@ -97,6 +97,9 @@ class Epoch:
     budget : TimeBudget or None
         The run's wall-clock budget: an epoch stops early once it is spent
         (:meth:`out_of_time`), and :meth:`step` applies its cool-down to the rate.
+    on_step : callable() or None
+        Called after every update (:meth:`step`): the progress bar's tick when it
+        counts steps (:attr:`Loop.steps_per_epoch`).
     """
 
     number: int
@@ -111,6 +114,7 @@ class Epoch:
     progress: bool = False
     world: dist_utils.DistInfo = field(default_factory=dist_utils.DistInfo)
     budget: TimeBudget | None = None
+    on_step: Callable[[], Any] | None = None
 
     def out_of_time(self) -> bool:
         """True once the run's time budget is spent (a clock read on the host: no device sync)."""
@@ -134,6 +138,8 @@ class Epoch:
             factor = self.budget.factor()
             for group in self.optimizer.param_groups:
                 group["lr"] *= factor
+        if self.on_step is not None:
+            self.on_step()
 
 
 TrainEpoch = Callable[[Epoch], Mapping[str, float]]
@@ -177,7 +183,11 @@ class Loop:
     clip_norm : float or None
         Gradient norm clipping in ``Epoch.step``.
     progress : bool
-        A bar over the epochs (rank 0 only).
+        A bar (rank 0 only), with rate and time left; none for a run that its
+        checkpoint holds finished, which prints one line saying it was loaded.
+    steps_per_epoch : int or None
+        With it the bar counts optimizer steps (a run of three long epochs moves
+        every step, not three times); without it, epochs.
     desc : str
         The bar's label.
     leave : bool
@@ -203,6 +213,7 @@ class Loop:
     cooldown: float = 0.2
     clip_norm: float | None = None
     progress: bool = True
+    steps_per_epoch: int | None = None
     desc: str = "epochs"
     leave: bool = True
     seconds: str = "epoch"
@@ -378,8 +389,15 @@ def run_epochs(
         budget.start()
     shown = loop.progress and world.is_main
     start = len(record.history)
-    bar = progress_bar(total=loop.epochs, initial=min(start, loop.epochs), desc=loop.desc, unit="epoch",
-                       leave=loop.leave, progress=shown, dynamic_ncols=True)
+    finished = start >= loop.epochs or (start > 0 and record.out_of_patience(start + 1, loop.patience))
+    if shown and finished:  # a bar frozen at its end would look like a stalled run
+        unit = "steps" if loop.steps_per_epoch else "epochs"
+        print(f"{loop.desc}: trained already ({start * (loop.steps_per_epoch or 1)} {unit}), "
+              "loaded from its checkpoint", flush=True)
+    per_epoch = loop.steps_per_epoch or 1
+    bar = progress_bar(total=loop.epochs * per_epoch, initial=min(start, loop.epochs) * per_epoch,
+                       desc=loop.desc, unit="step" if loop.steps_per_epoch else "epoch",
+                       leave=loop.leave, progress=shown and not finished, dynamic_ncols=True)
     with bar:
         for number in range(start + 1, loop.epochs + 1):
             if record.out_of_patience(number, loop.patience):
@@ -388,12 +406,13 @@ def run_epochs(
             if begin_epoch is not None:
                 begin_epoch(number)
             epoch = Epoch(number, model, forward, optimizer, state, device, scheduler, loop.amp,
-                          loop.clip_norm, shown, world, budget)
+                          loop.clip_norm, shown, world, budget,
+                          on_step=bar.update if loop.steps_per_epoch else None)
             row = _epoch_row(epoch, train_epoch, evaluate, loop.seconds)
             improved = record.add(row, loop.score, model)
             if save is not None:
                 save(number, record, improved)
-            bar.update()
+            bar.update(number * per_epoch - bar.n)  # the epoch's end, whatever its steps counted
             bar.set_postfix((loop.postfix or _postfix)(row, record.best_epoch))
             if loop.callback is not None and world.is_main:
                 loop.callback([dict(r) for r in record.history])
@@ -504,6 +523,7 @@ def train_epochs(
     score: Score | None = None,
     patience: int | None = None,
     extendable: Collection[str] = (),
+    steps_per_epoch: int | None = None,
 ) -> EpochRun:
     """Train for ``epochs`` epochs, or resume / load the run if its folder holds it.
 
@@ -531,7 +551,8 @@ def train_epochs(
     seed : int
         Seeds the initial weights and every epoch's randomness.
     progress : bool
-        A tqdm bar over the epochs.
+        A tqdm bar over the epochs, or over the steps with ``steps_per_epoch``; a
+        finished run loads with one line instead.
     device : str or torch.device, optional
         Default: :func:`~attncourse.runtime.pick_device`.
     out_dir : path, optional
@@ -546,6 +567,8 @@ def train_epochs(
     extendable : collection of str
         Keys of ``config`` that may differ from the checkpoint's (a budget such
         as ``"steps"``: the run continues up to ``epochs``).
+    steps_per_epoch : int, optional
+        Optimizer steps (``Epoch.step`` calls) in an epoch, for the bar.
 
     Returns
     -------
@@ -561,6 +584,7 @@ def train_epochs(
     """
     loop = Loop(epochs, score=score, patience=patience, restore_best=score is not None, amp=amp,
                 compile=compile, clip_norm=clip_norm, progress=progress, desc=name, leave=False,
+                steps_per_epoch=steps_per_epoch,
                 seconds="training")
     config = dict(config)
     out = Path(out_dir) if out_dir is not None else runs_dir(f"{name}-{config_digest(config)}")

@@ -45,7 +45,7 @@ from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: PositionSpec | None = None,
                      gate: bool = False, init: EpochRun | None = None, device=None,
-                     progress: bool = False) -> EpochRun:
+                     progress: bool = True) -> EpochRun:
     """Train (or load) ``config``'s model with ``positions`` and/or the gate, from scratch or from ``init``.
 
     Parameters
@@ -62,6 +62,7 @@ def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: Positio
         A trained run whose weights the model starts from (a fine-tune); they must fit.
     device : optional
     progress : bool
+        A bar over the steps while training; one line when the run loads from its folder.
 
     Returns
     -------
@@ -99,7 +100,8 @@ def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: Positio
         return {"valid_loss": heldout_loss(model, corpus.valid, config.context, max_windows=16)}
 
     run = train_epochs(name, settings, build, train_epoch, evaluate, config.steps // config.steps_per_epoch,
-                       seed=config.seed, progress=progress, device=device, clip_norm=config.clip_norm)
+                       seed=config.seed, progress=progress, device=device, clip_norm=config.clip_norm,
+                       steps_per_epoch=config.steps_per_epoch)
     run.model.vocab = corpus.vocab
     return run
 
