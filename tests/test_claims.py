@@ -273,3 +273,67 @@ def test_the_digest_ignores_comments_and_wrapping_but_not_code(tmp_path):
     plain = code_digest(chapter('x = 1  # one\nprint(f"x is {x} here")'))
     assert code_digest(chapter('x = 1\nprint(f"x is {x} "\n      "here")')) == plain
     assert code_digest(chapter('x = 2  # one\nprint(f"x is {x} here")')) != plain
+
+
+def _executed(tmp_path, cells):
+    """A chapter of ``cells`` (source, seconds, outputs) and its executed notebook as the
+    sweep writes it: a setup cell first, nbclient's timestamps on each code cell."""
+    import nbformat
+    text = "".join(f"```{{code-cell}} ipython3\n{source}\n```\n\n" for source, _, _ in cells)
+    path = tmp_path / "chapter.md"
+    path.write_text(text)
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells.append(nbformat.v4.new_code_cell("setup"))
+    for source, seconds, outputs in cells:
+        cell = nbformat.v4.new_code_cell(source)
+        cell.metadata["execution"] = {"iopub.execute_input": "2026-11-28T10:00:00.000000Z",
+                                      "shell.execute_reply": f"2026-11-28T10:{seconds // 60:02d}"
+                                                             f":{seconds % 60:02d}.000000Z"}
+        cell.outputs = outputs
+        notebook.cells.append(cell)
+    executed = tmp_path / "chapter.ipynb"
+    nbformat.write(notebook, executed)
+    return path, executed
+
+
+def test_slow_cells_are_found_with_whether_they_showed_progress(tmp_path):
+    import nbformat
+    stream = nbformat.v4.new_output
+    widget = stream("display_data", data={
+        "application/vnd.jupyter.widget-view+json": {"model_id": "x"},
+        "text/plain": "lm: 40%|####      | 48/120 [00:09<00:14, 5.1step/s]"})
+    loaded = stream("stream", name="stdout",
+                    text="lm: trained already (120 steps), loaded from its checkpoint\n")
+    printed = stream("stream", name="stdout", text="exact match 97.0%\n")
+    path, executed = _executed(tmp_path, [("a = 1", 5, [printed]), ("b = 2", 95, [widget]),
+                                          ("c = 3", 40, [loaded]), ("d = 4", 31, [printed])])
+    assert tool.slow_cells(path, executed) == [
+        {"line": 6, "seconds": 95.0, "progress": True},
+        {"line": 10, "seconds": 40.0, "progress": True},
+        {"line": 14, "seconds": 31.0, "progress": False}]
+
+
+def test_every_cell_past_30_seconds_showed_progress_in_every_variant():
+    """Issue 46: on a slower machine a silent cell looks like a hang."""
+    data = book_claims.load()
+    silent = [f"{name} line {cell['line']} ({variant}, {cell['seconds']:.0f} s)"
+              for name, entry in data["chapters"].items()
+              for variant, cells in (entry.get("slow_cells") or {}).items()
+              for cell in cells if not cell["progress"]]
+    assert not silent, f"cells past 30 s without progress: {silent}"
+    assert any(entry.get("slow_cells") for entry in data["chapters"].values())
+
+
+def test_a_variant_the_machine_runs_as_native_is_named_not_rerun():
+    assert tool.same_as_native("1-thread", 1) and not tool.same_as_native("1-thread", 2)
+    assert not tool.same_as_native("default-kernels", 1)
+    assert not tool.same_as_native("2-threads", 1) and tool.same_as_native("2-threads", 2)
+
+
+def test_the_page_names_slow_cells_and_those_without_progress():
+    entry = {"wall_seconds": {"native": 1, "seed+1": 2},
+             "slow_cells": {"native": [{"line": 5, "seconds": 40, "progress": True}],
+                            "seed+1": [{"line": 5, "seconds": 50, "progress": True},
+                                       {"line": 9, "seconds": 31, "progress": False}]}}
+    text = book_claims.chapter_table("01_x", entry, ["native", "seed+1"])
+    assert "line 5 (50 s, seed+1); line 9 (31 s, seed+1, **no progress**)." in text

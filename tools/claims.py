@@ -636,17 +636,32 @@ def variant_environment(variant: str, out: Path, threads: int) -> dict[str, str]
     return env
 
 
+def book_share(cores: int | None = None) -> int:
+    """The threads a chapter gets in the book build (book/_ext/execute_chapters.py): every
+    chapter at once, one per core, each with cores // processes threads."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores // max(1, min(cores, len(list(NOTEBOOKS.glob("*.md"))))))
+
+
+def same_as_native(variant: str, share: int) -> bool:
+    """Whether ``variant`` changes nothing here: no environment, the build's thread count."""
+    spec = VARIANTS[variant]
+    return not spec["env"] and spec["threads"] in (None, share)
+
+
 def run_sweep(chapters: list[Path], variants: list[str], out: Path, workers: int,
               fresh: bool = False, cell_timeout: int = -1) -> int:
     """Every chapter under every variant, at most ``workers`` at a time, one per core."""
     cores = os.cpu_count() or 1
     workers = max(1, min(workers, cores))
-    # The book build's share (book/_ext/execute_chapters.py): every chapter at once, one
-    # per core, each with cores // processes threads; whatever --workers says.
-    share = max(1, cores // max(1, min(cores, len(list(NOTEBOOKS.glob("*.md"))))))
+    share = book_share(cores)  # whatever --workers says
     seconds = json.loads(TIMINGS.read_text())["seconds"] if TIMINGS.exists() else {}
     jobs = []
     for variant in variants:
+        if variant != "native" and same_as_native(variant, share):
+            print(f"claims: {variant} is native on this machine (each chapter already runs on "
+                  f"{share} thread of {cores} cores); not run twice", flush=True)
+            continue
         folder = out / variant
         if fresh:
             shutil.rmtree(folder / "runs", ignore_errors=True)
@@ -730,6 +745,44 @@ def summary_line(folder: Path, chapter: str) -> str:
             f"{thin}; {run['wall_seconds']:.0f} s{status}")
 
 
+# ---- cells that keep the reader waiting --------------------------------------------------
+
+#: A cell running longer than this must show progress (issue 46: on a machine three times
+#: slower, a silent minute looks like a hang).
+SLOW_CELL_SECONDS = 30.0
+#: What a progress bar (tqdm's text, or its widget's text/plain) or a run loaded from its
+#: checkpoint (:func:`attncourse.train.loop.run_epochs`) leaves in a cell's outputs.
+PROGRESS = re.compile(r"\d+%\||\d+/\d+ \[|loaded from its checkpoint")
+
+
+def slow_cells(path: Path, executed: Path, seconds: float = SLOW_CELL_SECONDS) -> list[dict]:
+    """The code cells of ``executed`` (a sweep's notebook of the chapter at ``path``) that
+    ran longer than ``seconds``: their line in ``path``, seconds (nbclient's timestamps)
+    and whether they showed progress."""
+    import jupytext
+    import nbformat
+
+    lines = code_cell_lines(path, jupytext.read(path))
+    notebook = nbformat.read(executed, as_version=4)
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"][1:]  # no setup
+    found = []
+    for cell, line in zip(cells, lines):
+        timing = cell.get("metadata", {}).get("execution", {})
+        try:
+            took = (datetime.datetime.fromisoformat(timing["shell.execute_reply"])
+                    - datetime.datetime.fromisoformat(timing["iopub.execute_input"]))
+        except (KeyError, ValueError):
+            continue
+        if took.total_seconds() <= seconds:
+            continue
+        texts = [output.get("text", "") if output.get("output_type") == "stream"
+                 else "".join(output.get("data", {}).get("text/plain", ""))
+                 for output in cell.get("outputs", [])]
+        found.append({"line": line, "seconds": round(took.total_seconds(), 1),
+                      "progress": any(PROGRESS.search(text) for text in texts)})
+    return found
+
+
 # ---- merge and check ---------------------------------------------------------------------
 
 PER_VARIANT = ("values", "held", "margin", "relative_margin", "bound", "count")
@@ -792,7 +845,7 @@ def merge(out: Path, target: Path = CLAIMS) -> int:
         entry = data["chapters"].get(chapter)
         if not isinstance(entry, dict) or entry.get("digest") != run["digest"]:
             entry = {"digest": run["digest"], "claims": [], "wall_seconds": {}, "status": {},
-                     "runtime": {}, "swept": {}}
+                     "runtime": {}, "swept": {}, "slow_cells": {}}
         claims = {(c["line"], c["expression"]): c for c in entry["claims"]}
         for claim in claims.values():
             for key in PER_VARIANT:
@@ -809,11 +862,21 @@ def merge(out: Path, target: Path = CLAIMS) -> int:
         entry["status"][variant] = run["status"]
         entry["runtime"][variant] = run["runtime"]
         entry["swept"][variant] = run["finished"]
+        executed = run_file.with_name(f"{chapter}.ipynb")
+        if executed.exists():
+            entry.setdefault("slow_cells", {})[variant] = slow_cells(
+                NOTEBOOKS / f"{chapter}.md", executed)
         data["chapters"][chapter] = entry
         spec = VARIANTS.get(variant, {})
         env = {k: v for k, v in run["env"].items() if k != "ATTNCOURSE_RUNS"}
         merged_variants[variant] = {"env": env, "about": spec.get("about", "")}
         count += 1
+    for variant in VARIANTS:  # a variant this machine runs as native is named, not rerun
+        if variant not in merged_variants and "native" in merged_variants and same_as_native(
+                variant, book_share()):
+            merged_variants[variant] = {"env": merged_variants["native"]["env"],
+                                        "about": VARIANTS[variant]["about"],
+                                        "same_as": "native"}
     order = [v for v in VARIANTS if v in merged_variants] + sorted(
         v for v in merged_variants if v not in VARIANTS)
 
@@ -821,7 +884,7 @@ def merge(out: Path, target: Path = CLAIMS) -> int:
         return {v: by_variant[v] for v in order if v in by_variant}
 
     for entry in data["chapters"].values():
-        for key in ("wall_seconds", "status", "runtime", "swept"):
+        for key in ("wall_seconds", "status", "runtime", "swept", "slow_cells"):
             entry[key] = ordered(entry.get(key, {}))
         for claim in entry["claims"]:
             for key in PER_VARIANT:
@@ -860,6 +923,11 @@ def check(target: Path = CLAIMS, margin: float = 0.05) -> int:
                 elif relative is not None and relative < margin:
                     print(f"thin:    {name} line {claim['line']} in {variant}: margin "
                           f"{relative:.1%} of the bound: {claim['expression']}")
+        for variant, cells in entry.get("slow_cells", {}).items():
+            for cell in cells:
+                if not cell["progress"]:
+                    print(f"silent:  {name} line {cell['line']} in {variant}: "
+                          f"{cell['seconds']:.0f} s without progress")
     return 1 if stale else 0
 
 

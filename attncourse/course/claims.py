@@ -189,7 +189,28 @@ def chapter_table(name: str, entry: dict[str, Any], variants: list[str]) -> str:
                 out.append(f"- {_code(claim.get('expression', ''))} "
                            f"(line {claim.get('line')}): false in {where}")
             out.append("")
+    out += _slow_cells(entry, swept)
     return "\n".join(out)
+
+
+def _slow_cells(entry: dict[str, Any], swept: list[str]) -> list[str]:
+    """A sentence on the chapter's cells past 30 s: the slowest variant's seconds, and
+    whether each showed progress (a bar, or the line of a model loaded from its folder)."""
+    slowest: dict[int, tuple[float, str, bool]] = {}
+    for variant in swept:
+        for cell in (entry.get("slow_cells") or {}).get(variant) or []:
+            line, seconds = cell.get("line"), float(cell.get("seconds", 0))
+            shown = bool(cell.get("progress")) and slowest.get(line, (0, "", True))[2]
+            if line not in slowest or seconds > slowest[line][0]:
+                slowest[line] = (seconds, variant, shown)
+            else:
+                slowest[line] = (*slowest[line][:2], shown)
+    if not slowest:
+        return []
+    parts = [f"line {line} ({seconds:.0f} s, {variant}{'' if shown else ', **no progress**'})"
+             for line, (seconds, variant, shown) in sorted(slowest.items())]
+    return [f"Cells past 30 s, each showing progress as it runs unless said: "
+            f"{'; '.join(parts)}.", ""]
 
 
 def page_markdown(path: Path = CLAIMS, notebooks: Path = NOTEBOOKS) -> str:
@@ -238,6 +259,8 @@ def variant_summary(path: Path = CLAIMS) -> str:
     for name, spec in variants.items():
         env = (spec or {}).get("env", {}) if isinstance(spec, dict) else {}
         text = " ".join(f"`{k}={v}`" for k, v in sorted(env.items())) or "as the book build"
+        if isinstance(spec, dict) and spec.get("same_as"):
+            text = f"the same run as {spec['same_as']} on this machine ({text}): not run twice"
         rows.append(f"| {name} | {text} |")
     return "\n".join(rows)
 
