@@ -16,6 +16,9 @@ Variants (:data:`VARIANTS`):
   results differ bit for bit from an AVX-512 one's);
 - ``1-thread`` and ``2-threads``: other thread counts, which change the order of
   reductions (a 2-thread chapter runs alone, so as not to share the 2 cores);
+- ``rerun``: every code cell executed a second time, in order, in the same kernel, as
+  a learner re-runs cells (a name rebound by a later cell breaks an earlier one); it
+  loads the models ``native`` trained;
 - ``seed+1``: every trained model from another seed (``ATTNCOURSE_SEED_OFFSET=1``,
   :func:`attncourse.runtime.seed_offset`; the chapters' own ``torch.manual_seed(n)``
   calls are shifted too, below), the same data.
@@ -53,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import copy
 import datetime
 import json
 import math
@@ -89,6 +93,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "2-threads": {"env": {}, "threads": 2, "about": "two threads: another order of sums"},
     "seed+1": {"env": {"ATTNCOURSE_SEED_OFFSET": "1"}, "threads": None,
                "about": "every trained model from another seed, on the same data"},
+    # a learner re-runs cells: every code cell a second time, in order, in the same kernel
+    # (issue 51); the models native trained are loaded, not trained again
+    "rerun": {"env": {}, "threads": None, "passes": 2, "runs": "native",
+              "about": "every cell run a second time, in order, in the same kernel"},
 }
 
 
@@ -557,6 +565,11 @@ def execute_chapter(path: Path, variant: str, folder: Path, cell_timeout: int = 
     setup = nbformat.v4.new_code_cell(SETUP.format(tool=str(Path(__file__).resolve()),
                                                    raw=str(raw)))
     notebook.cells.insert(0, setup)
+    if VARIANTS.get(variant, {}).get("passes", 1) == 2:
+        again = [nbformat.v4.new_code_cell(cell.source, metadata=copy.deepcopy(cell.metadata))
+                 for cell in cells]
+        cell_line.update({id(second): cell_line[id(first)] for first, second in zip(cells, again)})
+        notebook.cells += again
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                        "language": "python"}
     work = folder / "work" / chapter
@@ -630,7 +643,7 @@ def variant_environment(variant: str, out: Path, threads: int) -> dict[str, str]
     env = {k: v for k, v in os.environ.items() if k not in VARIANT_VARIABLES}
     env.update(spec["env"])
     env.update({name: str(threads) for name in THREAD_VARIABLES})
-    env["ATTNCOURSE_RUNS"] = str(out / variant / "runs")
+    env["ATTNCOURSE_RUNS"] = str(out / spec.get("runs", variant) / "runs")
     env["TQDM_DISABLE"] = "1"
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
@@ -646,7 +659,7 @@ def book_share(cores: int | None = None) -> int:
 def same_as_native(variant: str, share: int) -> bool:
     """Whether ``variant`` changes nothing here: no environment, the build's thread count."""
     spec = VARIANTS[variant]
-    return not spec["env"] and spec["threads"] in (None, share)
+    return not spec["env"] and spec["threads"] in (None, share) and spec.get("passes", 1) == 1
 
 
 def run_sweep(chapters: list[Path], variants: list[str], out: Path, workers: int,
@@ -863,7 +876,7 @@ def merge(out: Path, target: Path = CLAIMS) -> int:
         entry["runtime"][variant] = run["runtime"]
         entry["swept"][variant] = run["finished"]
         executed = run_file.with_name(f"{chapter}.ipynb")
-        if executed.exists():
+        if executed.exists() and VARIANTS.get(variant, {}).get("passes", 1) == 1:
             entry.setdefault("slow_cells", {})[variant] = slow_cells(
                 NOTEBOOKS / f"{chapter}.md", executed)
         data["chapters"][chapter] = entry
