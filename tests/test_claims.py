@@ -337,3 +337,21 @@ def test_the_page_names_slow_cells_and_those_without_progress():
                                        {"line": 9, "seconds": 31, "progress": False}]}}
     text = book_claims.chapter_table("01_x", entry, ["native", "seed+1"])
     assert "line 5 (50 s, seed+1); line 9 (31 s, seed+1, **no progress**)." in text
+
+
+#: The variants every chapter is swept under (issue 46; ``rerun`` is issue 51's re-run of
+#: every cell). 1-thread is native on a 2-core machine, where the sweep was run.
+REQUIRED = ("native", "default-kernels", "2-threads", "seed+1", "rerun")
+
+
+@pytest.mark.parametrize("chapter", book_claims.chapter_names())
+def test_every_chapter_is_swept_in_every_variant_and_every_claim_holds(chapter):
+    entry = ((SWEPT or {}).get("chapters") or {}).get(chapter)
+    assert entry, f"{chapter} was never swept (`{book_claims.RERUN.format(chapter=chapter)}`)"
+    missing = [v for v in REQUIRED if v not in entry["status"]]
+    assert not missing, f"{chapter}: not swept under {missing}"
+    stopped = {v: s for v, s in entry["status"].items() if s != "ok"}
+    assert not stopped, f"{chapter} stopped: {stopped}"
+    false = [(claim["line"], variant) for claim in entry["claims"]
+             for variant, held in claim["held"].items() if held is False]
+    assert not false, f"{chapter}: claims false at (line, variant) {false}"
