@@ -124,7 +124,7 @@ EXERCISE_FUNCTIONS = frozenset({
     "my_merge_heads", "my_padding_mask", "my_penalty", "my_pixel_attention", "my_receptive_field",
     "my_reinforce_loss", "my_rescale", "my_smoothed_loss", "my_softmax", "my_split_heads",
     "my_update", "per_channel_int8", "prefix_matching_score", "repeat_kv", "residual", "rope",
-    "dequantize_q4_1", "rms_norm", "top_p",
+    "fold_gain", "min_p_probs", "quantize_q4_1",
     "alibi_far_bias", "stretched_frequencies", "yarn_frequencies",
 })
 #: Library functions that compute a softmax: no exercise that asks for one may call them.

@@ -98,16 +98,17 @@ HAND_OFFS: dict[str, HandOffs] = {
                  "torch:quantize_per_tensor", "torch:fake_quantize_per_tensor_affine")),
     "check_residual_distribution": HandOffs("torch operations: subtraction, clamp, sum and division."),
     # Chapter 11
-    "check_rms_norm": HandOffs(
-        "NumPy operations: powers, np.mean, np.sqrt and broadcasting.",
-        library=("torch:rms_norm", "torch:RMSNorm", "torch:layer_norm", "torch:LayerNorm")),
-    "check_q4_1_block": HandOffs(
-        "NumPy operations: slicing, viewing bytes as np.float16 (`.view`), bit masks (&) and shifts (>>), "
-        "np.concatenate.",
-        library=("gguf:dequantize", "gguf:dequantize_blocks", "gguf:Q4_1")),
-    "check_top_p": HandOffs(
-        "NumPy operations: np.argsort, np.cumsum, comparisons, indexing and a sum.",
-        library=("torch:multinomial",)),
+    "check_fold_gain": HandOffs(
+        "NumPy operations: indexing with None (a new axis), products and broadcasting, "
+        "or np.diag and a matrix product."),
+    "check_quantize_q4_1": HandOffs(
+        "NumPy operations: min and max, arithmetic in np.float32, np.floor, np.minimum, "
+        "astype, viewing float16 values as bytes (`.view`), shifts (<<), bitwise or (|) "
+        "and np.concatenate.",
+        library=("gguf:quantize", "gguf:quantize_blocks", "gguf:Q4_1")),
+    "check_min_p": HandOffs(
+        "NumPy operations: np.exp, max, sums, comparisons and np.where.",
+        library=("transformers:MinPLogitsWarper",)),
     # Chapter 12
     "check_stretched_frequencies": HandOffs("NumPy operations: np.arange, powers and division."),
     "check_yarn_frequencies": HandOffs(
