@@ -48,6 +48,7 @@ Usage (from the repository root)::
     .venv/bin/python tools/claims.py run [--chapters 04_self_attention ...]
                                          [--variants native default-kernels ...]
                                          [--out _build/claims] [--workers 2] [--fresh]
+                                         [--missing]   # only runs stale or not finished
     .venv/bin/python tools/claims.py merge [--out _build/claims]   # into book/claims.json
     .venv/bin/python tools/claims.py check [--margin 0.05]        # stale chapters, thin claims
 """
@@ -662,9 +663,27 @@ def same_as_native(variant: str, share: int) -> bool:
     return not spec["env"] and spec["threads"] in (None, share) and spec.get("passes", 1) == 1
 
 
+def is_current(folder: Path, chapter: Path) -> bool:
+    """Whether ``folder`` (a variant's) holds a finished run of ``chapter``'s current code,
+    or ``book/claims.json`` records one."""
+    sys.path.insert(0, str(ROOT))
+    from attncourse.course.claims import code_digest, load
+
+    digest = code_digest(chapter)
+    try:
+        run = json.loads((folder / f"{chapter.stem}.run.json").read_text())
+        if run.get("status") == "ok" and run.get("digest") == digest:
+            return True
+    except (OSError, ValueError):
+        pass
+    entry = ((load(CLAIMS) or {}).get("chapters") or {}).get(chapter.stem) or {}
+    return entry.get("digest") == digest and entry.get("status", {}).get(folder.name) == "ok"
+
+
 def run_sweep(chapters: list[Path], variants: list[str], out: Path, workers: int,
-              fresh: bool = False, cell_timeout: int = -1) -> int:
-    """Every chapter under every variant, at most ``workers`` at a time, one per core."""
+              fresh: bool = False, cell_timeout: int = -1, missing: bool = False) -> int:
+    """Every chapter under every variant, at most ``workers`` at a time, one per core;
+    with ``missing``, only those without a finished run of their current code."""
     cores = os.cpu_count() or 1
     workers = max(1, min(workers, cores))
     share = book_share(cores)  # whatever --workers says
@@ -680,7 +699,8 @@ def run_sweep(chapters: list[Path], variants: list[str], out: Path, workers: int
             shutil.rmtree(folder / "runs", ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
         threads = VARIANTS[variant]["threads"] or share
-        jobs += [(chapter, variant, threads) for chapter in chapters]
+        jobs += [(chapter, variant, threads) for chapter in chapters
+                 if not (missing and is_current(folder, chapter))]
     # Longest first; jobs of more threads in a phase of their own, fewer at a time.
     jobs.sort(key=lambda job: (job[2], -seconds.get(job[0].stem, 300)))
     total, done, failures = len(jobs), [0], []
@@ -955,6 +975,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--fresh", action="store_true",
                      help="empty each variant's trained models first")
     run.add_argument("--cell-timeout", type=int, default=-1, help="seconds; -1: none")
+    run.add_argument("--missing", action="store_true",
+                     help="only runs that are not finished on the chapter's current code")
     merge_ = commands.add_parser("merge", help="merge the runs under --out into book/claims.json")
     merge_.add_argument("--out", type=Path, default=DEFAULT_OUT)
     merge_.add_argument("--into", type=Path, default=CLAIMS)
@@ -970,7 +992,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return run_sweep(chapter_paths(args.chapters), args.variants, args.out.resolve(),
-                         args.workers, args.fresh, args.cell_timeout)
+                         args.workers, args.fresh, args.cell_timeout, args.missing)
     if args.command == "merge":
         return merge(args.out.resolve(), args.into)
     if args.command == "check":
