@@ -604,3 +604,14 @@ def test_noam_reads_d_model_of_a_spec_built_gpt():
     scheduler = make_scheduler(optimizer, config(schedule="noam", warmup=4), model)
     assert optimizer.param_groups[0]["lr"] == pytest.approx(32**-0.5 * 1 * 4**-1.5)
     assert scheduler is not None
+
+
+def test_a_run_loaded_finished_reports_its_recorded_throughput():
+    """Chapter 6's CPU row read 0 tokens/s when its model came from the cache."""
+    from attncourse.train.fit import FitResult
+    rows = [{"train_tokens": 1000, "train_seconds": 2.0}, {"train_tokens": 3000, "train_seconds": 2.0}]
+    loaded = FitResult(history=rows)              # no epoch ran in this call
+    assert loaded.train_tokens == 0 and loaded.tokens_per_second == 1000.0
+    assert FitResult(history=[{"epoch": 1}]).tokens_per_second == 0.0   # nothing recorded
+    fresh = FitResult(history=rows, train_tokens=500, train_seconds=1.0)
+    assert fresh.tokens_per_second == 500.0       # this call's epochs first

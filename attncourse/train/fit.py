@@ -152,8 +152,15 @@ class FitResult:
 
     @property
     def tokens_per_second(self) -> float:
-        """Training throughput of this call: target tokens per second of training steps (0 if none ran)."""
-        return self.train_tokens / self.train_seconds if self.train_seconds > 0 else 0.0
+        """Training throughput: target tokens per second of training steps, of this call's
+        epochs; of the recorded epochs when none ran (a run loaded finished from its folder,
+        which would otherwise read 0); 0 if no epoch recorded both."""
+        tokens, seconds = self.train_tokens, self.train_seconds
+        if seconds <= 0:
+            rows = [row for row in self.history if "train_tokens" in row and "train_seconds" in row]
+            tokens = sum(int(row["train_tokens"]) for row in rows)
+            seconds = sum(float(row["train_seconds"]) for row in rows)
+        return tokens / seconds if seconds > 0 else 0.0
 
 
 #: Where torch has a fused Adam/AdamW kernel (the CPU's since torch 2.4).
