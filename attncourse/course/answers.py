@@ -149,12 +149,19 @@ def _imports_binding(sources: list[str], names: set[str]) -> list[str]:
     return list(dict.fromkeys(ast.unparse(node) for node in chosen.values()))
 
 
-def extract(nb: NotebookNode, chapter: Path) -> list[Answer]:
-    """Every coding exercise's answer in ``nb``, a submission of the chapter ``chapter`` (``notebooks/*.md``)."""
-    coding = {}
+@functools.cache
+def coding_exercises(chapter: Path) -> tuple[Exercise, ...]:
+    """The chapter's coding exercises, one per label (read once: a grading run reads many submissions)."""
+    coding: dict[str, Exercise] = {}
     for ex in chapter_exercises(chapter):
         if ex.kind == "coding" and ex.function and ex.check:
             coding.setdefault(ex.label, ex)
+    return tuple(coding.values())
+
+
+def extract(nb: NotebookNode, chapter: Path) -> list[Answer]:
+    """Every coding exercise's answer in ``nb``, a submission of the chapter ``chapter`` (``notebooks/*.md``)."""
+    coding = {ex.label: ex for ex in coding_exercises(chapter)}
     by_function = {ex.function: ex for ex in coding.values()}
     other_imports = []
     for cell in nb.cells:
@@ -201,4 +208,4 @@ def _answer(nb: NotebookNode, ex: Exercise, by_function: dict[str, Exercise],
     return Answer(ex, source="\n".join(imports + [""] + parts) + "\n")
 
 
-__all__ = ["Answer", "chapter_imports", "extract"]
+__all__ = ["Answer", "chapter_imports", "coding_exercises", "extract"]
