@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 #: Attacks whose code is fine to run (they only fool a check that runs in the notebook):
 #: they score zero by failing their check; every other attack is refused before running.
-RUN = {"env-pop", "graded-patched", "check-redefined", "helper-in-another-cell", "ndarray-subclass"}
+RUN = {"env-pop", "graded-patched", "check-redefined", "helper-in-another-cell", "ndarray-subclass",
+       "print-a-forged-report"}
 
 
 @functools.cache
@@ -103,6 +104,8 @@ def records(tmp_path_factory):
     done = subprocess.run([sys.executable, "-m", "attncourse", "grade", str(root), "--json", str(out),
                            "--limit", "60"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
+    # What an answer prints never reaches the report (print-a-forged-report).
+    assert "solved (04_self_attention): 3/3" not in done.stdout.splitlines()
     print(f"\ngrade of record: {len(list(root.rglob('*.ipynb')))} submissions in "
           f"{time.perf_counter() - start:.1f} s")
     graded: dict[str, dict[str, dict]] = {}

@@ -26,6 +26,7 @@ import functools
 import inspect
 import linecache
 import multiprocessing
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -84,6 +85,10 @@ def _seed_cases(check: Any, seed: int) -> bool:
 def _run_answer(conn: Any, check_name: str, function: str, source: str, seed: int) -> None:
     """The grading process: define the answer, run its check, send ``(passed, message, fresh)``."""
     try:
+        # What the answer prints goes nowhere: it must not write into the grader's report.
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
         import torch
 
         torch.set_num_threads(1)  # fair on a shared grader, and safe after fork
@@ -128,6 +133,8 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_run_answer, args=(send, ex.check, ex.function, answer.source, seed),
                               daemon=True)
+    sys.stdout.flush()  # a forked process would print what is still buffered a second time
+    sys.stderr.flush()
     process.start()
     send.close()
     try:

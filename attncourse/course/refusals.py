@@ -20,8 +20,8 @@ names the first thing found that an answer has no business with:
   :data:`EXTRA` here): a library function named there, by any path
   (``torch.special.log_softmax``, ``x.softmax``, ``functools.partial(torch.softmax)``), and
   any function of the course package but those the exercise allows;
-- for a Triton kernel, anything inside the kernel that is not Triton's (torch or NumPy
-  computing the output under the interpreter).
+- for a Triton kernel, anything in the answer that is not Triton's (torch or NumPy
+  computing the output under the interpreter, in the kernel or in a helper it calls).
 
 The checks' runtime guard still runs in the grading process
 (:func:`attncourse.checks.guard.watching`); this analysis is what the answer cannot
@@ -295,11 +295,14 @@ def refusal(source: str, check: str) -> str | None:
         if why:
             return why
     if rules.kernel:
-        for kernel in _kernels(tree):
-            for node in ast.walk(kernel):
-                path = _dotted(node, names) if isinstance(node, (ast.Name, ast.Attribute)) else None
-                if path and not path.startswith("triton"):
-                    return f"the kernel uses `{path}`: a Triton kernel computes with triton.language only"
+        # A kernel under Triton's interpreter runs Python: torch or NumPy anywhere in the answer
+        # (in the kernel, or in a helper it calls) could write the output for it.
+        if not _kernels(tree):
+            return "no function decorated with @jit: the exercise asks for a Triton kernel"
+        for node in ast.walk(tree):
+            path = _dotted(node, names) if isinstance(node, (ast.Name, ast.Attribute)) else None
+            if path and not path.startswith("triton"):
+                return f"the kernel's answer uses `{path}`: a Triton kernel computes with triton.language only"
     return None
 
 
