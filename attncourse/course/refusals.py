@@ -79,7 +79,12 @@ FRAME = frozenset({
 #: Hand-offs besides :data:`HAND_OFFS`, as ``origin:name``: the names the issue found missing.
 SOFTMAX_EXTRA = ("torch:logsumexp", "torch:log_softmax", "torch:masked_softmax",
                  "torch:scaled_dot_product_attention", "torch:special", "scipy:special",
-                 "torch:Softmax", "torch:LogSoftmax", "torch:Softmin", "torch:softmin")
+                 "torch:Softmax", "torch:LogSoftmax", "torch:Softmin", "torch:softmin",
+                 # a softmax in disguise: a distribution's probabilities, a cross-entropy per
+                 # class, a cumulative or pairwise logsumexp, attention's own weights
+                 "torch:gumbel_softmax", "torch:distributions", "torch:cross_entropy",
+                 "torch:CrossEntropyLoss", "torch:logcumsumexp", "numpy:logaddexp",
+                 "torch:MultiheadAttention", "torch:multi_head_attention_forward", "torch:flex_attention")
 #: Checks whose exercise computes a softmax (or an attention built on one).
 SOFTMAX_CHECKS = ("check_masked_softmax", "check_local_p_weights", "check_temperature_softmax",
                   "check_softmax", "check_scaled_dot_product", "check_pixel_attention",
