@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from attncourse.course.grading import grading_problems
+from attncourse.course.grading import grading_problems, scripts_on_path
 from attncourse.course.nbgrader_source import paste_solutions
 from attncourse.course.plain import LEFTOVERS
 
@@ -131,6 +131,13 @@ def test_the_guides_grading_cycle_runs_as_written(tmp_path):
     # The grade of record (issue 50), computed outside the students' kernels, agrees.
     records = {r["student"]: r for r in json.loads((course / f"record_{CHAPTER}.json").read_text())}
     assert (records["alice"]["score"], records["bob"]["score"]) == (3, 0), records
+    from nbgrader.api import Gradebook
+
+    with scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for student, points in (("alice", 1), ("bob", 0)):
+            notebook = gb.find_submission_notebook(CHAPTER, CHAPTER, student)
+            checks = [g.manual_score for g in notebook.grades if g.name.endswith("-check")]
+            assert checks == [points] * 3, (student, checks)  # --gradebook set them
     assert grading_problems(course, CHAPTER, "alice") == []
     problems = grading_problems(course, CHAPTER, "bob")
     assert len(problems) == 3 and all("-check scored 0" in p for p in problems), problems

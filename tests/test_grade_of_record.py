@@ -226,3 +226,31 @@ def test_answers_written_otherwise_still_score():
             cell.source = sources[label]
     outcomes = {a.exercise.label: grade_answer(a, seed=7, limit=60) for a in extract(nb, chapter)}
     assert all(o.status == "passed" for o in outcomes.values()), outcomes
+
+
+@pytest.mark.filterwarnings("ignore:Object of type")  # nbgrader's own add_submission, in SQLAlchemy 2
+def test_the_record_goes_into_nbgraders_gradebook(tmp_path):
+    # --gradebook: each check's score becomes the record's points (nbgrader's manual score).
+    pytest.importorskip("nbgrader")
+    from nbgrader.api import Gradebook
+
+    from attncourse.course.gradebook import GradebookError, record_into_gradebook
+    from attncourse.course.grading import scripts_on_path
+
+    chapter, database = "06_transformer", tmp_path / "gradebook.db"
+    labels = [ex.label for ex in coding(ROOT / "notebooks" / f"{chapter}.md").values()]
+    with scripts_on_path(), Gradebook(f"sqlite:///{database}") as gb:
+        gb.add_assignment(chapter)
+        gb.add_notebook(chapter, chapter)
+        for label in labels:
+            gb.add_grade_cell(f"{label}-check", chapter, chapter, max_score=1, cell_type="code")
+        gb.add_student("alice")
+        gb.add_submission(chapter, "alice")
+    record = {"chapter": chapter, "student": "alice",
+              "exercises": [{"label": label, "points": i % 2} for i, label in enumerate(labels)]}
+    assert record_into_gradebook([record], database) == len(labels)
+    with scripts_on_path(), Gradebook(f"sqlite:///{database}") as gb:
+        scores = [gb.find_grade(f"{label}-check", chapter, chapter, "alice").score for label in labels]
+    assert scores == [i % 2 for i in range(len(labels))]
+    with pytest.raises(GradebookError, match="run nbgrader autograde first"):
+        record_into_gradebook([{**record, "student": "bob"}], database)

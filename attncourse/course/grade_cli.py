@@ -3,7 +3,8 @@
 Each SUBMISSION is a notebook (``.ipynb``) or a folder searched for them (nbgrader's
 ``submitted/``). The chapter is ``--chapter``, else the notebook's name or its folder's
 (``submitted/<student>/<chapter>/<chapter>.ipynb``). Prints one line per exercise and a
-total per submission; ``--json OUT`` writes every record (``-``: to stdout instead). Every
+total per submission; ``--json OUT`` writes every record (``-``: to stdout instead);
+``--gradebook gradebook.db`` sets each check's score there (:mod:`attncourse.course.gradebook`). Every
 problem with the input ends with one line ``attncourse: error: ...`` and exit status 2.
 See :mod:`attncourse.course.record` for how an answer is graded.
 """
@@ -39,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"time limit of one exercise (default {EXERCISE_LIMIT})")
     parser.add_argument("--seed", type=int, metavar="N",
                         help="seed of the hidden random cases (default: a fresh one, recorded)")
+    parser.add_argument("--gradebook", type=Path, metavar="DB",
+                        help="also set each check's score in nbgrader's gradebook (gradebook.db, after "
+                             "nbgrader autograde) to the grade of record")
     parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS, metavar="DIR",
                         help="folder of the chapters' MyST sources (default: the course's notebooks/)")
     return parser
@@ -102,6 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             records.append(record)
             if args.json != "-":
                 _print(record)
+        if args.gradebook is not None:
+            from attncourse.course.gradebook import record_into_gradebook
+
+            count = record_into_gradebook(records, args.gradebook)
+            print(f"set {count} scores in {args.gradebook}", file=sys.stderr if args.json == "-" else sys.stdout)
         if args.json == "-":
             print(json.dumps(records, indent=1))
         elif args.json:

@@ -10,7 +10,7 @@ running them. For every coding exercise of the chapter:
    machinery, frames, dunders, the exercise's hand-offs by any name or path);
 3. otherwise it runs in a fresh process, forked from this one after every check was
    imported and before any answer existed (spawned, importing the checks first, where
-   there is no fork): the answer's definitions are executed there, then its check runs on
+   forking is not safe: see :func:`_context`): the answer's definitions are executed there, then its check runs on
    hidden cases drawn with this grading's seed (a check whose cases take a seed gets fresh
    random ones), with the check's runtime guard on and every result required to be a plain
    number, array or tensor (:mod:`attncourse.checks.plain`). A process past its time limit
@@ -110,8 +110,14 @@ def _run_answer(conn: Any, check_name: str, function: str, source: str, seed: in
 
 
 def _context() -> Any:
-    """Fork where it is safe (Linux: the checks are already loaded), spawn elsewhere."""
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    """How grading processes start: ``ATTNCOURSE_GRADE_START`` (``fork`` or ``spawn``) if set;
+    else fork on Linux (the checks are loaded already: no import per exercise) without an
+    NVIDIA GPU, spawn elsewhere (macOS and Windows; and where CUDA, which the checks' import
+    asks about, cannot be used again in a forked process)."""
+    method = os.environ.get("ATTNCOURSE_GRADE_START", "").strip()
+    if method not in ("fork", "spawn"):
+        method = "fork" if sys.platform.startswith("linux") and not os.path.exists("/dev/nvidiactl") else "spawn"
+    return multiprocessing.get_context(method)
 
 
 def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Outcome:
