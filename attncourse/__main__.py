@@ -1,7 +1,8 @@
 """``python -m attncourse``: the command line.
 
-``student-edition`` is the instructors' command (:mod:`attncourse.course.cli`); every
-other command is the training command line (:mod:`attncourse.cli.commands`).
+``student-edition`` (:mod:`attncourse.course.cli`) and ``grade`` (the grade of record,
+:mod:`attncourse.course.grade_cli`) are the instructors' commands; every other command is the
+training command line (:mod:`attncourse.cli.commands`).
 """
 
 import os
@@ -13,6 +14,10 @@ def _run() -> int:
         from attncourse.course.cli import main as course_main
 
         return course_main(sys.argv[2:])
+    if sys.argv[1:2] == ["grade"]:
+        from attncourse.course.grade_cli import main as grade_main
+
+        return grade_main(sys.argv[2:])
     from attncourse.cli import main
 
     return main()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import json
 import os
 import re
 import subprocess
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from attncourse.course.grading import grading_problems
+from attncourse.course.grading import grading_problems, scripts_on_path
 from attncourse.course.nbgrader_source import paste_solutions
 from attncourse.course.plain import LEFTOVERS
 
@@ -105,7 +106,9 @@ def test_the_guides_grading_cycle_runs_as_written(tmp_path):
         home = tmp_path / "home" / student
         home.mkdir(parents=True)
         # nbgrader names a submission after the OS account; the test has one, so each
-        # student's folder says who they are.
+        # student's folder says who they are. Each has a home of their own, as two accounts
+        # do: nbgrader's cache of submissions lives there, and fetch_feedback hands back all
+        # that the cache holds (the guide does not support students sharing an account).
         (home / "nbgrader_config.py").write_text(f"c = get_config()\nc.CourseDirectory.student_id = {student!r}\n")
         student_env = {**env, "HOME": str(home)}
         run_block(fetch, home, student_env)
@@ -125,6 +128,16 @@ def test_the_guides_grading_cycle_runs_as_written(tmp_path):
     assert float(grades["bob"]["raw_score"]) == 0.0, grades["bob"]
     # tools/autograde_seconds.py's verdict on a submission: nothing for the reference
     # answers, each unanswered check for the blank one.
+    # The grade of record (issue 50), computed outside the students' kernels, agrees.
+    records = {r["student"]: r for r in json.loads((course / f"record_{CHAPTER}.json").read_text())}
+    assert (records["alice"]["score"], records["bob"]["score"]) == (3, 0), records
+    from nbgrader.api import Gradebook
+
+    with scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        for student, points in (("alice", 1), ("bob", 0)):
+            notebook = gb.find_submission_notebook(CHAPTER, CHAPTER, student)
+            checks = [g.manual_score for g in notebook.grades if g.name.endswith("-check")]
+            assert checks == [points] * 3, (student, checks)  # --gradebook set them
     assert grading_problems(course, CHAPTER, "alice") == []
     problems = grading_problems(course, CHAPTER, "bob")
     assert len(problems) == 3 and all("-check scored 0" in p for p in problems), problems

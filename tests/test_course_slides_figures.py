@@ -124,3 +124,20 @@ def test_decks_show_the_defining_equations_a_chapter_writes_inline():
     assert r"$$e_{ij} = v_a^\top \tanh(W_a s_{i-1} + U_a h_j)$$" in slides
     student, _ = chapter_editions(ROOT / "notebooks" / "06_transformer.md")
     assert "$$d_\\text{model} = 128$$" not in "\n".join(c.source for c in deck(student).cells)  # a size
+
+
+@pytest.mark.parametrize("chapter", sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.md")),
+                         ids=lambda p: p.stem)
+def test_the_title_slide_says_its_title_once_and_no_slide_ends_on_a_colon(chapter):
+    # Issue 50 item 6: the title slide repeated "The Transformer" (the title, then the opening
+    # cell with the title again, its introduction and prerequisites) and overflowed; slides
+    # ended on a sentence announcing code the slide does not show.
+    student, _ = chapter_editions(chapter)
+    slides = deck(student)
+    first = slides.cells[0].source
+    lines = first.split("\n")
+    assert lines[0].startswith("# ") and sum(line.startswith("# ") for line in lines) == 1, first
+    assert "**Learning goals**" in first and "**Prerequisites**" not in first
+    assert len(first) < 1700, len(first)
+    dangling = [cell.source[-80:] for cell in slides.cells if cell.source.rstrip().endswith(":")]
+    assert not dangling, dangling

@@ -23,7 +23,7 @@ from attncourse.course.nbgrader_source import paste_solutions, write_course
 
 
 @contextlib.contextmanager
-def _scripts_on_path():
+def scripts_on_path():
     """nbgrader runs ``alembic`` from PATH: put this Python's scripts folder first, for a while."""
     old = os.environ.get("PATH", "")
     os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), old])
@@ -35,7 +35,7 @@ def _scripts_on_path():
 
 def nbgrader(course: Path, *args: str) -> None:
     """Run ``nbgrader ARGS`` in ``course``; raise ``RuntimeError`` with its output if it fails."""
-    with _scripts_on_path():
+    with scripts_on_path():
         done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course,
                               capture_output=True, text=True)
     if done.returncode != 0:
@@ -57,7 +57,7 @@ def autograde(course: Path, assignment: str,
         nbformat.write(nb, target)
     nbgrader(course, "autograde", assignment, "--create", "--force")
     scores: dict[str, dict[str, tuple[float | None, float]]] = {}
-    with _scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for student in submissions:
             notebook = gb.find_submission_notebook(assignment, assignment, student)
             scores[student] = {grade.name: (grade.score if grade.auto_score is not None
@@ -92,7 +92,7 @@ def grading_problems(course: Path, assignment: str, student: str) -> list[str]:
     problems = [f"stopped by its time limit: {cell.source.split(chr(10))[0]}"
                 for cell in graded.cells if cell.cell_type == "code"
                 for out in cell.get("outputs", []) if out.get("ename") == "CellTimeoutError"]
-    with _scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with scripts_on_path(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         notebook = gb.find_submission_notebook(assignment, assignment, student)
         checks = [(g.name, g.score, g.max_score) for g in notebook.grades
                   if g.name.endswith("-check")]

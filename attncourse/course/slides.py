@@ -152,6 +152,26 @@ def _paragraph(text: str) -> str:
     return text.strip().split("\n\n")[0]
 
 
+def _no_dangling(paragraph: str) -> str:
+    """``paragraph`` without a last sentence that ends on ":" (it announces code or a list
+    the slide does not show); that sentence alone ends on "." instead."""
+    if not paragraph.rstrip().endswith(":"):
+        return paragraph
+    text = paragraph.rstrip()[:-1]
+    cut = max(text.rfind(". "), text.rfind(".\n"))
+    return text[:cut + 1] if cut > 0 else text + "."
+
+
+def _goals(text: str) -> str:
+    """The learning goals of a chapter's opening cell: from "**Learning goals**" to the
+    blank line after its list (the title, the introduction and the prerequisites stay out:
+    they repeated the title and overflowed the slide)."""
+    text = text.replace("> ", "").replace(">\n", "\n")
+    start = text.index("**Learning goals**")
+    end = text.find("\n\n**", start + 1)
+    return text[start:end if end > 0 else None].strip()
+
+
 def deck(student: NotebookNode, executed: NotebookNode | None = None) -> NotebookNode:
     """The slides of a chapter from its (plain Markdown) student edition.
 
@@ -167,9 +187,9 @@ def deck(student: NotebookNode, executed: NotebookNode | None = None) -> Noteboo
     title = next((c for c in cells if c.source.startswith("# ")), None)
     if title is not None:
         goals = next((c for c in cells if "**Learning goals**" in c.source), None)
-        body = [_paragraph(title.source)]
+        body = [title.source.strip().split("\n")[0]]
         if goals is not None:
-            body.append(goals.source.replace("> ", "").replace(">\n", "\n"))
+            body.append(_goals(goals.source))
         body.append(f"<small>{NOTICE_TEXT}</small>")  # the licence notice a copy must carry
         slides.append(nbformat.v4.new_markdown_cell("\n\n".join(body)))
     section: NotebookNode | None = None  # the slide of the section being read
@@ -188,7 +208,8 @@ def deck(student: NotebookNode, executed: NotebookNode | None = None) -> Noteboo
                 rest = piece[heading.end():].strip()
                 if not rest and index + 1 < len(cells):
                     rest = cells[index + 1].source
-                section = nbformat.v4.new_markdown_cell(f"## {heading.group(1)}\n\n{_paragraph(rest)}")
+                section = nbformat.v4.new_markdown_cell(
+                    f"## {heading.group(1)}\n\n{_no_dangling(_paragraph(rest))}")
                 slides.append(section)
                 own = shown_figures.get(_key(heading.group(1)))
                 if own and n_figures < MAX_FIGURES:

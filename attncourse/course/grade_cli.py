@@ -1,0 +1,124 @@
+"""``python -m attncourse grade SUBMISSIONS...``: the grade of record of collected submissions.
+
+Each SUBMISSION is a notebook (``.ipynb``) or a folder searched for them (nbgrader's
+``submitted/``). The chapter is ``--chapter``, else the notebook's name or its folder's
+(``submitted/<student>/<chapter>/<chapter>.ipynb``). Prints one line per exercise and a
+total per submission; ``--json OUT`` writes every record (``-``: to stdout instead);
+``--gradebook gradebook.db`` sets each check's score there (:mod:`attncourse.course.gradebook`). Every
+problem with the input ends with one line ``attncourse: error: ...`` and exit status 2.
+See :mod:`attncourse.course.record` for how an answer is graded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from attncourse.cli.options import EXIT_USAGE
+from attncourse.course.nbgrader_source import EXERCISE_LIMIT
+
+COMMAND = "grade"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``grade`` command's parser."""
+    parser = argparse.ArgumentParser(
+        prog=f"attncourse {COMMAND}",
+        description="Grade submitted notebooks outside the student's kernel: each answer is cut out "
+                    "by its syntax tree, analysed, and run alone in a fresh process after the checks.")
+    parser.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION",
+                        help="a submitted .ipynb, or a folder searched for them (nbgrader's submitted/)")
+    parser.add_argument("--chapter", metavar="NAME", help="the chapter of every submission, e.g. "
+                        "06_transformer (default: from the notebook's name or folder)")
+    parser.add_argument("--json", metavar="OUT", help="write the records as JSON to OUT ('-': stdout)")
+    parser.add_argument("--limit", type=float, default=EXERCISE_LIMIT, metavar="SECONDS",
+                        help=f"time limit of one exercise (default {EXERCISE_LIMIT})")
+    parser.add_argument("--seed", type=int, metavar="N",
+                        help="seed of the hidden random cases (default: a fresh one, recorded)")
+    parser.add_argument("--gradebook", type=Path, metavar="DB",
+                        help="also set each check's score in nbgrader's gradebook (gradebook.db, after "
+                             "nbgrader autograde) to the grade of record")
+    parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS, metavar="DIR",
+                        help="folder of the chapters' MyST sources (default: the course's notebooks/)")
+    return parser
+
+
+def _submissions(paths: list[Path]) -> list[Path]:
+    found = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ValueError(f"{str(path)!r} is neither a notebook nor a folder")
+    if not found:
+        raise ValueError("no submitted notebook (.ipynb) found")
+    return found
+
+
+def _chapter(path: Path, chapter: str | None, notebooks: Path) -> Path:
+    names = {p.stem: p for p in notebooks.glob("*.md")}
+    if not names:
+        raise ValueError(f"--notebooks {str(notebooks)!r} holds no chapter (*.md)")
+    if chapter is not None:
+        if chapter not in names:
+            raise ValueError(f"--chapter {chapter!r} is not a chapter (chapters: {', '.join(sorted(names))})")
+        return names[chapter]
+    for guess in (path.stem, path.parent.name):
+        if guess in names:
+            return names[guess]
+    raise ValueError(f"{str(path)!r}: which chapter? Name it with --chapter")
+
+
+def _print(record: dict) -> None:
+    print(f"{record['student']} ({record['chapter']}): {record['score']:g}/{record['max_score']:g} "
+          f"in {record['seconds']:.1f} s")
+    for ex in record["exercises"]:
+        print(f"  {ex['label']:<32} {ex['points']:g}/{ex['max_points']:g}  {ex['status']}: {ex['message']}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``grade``; return the exit status (0, or 2 with a one-line error)."""
+    try:
+        args = build_parser().parse_args(None if argv is None else list(argv))
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
+    try:
+        if args.limit <= 0:
+            raise ValueError("--limit must be a positive number of seconds")
+        jobs = [(path, _chapter(path, args.chapter, args.notebooks)) for path in _submissions(args.submissions)]
+        # Imports every check: only once the input is known to be good.
+        from attncourse.course.record import grade_notebook
+
+        seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+        records = []
+        for path, chapter in jobs:
+            try:
+                record = grade_notebook(path, chapter, seed, args.limit)
+            except (ValueError, OSError) as err:  # not a notebook nbformat can read
+                raise ValueError(f"{str(path)!r} is not a readable notebook: {str(err).splitlines()[0]}") from None
+            records.append(record)
+            if args.json != "-":
+                _print(record)
+        if args.gradebook is not None:
+            from attncourse.course.gradebook import record_into_gradebook
+
+            count = record_into_gradebook(records, args.gradebook)
+            print(f"set {count} scores in {args.gradebook}", file=sys.stderr if args.json == "-" else sys.stdout)
+        if args.json == "-":
+            print(json.dumps(records, indent=1))
+        elif args.json:
+            Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
+    except (ValueError, OSError) as err:
+        print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+__all__ = ["build_parser", "main"]
