@@ -50,8 +50,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attncourse.functional.torch_attention import masked_softmax
+from attncourse.nn.attend import allowed_keys, check_call
 from attncourse.nn.attention import merge_heads, split_heads
-from attncourse.nn.gqa import allowed_keys, check_call
 from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import apply_rope
 
