@@ -36,6 +36,7 @@ from torch import nn
 
 from attncourse.nn.attention import merge_heads
 from attncourse.nn.gqa import CausalSelfAttention
+from attncourse.nn.spec import register_attention
 
 
 @dataclass(frozen=True)
@@ -85,3 +86,6 @@ class GatedSelfAttention(CausalSelfAttention):
         gate = torch.sigmoid(self.w_g(x))
         self.last_gate = gate.detach()
         return self.w_o(merge_heads(heads) * gate)
+
+
+register_attention("gated", GatedOptions, GatedSelfAttention.from_options)

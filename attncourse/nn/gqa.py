@@ -60,6 +60,7 @@ from attncourse.nn.attend import (  # allowed_keys ... repeat_kv: re-exported, c
 from attncourse.nn.attention import KVCache, merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import RopeScaling, apply_rope
+from attncourse.nn.spec import register_attention
 
 #: What ``CausalSelfAttention(positional=...)`` accepts: schemes acting inside attention, or None.
 ATTENTION_POSITIONAL: tuple[str | None, ...] = (None, "rope", "alibi")
@@ -301,6 +302,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         """
         return self.w_o(merge_heads(heads))
 
+
+register_attention("gqa", GQAOptions, CausalSelfAttention.from_options)
 
 __all__ = ["ATTENTION_POSITIONAL", "CausalSelfAttention", "GQAOptions", "allowed_keys", "check_call", "check_mask",
            "check_positions", "repeat_kv"]

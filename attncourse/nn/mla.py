@@ -54,6 +54,7 @@ from attncourse.nn.attend import allowed_keys, check_call
 from attncourse.nn.attention import merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import apply_rope
+from attncourse.nn.spec import register_attention
 
 
 @dataclass(frozen=True)
@@ -316,5 +317,7 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
         w_ov = torch.einsum("mhd,hdc->hmc", w_o, w_uv)  # (h, d_model, d_c)
         return torch.einsum("bhnc,hmc->bnm", heads, w_ov)
 
+
+register_attention("mla", MLAOptions, MultiHeadLatentAttention.from_options)
 
 __all__ = ["LatentCache", "MLAOptions", "MultiHeadLatentAttention"]

@@ -18,9 +18,17 @@ A new attention variant is one module, with a class implementing
 :class:`~attncourse.nn.protocol.DecoderAttention`, an options dataclass and a
 builder ``(options, *, d_model, num_heads, causal, positional, rope_base) ->
 module`` (which may also take ``rope_scaling``, passed only when the positions stretch
-RoPE), plus one line::
+RoPE). The module registers it itself, in one line::
 
     register_attention("mine", MyOptions, MyAttention.from_options)
+
+and is named in :mod:`attncourse.nn.variants`, which imports every variant. This module
+imports none: :data:`ATTENTION_VARIANTS` imports that package the first time it is read
+(as do the modules named in the environment variable ``ATTNCOURSE_VARIANTS``,
+comma-separated: a variant defined outside the package, e.g. in a test, reaches a
+fresh process such as ``python -m attncourse train-lm --attention NAME``). A variant
+whose only change is the score subclasses :class:`~attncourse.nn.gqa.CausalSelfAttention`
+and replaces its ``attend`` step (:mod:`attncourse.nn.attend`).
 
 A Llama-style model (chapter 11's SmolLM2-135M) reads::
 
@@ -34,17 +42,15 @@ A Llama-style model (chapter 11's SmolLM2-135M) reads::
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
 from attncourse.nn.ffn import FFNS
-from attncourse.nn.gated import GatedOptions, GatedSelfAttention
-from attncourse.nn.gqa import CausalSelfAttention, GQAOptions
-from attncourse.nn.mla import MLAOptions, MultiHeadLatentAttention
 from attncourse.nn.norm import NORMS
 from attncourse.nn.rope import RopeScaling
 
@@ -71,12 +77,41 @@ class AttentionVariant:
     build: Callable[..., nn.Module]
 
 
+class _Variants(Mapping):
+    """The registry: a read-only mapping name -> :class:`AttentionVariant` that, on its first read,
+    imports :mod:`attncourse.nn.variants` (every variant of the package registers itself there)."""
+
+    def __init__(self) -> None:
+        self._table: dict[str, AttentionVariant] = {}
+        self._loaded = False
+
+    def _load(self) -> dict[str, AttentionVariant]:
+        if not self._loaded:
+            self._loaded = True  # before the import: the variants' own registrations must not load again
+            importlib.import_module("attncourse.nn.variants")
+        return self._table
+
+    def __getitem__(self, name: str) -> AttentionVariant:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._load()))
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __repr__(self) -> str:
+        return f"ATTENTION_VARIANTS({sorted(self._load())})"
+
+
 #: The attention variants by name; :func:`register_attention` adds one.
-ATTENTION_VARIANTS: dict[str, AttentionVariant] = {}
+ATTENTION_VARIANTS: Mapping[str, AttentionVariant] = _Variants()
 
 
 def register_attention(name: str, options: type, build: Callable[..., nn.Module]) -> AttentionVariant:
     """Make an attention variant available to :class:`AttentionSpec` under ``name``.
+
+    Called by the variant's own module, at import (see the module's docstring).
 
     Raises
     ------
@@ -88,9 +123,10 @@ def register_attention(name: str, options: type, build: Callable[..., nn.Module]
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise TypeError(f"the options of attention variant {name!r} must be a dataclass, got {options!r}")
     variant = AttentionVariant(name, options, build)
-    if ATTENTION_VARIANTS.get(name, variant) != variant:
+    table = ATTENTION_VARIANTS._table  # not a read: registering does not load the package's variants
+    if table.get(name, variant) != variant:
         raise ValueError(f"attention variant {name!r} is already registered")
-    ATTENTION_VARIANTS[name] = variant
+    table[name] = variant
     return variant
 
 
@@ -358,10 +394,6 @@ class DecoderSpec:
             out[name] = dataclasses.asdict(out[name])
         return out
 
-
-register_attention("gqa", GQAOptions, CausalSelfAttention.from_options)
-register_attention("mla", MLAOptions, MultiHeadLatentAttention.from_options)
-register_attention("gated", GatedOptions, GatedSelfAttention.from_options)
 
 __all__ = [
     "ADDED_TO_EMBEDDINGS", "ATTENTION_VARIANTS", "INSIDE_ATTENTION", "NO_POSITIONS", "AttentionSpec",
