@@ -124,7 +124,7 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
                               "part needs --positional rope and --rope-dim > 0, or neither")
     if args.positional in ("sinusoidal", "learned") and args.context > args.max_len:
         raise usage_error(f"--context {args.context} does not fit --max-len {args.max_len} positions")
-    try:  # the clashes LMConfig itself refuses (--rope-scaling, --rope-factor, --gate), in its words
+    try:  # the clashes LMConfig itself refuses (--rope-scaling, --rope-factor, --gate, --attention), in its words
         LMConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LMConfig) if f.name != "corpus"})
     except ValueError as error:
         raise usage_error(str(error)) from None

@@ -36,7 +36,12 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gated import GatedOptions
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
 from attncourse.nn.rope import ROPE_SCALINGS
-from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
+from attncourse.nn.spec import (
+    ATTENTION_VARIANTS,
+    AttentionSpec,
+    DecoderSpec,
+    PositionSpec,
+)
 from attncourse.train.config import (
     BATCH,
     CLIP_NORM,
@@ -97,6 +102,11 @@ class LMConfig:
     gate : bool
         Qiu et al.'s (2025) sigmoid gate on every head's output (chapter 12;
         :mod:`attncourse.nn.gated`).
+    attention : str or None
+        A registered attention variant (:data:`~attncourse.nn.spec.ATTENTION_VARIANTS`), with
+        the options of :data:`ATTENTION_OPTIONS` it has (:func:`lm_attention`); None: ``"gqa"``,
+        or ``"mla"`` with ``latent_dim``, ``"gated"`` with ``gate``. A name those options already
+        imply is stored as None (the same model, the same run).
 
     ``latent_dim`` and the fields after it, unset, stay out of the run's settings
     (:func:`lm_settings`), so earlier runs keep their folders.
@@ -106,7 +116,8 @@ class LMConfig:
     ValueError
         For a step count that is not a multiple of ``steps_per_epoch``, a context past a
         position table, or options that clash (scaling without RoPE, a factor without a
-        scaling, the gate with latent attention); one line naming the options.
+        scaling, the gate with latent attention, an unregistered ``attention`` or an option its
+        variant lacks); one line naming the options.
     """
 
     # Each field but ``corpus`` is also an option of ``train-lm`` (:func:`~attncourse.train.config.setting`).
@@ -171,6 +182,11 @@ class LMConfig:
     gate: bool = setting(
         False, "a sigmoid gate on every head's output, from the layer's input (Qiu et al. 2025; chapter 12); "
         "not with --latent-dim", group="model", negatable=False)
+    attention: str | None = setting(
+        None, "the attention variant, any registered by name: gqa, mla, gated, and those of the modules named "
+        "in the environment variable ATTNCOURSE_VARIANTS; --num-kv-heads, --window, --latent-dim and "
+        "--rope-dim set its options of those names (default: gqa; mla with --latent-dim, gated with --gate)",
+        check="text", group="model", metavar="NAME")
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
@@ -189,6 +205,21 @@ class LMConfig:
             raise ValueError(f"--rope-factor {self.rope_factor:g} needs --rope-scaling (pi, ntk or yarn)")
         if self.gate and self.latent_dim is not None:
             raise ValueError("--gate goes on grouped-query attention: not with --latent-dim")
+        if self.attention is not None:
+            self._normalise_attention()
+
+    def _normalise_attention(self) -> None:
+        """``--attention``: the name the other options already say is left out (one model, one run
+        folder); any other is checked against the registry and the options it has."""
+        implied = {"gqa": not self.gate and self.latent_dim is None, "gated": self.latent_dim is None,
+                   "mla": not self.gate and self.latent_dim is not None}
+        if implied.get(self.attention):
+            object.__setattr__(self, "gate", self.gate or self.attention == "gated")
+            object.__setattr__(self, "attention", None)
+            return
+        if self.gate:
+            raise ValueError(f"--gate is --attention gated: not with --attention {self.attention}")
+        lm_attention(self)  # an unknown name, or an option the variant lacks, is refused here
 
     @property
     def run_name(self) -> str:
@@ -199,7 +230,37 @@ class LMConfig:
         mla = "" if self.latent_dim is None else f"-mla{self.latent_dim}"
         scaling = "" if self.rope_scaling is None else f"-{self.rope_scaling}{self.rope_factor:g}"
         gate = "-gated" if self.gate else ""
-        return f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}-{mask}{window}-seed{self.seed}"
+        variant = "" if self.attention is None else f"-{self.attention}"
+        return f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}{variant}-{mask}{window}-seed{self.seed}"
+
+
+#: LMConfig's fields that are options of attention variants, passed to a variant whose options have them.
+ATTENTION_OPTIONS = ("num_kv_heads", "window", "latent_dim", "rope_dim")
+
+
+def lm_attention(config: LMConfig) -> AttentionSpec:
+    """The :class:`~attncourse.nn.spec.AttentionSpec` of ``config.attention`` (a registered variant's name).
+
+    Its options are :data:`ATTENTION_OPTIONS` that are set (not None), by name; the
+    variant's other options keep their defaults.
+
+    Raises
+    ------
+    ValueError
+        If the name is not registered, or an option is set that the variant does not have
+        (one line naming the option and the variant's options).
+    """
+    name = config.attention or "gqa"
+    if name not in ATTENTION_VARIANTS:
+        raise ValueError(f"--attention {name}: not a registered variant ({', '.join(sorted(ATTENTION_VARIANTS))}; "
+                         "a variant defined elsewhere is named by its module in ATTNCOURSE_VARIANTS)")
+    has = {f.name for f in dataclasses.fields(ATTENTION_VARIANTS[name].options)}
+    given = {k: getattr(config, k) for k in ATTENTION_OPTIONS if getattr(config, k) is not None}
+    lacking = sorted(set(given) - has)
+    if lacking:
+        flag = "--" + lacking[0].replace("_", "-")
+        raise ValueError(f"--attention {name} has no option {flag} (its options: {', '.join(sorted(has)) or 'none'})")
+    return AttentionSpec(name, given)
 
 
 #: The fields every run's settings hold: :class:`LMConfig`'s before ``latent_dim``. A field added after
@@ -233,10 +294,10 @@ def _keyword_lm(config: LMConfig, vocab_size: int) -> GPT:
 def build_lm(config: LMConfig, vocab_size: int) -> GPT:
     """The untrained :class:`~attncourse.nn.gpt.GPT` of ``config``.
 
-    Without ``rope_scaling`` and ``gate`` it is built from the GPT's keywords (chapter 7's
-    models, initialised as they always were); with either, from :func:`lm_spec`.
+    Without ``rope_scaling``, ``gate`` and ``attention`` it is built from the GPT's keywords
+    (chapter 7's models, initialised as they always were); with any, from :func:`lm_spec`.
     """
-    if config.rope_scaling is None and not config.gate:
+    if config.rope_scaling is None and not config.gate and config.attention is None:
         return _keyword_lm(config, vocab_size)
     return GPT(spec=lm_spec(config, vocab_size))
 
@@ -266,7 +327,11 @@ def lm_spec(config: LMConfig, vocab_size: int, positions: PositionSpec | None = 
         positions = dataclasses.replace(spec.positions, rope_scaling=config.rope_scaling,
                                         rope_factor=config.rope_factor, original_len=config.context)
     changes = {} if positions is None else {"positions": positions}
-    if config.gate if gate is None else gate:
+    if config.attention is not None:
+        if gate:
+            raise ValueError(f"the gate is attention 'gated': not with attention {config.attention!r}")
+        changes["attention"] = lm_attention(config)
+    elif config.gate if gate is None else gate:
         if spec.attention.name != "gqa":
             raise ValueError(f"the gate goes on grouped-query attention, not {spec.attention.name!r}")
         options = spec.attention.options
