@@ -55,6 +55,7 @@ from torch import nn
 from attncourse.functional.sparse_masks import check_window
 from attncourse.nn.gqa import GQAOptions
 from attncourse.nn.mla import MLAOptions
+from attncourse.nn.norm import residual
 from attncourse.nn.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -70,7 +71,6 @@ from attncourse.nn.spec import (
     NormSpec,
     PositionSpec,
 )
-from attncourse.nn.transformer import residual
 
 #: The values of ``GPT(positional=...)``.
 GPT_POSITIONAL: tuple[str, ...] = ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION + NO_POSITIONS
