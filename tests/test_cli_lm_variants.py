@@ -81,7 +81,8 @@ def test_without_its_module_a_fresh_process_refuses_the_name_in_one_line(tmp_pat
                            "--out", str(tmp_path / "run"), *SMALL], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "--attention toy-cosine: not a registered variant" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "--attention must be one of" in proc.stderr
+    assert "got 'toy-cosine'" in proc.stderr
     assert "ATTNCOURSE_VARIANTS" in proc.stderr
 
 

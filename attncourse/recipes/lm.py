@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,10 +38,11 @@ from attncourse.nn.gated import GatedOptions
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
 from attncourse.nn.rope import ROPE_SCALINGS
 from attncourse.nn.spec import (
-    ATTENTION_VARIANTS,
     AttentionSpec,
     DecoderSpec,
+    FFNSpec,
     PositionSpec,
+    flat_attention,
 )
 from attncourse.train.config import (
     BATCH,
@@ -198,28 +200,23 @@ class LMConfig:
             raise ValueError(f"context and batch_size must be positive, got {self.context}, {self.batch_size}")
         if self.positional in ("sinusoidal", "learned") and self.context > self.max_len:
             raise ValueError(f"context={self.context} does not fit max_len={self.max_len} positions")
-        if self.rope_scaling is not None and self.positional != "rope":
-            raise ValueError(f"--rope-scaling {self.rope_scaling} stretches rotary positions: it needs "
-                             f"--positional rope, not {self.positional!r}")
-        if self.rope_factor != 1.0 and self.rope_scaling is None:
-            raise ValueError(f"--rope-factor {self.rope_factor:g} needs --rope-scaling (pi, ntk or yarn)")
-        if self.gate and self.latent_dim is not None:
-            raise ValueError("--gate goes on grouped-query attention: not with --latent-dim")
         if self.attention is not None:
             self._normalise_attention()
+        try:  # every rule of the model (positions, the variant and its options), checked by the spec
+            lm_decoder_spec(self, 1)
+        except ValueError as error:
+            raise ValueError(in_options(str(error))) from None
 
     def _normalise_attention(self) -> None:
         """``--attention``: the name the other options already say is left out (one model, one run
-        folder); any other is checked against the registry and the options it has."""
+        folder); the others are checked with the model."""
         implied = {"gqa": not self.gate and self.latent_dim is None, "gated": self.latent_dim is None,
                    "mla": not self.gate and self.latent_dim is not None}
         if implied.get(self.attention):
             object.__setattr__(self, "gate", self.gate or self.attention == "gated")
             object.__setattr__(self, "attention", None)
-            return
-        if self.gate:
+        elif self.gate:
             raise ValueError(f"--gate is --attention gated: not with --attention {self.attention}")
-        lm_attention(self)  # an unknown name, or an option the variant lacks, is refused here
 
     @property
     def run_name(self) -> str:
@@ -239,28 +236,49 @@ ATTENTION_OPTIONS = ("num_kv_heads", "window", "latent_dim", "rope_dim")
 
 
 def lm_attention(config: LMConfig) -> AttentionSpec:
-    """The :class:`~attncourse.nn.spec.AttentionSpec` of ``config.attention`` (a registered variant's name).
+    """The :class:`~attncourse.nn.spec.AttentionSpec` that ``config``'s options describe
+    (:func:`~attncourse.nn.spec.flat_attention`).
 
-    Its options are :data:`ATTENTION_OPTIONS` that are set (not None), by name; the
-    variant's other options keep their defaults.
+    The variant is ``config.attention``, or ``"gated"`` with ``gate``, ``"mla"`` with
+    ``latent_dim``, else ``"gqa"``; its options are :data:`ATTENTION_OPTIONS` that are set
+    (not None), by name; its other options keep their defaults.
 
     Raises
     ------
     ValueError
-        If the name is not registered, or an option is set that the variant does not have
-        (one line naming the option and the variant's options).
+        If the name is not registered, or an option is set that the variant does not have.
     """
-    name = config.attention or "gqa"
-    if name not in ATTENTION_VARIANTS:
-        raise ValueError(f"--attention {name}: not a registered variant ({', '.join(sorted(ATTENTION_VARIANTS))}; "
-                         "a variant defined elsewhere is named by its module in ATTNCOURSE_VARIANTS)")
-    has = {f.name for f in dataclasses.fields(ATTENTION_VARIANTS[name].options)}
-    given = {k: getattr(config, k) for k in ATTENTION_OPTIONS if getattr(config, k) is not None}
-    lacking = sorted(set(given) - has)
-    if lacking:
-        flag = "--" + lacking[0].replace("_", "-")
-        raise ValueError(f"--attention {name} has no option {flag} (its options: {', '.join(sorted(has)) or 'none'})")
-    return AttentionSpec(name, given)
+    name = config.attention or ("gated" if config.gate else None)
+    return flat_attention(name, config.num_heads, **{k: getattr(config, k) for k in ATTENTION_OPTIONS})
+
+
+def lm_decoder_spec(config: LMConfig, vocab_size: int) -> DecoderSpec:
+    """The :class:`~attncourse.nn.spec.DecoderSpec` of ``config``'s sizes, positions and attention,
+    with no model built: what :class:`LMConfig` checks its options with (the spec holds every rule).
+    The model itself is :func:`build_lm`'s (whose spec may differ in how it spells the defaults)."""
+    positions = PositionSpec(config.positional, rope_scaling=config.rope_scaling, rope_factor=config.rope_factor,
+                             original_len=config.context)
+    return DecoderSpec(vocab_size, config.d_model, config.num_heads, config.num_layers, config.max_len,
+                       config.causal, config.dropout, lm_attention(config), positions, ffn=FFNSpec("relu", config.d_ff))
+
+
+#: How :func:`in_options` names the spec's fields: train-lm's options (``rope_factor`` -> ``--rope-factor``).
+_FIELD_WORDS = ("num_kv_heads", "latent_dim", "rope_dim", "rope_scaling", "rope_factor", "d_model", "num_heads",
+                "window")
+
+
+def in_options(message: str) -> str:
+    """A message of the spec in train-lm's words: ``rope_factor=2.0`` -> ``--rope-factor 2.0``,
+    ``positional='rope'`` and ``positions 'rope'`` -> ``--positional rope``, ``attention 'mla'``
+    -> ``--attention mla``, and the bare names of :data:`_FIELD_WORDS` as options."""
+    for name in (*_FIELD_WORDS, "positional", "dropout"):
+        flag = "--" + name.replace("_", "-")
+        message = re.sub(rf"(?<![\w-]){name}=(['\"]?)([^\s,;:()'\"]*)\1", rf"{flag} \2", message)
+        if name in _FIELD_WORDS:
+            message = re.sub(rf"(?<![\w-]){name}\b", flag, message)
+    message = re.sub(r"(?<![\w-])positions '(\w+)'", r"--positional \1", message)
+    message = re.sub(r"^attention must be one of", "--attention must be one of", message)
+    return re.sub(r"(?<![\w-])attention '([\w.-]+)'", r"--attention \1", message)
 
 
 #: The fields every run's settings hold: :class:`LMConfig`'s before ``latent_dim``. A field added after
