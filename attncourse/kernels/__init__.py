@@ -14,6 +14,8 @@ Without triton (it installs on Linux x86_64 only) the package still imports; cal
 kernel raises a one-line ``RuntimeError``, and :data:`TRITON_AVAILABLE` is False.
 """
 
+# Eager, unlike the names below: it sets TRITON_INTERPRET before anything defines a kernel (see above).
+from attncourse.kernels import runtime as _runtime  # noqa: F401
 from attncourse.lazy import lazy_exports
 
 # Each public name is imported from its module when first read (PEP 562): importing one module
