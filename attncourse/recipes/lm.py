@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,12 +36,11 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gated import GatedOptions
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
 from attncourse.nn.rope import ROPE_SCALINGS
-from attncourse.nn.spec import (
-    AttentionSpec,
-    DecoderSpec,
-    FFNSpec,
-    PositionSpec,
-    flat_attention,
+from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
+from attncourse.recipes.lm_options import (  # importable from here too
+    in_options,
+    lm_attention,
+    lm_decoder_spec,
 )
 from attncourse.train.config import (
     BATCH,
@@ -106,7 +104,8 @@ class LMConfig:
         :mod:`attncourse.nn.gated`).
     attention : str or None
         A registered attention variant (:data:`~attncourse.nn.spec.ATTENTION_VARIANTS`), with
-        the options of :data:`ATTENTION_OPTIONS` it has (:func:`lm_attention`); None: ``"gqa"``,
+        the options of :data:`~attncourse.recipes.lm_options.ATTENTION_OPTIONS` it has
+        (:func:`~attncourse.recipes.lm_options.lm_attention`); None: ``"gqa"``,
         or ``"mla"`` with ``latent_dim``, ``"gated"`` with ``gate``. A name those options already
         imply is stored as None (the same model, the same run).
 
@@ -229,56 +228,6 @@ class LMConfig:
         gate = "-gated" if self.gate else ""
         variant = "" if self.attention is None else f"-{self.attention}"
         return f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}{variant}-{mask}{window}-seed{self.seed}"
-
-
-#: LMConfig's fields that are options of attention variants, passed to a variant whose options have them.
-ATTENTION_OPTIONS = ("num_kv_heads", "window", "latent_dim", "rope_dim")
-
-
-def lm_attention(config: LMConfig) -> AttentionSpec:
-    """The :class:`~attncourse.nn.spec.AttentionSpec` that ``config``'s options describe
-    (:func:`~attncourse.nn.spec.flat_attention`).
-
-    The variant is ``config.attention``, or ``"gated"`` with ``gate``, ``"mla"`` with
-    ``latent_dim``, else ``"gqa"``; its options are :data:`ATTENTION_OPTIONS` that are set
-    (not None), by name; its other options keep their defaults.
-
-    Raises
-    ------
-    ValueError
-        If the name is not registered, or an option is set that the variant does not have.
-    """
-    name = config.attention or ("gated" if config.gate else None)
-    return flat_attention(name, config.num_heads, **{k: getattr(config, k) for k in ATTENTION_OPTIONS})
-
-
-def lm_decoder_spec(config: LMConfig, vocab_size: int) -> DecoderSpec:
-    """The :class:`~attncourse.nn.spec.DecoderSpec` of ``config``'s sizes, positions and attention,
-    with no model built: what :class:`LMConfig` checks its options with (the spec holds every rule).
-    The model itself is :func:`build_lm`'s (whose spec may differ in how it spells the defaults)."""
-    positions = PositionSpec(config.positional, rope_scaling=config.rope_scaling, rope_factor=config.rope_factor,
-                             original_len=config.context)
-    return DecoderSpec(vocab_size, config.d_model, config.num_heads, config.num_layers, config.max_len,
-                       config.causal, config.dropout, lm_attention(config), positions, ffn=FFNSpec("relu", config.d_ff))
-
-
-#: How :func:`in_options` names the spec's fields: train-lm's options (``rope_factor`` -> ``--rope-factor``).
-_FIELD_WORDS = ("num_kv_heads", "latent_dim", "rope_dim", "rope_scaling", "rope_factor", "d_model", "num_heads",
-                "window")
-
-
-def in_options(message: str) -> str:
-    """A message of the spec in train-lm's words: ``rope_factor=2.0`` -> ``--rope-factor 2.0``,
-    ``positional='rope'`` and ``positions 'rope'`` -> ``--positional rope``, ``attention 'mla'``
-    -> ``--attention mla``, and the bare names of :data:`_FIELD_WORDS` as options."""
-    for name in (*_FIELD_WORDS, "positional", "dropout"):
-        flag = "--" + name.replace("_", "-")
-        message = re.sub(rf"(?<![\w-]){name}=(['\"]?)([^\s,;:()'\"]*)\1", rf"{flag} \2", message)
-        if name in _FIELD_WORDS:
-            message = re.sub(rf"(?<![\w-]){name}\b", flag, message)
-    message = re.sub(r"(?<![\w-])positions '(\w+)'", r"--positional \1", message)
-    message = re.sub(r"^attention must be one of", "--attention must be one of", message)
-    return re.sub(r"(?<![\w-])attention '([\w.-]+)'", r"--attention \1", message)
 
 
 #: The fields every run's settings hold: :class:`LMConfig`'s before ``latent_dim``. A field added after
