@@ -99,3 +99,19 @@ def test_the_toy_variant_is_the_plain_one_where_the_cosine_is_the_dot_product():
     torch.testing.assert_close(cosine.attend(q, k, v, None, None)[0],
                                plain.attend(q, k, v, None, None, need_weights=True)[0])
     assert cosine(x)[0].shape == x.shape
+
+
+def test_the_toy_variant_decodes_with_the_cache_as_without():
+    # The plumbing's cache, RoPE and masks serve the toy as they serve "gqa" (the contract of
+    # tests/test_nn_decoder_attention.py covers it too when that file runs after this one).
+    from attncourse.nn.gpt import GPT
+    from attncourse.nn.spec import AttentionSpec, DecoderSpec
+
+    torch.manual_seed(0)
+    model = GPT.from_spec(DecoderSpec(11, d_model=16, num_heads=2, num_layers=2,
+                                      attention=AttentionSpec("toy-cosine", {"num_kv_heads": 1}))).double().eval()
+    tokens = torch.randint(0, 11, (2, 9))
+    caches = model.init_cache(2)
+    steps = [model(tokens[:, :4], caches)[0]] + [model(tokens[:, t:t + 1], caches)[0] for t in range(4, 9)]
+    torch.testing.assert_close(torch.cat(steps, 1), model(tokens)[0])
+    assert model(tokens)[1] == [None, None] and model(tokens, need_weights=True)[1][0].shape == (2, 2, 9, 9)

@@ -255,7 +255,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         heads, weights = self.attend(q, k, v, allowed, bias, need_weights=need_weights, fast=fast,
                                      is_causal=self.causal and self.window is None and mask is None
                                      and offset == 0)
-        return self.output(x, heads), weights
+        # The written-out path (fast=False) has always returned its weights; otherwise only when asked.
+        return self.output(x, heads), (weights if need_weights or not fast else None)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
                bias: torch.Tensor | None, *, need_weights: bool = False, fast: bool = True,
@@ -290,6 +291,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         -------
         heads : (batch, h, seq_len, d_k)
         weights : (batch, h, seq_len, cache_len + seq_len) or None
+            May be returned whether asked for or not: :meth:`forward` drops them unless
+            ``need_weights`` (or ``fast=False``).
         """
         return dot_product_attend(q, k, v, allowed, bias, need_weights=need_weights, fast=fast,
                                   is_causal=is_causal)
