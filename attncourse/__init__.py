@@ -4,6 +4,7 @@ The package is layered by role. A part imports only parts on the levels above
 its own, never a part of its own level or below (``tests/test_layers.py`` holds
 the code to this map)::
 
+    0  lazy        the packages' re-exports, imported on first use (PEP 562)
     1  functional  the attention maths: tensors in, tensors out
        kernels     the same maths as Triton kernels (FlashAttention-2)
        data        the tasks, their vocabularies and batches

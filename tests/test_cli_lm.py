@@ -138,7 +138,7 @@ def test_train_lm_with_latent_attention_samples_the_same_with_and_without_the_ca
 
 
 @pytest.mark.parametrize("extra, option", [
-    (["--rope-dim", "4"], "--rope-dim 4 is MLA's"),
+    (["--rope-dim", "4"], "(--latent-dim chooses 'mla')"),  # the spec's rule, in train-lm's words
     (["--latent-dim", "8", "--num-kv-heads", "1"], "cannot be combined"),
     (["--latent-dim", "8", "--window", "4"], "cannot be combined"),
     (["--latent-dim", "8", "--positional", "alibi"], "cannot be combined"),

@@ -284,3 +284,22 @@ def test_registering_another_variant_under_a_taken_name_is_refused():
         AttentionSpec("gqa", MLAOptions())
     with pytest.raises(ValueError, match="no option 'window'"):
         AttentionSpec("mla", {"window": 3})
+
+
+def test_each_variant_registers_itself_and_the_spec_imports_none():
+    # nn/spec.py holds the registry only; each variant's module has its own register line and
+    # nn/variants imports them, the registry importing that package when first read.
+    import ast
+    from pathlib import Path
+
+    import attncourse.nn.spec as spec_module
+    import attncourse.nn.variants as variants
+
+    tree = ast.parse(Path(spec_module.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert {m for m in imported if m.startswith("attncourse.")} <= {
+        "attncourse.nn.ffn", "attncourse.nn.norm", "attncourse.nn.rope"}
+    for name in ("gqa", "mla", "gated"):
+        module = ATTENTION_VARIANTS[name].build.__self__.__module__
+        assert f'register_attention("{name}",' in Path(__import__(module, fromlist=["x"]).__file__).read_text()
+    assert variants.VARIANTS_VARIABLE == "ATTNCOURSE_VARIANTS"

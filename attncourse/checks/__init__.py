@@ -13,19 +13,16 @@ Chapters add their checks on top of the engine in :mod:`attncourse.checks.core`:
 a list of :class:`Case` objects and :func:`run_cases`.
 """
 
-from attncourse.checks.core import Case, CheckResult, run_cases, to_numpy
-from attncourse.checks.graded import graded
-from attncourse.checks.self_attention import (
-    check_causal_mask,
-    check_scaled_dot_product,
-    check_softmax,
-)
-from attncourse.checks.seq2seq import (
-    check_additive_score,
-    check_gru_cell,
-    check_masked_softmax,
-    check_padding_mask,
-)
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "core": ("Case", "CheckResult", "run_cases", "to_numpy"),
+    "graded": ("graded",),
+    "self_attention": ("check_causal_mask", "check_scaled_dot_product", "check_softmax"),
+    "seq2seq": ("check_additive_score", "check_gru_cell", "check_masked_softmax", "check_padding_mask"),
+})
 
 __all__ = [
     "Case",

@@ -5,6 +5,12 @@ their checks (:mod:`~attncourse.cli.options`). It builds runs from the recipes
 of :mod:`attncourse.recipes` and trains them with :mod:`attncourse.train`.
 """
 
-from attncourse.cli.commands import main
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "commands": ("main",),
+})
 
 __all__ = ["main"]

@@ -44,9 +44,11 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.decode.generation import SUPPRESSED_IDS, generate
 from attncourse.decode.speculative import speculative_generate
 from attncourse.nn.gpt import GPT
+from attncourse.nn.spec import PositionSpec
 from attncourse.recipes.lm import (
     LMConfig,
     bits_per_char,
+    in_options,
     lm_settings,
     train_lm,
     with_spec,
@@ -79,8 +81,11 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         args.generate = pretrained_sample_args(args, usage_error)
         return
     if args.command == "sample":
-        if args.rope_factor != 1.0 and args.rope_scaling is None:
-            raise usage_error(f"--rope-factor {args.rope_factor:g} needs --rope-scaling (pi, ntk or yarn)")
+        if args.rope_scaling is None:
+            try:  # the spec's rule: a factor needs a scaling
+                PositionSpec("rope", rope_factor=args.rope_factor)
+            except ValueError as error:
+                raise usage_error(in_options(str(error))) from None
         if args.dir is None:
             raise usage_error("give DIR (a directory written by 'attncourse train-lm') or --model (a pretrained "
                               "model)")
@@ -106,25 +111,9 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         raise usage_error(f"--valid-fraction must lie in (0, 1), got {args.valid_fraction}")
     if args.steps % args.steps_per_epoch:
         raise usage_error(f"--steps {args.steps} must be a multiple of --steps-per-epoch {args.steps_per_epoch}")
-    if args.d_model % args.num_heads:
-        raise usage_error(f"--d-model {args.d_model} must be divisible by --num-heads {args.num_heads}")
-    if args.num_kv_heads is not None and args.num_heads % args.num_kv_heads:
-        raise usage_error(f"--num-heads {args.num_heads} must be a multiple of --num-kv-heads {args.num_kv_heads}")
-    if args.rope_dim is not None and args.latent_dim is None:
-        raise usage_error(f"--rope-dim {args.rope_dim} is MLA's: give --latent-dim too")
-    if args.latent_dim is not None:
-        if args.num_kv_heads not in (None, args.num_heads) or args.window is not None \
-                or args.positional == "alibi":
-            raise usage_error("--latent-dim (MLA) cannot be combined with --num-kv-heads, --window or "
-                              "--positional alibi")
-        if args.rope_dim is not None and (args.rope_dim < 0 or args.rope_dim % 2):
-            raise usage_error(f"--rope-dim must be an even number >= 0, got {args.rope_dim}")
-        if args.rope_dim is not None and (args.positional == "rope") != (args.rope_dim > 0):
-            raise usage_error(f"--rope-dim {args.rope_dim} with --positional {args.positional}: the rotary "
-                              "part needs --positional rope and --rope-dim > 0, or neither")
     if args.positional in ("sinusoidal", "learned") and args.context > args.max_len:
         raise usage_error(f"--context {args.context} does not fit --max-len {args.max_len} positions")
-    try:  # the clashes LMConfig itself refuses (--rope-scaling, --rope-factor, --gate), in its words
+    try:  # the model's rules (positions, the variant and its options): LMConfig checks them with the spec
         LMConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LMConfig) if f.name != "corpus"})
     except ValueError as error:
         raise usage_error(str(error)) from None

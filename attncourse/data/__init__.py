@@ -14,44 +14,23 @@
 splitter is :func:`attncourse.data.pairs.tokenize`.
 """
 
-from attncourse.data.batching import (
-    Batch,
-    build_vocabs,
-    collate,
-    encode_pairs,
-    make_batches,
-)
-from attncourse.data.canvases import (
-    RELATIONS,
-    CanvasDataset,
-    CanvasSplits,
-    digit_canvas_task,
-    digit_relation_task,
-    load_digit_images,
-    source_pools,
-)
-from attncourse.data.dates import date_task
-from attncourse.data.numbers import number_pairs, number_task, number_words
-from attncourse.data.pairs import (
-    PairDataset,
-    Splits,
-    TSVError,
-    detokenize,
-    load_tsv,
-    read_tsv,
-    save_tsv,
-)
-from attncourse.data.recall import RecallBatch, associative_recall
-from attncourse.data.text import (
-    CharCorpus,
-    bigram_bits_per_char,
-    char_corpus,
-    course_text,
-    random_windows,
-)
-from attncourse.data.toy import SENTENCES, embed, projections, tokenize
-from attncourse.data.toy_tasks import TOY_KINDS, toy_target, toy_task
-from attncourse.data.vocab import Vocabulary
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "batching": ("Batch", "build_vocabs", "collate", "encode_pairs", "make_batches"),
+    "canvases": ("RELATIONS", "CanvasDataset", "CanvasSplits", "digit_canvas_task", "digit_relation_task",
+        "load_digit_images", "source_pools"),
+    "dates": ("date_task",),
+    "numbers": ("number_pairs", "number_task", "number_words"),
+    "pairs": ("PairDataset", "Splits", "TSVError", "detokenize", "load_tsv", "read_tsv", "save_tsv"),
+    "recall": ("RecallBatch", "associative_recall"),
+    "text": ("CharCorpus", "bigram_bits_per_char", "char_corpus", "course_text", "random_windows"),
+    "toy": ("SENTENCES", "embed", "projections", "tokenize"),
+    "toy_tasks": ("TOY_KINDS", "toy_target", "toy_task"),
+    "vocab": ("Vocabulary",),
+})
 
 __all__ = [
     "CharCorpus",

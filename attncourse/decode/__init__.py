@@ -10,20 +10,14 @@ It sits below the training engine: widgets and chapters that only decode import
 it without importing training.
 """
 
-from attncourse.decode.generation import (
-    GenerationStep,
-    generate,
-    next_token_probs,
-    seconds_per_token,
-    trace_generation,
-)
-from attncourse.decode.search import (
-    beam_search,
-    greedy_decode,
-    sequence_log_probs,
-    translate,
-    wu_length_penalty,
-)
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "generation": ("GenerationStep", "generate", "next_token_probs", "seconds_per_token", "trace_generation"),
+    "search": ("beam_search", "greedy_decode", "sequence_log_probs", "translate", "wu_length_penalty"),
+})
 
 __all__ = [
     "GenerationStep",

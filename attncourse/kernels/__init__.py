@@ -14,21 +14,18 @@ Without triton (it installs on Linux x86_64 only) the package still imports; cal
 kernel raises a one-line ``RuntimeError``, and :data:`TRITON_AVAILABLE` is False.
 """
 
-from attncourse.kernels.flash_attention import (
-    BLOCK_SIZES,
-    HEAD_DIMS,
-    FlashAttentionTriton,
-    default_blocks,
-    triton_flash_attention,
-)
-from attncourse.kernels.runtime import (  # (flash_attention imports it before any kernel)
-    INTERPRETED,
-    TRITON_AVAILABLE,
-    describe,
-    kernel_device,
-    require_triton,
-)
-from attncourse.kernels.traffic import LSE_BYTES, forward_hbm_bytes, keys_visited
+# Eager, unlike the names below: it sets TRITON_INTERPRET before anything defines a kernel (see above).
+from attncourse.kernels import runtime as _runtime  # noqa: F401
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "flash_attention": ("BLOCK_SIZES", "HEAD_DIMS", "FlashAttentionTriton", "default_blocks",
+        "triton_flash_attention"),
+    "runtime": ("INTERPRETED", "TRITON_AVAILABLE", "describe", "kernel_device", "require_triton"),
+    "traffic": ("LSE_BYTES", "forward_hbm_bytes", "keys_visited"),
+})
 
 __all__ = [
     "BLOCK_SIZES",

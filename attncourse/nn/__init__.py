@@ -1,80 +1,35 @@
 """Attention modules (``torch.nn.Module``): encoders, decoders, attention variants and
 the Transformer. Every module documents what plays the query, the keys and the values."""
 
-from attncourse.nn.additive import AdditiveAttention
-from attncourse.nn.alibi import alibi_bias, alibi_slopes
-from attncourse.nn.attention import (
-    KVCache,
-    MultiHeadAttention,
-    merge_heads,
-    split_heads,
-)
-from attncourse.nn.conv_attention import (
-    AttentionCNN,
-    PlainCNN,
-    SelfAttention2d,
-    conv_stem,
-    receptive_field,
-)
-from attncourse.nn.ffn import FFNS, SwiGLU
-from attncourse.nn.gpt import GPT, GPT_POSITIONAL, DecoderOnlyBlock
-from attncourse.nn.gqa import CausalSelfAttention, GQAOptions, allowed_keys, repeat_kv
-from attncourse.nn.image_attention import (
-    IMAGE_ATTENTION_KINDS,
-    REWARD_KINDS,
-    ConvEncoder,
-    HardAttentionLoss,
-    ImageAttentionOutput,
-    ImageCaptioner,
-    ImageEncoding,
-    MovingAverageBaseline,
-    doubly_stochastic_penalty,
-    hard_attention_loss,
-    soft_attention_loss,
-)
-from attncourse.nn.luong import (
-    LuongAttention,
-    LuongDecoderState,
-    LuongSeq2Seq,
-    LuongSeq2SeqOutput,
-)
-from attncourse.nn.mla import LatentCache, MLAOptions, MultiHeadLatentAttention
-from attncourse.nn.norm import NORMS, RMSNorm
-from attncourse.nn.positional import (
-    LearnedPositionalEncoding,
-    SinusoidalPositionalEncoding,
-)
-from attncourse.nn.protocol import DecoderAttention, DecoderCache, EncoderDecoder
-from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
-from attncourse.nn.rnn import (
-    ATTENTION_KINDS,
-    Encoder,
-    EncoderState,
-    Seq2Seq,
-    Seq2SeqOutput,
-    count_parameters,
-    hidden_dim_for_budget,
-    reorder_batch,
-)
-from attncourse.nn.rope import apply_rope, rope_frequencies
-from attncourse.nn.spec import (
-    ATTENTION_VARIANTS,
-    AttentionSpec,
-    DecoderSpec,
-    FFNSpec,
-    NormSpec,
-    PositionSpec,
-    register_attention,
-)
-from attncourse.nn.transformer import (
-    POSITIONAL_KINDS,
-    DecoderLayer,
-    EncoderLayer,
-    PositionwiseFeedForward,
-    Transformer,
-    TransformerDecoderState,
-    TransformerEncoderState,
-)
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "additive": ("AdditiveAttention",),
+    "alibi": ("alibi_bias", "alibi_slopes"),
+    "attention": ("KVCache", "MultiHeadAttention", "merge_heads", "split_heads"),
+    "conv_attention": ("AttentionCNN", "PlainCNN", "SelfAttention2d", "conv_stem", "receptive_field"),
+    "ffn": ("FFNS", "PositionwiseFeedForward", "SwiGLU"),
+    "gpt": ("GPT", "GPT_POSITIONAL", "DecoderOnlyBlock"),
+    "gqa": ("CausalSelfAttention", "GQAOptions", "allowed_keys", "repeat_kv"),
+    "image_attention": ("IMAGE_ATTENTION_KINDS", "REWARD_KINDS", "ConvEncoder", "HardAttentionLoss",
+        "ImageAttentionOutput", "ImageCaptioner", "ImageEncoding", "MovingAverageBaseline",
+        "doubly_stochastic_penalty", "hard_attention_loss", "soft_attention_loss"),
+    "luong": ("LuongAttention", "LuongDecoderState", "LuongSeq2Seq", "LuongSeq2SeqOutput"),
+    "mla": ("LatentCache", "MLAOptions", "MultiHeadLatentAttention"),
+    "norm": ("NORMS", "RMSNorm"),
+    "positional": ("LearnedPositionalEncoding", "SinusoidalPositionalEncoding"),
+    "protocol": ("DecoderAttention", "DecoderCache", "EncoderDecoder"),
+    "recall": ("RECALL_ATTENTIONS", "RecallModel"),
+    "rnn": ("ATTENTION_KINDS", "Encoder", "EncoderState", "Seq2Seq", "Seq2SeqOutput", "count_parameters",
+        "hidden_dim_for_budget", "reorder_batch"),
+    "rope": ("apply_rope", "rope_frequencies"),
+    "spec": ("ATTENTION_VARIANTS", "AttentionSpec", "DecoderSpec", "FFNSpec", "NormSpec", "PositionSpec",
+        "register_attention"),
+    "transformer": ("POSITIONAL_KINDS", "DecoderLayer", "EncoderLayer", "Transformer",
+        "TransformerDecoderState", "TransformerEncoderState"),
+})
 
 __all__ = [
     "ATTENTION_VARIANTS",

@@ -1,7 +1,7 @@
 """Position-wise feed-forward sublayers of a decoder block, chosen by name.
 
 ``"relu"`` is the Transformer's FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Vaswani et
-al. 2017, eq. (2); :class:`~attncourse.nn.transformer.PositionwiseFeedForward`),
+al. 2017, eq. (2); :class:`PositionwiseFeedForward`),
 ``"gelu"`` the same with GELU (Hendrycks and Gimpel 2016), as in GPT-2.
 ``"swiglu"`` is the gated unit of Shazeer (2020), used by Llama-style models:
 
@@ -29,7 +29,51 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attncourse.nn.transformer import PositionwiseFeedForward
+#: The FFN's activations by name.
+_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": torch.relu,
+                                                                    "gelu": torch.nn.functional.gelu}
+
+
+class PositionwiseFeedForward(nn.Module):
+    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, the same two-layer MLP at every position.
+
+    Parameters
+    ----------
+    d_model : int
+        Input and output width.
+    d_ff : int
+        Inner width (2048 for d_model = 512 in the paper).
+    activation : {"relu", "gelu"}
+        max(0, .) as in the paper, or GELU (Hendrycks and Gimpel 2016) as in GPT-2.
+    bias : bool
+        Biases b_1, b_2.
+
+    Attributes
+    ----------
+    w_1 : nn.Linear(d_model, d_ff)
+    w_2 : nn.Linear(d_ff, d_model)
+
+    Raises
+    ------
+    ValueError
+        If ``activation`` is unknown.
+
+    References
+    ----------
+    Vaswani et al. (2017), section 3.3, equation (2).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", bias: bool = True) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {activation!r}")
+        self.activation = _ACTIVATIONS[activation]
+        self.w_1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x: (batch, seq_len, d_model) -> (batch, seq_len, d_model)``."""
+        return self.w_2(self.activation(self.w_1(x)))
 
 
 class SwiGLU(nn.Module):
@@ -83,4 +127,4 @@ FFNS: dict[str, Callable[[int, int, bool], nn.Module] | None] = {
 }
 
 
-__all__ = ["FFNS", "SwiGLU"]
+__all__ = ["FFNS", "PositionwiseFeedForward", "SwiGLU"]

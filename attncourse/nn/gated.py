@@ -35,25 +35,15 @@ import torch
 from torch import nn
 
 from attncourse.nn.attention import merge_heads
-from attncourse.nn.gqa import CausalSelfAttention
+from attncourse.nn.gqa import CausalSelfAttention, GQAOptions
+from attncourse.nn.spec import register_attention
 
 
 @dataclass(frozen=True)
-class GatedOptions:
+class GatedOptions(GQAOptions):
     """The options of attention variant ``"gated"``: those of ``"gqa"``
-    (:class:`~attncourse.nn.gqa.GQAOptions`).
-
-    Attributes
-    ----------
-    num_kv_heads : int, optional
-    window : int, optional
-    bias : bool
-        Biases on the four projections (the gate always has one).
-    """
-
-    num_kv_heads: int | None = None
-    window: int | None = None
-    bias: bool = False
+    (:class:`~attncourse.nn.gqa.GQAOptions`: ``num_kv_heads``, ``window``, ``bias`` on the four
+    projections; the gate always has one), under their own name."""
 
 
 class GatedSelfAttention(CausalSelfAttention):
@@ -85,3 +75,6 @@ class GatedSelfAttention(CausalSelfAttention):
         gate = torch.sigmoid(self.w_g(x))
         self.last_gate = gate.detach()
         return self.w_o(merge_heads(heads) * gate)
+
+
+register_attention("gated", GatedOptions, GatedSelfAttention.from_options)

@@ -54,7 +54,8 @@ from torch import nn
 
 from attncourse.functional.sparse_masks import check_window
 from attncourse.nn.gqa import GQAOptions
-from attncourse.nn.mla import MLAOptions
+from attncourse.nn.mla import MLAOptions, mla_dims
+from attncourse.nn.norm import residual
 from attncourse.nn.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -69,8 +70,8 @@ from attncourse.nn.spec import (
     FFNSpec,
     NormSpec,
     PositionSpec,
+    flat_attention,
 )
-from attncourse.nn.transformer import residual
 
 #: The values of ``GPT(positional=...)``.
 GPT_POSITIONAL: tuple[str, ...] = ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION + NO_POSITIONS
@@ -383,16 +384,20 @@ def _spec_from_keywords(vocab_size, d_model, num_heads, num_layers, d_ff, max_le
         raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
     num_kv_heads = int(num_kv_heads)
     window = None if window is None else check_window(window, causal)
-    mla = _check_mla(latent_dim, rope_dim, positional, num_heads, num_kv_heads, window, d_model)
+    # Which variant and which of its options: the spec's reading of flat options (its rules, once).
+    attention = flat_attention(None, int(num_heads), num_kv_heads=num_kv_heads, window=window,
+                               latent_dim=latent_dim, rope_dim=rope_dim)
     config: dict[str, Any] = {
         "vocab_size": int(vocab_size), "d_model": int(d_model), "num_heads": int(num_heads),
         "num_layers": int(num_layers), "d_ff": int(d_ff), "max_len": int(max_len),
         "positional": positional, "num_kv_heads": num_kv_heads, "causal": bool(causal),
         "window": window, "dropout": float(dropout),
     }
-    if mla is not None:  # only when set: older configs keep their keys, hashes and folders
-        config.update(latent_dim=mla[0], rope_dim=mla[1])
-        attention = AttentionSpec("mla", MLAOptions(*mla))
+    if attention.name == "mla":  # its sizes resolved, in the config only when set: older configs keep their keys
+        inside = positional if positional in INSIDE_ATTENTION else None
+        dims = mla_dims(attention.options, int(d_model), int(num_heads), inside)
+        config.update(latent_dim=dims[0], rope_dim=dims[1])
+        attention = AttentionSpec("mla", MLAOptions(*dims))
     else:
         attention = AttentionSpec("gqa", GQAOptions(num_kv_heads, window))
     if attention_only:  # only when set, so that older configs and checkpoints keep their hash
@@ -408,26 +413,3 @@ def _spec_from_keywords(vocab_size, d_model, num_heads, num_layers, d_ff, max_le
 #: The keyword constructor's arguments and defaults (left out when ``spec=`` is given).
 _KEYWORDS = {name: p.default for name, p in inspect.signature(GPT.__init__).parameters.items()
              if name not in ("self", "spec")}
-
-
-def _check_mla(latent_dim, rope_dim, positional, num_heads, num_kv_heads, window, d_model):
-    """``(latent_dim, rope_dim)`` as ints, or None without MLA; ValueError naming the clash."""
-    if latent_dim is None:
-        if rope_dim is not None:
-            raise ValueError(f"rope_dim={rope_dim!r} is MLA's: it needs latent_dim")
-        return None
-    if isinstance(latent_dim, bool) or int(latent_dim) != latent_dim or latent_dim < 1:
-        raise ValueError(f"latent_dim must be a positive int, got {latent_dim!r}")
-    if num_kv_heads != num_heads or window is not None or positional == "alibi":
-        raise ValueError("latent_dim (MLA) cannot be combined with num_kv_heads < num_heads, a window "
-                         f"or ALiBi (got num_kv_heads={num_kv_heads}, window={window}, positional="
-                         f"{positional!r})")
-    if rope_dim is None:
-        half = d_model // num_heads // 2
-        rope_dim = half + half % 2 if positional == "rope" else 0
-    if isinstance(rope_dim, bool) or int(rope_dim) != rope_dim or rope_dim < 0 or rope_dim % 2:
-        raise ValueError(f"rope_dim must be an even int >= 0, got {rope_dim!r}")
-    if (positional == "rope") != (rope_dim > 0):
-        raise ValueError(f"rope_dim={rope_dim} with positional={positional!r}: MLA's rotary part needs "
-                         "positional='rope' and rope_dim > 0, or neither")
-    return int(latent_dim), int(rope_dim)

@@ -25,6 +25,13 @@ The cache is chapter
 :class:`~attncourse.nn.protocol.DecoderAttention`, registered as ``"gqa"`` with its
 options in :class:`GQAOptions` (:mod:`attncourse.nn.spec`).
 
+Its :meth:`~CausalSelfAttention.forward` is the plumbing (checks, head split,
+positions, cache, masks); the scores and weights are one step,
+:meth:`~CausalSelfAttention.attend`, that a subclass may replace: a variant whose only
+change is the score is that method and its options (:mod:`attncourse.nn.attend`, where
+the checks, :func:`allowed_keys` and :func:`repeat_kv` shared by every decoder attention
+live; they are importable from here as before).
+
 References
 ----------
 Shazeer (2019), "Fast Transformer Decoding: One Write-Head is All You Need", section 3.
@@ -35,19 +42,25 @@ Vaswani et al. (2017), section 3.2.2 (multi-head attention), equation (1).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from attncourse.functional.sparse_masks import check_window
-from attncourse.functional.torch_attention import masked_softmax
 from attncourse.nn.alibi import alibi_bias
+from attncourse.nn.attend import (  # allowed_keys ... repeat_kv: re-exported, chapters import them from here
+    allowed_keys,
+    check_call,
+    check_mask,
+    check_positions,
+    dot_product_attend,
+    repeat_kv,
+)
 from attncourse.nn.attention import KVCache, merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import RopeScaling, apply_rope
+from attncourse.nn.spec import register_attention
 
 #: What ``CausalSelfAttention(positional=...)`` accepts: schemes acting inside attention, or None.
 ATTENTION_POSITIONAL: tuple[str | None, ...] = (None, "rope", "alibi")
@@ -70,122 +83,6 @@ class GQAOptions:
     num_kv_heads: int | None = None
     window: int | None = None
     bias: bool = False
-
-
-def check_call(mask: torch.Tensor | None, positions: torch.Tensor | None, batch: int, num_heads: int,
-               seq_len: int, offset: int, device) -> torch.Tensor:
-    """Check what every decoder attention takes besides ``x`` and its cache; return the positions.
-
-    ``mask`` must broadcast to ``(batch, num_heads, seq_len, offset + seq_len)`` (:func:`check_mask`),
-    ``positions`` be ``(seq_len,)`` integers or None (:func:`check_positions`, which gives the default).
-    """
-    if mask is not None:
-        check_mask(mask, (batch, num_heads, seq_len, offset + seq_len))
-    return check_positions(positions, seq_len, offset, device)
-
-
-def check_positions(positions: torch.Tensor | None, seq_len: int, offset: int, device) -> torch.Tensor:
-    """The positions of ``seq_len`` new tokens: ``positions`` checked, or ``offset + arange(seq_len)``.
-
-    Raises
-    ------
-    ValueError
-        If ``positions`` is not a ``(seq_len,)`` integer tensor.
-    """
-    if positions is None:
-        return torch.arange(offset, offset + seq_len, device=device)
-    if (not isinstance(positions, torch.Tensor) or positions.shape != (seq_len,)
-            or positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool):
-        shape = tuple(positions.shape) if isinstance(positions, torch.Tensor) else type(positions).__name__
-        raise ValueError(f"positions must be a (seq_len={seq_len},) integer tensor, got {shape}")
-    return positions.to(device)
-
-
-def check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
-    """Raise ValueError unless ``mask`` is a bool tensor broadcastable to ``scores_shape``
-    ``(batch, num_heads, seq_len, cache_len + seq_len)``."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ValueError(f"mask must be a bool tensor (True = may attend), got {kind}")
-    try:
-        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != torch.Size(scores_shape):
-        raise ValueError(f"mask {tuple(mask.shape)} does not broadcast to the scores' shape "
-                         f"(batch, num_heads, seq_len, cache_len + seq_len) = {scores_shape}")
-
-
-
-def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Expand ``num_kv_heads`` key (or value) heads to ``num_heads``: head i gets kv head i // group.
-
-    Parameters
-    ----------
-    x : (batch, num_kv_heads, seq_len, d)
-    num_heads : int
-        Number of query heads h; a multiple of ``num_kv_heads``.
-
-    Returns
-    -------
-    (batch, num_heads, seq_len, d)
-        Each kv head repeated ``group = num_heads // num_kv_heads`` times in a row
-        (``repeat_interleave``, as ``scaled_dot_product_attention(enable_gqa=True)`` does).
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is not 4-D or ``num_heads`` is not a multiple of its heads.
-    """
-    if x.dim() != 4 or num_heads % x.shape[1] != 0:
-        raise ValueError(
-            f"repeat_kv needs (batch, num_kv_heads, seq_len, d) with num_heads={num_heads} a multiple of "
-            f"num_kv_heads, got {tuple(x.shape)}"
-        )
-    group = num_heads // x.shape[1]
-    return x if group == 1 else x.repeat_interleave(group, dim=1)
-
-
-def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | None = None,
-                 device=None) -> torch.Tensor | None:
-    """Which keys each query may attend to, the queries being the last ``tgt_len`` of ``src_len`` positions.
-
-    Parameters
-    ----------
-    tgt_len, src_len : int
-    causal : bool
-        Query at position i sees keys j <= i (Vaswani et al. 2017, section 3.2.3).
-    window : int, optional
-        The ``window`` keys nearest the query, itself included (the definition of
-        :func:`attncourse.functional.sliding_window_mask`): causal, ``0 <= i - j < window``,
-        the query and the ``window - 1`` positions before it; not causal, the centred
-        ``|i - j| <= (window - 1) / 2`` (``window`` odd).
-
-    Returns
-    -------
-    (tgt_len, src_len) bool tensor, ``True`` = may attend; None when every key is allowed
-    (no mask and no window, or one causal query at the last position, as in a decoding step).
-
-    Raises
-    ------
-    ValueError
-        If ``window`` is not a positive int, or is even with ``causal=False``.
-    """
-    if window is not None:
-        window = check_window(window, causal)
-        reach = window - 1 if causal else (window - 1) // 2  # largest |i - j| allowed
-        if reach >= src_len - 1:
-            window = None  # the window holds every key
-    if (not causal or tgt_len <= 1) and window is None:
-        return None  # one query at the last position may see every key, as may a query without a mask
-    query_pos = torch.arange(tgt_len, device=device)[:, None] + (src_len - tgt_len)
-    key_pos = torch.arange(src_len, device=device)[None, :]
-    allowed = torch.ones(tgt_len, src_len, dtype=torch.bool, device=device)
-    if causal:
-        allowed &= key_pos <= query_pos
-    if window is not None:
-        allowed &= (query_pos - key_pos).abs() <= reach
-    return allowed
 
 
 class CausalSelfAttention(nn.Module, DecoderAttention):
@@ -222,6 +119,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
     w_k, w_v : nn.Linear(d_model, g * d_k)
         One key and one value projection per kv head (h / g times smaller than in MHA).
     w_o : nn.Linear(h * d_k, d_model)
+    options : GQAOptions (or a subclass's options)
+        The options it was built with, for :meth:`attend` to read.
 
     Raises
     ------
@@ -258,6 +157,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
             raise ValueError(f"RoPE rotates feature pairs: d_k = d_model / num_heads = {self.d_k} must be even")
         self.positional, self.causal, self.window = positional, bool(causal), window
         self.rope_base, self.rope_scaling = float(rope_base), rope_scaling
+        # What attend() may read; from_options puts a subclass's own options (with more fields) here.
+        self.options: GQAOptions = GQAOptions(num_kv_heads, window, bias)
         self.w_q = nn.Linear(d_model, self.num_heads * self.d_k, bias=bias)
         self.w_k = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
         self.w_v = nn.Linear(d_model, self.num_kv_heads * self.d_k, bias=bias)
@@ -268,9 +169,12 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
                      positional: str | None, rope_base: float,
                      rope_scaling: RopeScaling | None = None) -> CausalSelfAttention:
         """Build the ``"gqa"`` variant of a model spec (:mod:`attncourse.nn.spec`), or a subclass's
-        with the same options (``"gated"``, :class:`~attncourse.nn.gated.GatedSelfAttention`)."""
-        return cls(d_model, num_heads, options.num_kv_heads, positional, causal, options.window,
-                   rope_base, options.bias, rope_scaling)
+        whose options have those of :class:`GQAOptions` (``"gated"``,
+        :class:`~attncourse.nn.gated.GatedSelfAttention`); ``options`` is kept as :attr:`options`."""
+        module = cls(d_model, num_heads, options.num_kv_heads, positional, causal, options.window,
+                     rope_base, options.bias, rope_scaling)
+        module.options = options
+        return module
 
     def cache_numbers_per_token(self) -> int:
         """Numbers cached per token: a key and a value for each kv head, ``2 g d_k``."""
@@ -348,18 +252,50 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         bias = None
         if self.positional == "alibi":
             bias = alibi_bias(self.num_heads, seq_len, src_len, dtype=q.dtype).to(x.device)
-        if need_weights or not fast:
-            k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # equation (1)
-            if bias is not None:
-                scores = scores + bias
-            weights = masked_softmax(scores, allowed)
-            heads = weights @ v
-        else:
-            heads = self._fast(q, k, v, allowed, bias, is_causal=self.causal and self.window is None
-                               and mask is None and offset == 0)
-            weights = None
-        return self.output(x, heads), weights
+        heads, weights = self.attend(q, k, v, allowed, bias, need_weights=need_weights, fast=fast,
+                                     is_causal=self.causal and self.window is None and mask is None
+                                     and offset == 0)
+        # The written-out path (fast=False) has always returned its weights; otherwise only when asked.
+        return self.output(x, heads), (weights if need_weights or not fast else None)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
+               bias: torch.Tensor | None, *, need_weights: bool = False, fast: bool = True,
+               is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The attend step, which a variant that only changes the scores replaces.
+
+        Everything else (checks, heads, positions, cache, masks, output) is :meth:`forward`'s,
+        and the variant's options are :attr:`options`. The default is
+        :func:`~attncourse.nn.attend.dot_product_attend`; cosine-similarity attention is::
+
+            def attend(self, q, k, v, allowed, bias, **_):
+                q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+                return softmax_attend(q, k, v, allowed, bias, scale=self.options.temperature)
+
+        Parameters
+        ----------
+        q : (batch, h, seq_len, d_k)
+            Queries (rotated, with RoPE).
+        k, v : (batch, g, cache_len + seq_len, d_k)
+            The cache's keys and values and this call's, g = ``num_kv_heads``.
+        allowed : bool tensor broadcastable to (batch, h, seq_len, cache_len + seq_len), or None
+            Causal, window and caller's masks combined; None: every key.
+        bias : (h, seq_len, cache_len + seq_len) float tensor or None
+            ALiBi's, added to the scores.
+        need_weights, fast : bool
+            As :meth:`forward`.
+        is_causal : bool
+            ``allowed`` is None or exactly the causal mask (see
+            :func:`~attncourse.nn.attend.sdpa_attend`).
+
+        Returns
+        -------
+        heads : (batch, h, seq_len, d_k)
+        weights : (batch, h, seq_len, cache_len + seq_len) or None
+            May be returned whether asked for or not: :meth:`forward` drops them unless
+            ``need_weights`` (or ``fast=False``).
+        """
+        return dot_product_attend(q, k, v, allowed, bias, need_weights=need_weights, fast=fast,
+                                  is_causal=is_causal)
 
     def output(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
         """W^O applied to the merged heads ``(batch, h, seq_len, d_k)`` -> ``(batch, seq_len, d_model)``.
@@ -369,21 +305,8 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         """
         return self.w_o(merge_heads(heads))
 
-    @staticmethod
-    def _fast(q, k, v, allowed, bias, is_causal: bool) -> torch.Tensor:
-        # Without a bias SDPA shares the kv heads itself (enable_gqa), reading each one once;
-        # with ALiBi's float bias the heads are expanded first.
-        if bias is not None:
-            k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
-        gqa = k.shape[1] != q.shape[1]
-        if bias is None and (allowed is None or is_causal):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal and allowed is not None,
-                                                  enable_gqa=gqa)
-        if allowed is None:
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        # A row with no allowed key (e.g. a left-padding query) attends everywhere, then is zeroed.
-        fully_masked = ~allowed.any(dim=-1, keepdim=True)
-        allowed = allowed | fully_masked
-        attn_mask = allowed if bias is None else bias.masked_fill(~allowed, float("-inf"))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=gqa)
-        return out.masked_fill(fully_masked, 0.0)
+
+register_attention("gqa", GQAOptions, CausalSelfAttention.from_options)
+
+__all__ = ["ATTENTION_POSITIONAL", "CausalSelfAttention", "GQAOptions", "allowed_keys", "check_call", "check_mask",
+           "check_positions", "repeat_kv"]

@@ -50,10 +50,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from attncourse.functional.torch_attention import masked_softmax
+from attncourse.nn.attend import allowed_keys, check_call
 from attncourse.nn.attention import merge_heads, split_heads
-from attncourse.nn.gqa import allowed_keys, check_call
 from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import apply_rope
+from attncourse.nn.spec import register_attention
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,50 @@ class LatentCache:
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` positions (e.g. drop rejected draft tokens)."""
         self.c_kv, self.k_rope = self.c_kv[:, :length], self.k_rope[:, :length]
+
+
+def mla_dims(options: MLAOptions, d_model: int, num_heads: int, positional: str | None) -> tuple[int, int]:
+    """``(latent_dim, rope_dim)`` of ``options`` for a model of these sizes: the defaults filled in and
+    every rule of MLA's options checked, here only (the spec, GPT's keywords and train-lm all come here).
+
+    Parameters
+    ----------
+    options : MLAOptions
+    d_model, num_heads : int
+        d_h = d_model / num_heads (0 if it does not divide: the model's own check says so).
+    positional : {None, "rope", "alibi"}
+        The scheme acting inside attention (None for positions added to the embeddings, or none).
+
+    Returns
+    -------
+    (int, int)
+        d_c (default 4 d_h) and d_h^R (default d_h / 2 rounded up to even with RoPE, else 0).
+
+    Raises
+    ------
+    ValueError
+        With ALiBi (its bias is not part of MLA), a ``latent_dim`` that is not a positive int,
+        a ``rope_dim`` that is not an even int >= 0, or one that does not match the scheme
+        (RoPE needs ``rope_dim > 0``, the others 0).
+    """
+    if positional not in (None, "rope"):
+        raise ValueError(f"MLA cannot be combined with ALiBi (positional={positional!r}): its positions are "
+                         "a decoupled RoPE key, or none inside attention")
+    d_h = d_model // num_heads if num_heads and d_model % num_heads == 0 else 0
+    latent_dim = 4 * d_h if options.latent_dim is None else options.latent_dim
+    if isinstance(latent_dim, bool) or int(latent_dim) != latent_dim or latent_dim < 1:
+        raise ValueError(f"latent_dim must be a positive int, got {latent_dim!r}")
+    rope_dim = options.rope_dim
+    if rope_dim is None:
+        half = d_h // 2
+        rope_dim = half + half % 2 if positional == "rope" else 0
+    if isinstance(rope_dim, bool) or int(rope_dim) != rope_dim or rope_dim < 0 or rope_dim % 2:
+        raise ValueError(f"rope_dim must be an even number >= 0, got {rope_dim!r}")
+    if (positional == "rope") != (rope_dim > 0):
+        scheme = "with RoPE" if positional == "rope" else "without RoPE"
+        raise ValueError(f"rope_dim={rope_dim} {scheme}: MLA's rotary part needs positional='rope' and "
+                         "rope_dim > 0, or neither")
+    return int(latent_dim), int(rope_dim)
 
 
 class MultiHeadLatentAttention(nn.Module, DecoderAttention):
@@ -173,25 +218,15 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
     @classmethod
     def from_options(cls, options: MLAOptions, *, d_model: int, num_heads: int, causal: bool,
                      positional: str | None, rope_base: float) -> MultiHeadLatentAttention:
-        """Build the ``"mla"`` variant of a model spec (:mod:`attncourse.nn.spec`).
+        """Build the ``"mla"`` variant of a model spec (:mod:`attncourse.nn.spec`); its sizes are
+        :func:`mla_dims`'s, which checks every rule of MLA's options.
 
         Raises
         ------
         ValueError
-            With ALiBi (its bias is not part of MLA), or with a ``rope_dim`` that does
-            not match the scheme (RoPE needs ``rope_dim > 0``, the others 0).
+            As :func:`mla_dims`.
         """
-        if positional not in (None, "rope"):
-            raise ValueError(f"MLA has a decoupled RoPE key or no position inside attention; "
-                             f"positional={positional!r} is not supported")
-        d_h = d_model // num_heads if num_heads and d_model % num_heads == 0 else 0
-        latent_dim = 4 * d_h if options.latent_dim is None else options.latent_dim
-        rope_dim = options.rope_dim
-        if rope_dim is None:
-            rope_dim = d_h // 2 + (d_h // 2) % 2 if positional == "rope" else 0
-        if isinstance(rope_dim, int) and (positional == "rope") != (rope_dim > 0):
-            raise ValueError(f"rope_dim={rope_dim} with positional={positional!r}: MLA's rotary part needs "
-                             "positional='rope' and rope_dim > 0, or neither")
+        latent_dim, rope_dim = mla_dims(options, d_model, num_heads, positional)
         return cls(d_model, num_heads, latent_dim, rope_dim, causal, rope_base)
 
     def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> LatentCache:
@@ -317,4 +352,6 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
         return torch.einsum("bhnc,hmc->bnm", heads, w_ov)
 
 
-__all__ = ["LatentCache", "MLAOptions", "MultiHeadLatentAttention"]
+register_attention("mla", MLAOptions, MultiHeadLatentAttention.from_options)
+
+__all__ = ["LatentCache", "MLAOptions", "MultiHeadLatentAttention", "mla_dims"]

@@ -1,4 +1,4 @@
-"""Normalisation layers of a decoder block: LayerNorm, RMSNorm, or none, chosen by name.
+"""Normalisation layers of a block: LayerNorm, RMSNorm, or none, chosen by name; the residual connection.
 
 LayerNorm (Ba et al. 2016) centres each position's features and divides by their
 standard deviation, then applies a gain and a bias. RMSNorm (Zhang and Sennrich
@@ -8,12 +8,14 @@ standard deviation, then applies a gain and a bias. RMSNorm (Zhang and Sennrich
 
 which is cheaper and, in their experiments, as good. Llama-style models use it
 before every sublayer and at the end (SmolLM2: eps = 1e-5). ``"none"`` is the
-identity, as in the attention-only models of chapter 9.
+identity, as in the attention-only models of chapter 9. :func:`residual` wraps a sublayer
+in its normalisation and residual connection, before (pre-norm) or after (post-norm).
 
 References
 ----------
 Ba, Kiros, Hinton (2016), "Layer Normalization", section 3, eq. (4).
 Zhang and Sennrich (2019), "Root Mean Square Layer Normalization", section 4, eq. (4).
+Vaswani et al. (2017), sections 3.1 and 5.4; Xiong et al. (2020) (pre-norm): :func:`residual`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,44 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+
+Weights = torch.Tensor | None
+SublayerFn = Callable[[torch.Tensor], tuple[torch.Tensor, Weights]]
+
+
+def residual(
+    x: torch.Tensor, sublayer: SublayerFn, norm: nn.LayerNorm, dropout: nn.Dropout, norm_first: bool
+) -> tuple[torch.Tensor, Weights]:
+    """One sublayer with its residual connection and layer normalisation.
+
+    Post-norm (``norm_first=False``, section 3.1 of the paper):
+    ``LayerNorm(x + Dropout(Sublayer(x)))``. Pre-norm (``norm_first=True``):
+    ``x + Dropout(Sublayer(LayerNorm(x)))``.
+
+    Parameters
+    ----------
+    x : (batch, seq_len, d_model)
+    sublayer : callable
+        Maps (batch, seq_len, d_model) to ``(output (batch, seq_len, d_model), weights or None)``.
+    norm : nn.LayerNorm
+    dropout : nn.Dropout
+        Residual dropout (section 5.4).
+    norm_first : bool
+
+    Returns
+    -------
+    x : (batch, seq_len, d_model)
+    weights : whatever ``sublayer`` returned as weights
+
+    References
+    ----------
+    Vaswani et al. (2017), sections 3.1 and 5.4; Xiong et al. (2020) for pre-norm.
+    """
+    if norm_first:
+        out, weights = sublayer(norm(x))
+        return x + dropout(out), weights
+    out, weights = sublayer(x)
+    return norm(x + dropout(out)), weights
 
 
 class RMSNorm(nn.Module):
@@ -81,4 +121,4 @@ NORMS: dict[str, Callable[[int, float], nn.Module]] = {
 }
 
 
-__all__ = ["NORMS", "RMSNorm"]
+__all__ = ["NORMS", "RMSNorm", "SublayerFn", "Weights", "residual"]

@@ -18,9 +18,17 @@ A new attention variant is one module, with a class implementing
 :class:`~attncourse.nn.protocol.DecoderAttention`, an options dataclass and a
 builder ``(options, *, d_model, num_heads, causal, positional, rope_base) ->
 module`` (which may also take ``rope_scaling``, passed only when the positions stretch
-RoPE), plus one line::
+RoPE). The module registers it itself, in one line::
 
     register_attention("mine", MyOptions, MyAttention.from_options)
+
+and is named in :mod:`attncourse.nn.variants`, which imports every variant. This module
+imports none: :data:`ATTENTION_VARIANTS` imports that package the first time it is read
+(as do the modules named in the environment variable ``ATTNCOURSE_VARIANTS``,
+comma-separated: a variant defined outside the package, e.g. in a test, reaches a
+fresh process such as ``python -m attncourse train-lm --attention NAME``). A variant
+whose only change is the score subclasses :class:`~attncourse.nn.gqa.CausalSelfAttention`
+and replaces its ``attend`` step (:mod:`attncourse.nn.attend`).
 
 A Llama-style model (chapter 11's SmolLM2-135M) reads::
 
@@ -34,17 +42,16 @@ A Llama-style model (chapter 11's SmolLM2-135M) reads::
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
 from attncourse.nn.ffn import FFNS
-from attncourse.nn.gated import GatedOptions, GatedSelfAttention
-from attncourse.nn.gqa import CausalSelfAttention, GQAOptions
-from attncourse.nn.mla import MLAOptions, MultiHeadLatentAttention
 from attncourse.nn.norm import NORMS
 from attncourse.nn.rope import RopeScaling
 
@@ -71,12 +78,41 @@ class AttentionVariant:
     build: Callable[..., nn.Module]
 
 
+class _Variants(Mapping):
+    """The registry: a read-only mapping name -> :class:`AttentionVariant` that, on its first read,
+    imports :mod:`attncourse.nn.variants` (every variant of the package registers itself there)."""
+
+    def __init__(self) -> None:
+        self._table: dict[str, AttentionVariant] = {}
+        self._loaded = False
+
+    def _load(self) -> dict[str, AttentionVariant]:
+        if not self._loaded:
+            self._loaded = True  # before the import: the variants' own registrations must not load again
+            importlib.import_module("attncourse.nn.variants")
+        return self._table
+
+    def __getitem__(self, name: str) -> AttentionVariant:
+        return self._load()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._load()))
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __repr__(self) -> str:
+        return f"ATTENTION_VARIANTS({sorted(self._load())})"
+
+
 #: The attention variants by name; :func:`register_attention` adds one.
-ATTENTION_VARIANTS: dict[str, AttentionVariant] = {}
+ATTENTION_VARIANTS: Mapping[str, AttentionVariant] = _Variants()
 
 
 def register_attention(name: str, options: type, build: Callable[..., nn.Module]) -> AttentionVariant:
     """Make an attention variant available to :class:`AttentionSpec` under ``name``.
+
+    Called by the variant's own module, at import (see the module's docstring).
 
     Raises
     ------
@@ -88,21 +124,33 @@ def register_attention(name: str, options: type, build: Callable[..., nn.Module]
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise TypeError(f"the options of attention variant {name!r} must be a dataclass, got {options!r}")
     variant = AttentionVariant(name, options, build)
-    if ATTENTION_VARIANTS.get(name, variant) != variant:
+    table = ATTENTION_VARIANTS._table  # not a read: registering does not load the package's variants
+    if table.get(name, variant) != variant:
         raise ValueError(f"attention variant {name!r} is already registered")
-    ATTENTION_VARIANTS[name] = variant
+    table[name] = variant
     return variant
 
 
+def _option_names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 def _options(cls: type, value: Any, what: str) -> Any:
-    """``value`` as an instance of dataclass ``cls``: None -> defaults, a dict -> its fields."""
+    """``value`` as an instance of dataclass ``cls``: None -> defaults, a dict -> its fields.
+
+    An option ``cls`` lacks is refused here, for every entry point (a dict, GPT's keywords,
+    train-lm's options), naming the variants that have it.
+    """
     if value is None:
         return cls()
     if isinstance(value, Mapping):
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(value) - names)
-        if unknown:
-            raise ValueError(f"{what} has no option {unknown[0]!r}; its options are {sorted(names)}")
+        names = _option_names(cls)
+        for option in sorted(set(value) - names):
+            owners = [repr(other) for other, v in ATTENTION_VARIANTS.items() if option in _option_names(v.options)]
+            whose = f", an option of {' and '.join(owners)}" if owners else ""
+            raise ValueError(f"{what} has no option {option!r}: it cannot be combined with {option}="
+                             f"{value[option]!r} (not with {option}{whose}); its options are "
+                             f"{', '.join(sorted(names)) or 'none'}")
         return cls(**value)
     if not isinstance(value, cls):
         raise TypeError(f"{what} takes options of type {cls.__name__}, got {type(value).__name__}")
@@ -164,6 +212,41 @@ class AttentionSpec:
         return {"name": self.name, **dataclasses.asdict(self.options)}
 
 
+def flat_attention(name: str | None, num_heads: int, **options: Any) -> AttentionSpec:
+    """The attention that flat options describe: GPT's keyword arguments and train-lm's options,
+    one namespace for every variant's options (``num_kv_heads``, ``window``, ``latent_dim``...).
+
+    Parameters
+    ----------
+    name : str or None
+        A registered variant; None: ``"mla"`` if ``latent_dim`` is set, else ``"gqa"``.
+    num_heads : int
+        h; ``num_kv_heads == h`` is multi-head, every variant's meaning, passed on only to a
+        variant that has the option.
+    **options
+        Those set (not None) go to the variant by name.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not registered, or an option is set that the variant does not have
+        (:class:`AttentionSpec` says so). The variant's own rules are checked when a
+        :class:`DecoderSpec` holds it.
+    """
+    given = {k: v for k, v in options.items() if v is not None}
+    chosen = name
+    name = name or ("mla" if "latent_dim" in given else "gqa")
+    _check_kind("attention", name, ATTENTION_VARIANTS)
+    if "num_kv_heads" not in _option_names(ATTENTION_VARIANTS[name].options) and given.get("num_kv_heads") == num_heads:
+        del given["num_kv_heads"]
+    try:
+        return AttentionSpec(name, given)
+    except ValueError as error:
+        if chosen is None and name == "gqa" and "'mla'" in str(error):
+            raise ValueError(f"{error} (latent_dim chooses 'mla')") from None
+        raise
+
+
 #: Position schemes: added to the embeddings, or acting inside attention.
 ADDED_TO_EMBEDDINGS: tuple[str, ...] = ("sinusoidal", "learned")
 INSIDE_ATTENTION: tuple[str, ...] = ("rope", "alibi")
@@ -203,7 +286,8 @@ class PositionSpec:
                 raise ValueError(f"rope_factor={self.rope_factor!r} needs rope_scaling ('pi', 'ntk' or 'yarn')")
             return
         if self.kind != "rope":
-            raise ValueError(f"rope_scaling={self.rope_scaling!r} stretches RoPE, got positions {self.kind!r}")
+            raise ValueError(f"rope_scaling={self.rope_scaling!r} stretches RoPE: it needs positions 'rope', "
+                             f"not {self.kind!r}")
         RopeScaling(self.rope_scaling, self.rope_factor, self.original_len)  # checks the options
         object.__setattr__(self, "rope_factor", float(self.rope_factor))
 
@@ -276,7 +360,9 @@ class FFNSpec:
 
 def _check_kind(what: str, kind: str, table: Mapping[str, Any]) -> None:
     if kind not in table:
-        raise ValueError(f"{what} must be one of {tuple(table)}, got {kind!r}")
+        more = ("; a variant defined outside attncourse is named by its module in ATTNCOURSE_VARIANTS"
+                if table is ATTENTION_VARIANTS else "")
+        raise ValueError(f"{what} must be one of {tuple(table)}, got {kind!r}{more}")
 
 
 def _check_size(name: str, value: Any) -> None:
@@ -348,6 +434,20 @@ class DecoderSpec:
             if not isinstance(value, cls):
                 raise TypeError(f"{name} must be a {cls.__name__} or a dict, got {type(value).__name__}")
             object.__setattr__(self, name, value)
+        self._check_attention()
+
+    def _check_attention(self) -> None:
+        """Build one attention module on the meta device (no memory, no random numbers drawn): the
+        variant's builder checks its options against these sizes and positions, so that a clash is
+        refused here, whatever described the model. An error other than ValueError (an operation
+        the meta device lacks) leaves the check to the real build."""
+        try:
+            with torch.device("meta"):
+                self.attention.build(self.d_model, self.num_heads, self.causal, self.positions)
+        except ValueError:
+            raise
+        except Exception:  # noqa: BLE001 - not a refusal: the real build will say what it is
+            pass
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values only (a checkpoint's ``model_config``); ``DecoderSpec(**d)`` rebuilds it."""
@@ -359,11 +459,8 @@ class DecoderSpec:
         return out
 
 
-register_attention("gqa", GQAOptions, CausalSelfAttention.from_options)
-register_attention("mla", MLAOptions, MultiHeadLatentAttention.from_options)
-register_attention("gated", GatedOptions, GatedSelfAttention.from_options)
-
 __all__ = [
     "ADDED_TO_EMBEDDINGS", "ATTENTION_VARIANTS", "INSIDE_ATTENTION", "NO_POSITIONS", "AttentionSpec",
-    "AttentionVariant", "DecoderSpec", "FFNSpec", "NormSpec", "PositionSpec", "register_attention",
+    "AttentionVariant", "DecoderSpec", "FFNSpec", "NormSpec", "PositionSpec", "flat_attention",
+    "register_attention",
 ]

@@ -56,7 +56,6 @@ Xiong et al. (2020), "On Layer Normalization in the Transformer Architecture" (p
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +63,11 @@ import torch
 from torch import nn
 
 from attncourse.nn.attention import KVCache, MultiHeadAttention
+from attncourse.nn.ffn import PositionwiseFeedForward  # importable from here as before
+from attncourse.nn.norm import (  # residual: importable from here as before
+    Weights,
+    residual,
+)
 from attncourse.nn.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -73,92 +77,6 @@ from attncourse.nn.rnn import PAD_ID, Seq2SeqOutput, reorder_batch
 
 #: The values of ``Transformer(positional=...)``.
 POSITIONAL_KINDS: tuple[str, ...] = ("sinusoidal", "learned")
-
-Weights = torch.Tensor | None
-SublayerFn = Callable[[torch.Tensor], tuple[torch.Tensor, Weights]]
-
-
-def residual(
-    x: torch.Tensor, sublayer: SublayerFn, norm: nn.LayerNorm, dropout: nn.Dropout, norm_first: bool
-) -> tuple[torch.Tensor, Weights]:
-    """One sublayer with its residual connection and layer normalisation.
-
-    Post-norm (``norm_first=False``, section 3.1 of the paper):
-    ``LayerNorm(x + Dropout(Sublayer(x)))``. Pre-norm (``norm_first=True``):
-    ``x + Dropout(Sublayer(LayerNorm(x)))``.
-
-    Parameters
-    ----------
-    x : (batch, seq_len, d_model)
-    sublayer : callable
-        Maps (batch, seq_len, d_model) to ``(output (batch, seq_len, d_model), weights or None)``.
-    norm : nn.LayerNorm
-    dropout : nn.Dropout
-        Residual dropout (section 5.4).
-    norm_first : bool
-
-    Returns
-    -------
-    x : (batch, seq_len, d_model)
-    weights : whatever ``sublayer`` returned as weights
-
-    References
-    ----------
-    Vaswani et al. (2017), sections 3.1 and 5.4; Xiong et al. (2020) for pre-norm.
-    """
-    if norm_first:
-        out, weights = sublayer(norm(x))
-        return x + dropout(out), weights
-    out, weights = sublayer(x)
-    return norm(x + dropout(out)), weights
-
-
-#: The FFN's activations by name.
-_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": torch.relu,
-                                                                    "gelu": torch.nn.functional.gelu}
-
-
-class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, the same two-layer MLP at every position.
-
-    Parameters
-    ----------
-    d_model : int
-        Input and output width.
-    d_ff : int
-        Inner width (2048 for d_model = 512 in the paper).
-    activation : {"relu", "gelu"}
-        max(0, .) as in the paper, or GELU (Hendrycks and Gimpel 2016) as in GPT-2.
-    bias : bool
-        Biases b_1, b_2.
-
-    Attributes
-    ----------
-    w_1 : nn.Linear(d_model, d_ff)
-    w_2 : nn.Linear(d_ff, d_model)
-
-    Raises
-    ------
-    ValueError
-        If ``activation`` is unknown.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.3, equation (2).
-    """
-
-    def __init__(self, d_model: int, d_ff: int, activation: str = "relu", bias: bool = True) -> None:
-        super().__init__()
-        if activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {tuple(_ACTIVATIONS)}, got {activation!r}")
-        self.activation = _ACTIVATIONS[activation]
-        self.w_1 = nn.Linear(d_model, d_ff, bias=bias)
-        self.w_2 = nn.Linear(d_ff, d_model, bias=bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x: (batch, seq_len, d_model) -> (batch, seq_len, d_model)``."""
-        return self.w_2(self.activation(self.w_1(x)))
-
 
 class EncoderLayer(nn.Module):
     """Self-attention and FFN, each in a residual connection with LayerNorm (section 3.1).

@@ -17,23 +17,19 @@ model whose llama.cpp GGUF file the registry serves as a wheel
 needed, so importing this part needs none of them.
 """
 
-from attncourse.pretrained.config import GGUFError, LlamaConfig, expected_shapes
-from attncourse.pretrained.locate import MODELS, ModelNotInstalledError, gguf_path
-from attncourse.pretrained.model import llama_spec, load_gguf_model, load_smollm2
-from attncourse.pretrained.quants import (
-    BlockParts,
-    bits_per_weight,
-    dequantize,
-    q4_1_parts,
-    q8_0_parts,
-)
-from attncourse.pretrained.reader import GGUFFile, TensorInfo, open_gguf
-from attncourse.pretrained.rope_layout import (
-    half_split_order,
-    half_split_to_interleaved,
-    interleaved_to_half_split,
-)
-from attncourse.pretrained.tokenizer import GGUFTokenizer, tokenizer_from_metadata
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "config": ("GGUFError", "LlamaConfig", "expected_shapes"),
+    "locate": ("MODELS", "ModelNotInstalledError", "gguf_path"),
+    "model": ("llama_spec", "load_gguf_model", "load_smollm2"),
+    "quants": ("BlockParts", "bits_per_weight", "dequantize", "q4_1_parts", "q8_0_parts"),
+    "reader": ("GGUFFile", "TensorInfo", "open_gguf"),
+    "rope_layout": ("half_split_order", "half_split_to_interleaved", "interleaved_to_half_split"),
+    "tokenizer": ("GGUFTokenizer", "tokenizer_from_metadata"),
+})
 
 __all__ = [
     "MODELS",

@@ -14,25 +14,15 @@ that a finished run loads in a second:
 What one chapter alone trains is its folder's ``recipe`` (``attncourse/chapters/``).
 """
 
-from attncourse.recipes.experiment import (
-    TASKS,
-    Experiment,
-    TrainedModel,
-    build_model,
-    load_task,
-    run_experiment,
-    seconds_to_reach,
-    shorter_than,
-    transformer_preset,
-)
-from attncourse.recipes.lm import (
-    LMConfig,
-    bits_per_char,
-    build_lm,
-    heldout_loss,
-    loss_without_peeking,
-    train_lm,
-)
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "experiment": ("TASKS", "Experiment", "TrainedModel", "build_model", "load_task", "run_experiment",
+        "seconds_to_reach", "shorter_than", "transformer_preset"),
+    "lm": ("LMConfig", "bits_per_char", "build_lm", "heldout_loss", "loss_without_peeking", "train_lm"),
+})
 
 __all__ = [
     "TASKS",

@@ -37,6 +37,11 @@ from attncourse.nn.gated import GatedOptions
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
 from attncourse.nn.rope import ROPE_SCALINGS
 from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
+from attncourse.recipes.lm_options import (  # importable from here too
+    in_options,
+    lm_attention,
+    lm_decoder_spec,
+)
 from attncourse.train.config import (
     BATCH,
     CLIP_NORM,
@@ -97,6 +102,12 @@ class LMConfig:
     gate : bool
         Qiu et al.'s (2025) sigmoid gate on every head's output (chapter 12;
         :mod:`attncourse.nn.gated`).
+    attention : str or None
+        A registered attention variant (:data:`~attncourse.nn.spec.ATTENTION_VARIANTS`), with
+        the options of :data:`~attncourse.recipes.lm_options.ATTENTION_OPTIONS` it has
+        (:func:`~attncourse.recipes.lm_options.lm_attention`); None: ``"gqa"``,
+        or ``"mla"`` with ``latent_dim``, ``"gated"`` with ``gate``. A name those options already
+        imply is stored as None (the same model, the same run).
 
     ``latent_dim`` and the fields after it, unset, stay out of the run's settings
     (:func:`lm_settings`), so earlier runs keep their folders.
@@ -106,7 +117,8 @@ class LMConfig:
     ValueError
         For a step count that is not a multiple of ``steps_per_epoch``, a context past a
         position table, or options that clash (scaling without RoPE, a factor without a
-        scaling, the gate with latent attention); one line naming the options.
+        scaling, the gate with latent attention, an unregistered ``attention`` or an option its
+        variant lacks); one line naming the options.
     """
 
     # Each field but ``corpus`` is also an option of ``train-lm`` (:func:`~attncourse.train.config.setting`).
@@ -171,6 +183,11 @@ class LMConfig:
     gate: bool = setting(
         False, "a sigmoid gate on every head's output, from the layer's input (Qiu et al. 2025; chapter 12); "
         "not with --latent-dim", group="model", negatable=False)
+    attention: str | None = setting(
+        None, "the attention variant, any registered by name: gqa, mla, gated, and those of the modules named "
+        "in the environment variable ATTNCOURSE_VARIANTS; --num-kv-heads, --window, --latent-dim and "
+        "--rope-dim set its options of those names (default: gqa; mla with --latent-dim, gated with --gate)",
+        check="text", group="model", metavar="NAME")
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
@@ -182,13 +199,23 @@ class LMConfig:
             raise ValueError(f"context and batch_size must be positive, got {self.context}, {self.batch_size}")
         if self.positional in ("sinusoidal", "learned") and self.context > self.max_len:
             raise ValueError(f"context={self.context} does not fit max_len={self.max_len} positions")
-        if self.rope_scaling is not None and self.positional != "rope":
-            raise ValueError(f"--rope-scaling {self.rope_scaling} stretches rotary positions: it needs "
-                             f"--positional rope, not {self.positional!r}")
-        if self.rope_factor != 1.0 and self.rope_scaling is None:
-            raise ValueError(f"--rope-factor {self.rope_factor:g} needs --rope-scaling (pi, ntk or yarn)")
-        if self.gate and self.latent_dim is not None:
-            raise ValueError("--gate goes on grouped-query attention: not with --latent-dim")
+        if self.attention is not None:
+            self._normalise_attention()
+        try:  # every rule of the model (positions, the variant and its options), checked by the spec
+            lm_decoder_spec(self, 1)
+        except ValueError as error:
+            raise ValueError(in_options(str(error))) from None
+
+    def _normalise_attention(self) -> None:
+        """``--attention``: the name the other options already say is left out (one model, one run
+        folder); the others are checked with the model."""
+        implied = {"gqa": not self.gate and self.latent_dim is None, "gated": self.latent_dim is None,
+                   "mla": not self.gate and self.latent_dim is not None}
+        if implied.get(self.attention):
+            object.__setattr__(self, "gate", self.gate or self.attention == "gated")
+            object.__setattr__(self, "attention", None)
+        elif self.gate:
+            raise ValueError(f"--gate is --attention gated: not with --attention {self.attention}")
 
     @property
     def run_name(self) -> str:
@@ -199,7 +226,8 @@ class LMConfig:
         mla = "" if self.latent_dim is None else f"-mla{self.latent_dim}"
         scaling = "" if self.rope_scaling is None else f"-{self.rope_scaling}{self.rope_factor:g}"
         gate = "-gated" if self.gate else ""
-        return f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}-{mask}{window}-seed{self.seed}"
+        variant = "" if self.attention is None else f"-{self.attention}"
+        return f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}{variant}-{mask}{window}-seed{self.seed}"
 
 
 #: The fields every run's settings hold: :class:`LMConfig`'s before ``latent_dim``. A field added after
@@ -233,10 +261,10 @@ def _keyword_lm(config: LMConfig, vocab_size: int) -> GPT:
 def build_lm(config: LMConfig, vocab_size: int) -> GPT:
     """The untrained :class:`~attncourse.nn.gpt.GPT` of ``config``.
 
-    Without ``rope_scaling`` and ``gate`` it is built from the GPT's keywords (chapter 7's
-    models, initialised as they always were); with either, from :func:`lm_spec`.
+    Without ``rope_scaling``, ``gate`` and ``attention`` it is built from the GPT's keywords
+    (chapter 7's models, initialised as they always were); with any, from :func:`lm_spec`.
     """
-    if config.rope_scaling is None and not config.gate:
+    if config.rope_scaling is None and not config.gate and config.attention is None:
         return _keyword_lm(config, vocab_size)
     return GPT(spec=lm_spec(config, vocab_size))
 
@@ -266,7 +294,11 @@ def lm_spec(config: LMConfig, vocab_size: int, positions: PositionSpec | None = 
         positions = dataclasses.replace(spec.positions, rope_scaling=config.rope_scaling,
                                         rope_factor=config.rope_factor, original_len=config.context)
     changes = {} if positions is None else {"positions": positions}
-    if config.gate if gate is None else gate:
+    if config.attention is not None:
+        if gate:
+            raise ValueError(f"the gate is attention 'gated': not with attention {config.attention!r}")
+        changes["attention"] = lm_attention(config)
+    elif config.gate if gate is None else gate:
         if spec.attention.name != "gqa":
             raise ValueError(f"the gate goes on grouped-query attention, not {spec.attention.name!r}")
         options = spec.attention.options

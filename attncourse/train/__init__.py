@@ -14,22 +14,20 @@ schedules (:mod:`~attncourse.train.schedule`); and evaluation metrics
 device and seeding in :mod:`attncourse.runtime`.
 """
 
-from attncourse.train.checkpoint import load_checkpoint, load_model, save_checkpoint
-from attncourse.train.config import FitConfig, Recipe, setting
-from attncourse.train.fit import FitResult, fit
-from attncourse.train.loop import EpochRun, train_epochs
-from attncourse.train.metrics import (
-    bucket_labels,
-    corpus_bleu,
-    corpus_chrf,
-    evaluate_by_bucket,
-    exact_match,
-    format_table,
-    length_buckets,
-    token_accuracy,
-)
-from attncourse.train.schedule import noam_lambda, warmup_inverse_sqrt
-from attncourse.train.seq2seq import evaluate
+from attncourse.lazy import lazy_exports
+
+# Each public name is imported from its module when first read (PEP 562): importing one module
+# of the package loads no other.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "checkpoint": ("load_checkpoint", "load_model", "save_checkpoint"),
+    "config": ("FitConfig", "Recipe", "setting"),
+    "fit": ("FitResult", "fit"),
+    "loop": ("EpochRun", "train_epochs"),
+    "metrics": ("bucket_labels", "corpus_bleu", "corpus_chrf", "evaluate_by_bucket", "exact_match", "format_table",
+        "length_buckets", "token_accuracy"),
+    "schedule": ("noam_lambda", "warmup_inverse_sqrt"),
+    "seq2seq": ("evaluate",),
+})
 
 __all__ = [
     "EpochRun",

@@ -8,8 +8,8 @@ expansion of grouped-query attention's key/value heads to the query heads
 (Ainslie et al. 2023). When a case fails, the learner's output is compared with
 the typical wrong versions so that the hint names the bug.
 
-References are :func:`attncourse.nn.gqa.allowed_keys`,
-:func:`attncourse.nn.rope.apply_rope` and :func:`attncourse.nn.gqa.repeat_kv`.
+References are :func:`attncourse.nn.attend.allowed_keys`,
+:func:`attncourse.nn.rope.apply_rope` and :func:`attncourse.nn.attend.repeat_kv`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
-from attncourse.nn.gqa import allowed_keys, repeat_kv
+from attncourse.nn.attend import allowed_keys, repeat_kv
 from attncourse.nn.rope import apply_rope
 
 # --------------------------------------------------------------------------- left-padded causal mask
