@@ -88,6 +88,17 @@ def solution_source(ex) -> str:
     return "\n".join(source.split("\n")[:end.end_lineno])
 
 
+def earlier_answers(chapter: Path, ex) -> list:
+    """The chapter's coding exercises before ``ex``, each in its own cell."""
+    before = []
+    for other in chapter_exercises(chapter):
+        if other.label == ex.label:
+            break
+        if other.kind == "coding":
+            before.append(other)
+    return before
+
+
 def check_of(ex):
     return chapters.check(ex.check)
 
@@ -112,6 +123,8 @@ def test_the_solution_passes_and_every_cheat_is_refused(chapter, ex):
         pytest.skip("triton is not installed")
     check = check_of(ex)
     namespace = chapter_namespace(chapter)
+    for earlier in earlier_answers(chapter, ex):  # answers this one may call (chapter 7b)
+        run_cell(solution_source(earlier), namespace)
     run_cell(solution_source(ex), namespace)
     result = check(namespace[ex.function])
     assert result.passed, result

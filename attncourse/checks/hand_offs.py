@@ -16,6 +16,9 @@ from attncourse.checks.guard import ATTENTION, SOFTMAX, HandOffs
 #: Launchers of a Triton kernel: compiled (``JITFunction.run``) or interpreted on the CPU.
 TRITON_LAUNCH = ("triton.runtime.jit.JITFunction.run", "triton.runtime.interpreter.GridExecutor.__call__",
                  "triton.runtime.interpreter.InterpretedFunction.run")
+#: Library attention layers and Transformer blocks: refused by the capstone's checks (chapter 7b).
+TRANSFORMER_LAYERS = ATTENTION + ("torch:TransformerEncoderLayer", "torch:TransformerDecoderLayer",
+                                  "torch:Transformer", "torch:TransformerEncoder", "torch:TransformerDecoder")
 _MASK_OPS = "NumPy operations such as np.tril, np.ones, np.arange, comparisons and broadcasting"
 
 HAND_OFFS: dict[str, HandOffs] = {
@@ -69,6 +72,18 @@ HAND_OFFS: dict[str, HandOffs] = {
         "torch operations: arange, powers, cos, sin, stack, indexing and reshapes (real arithmetic).",
         library=("torch:view_as_complex", "torch:view_as_real", "torch:polar", "torch:complex")),
     "check_repeat_kv": HandOffs("torch operations such as repeat_interleave, expand and reshape."),
+    # Chapter 7b (the capstone): no library attention layer or Transformer block
+    "check_causal_attention": HandOffs(
+        "torch operations: matrix products (@), reshape/view, transpose, masked_fill, softmax.",
+        library=TRANSFORMER_LAYERS),
+    "check_block": HandOffs(
+        "torch operations, your my_causal_attention, a LayerNorm (your own, or F.layer_norm) "
+        "and relu.", library=TRANSFORMER_LAYERS),
+    "check_gpt": HandOffs(
+        "torch operations (indexing, @, F.layer_norm) and your my_block.", library=TRANSFORMER_LAYERS),
+    "check_training": HandOffs(
+        "torch: randn, zeros, ones, randint, torch.optim.AdamW, F.cross_entropy; your my_gpt.",
+        library=TRANSFORMER_LAYERS),
     # Chapter 8
     "check_online_softmax_update": HandOffs(
         "NumPy operations: np.maximum, np.where, np.isfinite, np.exp and np.sum.", library=SOFTMAX),
@@ -116,4 +131,4 @@ HAND_OFFS: dict[str, HandOffs] = {
     "check_alibi_far_bias": HandOffs("NumPy operations: np.arange, powers and products."),
 }
 
-__all__ = ["HAND_OFFS", "TRITON_LAUNCH"]
+__all__ = ["HAND_OFFS", "TRANSFORMER_LAYERS", "TRITON_LAUNCH"]
