@@ -2,7 +2,7 @@
 
 The grade of record (:mod:`attncourse.course.record`) hands each check this wrapper instead
 of the learner's function: a result is accepted only if it is, by its exact type, a Python
-number, a NumPy array or scalar of numbers, a torch tensor, or a tuple or list of those.
+number, a NumPy array or scalar of numbers, a torch tensor, or a tuple, list or dict (by name) of those.
 An object that would compute its value later (when the check converts it, after the guard
 stopped watching: ``__array__``, ``__float__``, a subclass of ``ndarray`` or ``Tensor``)
 is refused while the guard still watches. The wrapper lives among the checks so that the
@@ -34,6 +34,10 @@ def plain(value: Any) -> Any:
         return value
     if kind in (tuple, list):
         return kind(plain(item) for item in value)
+    if kind is dict:  # a model's parameters by name (chapter 7b's training loop)
+        if not all(type(key) is str for key in value):
+            raise TypeError("an answer's dict has names (str) as its keys")
+        return {key: plain(item) for key, item in value.items()}
     if kind is np.ndarray or (isinstance(value, np.generic) and kind.__module__ == "numpy"):
         if value.dtype.kind not in "biufc":
             raise TypeError(f"an answer returns numbers, not an array of dtype {value.dtype}")

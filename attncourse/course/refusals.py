@@ -63,6 +63,7 @@ IMPORTABLE = frozenset({
     "numpy", "torch", "math", "cmath", "scipy", "triton", "functools", "itertools", "collections",
     "operator", "numbers", "fractions", "decimal", "statistics", "random", "dataclasses", "typing",
     "string", "re", "einops", "attncourse", "bisect", "heapq", "copy", "enum", "abc", "warnings",
+    "tqdm",  # a training answer's progress bar (chapter 7b); tqdm.contrib.concurrent is refused
 })
 #: Built-in names an answer may not read.
 BUILTINS = frozenset({
@@ -151,6 +152,19 @@ def _alias(path: str) -> str:
     return path
 
 
+
+def _plain_constant(path: str) -> bool:
+    """Whether ``path`` names a module-level number, string or bool of the course package
+    (a chapter's setting, which an answer may read: it computes nothing)."""
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return name.isupper() and type(value) in (int, float, str, bool)
+
 class _Rules:
     """An exercise's hand-offs and allowances, read from :data:`HAND_OFFS` and :data:`EXTRA`."""
 
@@ -180,6 +194,8 @@ class _Rules:
         if parts[0] == "attncourse":
             if any(path == a or (a.rsplit(".", 1)[-1] == parts[-1] and path.startswith(a.split(".")[0]))
                    for a in self.allow):
+                return None
+            if _plain_constant(path):  # a chapter's settings (BATCH_SIZE = 32) compute nothing
                 return None
             return f"`{path}` is the course package's: write the computation yourself"
         names = self.library.get(parts[0], set())
