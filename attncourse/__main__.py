@@ -25,7 +25,17 @@ def _run() -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(_run())
+        code = _run()
+        if code == 130:
+            # Interrupted, cleaned up, "interrupted" printed: end here. Python's own exit
+            # could still die of the signal (status -2, in 2 of 6 Ctrl-Cs of training runs
+            # in tools/hostile_cli.py; likely a KeyboardInterrupt that passed through C
+            # code is remembered as unhandled even once caught) or abort in a destructor
+            # of torch's (-6)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        sys.exit(code)
     except KeyboardInterrupt:  # Ctrl-C while torch is imported, before main() catches it itself
         print("attncourse: interrupted", file=sys.stderr, flush=True)
         # os._exit: nothing is written yet, and a Ctrl-C that cut an extension's import short can make

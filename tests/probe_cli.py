@@ -51,6 +51,7 @@ from test_cli_extremes import (  # noqa: E402
 )
 
 from attncourse.cli.commands import main  # noqa: E402
+from attncourse.train.runfiles import note_written  # noqa: E402
 
 
 def run_main(argv: list[str]) -> tuple[int | str, str]:
@@ -233,6 +234,7 @@ def memory(root: Path, paths: dict[str, str]) -> dict[str, object]:
     data = torch.load(bad / "checkpoint.pt", weights_only=True)
     data["model_config"]["max_len"] = 10**9
     torch.save(data, bad / "checkpoint.pt")
+    note_written(bad / "checkpoint.pt")  # and its digest, as a forger would
     pair = root / "long.tsv"
     words = " ".join(["w"] * 500_000)
     pair.write_text(f"{words}\t{words}\n", encoding="utf-8")

@@ -35,6 +35,7 @@ from attncourse.cli.limits import LIMITS, check_model_config
 from attncourse.cli.rundir import write_json
 from attncourse.data.text import char_corpus
 from attncourse.data.vocab import Vocabulary
+from attncourse.train.runfiles import note_written
 
 TASK = [
     "--task",
@@ -177,6 +178,7 @@ def test_checkpoint_asking_for_huge_sizes_is_refused(lm_run, capsys):
     data = torch.load(path, weights_only=True)
     data["model_config"]["max_len"] = 10**9
     torch.save(data, path)
+    note_written(path)  # the forger edits the manifest too: the size check is tested
     capsys.readouterr()
     assert main(["sample", str(lm_run), "--prompt", "hello"]) == 2
     line = one_error_line(capsys)
@@ -447,11 +449,13 @@ def test_checkpoint_and_vocab_messages(lm_run, tmp_path, capsys):
     whole = path.read_bytes()
     for content in (whole[: len(whole) // 2], b"hello, I am a text file\n" * 10):
         path.write_bytes(content)
+        note_written(path)  # recorded: torch's own reason is tested (round 4 checks the digest)
         assert main(["sample", str(lm_run)]) == 2
         line = one_error_line(capsys)  # one line: no torch warning before it
         assert "Errno" not in line and not line.rstrip().endswith(": 101")
         assert "cut short" in line or "not a file written by torch.save" in line
     path.write_bytes(whole)
+    note_written(path)
     (lm_run / "vocab.json").write_text("[1, 2", encoding="utf-8")
     assert main(["sample", str(lm_run)]) == 2
     assert "vocab.json" in one_error_line(capsys)

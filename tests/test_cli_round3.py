@@ -33,6 +33,7 @@ from attncourse.cli.options import UsageError
 from attncourse.cli.outputs import run_lock
 from attncourse.course.cli import main as edition_main
 from attncourse.data.text import char_corpus, random_windows, read_utf8
+from attncourse.train.runfiles import note_written
 
 ROOT = Path(cli.__file__).parents[2]
 
@@ -326,12 +327,14 @@ def test_broken_weights_are_named(lm_run, tmp_path, text_file, capsys, bad):
         name = next(k for k, v in data["model_state"].items() if v.is_floating_point())
         data["model_state"][name].view(-1)[-1] = bad
         torch.save(data, broken / "checkpoint.pt")
+        note_written(broken / "checkpoint.pt")  # and its digest: the weights' check is tested
         capsys.readouterr()
         assert main(argv) == 2
         line = one_error_line(capsys)
         assert line == (f"attncourse: error: {broken / 'checkpoint.pt'} is broken: its weights hold NaN or "
                         f"infinite values ({name}); a training that diverged, or a damaged file")
         (broken / "checkpoint.pt").write_bytes(whole)
+        note_written(broken / "checkpoint.pt")
 
 
 def test_broken_weights_in_evaluate(run, tsv, capsys):
@@ -339,6 +342,7 @@ def test_broken_weights_in_evaluate(run, tsv, capsys):
     name = next(iter(data["model_state"]))
     data["model_state"][name].view(-1)[0] = float("nan")
     torch.save(data, run / "best.pt")
+    note_written(run / "best.pt")  # and its digest: the weights' check is tested
     assert main(evaluate(run, tsv["test"])) == 2
     assert f"{run / 'best.pt'} is broken" in one_error_line(capsys)
 
@@ -576,6 +580,7 @@ def test_checkpoint_whose_weights_do_not_fit_its_config_is_refused_before_alloca
     data = torch.load(lm_run / "checkpoint.pt", weights_only=True)
     data["model_config"].update(vocab_size=250_000, d_model=1024, num_heads=8)
     torch.save(data, lm_run / "checkpoint.pt")
+    note_written(lm_run / "checkpoint.pt")  # and its digest: the shapes' check is tested
     assert (lm_run / "checkpoint.pt").stat().st_size < 200_000
     assert main(["sample", str(lm_run)]) == 2
     line = one_error_line(capsys)

@@ -30,6 +30,7 @@ from attncourse.cli.commands import main
 from attncourse.data.batching import build_vocabs, make_batches
 from attncourse.data.pairs import PairDataset
 from attncourse.train.fit import FitConfig, fit
+from attncourse.train.runfiles import note_written
 from attncourse.train.seq2seq import evaluate
 
 TASK = ["--task", "numbers-en-fr", "--n-train", "40", "--n-valid", "8", "--n-test", "8", "--max-value", "100",
@@ -242,14 +243,17 @@ def test_bad_seed_names_the_option(args, option, tmp_path, capsys):
 def test_refused_pickle_and_random_bytes_say_what_they_are(run, tsv, capsys):
     best = run / "best.pt"
     torch.save({"format": "attncourse-checkpoint", "value": os.system}, best)  # a function: refused
+    note_written(best)  # recorded, as a forger would: the loader's own reasons are tested
     assert main(["evaluate", str(run), "--test", str(tsv["test"])]) == 2
     line = one_error_line(capsys)
     assert "holds Python objects" in line and "weights_only" not in line and "system" in line
     best.write_bytes(bytes(range(256)) * 8)
+    note_written(best)
     assert main(["evaluate", str(run), "--test", str(tsv["test"])]) == 2
     line = one_error_line(capsys)
     assert "not a file written by torch.save" in line and "Python objects" not in line
     best.write_bytes(b"")
+    note_written(best)
     assert main(["evaluate", str(run), "--test", str(tsv["test"])]) == 2
     assert "empty or cut short" in one_error_line(capsys)
 

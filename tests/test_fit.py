@@ -185,7 +185,8 @@ def test_failed_save_keeps_the_old_file_and_leaves_no_temp_file(tmp_path, monkey
     atomic_torch_save({"a": torch.ones(3)}, path)
 
     def crash(obj, f):
-        f.write(b"half a checkpoint")
+        with open(f, "wb") as out:  # atomic_torch_save hands torch.save the temporary file's name
+            out.write(b"half a checkpoint")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(torch, "save", crash)

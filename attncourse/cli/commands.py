@@ -172,6 +172,9 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         print(f"attncourse: error: {reason}; give smaller sizes", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as err:  # an allocation that failed anyway (torch raises RuntimeError, not MemoryError)
+        if interrupted(err):  # a Ctrl-C that torch's C++ code wrapped in its own error
+            print(f"attncourse: interrupted{_resume_hint(args)}", file=sys.stderr)
+            return EXIT_INTERRUPTED
         if not allocation_failed(err):
             raise
         print(f"attncourse: error: the machine ran out of memory ({_one_line(err)[:200]}); give smaller sizes",
@@ -180,6 +183,17 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"attncourse: interrupted{_resume_hint(args)}", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def interrupted(err: BaseException) -> bool:
+    """True if ``err`` was caused by a KeyboardInterrupt (its chain of causes and contexts)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def allocation_failed(err: BaseException) -> bool:

@@ -123,6 +123,8 @@ def check_gpu_report_args(args: argparse.Namespace, usage_error: type[Exception]
     if out.exists() and not out.is_dir():
         raise usage_error(f"OUT {str(out)!r} is a file, not a folder")
     existing = next((p for p in (out, *out.parents) if p.exists()), Path.cwd())
+    if not existing.is_dir():  # os.access would call it "permission denied"
+        raise usage_error(f"OUT {str(out)!r}: {str(existing)!r} on its path is a file, not a folder")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise usage_error(f"OUT {str(out)!r}: cannot write in {str(existing)!r} (permission denied)")
     if out.is_dir():

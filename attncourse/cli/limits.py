@@ -25,7 +25,7 @@ from typing import Any
 
 from attncourse.cli.parsing import option_name
 from attncourse.cli.spec import COMMANDS, MAX_PROMPT_CHARS, command_fields
-from attncourse.train.config import Limit
+from attncourse.train.config import NORM_EPS, ROPE_BASE, Limit
 
 
 def _all_limits() -> dict[str, Limit]:
@@ -95,6 +95,16 @@ _CONFIG_SIZES = {
 }
 #: Most tokens a vocabulary of a checkpoint may hold (an embedding table of vocab_size x d_model).
 MAX_VOCAB = 1_000_000
+#: A spec's numbers that are no size, and their ranges: those of the options that set
+#: them (``sample --rope-factor``; the training length is ``--context``), else the
+#: spec's own (RoPE's base, a norm's epsilon). A spec with ``rope_factor`` 1e308 would
+#: otherwise load, and sample NaN.
+_CONFIG_NUMBERS = {
+    "rope_factor": LIMITS["rope_factor"],
+    "original_len": LIMITS["context"],
+    "base": ROPE_BASE,
+    "eps": NORM_EPS,
+}
 
 
 def check_model_config(config: Any, where: str) -> None:
@@ -117,6 +127,17 @@ def check_model_config(config: Any, where: str) -> None:
     if not isinstance(config, Mapping):
         return  # load_model says what is wrong with it
     config = _flat_spec(config)
+    for key, limit in _CONFIG_NUMBERS.items():
+        value = config.get(key)
+        if value is None and key == "original_len" or key not in config:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where} is not a readable attncourse checkpoint: its model config has "
+                             f"{key} = {value!r}, not a number")
+        problem = limit.problem(value)
+        if problem:
+            raise ValueError(f"{where} asks for a model with {key} {value:g}, which {problem}; refused "
+                             "before building it")
     for key, value in config.items():
         option = _CONFIG_SIZES.get(key)
         if option is None and key not in (
@@ -169,6 +190,24 @@ def check_finite(model: Any, where: Any) -> None:
         if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
             raise ValueError(f"{where} is broken: its weights hold NaN or infinite values ({name}); "
                              "a training that diverged, or a damaged file")
+
+
+def guard_logits(model: Any, where: Any) -> None:
+    """Make every forward pass of ``model`` raise ValueError naming ``where`` if its logits are not finite.
+
+    Finite weights can still overflow float32 on the way to the logits (weights of
+    1e38 pass :func:`check_finite`); sampling from such logits would end in torch's
+    "probability tensor contains either inf, nan or element < 0". The check is one
+    reduction per step, next to nothing beside the forward pass itself.
+    """
+
+    def check(module: Any, inputs: Any, output: Any) -> None:
+        logits = output[0] if isinstance(output, tuple) else output
+        if not bool(logits.isfinite().all()):
+            raise ValueError(f"{where} is broken: its weights are finite, but the model's outputs (logits) "
+                             "overflow to infinite or NaN values; a training that diverged, or a damaged file")
+
+    model.register_forward_hook(check)
 
 
 def estimate_parameters(config: Mapping[str, Any]) -> int:

@@ -29,13 +29,15 @@ import torch
 
 from attncourse.cli.generate import check_generate_args, run_generate
 from attncourse.cli.limits import (
+    LIMITS,
     check_finite,
     check_limits,
     check_memory,
     check_model_config,
+    guard_logits,
     training_memory_problem,
 )
-from attncourse.cli.options import out_dir_problem
+from attncourse.cli.options import out_dir_problem, special_file
 from attncourse.cli.outputs import locked_run_dir
 from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
 from attncourse.cli.spec import MAX_PROMPT_CHARS
@@ -102,6 +104,8 @@ def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_di
         raise usage_error("give --resume (continue the run in --out) or --overwrite (start it again), not both")
     if args.text is not None and args.text.is_dir():
         raise usage_error(f"--text {str(args.text)!r} is a directory, not a text file")
+    if args.text is not None and args.text.exists() and not args.text.is_file():
+        raise usage_error(special_file(args.text, "--text"))
     if args.text is not None and not args.text.is_file():
         raise usage_error(f"--text {str(args.text)!r}: no such file")
     if args.text is not None and args.text.stat().st_size > 4 * args.max_chars:
@@ -333,6 +337,7 @@ def _load_lm(run: Path, device, rope_scaling: str | None = None,
     path = run / CHECKPOINT_NAME
     model, _ = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
     check_finite(model, path)
+    guard_logits(model, path)
     if not isinstance(model, GPT):
         raise ValueError(f"{path} holds a {type(model).__name__}, not a model of train-lm")
     vocab = _read_vocab(run / VOCAB_NAME)
@@ -347,6 +352,7 @@ def _load_lm(run: Path, device, rope_scaling: str | None = None,
         positions = dataclasses.replace(model.spec.positions, rope_scaling=rope_scaling, rope_factor=rope_factor,
                                         original_len=context)
         model = with_spec(model, positions=positions)
+        guard_logits(model, path)  # a copy: the hook of the loaded model is not on it
     return model, vocab
 
 
@@ -361,6 +367,9 @@ def _read_context(run: Path) -> int:
     except (ValueError, KeyError, TypeError, RecursionError):
         raise ValueError(f"--rope-scaling needs the training length: {run / 'config.json'} does not give "
                          "its 'context'") from None
-    if not isinstance(context, int) or context < 1:
-        raise ValueError(f"{run / 'config.json'}: 'context' must be a positive integer, got {context!r}")
+    # the range of --context: 10**20 would overflow the positions' int64
+    if isinstance(context, bool) or not isinstance(context, int) or LIMITS["context"].problem(context):
+        shown = repr(context) if len(repr(context)) <= 40 else repr(context)[:37] + "..."
+        raise ValueError(f"{run / 'config.json'}: 'context' must be a whole number from 1 to "
+                         f"{LIMITS['context'].high:,} (the range of --context), got {shown}")
     return context

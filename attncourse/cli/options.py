@@ -215,10 +215,19 @@ def check_readable(path: Path, option: str) -> None:
     """Raise UsageError unless ``path`` is a file this process can read."""
     if path.is_dir():
         raise UsageError(f"{option} {str(path)!r} is a directory, not a TSV file")
+    if path.exists() and not path.is_file():
+        raise UsageError(special_file(path, option))
     if not path.is_file():
         raise UsageError(f"{option} {str(path)!r}: no such file")
     if not os.access(path, os.R_OK):
         raise UsageError(f"{option} {str(path)!r}: not readable (permission denied)")
+
+
+def special_file(path: Path, option: str) -> str:
+    """The line refusing input ``path`` that exists but is no regular file (a FIFO would block, a
+    device read forever)."""
+    return (f"{option} {str(path)!r} is not a regular file (a FIFO, a device or a socket); "
+            "give a file")
 
 
 def check_writable(path: Path, option: str, directory: bool = False) -> None:

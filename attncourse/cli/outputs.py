@@ -47,6 +47,8 @@ def os_reason(err: OSError) -> str:
     reason = err.strerror or " ".join(str(err).split()) or type(err).__name__
     if err.errno == errno.ENAMETOOLONG:
         reason += " (a name has at most 255 bytes, a path at most 4,096)"
+    elif err.errno == errno.ENOTDIR:  # "Not a directory" names no culprit: a parent is a file
+        reason = "a name on its path is a file, not a folder"
     name = err.filename
     if name is None:
         return " ".join(str(err).split()) or reason

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import Field
 from pathlib import Path
@@ -39,7 +40,13 @@ class Parser(argparse.ArgumentParser):
 
 
 def _parse(text: str, cast: type, what: str):
-    """``cast(text)``, or the one-line argparse error that names what was expected."""
+    """``cast(text)``, or the one-line argparse error that names what was expected.
+
+    Python's int() and float() take any script's digits ('٥' is 5, '５' too): a number
+    is written in ASCII here, so that what a command ran with reads as what was typed.
+    """
+    if not text.isascii():
+        raise argparse.ArgumentTypeError(f"expected {what} in ASCII digits (0-9), got {text!r}")
     try:
         return cast(text)
     except ValueError:
@@ -124,6 +131,16 @@ def _path(text: str) -> Path:
     return Path(text)
 
 
+def _file(text: str) -> Path:
+    # Path("RUN/new/") drops the slash: the command would write a file named "new"
+    # where the user named a folder
+    path = _path(text)
+    if text != "-" and text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"expected a file name, got {text!r} (a path ending in '/' names a "
+                                         "folder)")
+    return path
+
+
 def _device(text: str) -> str:
     try:
         pick_device(text)
@@ -135,8 +152,8 @@ def _device(text: str) -> str:
 #: How the command line reads a setting's value (:func:`~attncourse.train.config.setting`'s ``check``).
 CHECKS = {"positive_int": _positive_int, "nonnegative_int": _nonnegative_int, "positive_float": _positive_float,
           "nonnegative_float": _nonnegative_float, "probability": _probability, "below_one": _below_one,
-          "dropout": _dropout, "seed": _seed, "device": _device, "path": _path, "int": _int, "float": _float,
-          "text": _text}
+          "dropout": _dropout, "seed": _seed, "device": _device, "path": _path, "file": _file, "int": _int,
+          "float": _float, "text": _text}
 
 
 def option_flag(f: Field) -> str:

@@ -123,10 +123,10 @@ class EvaluateOptions:
         0.6, "alpha of the beam search's length penalty ((5 + |y|) / 6)^alpha (default 0.6)",
         check="nonnegative_float", limit=Limit(0.0, 10.0, FLOAT32), metavar="A")
     json: Path | None = setting(None, "where to write the metrics as JSON (default DIR/metrics.json; '-': print "
-                                "them)", check="path", metavar="OUT")
+                                "them)", check="file", metavar="OUT")
     predictions: Path | None = setting(
         None, "also write 'source<TAB>reference<TAB>hypothesis' lines to this file ('-': print them)",
-        check="path", metavar="OUT.tsv")
+        check="file", metavar="OUT.tsv")
     overwrite: bool = setting(
         False, "replace an existing --json or --predictions file that evaluate did not write (the run's own files "
         "and the inputs are never replaced)", negatable=False)

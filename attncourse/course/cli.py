@@ -25,6 +25,7 @@ from pathlib import Path
 import yaml
 
 from attncourse.cli.options import EXIT_USAGE, Parser
+from attncourse.cli.outputs import os_reason
 from attncourse.cli.parsing import add_fields
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises, read_chapter
@@ -144,6 +145,9 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
     for path in chapters:
         try:
             student, instructor = chapter_editions(path)
+        except UnicodeDecodeError as err:  # name the chapter: the codec's message names no file
+            raise ValueError(f"{path} is not UTF-8 text ({err.reason} at byte {err.start:,}); save it as "
+                             "UTF-8") from None
         except yaml.YAMLError as err:  # front matter that is not YAML (unclosed, say)
             mark = getattr(err, "problem_mark", None)
             where = f" (line {mark.line + 1})" if mark is not None else ""
@@ -203,7 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_USAGE)
     try:
         written = write_editions(args)
-    except (ValueError, OSError) as err:
+    except OSError as err:  # a sentence naming the path, not "[Errno 20] Not a directory: ..."
+        print(f"attncourse: error: {os_reason(err)}", file=sys.stderr)
+        return EXIT_USAGE
+    except ValueError as err:
         print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)
         return EXIT_USAGE
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import glob
 import importlib
-import math
 import os
 import pickle
 import re
@@ -48,7 +47,13 @@ from typing import Any
 
 import torch
 
-from attncourse.train.runfiles import check_run_file, note_written
+from attncourse.train.checkpoint_checks import (  # differences: callers import it from here
+    config_problem,
+    differences,
+    state_problems,
+    structure_problem,
+)
+from attncourse.train.runfiles import check_run_digest, check_run_file, note_written
 
 FORMAT = "attncourse-checkpoint"
 VERSION = 1
@@ -123,17 +128,29 @@ def _write_error(path: Path, err: OSError) -> OSError:
     return new
 
 
-def _atomic_write(path: Path, write: Any) -> Path:
-    """Call ``write(binary file)`` on a temporary file beside ``path``, fsync, then rename it over ``path``."""
+def _atomic_write(path: Path, write: Any, by_name: bool = False) -> Path:
+    """Call ``write(binary file)`` on a temporary file beside ``path``, fsync, then rename it over ``path``.
+
+    With ``by_name``, ``write`` gets the temporary file's name instead, and opens it itself.
+    """
     tmp_name = None
     try:  # mkstemp inside the try: a Ctrl-C right after it still removes the file
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
         if hasattr(os, "fchmod"):  # mkstemp makes the file private (0600); give it the usual mode
             os.fchmod(fd, _file_mode())
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        if by_name:
+            os.close(fd)
+            write(tmp_name)
+            fd = os.open(tmp_name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:
+            with os.fdopen(fd, "wb") as f:
+                write(f)
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp_name, path)
     except BaseException as err:  # Ctrl-C included: never leave a temporary file behind
         if tmp_name is not None:
@@ -184,7 +201,12 @@ def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
         If the directory is missing or not writable (the message names ``path``,
         not the temporary file); no temporary file is left behind.
     """
-    return _atomic_write(Path(path), lambda f: torch.save(obj, f))
+    # By name, not through a Python file object: torch's zip writer then writes in C++
+    # alone. Given a file object, it calls its write() from C++, where a Ctrl-C can
+    # land; the writer, left unfinished, writes its end when it is destroyed, into the
+    # file closed meanwhile: "ValueError: write to closed file" raised inside a C++
+    # destructor, and the process aborts (status -6) after printing "interrupted".
+    return _atomic_write(Path(path), lambda name: torch.save(obj, name), by_name=True)
 
 
 def atomic_write_text(text: str, path: str | PathLike) -> Path:
@@ -349,7 +371,11 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
     ValueError
         ``"<path> is not a readable attncourse checkpoint: <why>"`` if the file is
         truncated or corrupt, holds objects other than tensors and plain values,
-        or was not written by :func:`save_checkpoint`; ``"<path> is not a regular
+        or was not written by :func:`save_checkpoint`, or its entries, their types or
+        its tensors are not a checkpoint's (sparse, ``meta`` or expanded tensors:
+        :func:`~attncourse.train.checkpoint_checks.structure_problem`);
+        ``"<path> changed since it was written (digest mismatch) ..."`` if its run
+        folder's manifest records another SHA-256 for it; ``"<path> is not a regular
         file ..."`` for a FIFO or a device, ``"<path> is larger than ..."`` past
         :data:`~attncourse.train.runfiles.MAX_CHECKPOINT_BYTES`.
     """
@@ -357,6 +383,7 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
     if not os.path.lexists(path):
         raise FileNotFoundError(f"no such checkpoint file: {str(path)!r}")
     check_run_file(path)  # a FIFO would block torch.load, a device read forever
+    check_run_digest(path)  # bytes changed since the run wrote them: refused before unpickling
     try:
         with warnings.catch_warnings():  # torch warns about some files before refusing them: the error says it
             warnings.simplefilter("ignore")
@@ -373,61 +400,11 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
             f"{path} is not a readable attncourse checkpoint: format version {data.get('version')!r}, "
             f"this attncourse reads version {VERSION}"
         )
-    missing = [k for k in ("epoch", "model_state", "model_config", "history", "extra", "trainer") if k not in data]
-    if missing:
-        raise ValueError(f"{path} is not a readable attncourse checkpoint: missing entries {missing}")
+    # every entry, type and tensor checked here, once, for every command that loads a checkpoint
+    problem = structure_problem(data)
+    if problem:
+        raise ValueError(f"{path} is not a readable attncourse checkpoint: {problem}")
     return data
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, Mapping) and isinstance(value.get("tokens"), list):
-        tokens = value["tokens"]
-        return f"a vocabulary of {len(tokens)} tokens"
-    if isinstance(value, (list, tuple)) and len(value) > 6:
-        return f"a list of {len(value)} items"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a.cpu(), b.cpu())
-    return a == b
-
-
-def differences(saved: Mapping[str, Any], current: Mapping[str, Any], label: str) -> list[str]:
-    """Human-readable differences between two flat dicts, e.g. a saved and a current model config.
-
-    Parameters
-    ----------
-    saved, current : dict
-    label : str
-        Prefix of each line, e.g. ``"model config"``.
-
-    Returns
-    -------
-    list of str
-        One entry per key whose value differs or that only one side has, e.g.
-        ``"model config hidden_dim: 32 in the checkpoint, 64 in this run"``.
-    """
-    out = []
-    for key in list(saved) + [k for k in current if k not in saved]:
-        if key not in current:
-            out.append(f"{label} {key}: {_describe(saved[key])} in the checkpoint, absent in this run")
-        elif key not in saved:
-            out.append(f"{label} {key}: absent in the checkpoint, {_describe(current[key])} in this run")
-        elif not _same(saved[key], current[key]):
-            a, b = _describe(saved[key]), _describe(current[key])
-            if a == b:  # e.g. two vocabularies of the same size
-                a, b = a + " (other tokens)", b
-            out.append(f"{label} {key}: {a} in the checkpoint, {b} in this run")
-    return out
 
 
 def check_compatible(
@@ -461,12 +438,12 @@ def check_compatible(
     saved_config = checkpoint.get("model_config")
     if checkpoint.get("model_class") not in (None, type(model).__name__):
         problems.append(f"model class: {checkpoint['model_class']} in the checkpoint, {type(model).__name__} here")
-    if config is not None and saved_config is not None:
+    if isinstance(config, Mapping) and isinstance(saved_config, Mapping):
         problems += differences(saved_config, config, "model config")
+    elif config is not None and saved_config is None and checkpoint.get("model_class") is not None:
+        problems.append("model config: absent in the checkpoint")
     if not problems:
-        saved_shapes = {k: tuple(v.shape) for k, v in checkpoint["model_state"].items()}
-        shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        problems += differences(saved_shapes, shapes, "parameter")
+        problems += state_problems(checkpoint["model_state"], model.state_dict())
     if extra is not None:
         problems += differences(checkpoint.get("extra", {}), extra, "extra")
     if problems:
@@ -507,9 +484,7 @@ def _check_shapes(cls: type[torch.nn.Module], checkpoint: Mapping[str, Any], pat
     state = checkpoint.get("model_state")
     if not isinstance(state, Mapping):
         return
-    saved = {k: tuple(v.shape) for k, v in state.items() if isinstance(v, torch.Tensor)}
-    expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
-    problems = differences(saved, expected, "parameter")
+    problems = state_problems(state, skeleton.state_dict())
     if problems:
         shown = "; ".join(p.replace(" in this run", " in its model config") for p in problems[:3])
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
@@ -560,6 +535,11 @@ def load_model(
         cls = model_class(str(checkpoint.get("model_class")))
     except ValueError as err:
         raise ValueError(f"{path} holds {err}") from None
+    # each setting's name and type against the class's constructor: a GRU given
+    # bidirectional="x" fails deep inside torch, not with a message
+    problem = config_problem(cls, checkpoint["model_config"])
+    if problem:
+        raise ValueError(f"{path} is not a readable attncourse checkpoint: {problem}")
     if check_config is not None:
         check_config(checkpoint["model_config"])
     _check_shapes(cls, checkpoint, path)

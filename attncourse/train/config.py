@@ -83,6 +83,10 @@ CLIP_NORM = Limit(0.0, 1e6, FLOAT32, open_low=True)
 SECONDS = Limit(0.0, 10_000_000.0, "seconds; about four months", open_low=True)
 #: RoPE's scale factor (chapter 12): target length / training length.
 ROPE_FACTOR = Limit(1.0, 1024.0, "a factor below 1 shrinks the positions")
+#: RoPE's base (10,000; SmolLM2 100,000; Llama 3 500,000) and a norm's epsilon: no
+#: option sets them, but a checkpoint's spec does, and is held to these ranges.
+ROPE_BASE = Limit(1.0, 1e9, "RoPE's base; float32 angles lose all precision beyond it", open_low=True)
+NORM_EPS = Limit(0.0, 1.0, "a norm's epsilon; beyond it the norm no longer normalises", open_low=True)
 
 
 def setting(default: Any, help: str, *, check: str | None = None, limit: Limit | None = None,

@@ -58,7 +58,12 @@ from attncourse.runtime import (
     training_seed,
 )
 from attncourse.train import distributed as dist_utils
-from attncourse.train.checkpoint import differences, load_checkpoint, save_checkpoint
+from attncourse.train.checkpoint import (
+    check_compatible,
+    differences,
+    load_checkpoint,
+    save_checkpoint,
+)
 from attncourse.train.schedule import TimeBudget
 
 CHECKPOINT = "checkpoint.pt"
@@ -490,6 +495,10 @@ def _resume_cached(path: Path, config: dict, model: torch.nn.Module, optimizer: 
     if problems:
         raise ValueError(f"{path} holds a run of another config ({'; '.join(problems)}); "
                          "delete the folder to train this one afresh")
+    # the model class, its config and every weight's name, shape and dtype, before loading any
+    check_compatible(saved, model, path=path)
+    if saved["optimizer_state"] is None:
+        raise ValueError(f"{path} holds no optimizer state to resume from (is it a best.pt?)")
     model.load_state_dict(saved["model_state"])
     optimizer.load_state_dict(saved["optimizer_state"])
     trainer = saved["trainer"]

@@ -78,6 +78,23 @@ def check_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
         raise ValueError(f"{path} is larger than {limit:,} bytes: not a run file")
 
 
+def check_run_digest(path: Path) -> None:
+    """Raise ValueError if ``path``'s folder has a manifest recording another digest for it.
+
+    A checkpoint whose bytes changed since the run wrote it (a flipped bit on the
+    disk, an edit) may still load, with wrong weights and no error; the digest
+    the manifest recorded when the tool wrote the file tells. A file the manifest
+    does not list, or a folder without one (a run of an earlier version, a file
+    saved by a notebook), is not checked.
+    """
+    recorded = (read_manifest(path.parent) or {}).get(path.name)
+    if recorded is not None and file_digest(path) != recorded:
+        raise ValueError(
+            f"{path} changed since it was written (digest mismatch): its SHA-256 is not "
+            f"the one {MANIFEST_NAME} recorded; a damaged or edited file"
+        )
+
+
 def file_digest(path: Path) -> str | None:
     """SHA-256 (hex) of regular file ``path``; None if missing or not a regular file."""
     try:
