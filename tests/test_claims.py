@@ -182,6 +182,9 @@ def test_manual_seed_takes_the_offset(monkeypatch):
     monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "1")
     run_cell("torch.manual_seed(0)\ntorch.manual_seed(7)\n", torch=Torch)
     assert seen == [1, 8]
+    # a function's seed is its caller's (chapter 7b's checks call the learner's my_train)
+    new, _ = tool.rewrite_source("def train(seed):\n    torch.manual_seed(seed)\n")
+    assert new == "def train(seed):\n    torch.manual_seed(seed)\n"
 
 
 def test_the_seed_offset_shifts_seeds_and_runs(monkeypatch, tmp_path):

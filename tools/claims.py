@@ -258,8 +258,9 @@ def rewrite_source(source: str, first_line: int = 1,
         The new code, with as many lines as ``source`` and every statement where it was,
         and one entry per assert: ``id``, ``line``, ``expression`` (its source) and
         ``kind`` (``"comparison"`` when it has a margin to record, else ``"truth"``).
-        Also ``torch.manual_seed(n)`` becomes ``torch.manual_seed(recorder.seed(n))``,
-        which adds ``$ATTNCOURSE_SEED_OFFSET`` (0 unless the ``seed+1`` variant). A cell
+        Also a cell's own ``torch.manual_seed(n)`` (not one inside a function, whose seed
+        its caller gives) becomes ``torch.manual_seed(recorder.seed(n))``, which adds
+        ``$ATTNCOURSE_SEED_OFFSET`` (0 unless the ``seed+1`` variant). A cell
         that does not parse is returned unchanged.
     """
     parsed = _parse(source)
@@ -293,8 +294,13 @@ def rewrite_source(source: str, first_line: int = 1,
         claims.append({"id": claim_id, "line": line, "expression": " ".join(expression.split()),
                        "kind": kind})
     spans = [(b, e) for b, e, _ in edits]
+    # a function's seed comes from its caller (a learner's my_train(seed) is called by its
+    # check, which the recorder must not reach into): only the cells' own calls shift
+    in_functions = {id(inner) for node in ast.walk(tree)
+                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                    for inner in ast.walk(node)}
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+        if (isinstance(node, ast.Call) and id(node) not in in_functions and len(node.args) == 1 and not node.keywords
                 and isinstance(node.func, ast.Attribute) and node.func.attr == "manual_seed"
                 and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"):
             arg = node.args[0]
