@@ -39,7 +39,7 @@ from attncourse.recipes.lm import (
     lm_spec,
     train_lm_epoch,
 )
-from attncourse.runtime import training_seed
+from attncourse.runtime import progress_bar, training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
@@ -213,8 +213,10 @@ class PasskeyConfig:
     seed: int = 0
 
 
-def train_passkey(config: PasskeyConfig) -> GPT:
+def train_passkey(config: PasskeyConfig, progress: bool = True) -> GPT:
     """Train ``config``'s model (a learned table gets ``length`` rows: it cannot go further).
+
+    ``progress``: a bar over the steps (chapter 12 trains ten of these in one cell).
 
     Returns
     -------
@@ -228,7 +230,8 @@ def train_passkey(config: PasskeyConfig) -> GPT:
                 positional=config.positional)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     generator = torch.Generator().manual_seed(config.seed)
-    for _ in range(config.steps):
+    for _ in progress_bar(range(config.steps), progress=progress, leave=False, unit="step",
+                          desc=f"passkey, {config.positional}, seed {config.seed}"):
         batch = passkey_batch(config.batch_size, config.length, n_filler=config.n_filler,
                               n_keys=config.n_keys, generator=generator)
         logits, _ = model(batch.tokens)
