@@ -53,8 +53,9 @@ def _names(source: str) -> tuple[set[str], set[str]]:
 
 def quick(nb):
     """The chapter's imports, its explorers that need nothing else, then its exercises."""
+    # the first exercise's heading (chapter 7b's come in the middle of a markdown cell)
     start = next(i for i, c in enumerate(nb.cells)
-                 if c.cell_type == "markdown" and c.source.startswith("### Exercise"))
+                 if c.cell_type == "markdown" and re.search(r"(?m)^### Exercise", c.source))
     imports, explorers, known = [], [], set(dir(builtins))
     for cell in nb.cells[:start]:
         if cell.cell_type != "code" or cell.source.lstrip().startswith("%"):

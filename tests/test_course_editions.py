@@ -172,7 +172,7 @@ def test_chapter_references_and_headings_in_the_editions(chapter):
     labelled = re.findall(heading, _text(instructor), re.M)
     assert labelled == [e.label for e in exercises]
     if path.stem == "07_decoder_only":
-        assert "(see Positions, old and new)" in text, "the section's title, not label"
+        assert "(both in Positions, old and new)" in text, "the section's title, not label"
 
 
 def _chapter_imports(nb) -> str:

@@ -105,14 +105,15 @@ _BOOK_TARGETS: dict[str, str] | None = None
 
 
 def book_targets() -> dict[str, str]:
-    """The targets of every chapter in ``notebooks/`` (read once), for references
-    between chapters; an exercise there is named by its title (its number is that
-    chapter's).
+    """The targets of every chapter in ``notebooks/`` and every page in ``book/`` (read
+    once), for references between them; an exercise there is named by its title (its
+    number is that chapter's).
     """
     global _BOOK_TARGETS
     if _BOOK_TARGETS is None:
         _BOOK_TARGETS = {}
-        for path in sorted((ROOT / "notebooks").glob("*.md")):
+        pages = sorted((ROOT / "notebooks").glob("*.md")) + sorted((ROOT / "book").glob("*.md"))
+        for path in pages:
             found = targets([path.read_text(encoding="utf-8")], numbered=False)
             for label, title in found.items():
                 _BOOK_TARGETS.setdefault(label, title)
