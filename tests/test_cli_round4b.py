@@ -337,3 +337,15 @@ def test_numbers_are_ascii_digits_only(tsv, tmp_path, capsys, option, value, wha
         f"attncourse: error: argument {option}: expected {what} in ASCII digits (0-9), got '{value}' "
         "(see 'attncourse train --help')")
     assert not (tmp_path / "o").exists()
+
+
+def test_a_run_file_nested_too_deeply_is_a_one_line_error(tmp_path):
+    """The hostile run's one traceback: a vocab.json of 100,000 nested lists."""
+    from attncourse.cli.lm import _read_vocab
+    from attncourse.train.runfiles import read_run_json
+    deep = tmp_path / "vocab.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        read_run_json(deep)
+    with pytest.raises(ValueError, match="is not a vocabulary written by train-lm"):
+        _read_vocab(deep)

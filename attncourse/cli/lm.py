@@ -65,7 +65,7 @@ from attncourse.train.checkpoint import (
     temporaries,
 )
 from attncourse.train.fit import CHECKPOINT_NAME
-from attncourse.train.runfiles import read_run_bytes, start_manifest
+from attncourse.train.runfiles import read_run_bytes, read_run_json, start_manifest
 
 #: The sub-commands this module adds.
 LM_COMMANDS = ("train-lm", "sample")
@@ -171,7 +171,7 @@ def _read_text(path: Path | None, max_chars: int) -> str:
 def _read_vocab(path: Path) -> Vocabulary:
     """The vocabulary a run's ``vocab.json`` holds; ValueError naming the file if it holds none."""
     try:
-        return Vocabulary.from_dict(json.loads(read_run_bytes(path)))
+        return Vocabulary.from_dict(read_run_json(path))
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as err:
         reason = " ".join(str(err).split())[:200] or type(err).__name__
         raise ValueError(f"{path} is not a vocabulary written by train-lm ({reason})") from None

@@ -27,7 +27,7 @@ from attncourse.train.runfiles import (
     MANIFEST_NAME,
     owned_names,
     read_manifest,
-    read_run_bytes,
+    read_run_json,
     write_manifest,
 )
 
@@ -87,7 +87,7 @@ def read_config(out: Path) -> dict[str, Any] | None:
     :data:`~attncourse.train.runfiles.MAX_JSON_BYTES` (a FIFO would block).
     """
     try:
-        obj = json.loads(read_run_bytes(out / CONFIG_NAME))
+        obj = read_run_json(out / CONFIG_NAME)
     except (OSError, ValueError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None

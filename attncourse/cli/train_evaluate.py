@@ -62,7 +62,7 @@ from attncourse.train.fit import (
     fit,
 )
 from attncourse.train.metrics import format_table
-from attncourse.train.runfiles import note_written, read_run_bytes, start_manifest
+from attncourse.train.runfiles import note_written, read_run_json, start_manifest
 from attncourse.train.seq2seq import evaluate, max_positions
 
 
@@ -84,7 +84,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     """The dict a JSON file holds, or {} if it is missing, unreadable or holds something else."""
     try:
         # regular files only, size-limited: a FIFO never blocks
-        obj = json.loads(read_run_bytes(path))
+        obj = read_run_json(path)
     except (OSError, ValueError, RecursionError):
         return {}
     return obj if isinstance(obj, dict) else {}

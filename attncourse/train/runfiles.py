@@ -20,6 +20,7 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 #: The manifest's name; a leading dot keeps it out of the way of a user's listing.
 MANIFEST_NAME = ".attncourse-run.json"
@@ -109,10 +110,27 @@ def file_digest(path: Path) -> str | None:
     return digest.hexdigest()
 
 
+def read_run_json(path: Path) -> Any:
+    """The JSON value of run file ``path`` (:func:`read_run_bytes`'s limits).
+
+    Raises
+    ------
+    OSError
+        As :func:`read_run_bytes`.
+    ValueError
+        If it is not JSON, or nested too deeply for Python's parser (a forged file of
+        100,000 brackets raises RecursionError inside :mod:`json`).
+    """
+    try:
+        return json.loads(read_run_bytes(path))
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a run file") from None
+
+
 def read_manifest(directory: Path) -> dict[str, str] | None:
     """The manifest of ``directory`` (name -> SHA-256); None if absent or unreadable."""
     try:
-        obj = json.loads(read_run_bytes(directory / MANIFEST_NAME))
+        obj = read_run_json(directory / MANIFEST_NAME)
     except (OSError, ValueError):
         return None
     files = obj.get("files") if isinstance(obj, dict) else None
