@@ -146,9 +146,13 @@ def test_interleaved_rope_on_gguf_rows_equals_transformers_rope(smollm2, weights
     torch.testing.assert_close(q[..., order], q_hf, rtol=0, atol=2e-5)
     torch.testing.assert_close(k[..., order], k_hf, rtol=0, atol=2e-5)
     group = config.num_heads // config.num_kv_heads
-    scores = q @ k.repeat_interleave(group, 1).transpose(-1, -2)
+    keys = k.repeat_interleave(group, 1)
+    scores = q @ keys.transpose(-1, -2)
     scores_hf = q_hf @ k_hf.repeat_interleave(group, 1).transpose(-1, -2)
-    torch.testing.assert_close(scores, scores_hf, rtol=1e-6, atol=1e-4)
+    # the scores inherit q's and k's gaps (each <= 2e-5, above): |dq . k| + |q . dk|, plus
+    # float32 rounding of the 64-term sums (torch's plain CPU kernels reached 1.5e-4 here)
+    bound = 2e-5 * (q.abs().sum(-1)[..., None] + keys.abs().sum(-1)[..., None, :])
+    assert ((scores - scores_hf).abs() <= bound + 1e-6 * scores.abs()).all()
 
 
 def tokenizer_strings() -> list[str]:

@@ -37,7 +37,11 @@ import attncourse.chapters as chapters
 from attncourse.checks.hand_offs import HAND_OFFS
 from attncourse.checks.plain import plain_results
 from attncourse.course.answers import Answer
-from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
+from attncourse.course.nbgrader_source import (
+    CHECK_POINTS,
+    EXERCISE_LIMIT,
+    exercise_limit,
+)
 from attncourse.course.refusals import refusal
 
 # The checks are imported here, before any answer exists: a forked grading process starts
@@ -135,6 +139,7 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
     why = refusal(answer.source, ex.check)
     if why:
         return outcome("refused", f"not accepted: {why}")
+    limit = max(limit, exercise_limit(ex.label))  # an exercise that trains gets its own
     context = _context()
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_run_answer, args=(send, ex.check, ex.function, answer.source, seed),
