@@ -40,7 +40,7 @@ from attncourse.course.answers import Answer
 from attncourse.course.nbgrader_source import (
     CHECK_POINTS,
     EXERCISE_LIMIT,
-    exercise_limit,
+    TRAINING_LIMITS,
 )
 from attncourse.course.refusals import refusal
 
@@ -139,7 +139,8 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
     why = refusal(answer.source, ex.check)
     if why:
         return outcome("refused", f"not accepted: {why}")
-    limit = max(limit, exercise_limit(ex.label))  # an exercise that trains gets its own
+    if ex.label in TRAINING_LIMITS:  # an exercise that trains gets its own, at least
+        limit = max(limit, TRAINING_LIMITS[ex.label])
     context = _context()
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_run_answer, args=(send, ex.check, ex.function, answer.source, seed),
