@@ -27,9 +27,12 @@ from attncourse.widgets.base import Explorer
 ROOT = Path(__file__).resolve().parents[2]
 #: Every explorer class the package offers (the shared ones and each chapter's own): a chapter
 #: that displays one gets it on its page.
+# the package's names through getattr: attncourse.widgets imports them lazily (PEP 562),
+# so vars() would miss them
 EXPLORER_NAMES = sorted({name for module in [widgets, *chapters.modules("explorer")]
-                         for name, obj in vars(module).items()
-                         if isinstance(obj, type) and issubclass(obj, Explorer) and obj is not Explorer})
+                         for name in set(getattr(module, "__all__", ())) | set(vars(module))
+                         if isinstance(obj := getattr(module, name, None), type)
+                         and issubclass(obj, Explorer) and obj is not Explorer})
 #: A call that builds one: the class itself, or one of its ``from_...`` constructors.
 EXPLORERS = re.compile(r"\b(" + "|".join(EXPLORER_NAMES) + r")(\.from_\w+)?\(")
 #: Schemes a page may use without leaving the machine.
