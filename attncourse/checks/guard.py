@@ -127,6 +127,8 @@ EXERCISE_FUNCTIONS = frozenset({
     "fold_gain", "min_p_probs", "quantize_q4_1",
     "alibi_far_bias", "stretched_frequencies", "yarn_frequencies",
     "my_causal_attention", "my_block", "my_gpt", "my_train",
+    "my_bidirectional_attention", "my_bert_mask", "my_patchify", "my_rollout", "my_mean_pool",
+    "my_high_norm_share",
 })
 #: Library functions that compute a softmax: no exercise that asks for one may call them.
 SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:special_softmax",

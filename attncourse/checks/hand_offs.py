@@ -129,6 +129,17 @@ HAND_OFFS: dict[str, HandOffs] = {
     "check_yarn_frequencies": HandOffs(
         "NumPy operations: np.arange, powers, np.pi, np.clip and arithmetic."),
     "check_alibi_far_bias": HandOffs("NumPy operations: np.arange, powers and products."),
+    # Chapter 13
+    "check_bidirectional_attention": HandOffs(
+        "NumPy operations: matrix products (@), reshape, transpose, np.exp, np.max and np.sum.",
+        library=SOFTMAX + ATTENTION + TRANSFORMER_LAYERS),
+    "check_bert_mask": HandOffs("NumPy operations: comparisons, & and |, and np.where."),
+    "check_patchify": HandOffs("NumPy reshape and transpose.", library=("einops:rearrange", "torch:unfold",
+                                                                       "torch:Unfold")),
+    "check_rollout": HandOffs("NumPy operations: means, np.eye and matrix products (@)."),
+    "check_mean_pool": HandOffs("NumPy operations: products, sums and division."),
+    "check_high_norm_share": HandOffs("NumPy operations: np.linalg.norm (or squares and np.sqrt), "
+                                      "np.median, comparisons and means."),
 }
 
 __all__ = ["HAND_OFFS", "TRANSFORMER_LAYERS", "TRITON_LAUNCH"]

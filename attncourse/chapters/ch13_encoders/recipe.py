@@ -272,6 +272,95 @@ def fill_in(model: GPT, vocab: Vocabulary, text: str, start: int, length: int, t
             for row_p, row_i in zip(values, indices)]
 
 
+# ---- fine-tuning with few labels ----------------------------------------------------------
+
+def code_labels(text: str) -> np.ndarray:
+    """1 for each character of ``text`` inside a MyST code cell (between a line that opens
+    with three backticks and ``{code-cell}`` and the closing fence), 0 elsewhere (prose); (len(text),) int8."""
+    labels = np.zeros(len(text), dtype=np.int8)
+    position, inside = 0, False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```{code-cell}"):
+            inside = True
+        elif inside and line.rstrip() == "```":
+            inside = False
+        elif inside:
+            labels[position:position + len(line)] = 1
+        position += len(line)
+    return labels
+
+
+def labelled_windows(ids: torch.Tensor, labels: np.ndarray, length: int, n_per_class: int, seed: int = 0
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n_per_class`` windows of ``length`` ids per class, each window all prose or all code.
+
+    Returns ``windows (2 n_per_class, length)`` int64 and ``targets (2 n_per_class,)`` (0 prose,
+    1 code), drawn without replacement among the non-overlapping pure windows, shuffled.
+
+    Raises
+    ------
+    ValueError
+        If ``labels`` does not match ``ids``, or a class has fewer pure windows than asked.
+    """
+    if len(labels) != ids.numel():
+        raise ValueError(f"labels ({len(labels)}) and ids ({ids.numel()}) must be as long")
+    starts = np.arange(0, ids.numel() - length + 1, length)
+    means = np.array([labels[s:s + length].mean() for s in starts])
+    rng = np.random.default_rng(seed)
+    chosen, targets = [], []
+    for cls, pure in ((0, means == 0), (1, means == 1)):
+        if pure.sum() < n_per_class:
+            raise ValueError(f"class {cls} has {int(pure.sum())} pure windows of {length}, fewer than {n_per_class}")
+        chosen.extend(rng.choice(starts[pure], n_per_class, replace=False))
+        targets.extend([cls] * n_per_class)
+    order = rng.permutation(len(chosen))
+    starts_t = torch.tensor(np.array(chosen)[order])
+    return ids[starts_t[:, None] + torch.arange(length)].long(), torch.tensor(np.array(targets)[order])
+
+
+class PooledClassifier(torch.nn.Module):
+    """An encoder's final states (after its final norm), averaged over positions, then a linear layer.
+
+    ``encoder`` is a :class:`~attncourse.nn.gpt.GPT` (its output layer is unused);
+    ``forward(tokens (batch, seq_len)) -> logits (batch, num_classes)``.
+    """
+
+    def __init__(self, encoder: GPT, num_classes: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.classifier = torch.nn.Linear(encoder.d_model, num_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        states = []
+        hook = self.encoder.final_norm.register_forward_hook(lambda _m, _i, out: states.append(out))
+        try:
+            self.encoder(tokens)
+        finally:
+            hook.remove()
+        return self.classifier(states[0].mean(dim=1))  # mean pooling over the positions
+
+
+def finetune(encoder: GPT, windows: torch.Tensor, targets: torch.Tensor, steps: int = 60, batch_size: int = 16,
+             lr: float = 1e-3, seed: int = 0) -> PooledClassifier:
+    """Fine-tune every weight of ``encoder`` and a new linear head on ``(windows, targets)``.
+
+    AdamW (weight decay 0.01), ``steps`` minibatches drawn with replacement; returns the
+    classifier in eval mode. The encoder is changed in place: pass a copy to keep it.
+    """
+    torch.manual_seed(training_seed(seed))
+    model = PooledClassifier(encoder, int(targets.max()) + 1)
+    generator = torch.Generator().manual_seed(training_seed(seed))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    model.train()
+    for _ in range(steps):
+        batch = torch.randint(0, len(targets), (batch_size,), generator=generator)
+        loss = F.cross_entropy(model(windows[batch]), targets[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
 # ---- images -------------------------------------------------------------------------------
 
 def load_digits_split(n_test: int = 497, seed: int = 0
@@ -323,6 +412,7 @@ def classifier_accuracy(model: torch.nn.Module, images: torch.Tensor, labels: to
     return float((model(x).argmax(-1) == labels).float().mean())
 
 
-__all__ = ["CLS_ID", "FIRST_CHAR_ID", "IGNORE", "MASK_ID", "bert_mask", "classifier_accuracy",
-           "evaluation_windows", "fill_in", "gap_accuracy", "load_digits_split", "mlm_config", "mlm_loss",
+__all__ = ["CLS_ID", "FIRST_CHAR_ID", "IGNORE", "MASK_ID", "PooledClassifier", "bert_mask",
+           "classifier_accuracy", "code_labels", "evaluation_windows", "fill_in", "finetune", "gap_accuracy",
+           "labelled_windows", "load_digits_split", "mlm_config", "mlm_loss",
            "train_classifier", "train_mlm"]

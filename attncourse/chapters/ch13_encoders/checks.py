@@ -1,0 +1,317 @@
+"""Checks for the exercises of the chapter "Attention that sees both ways".
+
+Six small pieces of encoder-only models: multi-head self-attention without a mask, BERT's
+80/10/10 corruption (Devlin et al. 2019, section 3.1), cutting an image into the ViT's
+patches (Dosovitskiy et al. 2021, section 3.1), attention rollout (Abnar and Zuidema
+2020), mean pooling over the real positions, and the share of high-norm tokens that
+Darcet et al. (2024) measure. When a case fails, the learner's answer is compared with
+the typical wrong versions so that the hint names the bug.
+
+References are :mod:`attncourse.chapters.ch13_encoders.vit` and
+:mod:`attncourse.chapters.ch13_encoders.recipe`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from attncourse.chapters.ch13_encoders.recipe import IGNORE, bert_mask
+from attncourse.chapters.ch13_encoders.vit import attention_rollout, patchify
+from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+
+# --------------------------------------------------------------------------- attention, both ways
+
+ATTENTION_EXPLAIN = (
+    "Project x to queries, keys and values, split the width into num_heads heads of d_k = d / h, "
+    "give each head softmax(Q K^T / sqrt(d_k)) V with no mask (every position sees every other), "
+    "put the heads side by side again and project with W_O."
+)
+CAUSAL_HINT = "Your output is the causal one: an encoder masks nothing, position i also reads the later positions."
+UNSCALED_HINT = "The scores are not scaled: divide Q K^T by sqrt(d_k), the width of one head."
+D_MODEL_SCALE_HINT = "The scores are scaled by sqrt(d_model): scale by sqrt(d_k) = sqrt(d_model / num_heads)."
+
+
+def _attention(x, w_q, w_k, w_v, w_o, num_heads, mask=None, scale=None) -> np.ndarray:
+    """The reference, through torch's scaled_dot_product_attention (an independent path)."""
+    t = [torch.as_tensor(a, dtype=torch.float64) for a in (x, w_q, w_k, w_v, w_o)]
+    seq_len, d = t[0].shape
+    heads = [(t[0] @ w).reshape(seq_len, num_heads, d // num_heads).transpose(0, 1) for w in t[1:4]]
+    out = F.scaled_dot_product_attention(*heads, attn_mask=mask, scale=scale)
+    return (out.transpose(0, 1).reshape(seq_len, d) @ t[4]).numpy()
+
+
+def _diagnose_attention(got: Any, case: Case) -> str | None:
+    x, w_q, w_k, w_v, w_o, h = case.args.values()
+    n, d = x.shape
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    variants = [(CAUSAL_HINT, _attention(x, w_q, w_k, w_v, w_o, h, mask=causal)),
+                (UNSCALED_HINT, _attention(x, w_q, w_k, w_v, w_o, h, scale=1.0)),
+                (D_MODEL_SCALE_HINT, _attention(x, w_q, w_k, w_v, w_o, h, scale=d**-0.5))]
+    return variant_hint(got, variants, np.asarray(case.expected), case)
+
+
+def bidirectional_attention_cases() -> list[Case]:
+    """The hidden cases of :func:`check_bidirectional_attention`."""
+    def case(description: str, seq_len: int, d: int, h: int, seed: int) -> Case:
+        rng = np.random.default_rng(seed)
+        args = {"x": rng.normal(size=(seq_len, d)),
+                **{name: rng.normal(size=(d, d)) / np.sqrt(d) for name in ("w_q", "w_k", "w_v", "w_o")},
+                "num_heads": h}
+        return Case(description=description, args=args, expected=_attention(*args.values()), atol=1e-9,
+                    rtol=1e-7, hint=ATTENTION_EXPLAIN, diagnose=_diagnose_attention)
+
+    return [case("5 positions, d=8, 2 heads", 5, 8, 2, 0),
+            case("one head, d=4", 6, 4, 1, 1),
+            case("7 positions, d=16, 4 heads", 7, 16, 4, 2),
+            case("a single position", 1, 8, 2, 3)]
+
+
+def check_bidirectional_attention(fn: Callable[..., Any]) -> CheckResult:
+    """Check a learner's ``my_bidirectional_attention(x, w_q, w_k, w_v, w_o, num_heads)``.
+
+    Parameters
+    ----------
+    fn : callable
+        ``x (seq_len, d)``, the four ``(d, d)`` projections and the number of heads h;
+        returns the ``(seq_len, d)`` output of multi-head self-attention without a mask.
+    """
+    return run_cases("check_bidirectional_attention", fn, bidirectional_attention_cases())
+
+
+# --------------------------------------------------------------------------- BERT's corruption
+
+MASK_EXPLAIN = (
+    "A position is chosen when its chosen_u < 0.15. A chosen position becomes mask_id when its "
+    "action_u < 0.8, its random_ids entry when 0.8 <= action_u < 0.9, and stays itself otherwise. "
+    "The targets are the clean ids at chosen positions and -100 (ignored by the loss) elsewhere."
+)
+ALL_TARGETS_HINT = ("The targets keep every position: only the chosen positions are predicted; the others must "
+                    "be -100, which the loss ignores.")
+SWAPPED_HINT = ("The random and the unchanged cases are swapped: 0.8 <= action_u < 0.9 takes the random id, "
+                "action_u >= 0.9 keeps the token.")
+ALL_MASKED_HINT = "Every chosen position became mask_id: 10 % get a random id and 10 % keep their token."
+
+
+def _corrupt(ids, chosen_u, action_u, random_ids, mask_id, swap=False, all_mask=False):
+    chosen = chosen_u < 0.15
+    masked = chosen & ((action_u < 0.8) | all_mask)
+    randomised = chosen & ~masked & ((action_u >= 0.9) if swap else (action_u < 0.9))
+    inputs = np.where(masked, mask_id, np.where(randomised, random_ids, ids))
+    return inputs, np.where(chosen, ids, IGNORE)
+
+
+def _diagnose_mask(got: Any, case: Case) -> str | None:
+    args = list(case.args.values())
+    expected_inputs, expected_targets = case.expected
+    if not isinstance(got, tuple) or len(got) != 2:
+        return None
+    if np.array_equal(np.asarray(got[0]), expected_inputs) and np.array_equal(np.asarray(got[1]), args[0]):
+        return ALL_TARGETS_HINT
+    for hint, kwargs in ((SWAPPED_HINT, {"swap": True}), (ALL_MASKED_HINT, {"all_mask": True})):
+        variant = _corrupt(*args, **kwargs)[0]
+        if not np.array_equal(variant, expected_inputs) and np.array_equal(np.asarray(got[0]), variant):
+            return hint
+    return None
+
+
+def bert_mask_cases() -> list[Case]:
+    """The hidden cases of :func:`check_bert_mask`."""
+    def case(description: str, n: int, seed: int, mask_id: int = 0) -> Case:
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(4, 60, n)
+        chosen_u, action_u = rng.random(n), rng.random(n)
+        chosen_u[:12] = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.11, 0.12, 0.5, 0.9, 0.149, 0.15]
+        action_u[:12] = [0.1, 0.85, 0.95, 0.8, 0.9, 0.79, 0.899, 0.5, 0.85, 0.95, 0.999, 0.1]
+        random_ids = rng.integers(4, 60, n)
+        args = {"ids": ids, "chosen_u": chosen_u, "action_u": action_u, "random_ids": random_ids,
+                "mask_id": mask_id}
+        return Case(description=description, args=args, expected=_corrupt(*args.values()), atol=0, rtol=0,
+                    output_names=("inputs", "targets"), hint=MASK_EXPLAIN, diagnose=_diagnose_mask)
+
+    return [case("20 positions, every case at its edges", 20, 0),
+            case("200 positions", 200, 1),
+            case("mask_id 1", 40, 2, mask_id=1)]
+
+
+def check_bert_mask(fn: Callable[..., Any]) -> CheckResult:
+    """Check a learner's ``my_bert_mask(ids, chosen_u, action_u, random_ids, mask_id)``.
+
+    Parameters
+    ----------
+    fn : callable
+        ``ids``, ``chosen_u``, ``action_u``, ``random_ids``: ``(n,)`` arrays (two uniform draws
+        in [0, 1) and the random replacements); returns ``(inputs, targets)``, both ``(n,)``.
+    """
+    return run_cases("check_bert_mask", fn, bert_mask_cases(), references=(bert_mask,))
+
+
+# --------------------------------------------------------------------------- patches
+
+PATCH_EXPLAIN = (
+    "Cut the image into a grid of p x p squares; number them row by row (left to right, then down); "
+    "flatten each square row by row into p * p numbers."
+)
+NO_PERMUTE_HINT = ("A plain reshape to (batch, N, p * p) cuts each pixel row into pieces, not the image into "
+                   "squares: reshape to (batch, H/p, p, W/p, p), then bring the two grid axes together.")
+COLUMN_ORDER_HINT = "The patches are numbered column by column: number them row by row, as the text is read."
+
+
+def _diagnose_patches(got: Any, case: Case) -> str | None:
+    images, p = case.args.values()
+    b, h, w = images.shape
+    plain = images.reshape(b, (h // p) * (w // p), p * p)
+    grid = images.reshape(b, h // p, p, w // p, p)
+    by_column = grid.transpose(0, 3, 1, 2, 4).reshape(b, -1, p * p)
+    return variant_hint(got, [(NO_PERMUTE_HINT, plain), (COLUMN_ORDER_HINT, by_column)],
+                        np.asarray(case.expected), case)
+
+
+def patchify_cases() -> list[Case]:
+    """The hidden cases of :func:`check_patchify`."""
+    def case(description: str, b: int, h: int, w: int, p: int) -> Case:
+        images = np.arange(b * h * w, dtype=float).reshape(b, h, w)
+        expected = patchify(torch.as_tensor(images), p).numpy()
+        return Case(description=description, args={"images": images, "patch_size": p}, expected=expected,
+                    atol=0, rtol=0, hint=PATCH_EXPLAIN, diagnose=_diagnose_patches)
+
+    return [case("one 4x4 image, p=2", 1, 4, 4, 2),
+            case("two 8x8 digits, p=2 (the chapter's)", 2, 8, 8, 2),
+            case("6x4 images, p=2 (not square)", 3, 6, 4, 2),
+            case("8x8, p=4", 1, 8, 8, 4),
+            case("p=1: every pixel a patch", 1, 3, 3, 1)]
+
+
+def check_patchify(fn: Callable[[np.ndarray, int], Any]) -> CheckResult:
+    """Check a learner's ``my_patchify(images, patch_size)``: ``(batch, H, W)`` -> ``(batch, N, p * p)``."""
+    return run_cases("check_patchify", fn, patchify_cases(), references=(patchify,))
+
+
+# --------------------------------------------------------------------------- rollout
+
+ROLLOUT_EXPLAIN = (
+    "Average each layer's weights over the heads, add the skip connection as A = 0.5 W + 0.5 I, and "
+    "multiply the layers' matrices, the last layer on the left: A_L ... A_2 A_1."
+)
+NO_IDENTITY_HINT = "The skip connection is missing: mix in the identity, 0.5 W + 0.5 I, in every layer."
+ORDER_HINT = "The product runs the wrong way: the last layer goes on the left, A_L ... A_1."
+UNNORMALISED_HINT = "W + I has rows summing to 2: take 0.5 W + 0.5 I so that every row still sums to 1."
+
+
+def _rollout_variants(weights: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    mean = weights.mean(axis=1)
+    eye = np.eye(weights.shape[-1])
+    raw, reversed_, unnormalised = eye, eye, eye
+    for a in mean:
+        raw = a @ raw
+        reversed_ = reversed_ @ (0.5 * a + 0.5 * eye)
+        unnormalised = (a + eye) @ unnormalised
+    return [(NO_IDENTITY_HINT, raw), (ORDER_HINT, reversed_), (UNNORMALISED_HINT, unnormalised)]
+
+
+def _diagnose_rollout(got: Any, case: Case) -> str | None:
+    return variant_hint(got, _rollout_variants(case.args["weights"]), np.asarray(case.expected), case)
+
+
+def rollout_cases() -> list[Case]:
+    """The hidden cases of :func:`check_rollout`."""
+    def case(description: str, layers: int, h: int, n: int, seed: int) -> Case:
+        logits = torch.randn(layers, h, n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        weights = logits.softmax(-1)
+        expected = attention_rollout([w[None] for w in weights])[0].numpy()
+        return Case(description=description, args={"weights": weights.numpy()}, expected=expected, atol=1e-12,
+                    rtol=1e-9, hint=ROLLOUT_EXPLAIN, diagnose=_diagnose_rollout)
+
+    return [case("2 layers, 1 head, 3 tokens", 2, 1, 3, 0),
+            case("2 layers, 4 heads, 5 tokens", 2, 4, 5, 1),
+            case("3 layers, 2 heads, 4 tokens", 3, 2, 4, 2),
+            case("one layer", 1, 2, 4, 3)]
+
+
+def check_rollout(fn: Callable[[np.ndarray], Any]) -> CheckResult:
+    """Check a learner's ``my_rollout(weights)``: ``(layers, heads, T, T)`` -> the ``(T, T)`` rollout."""
+    return run_cases("check_rollout", fn, rollout_cases(), references=(attention_rollout,))
+
+
+# --------------------------------------------------------------------------- mean pooling
+
+POOL_EXPLAIN = "Average each sequence's states over its real positions only (mask True), not over the padding."
+PADDING_HINT = "The padding was averaged in: divide the sum over the real positions by how many there are."
+SUM_HINT = "That is a sum: divide by the number of real positions."
+
+
+def _diagnose_pool(got: Any, case: Case) -> str | None:
+    states, mask = case.args.values()
+    summed = (states * mask[..., None]).sum(1)
+    return variant_hint(got, [(PADDING_HINT, states.mean(1)), (SUM_HINT, summed)], np.asarray(case.expected),
+                        case)
+
+
+def mean_pool_cases() -> list[Case]:
+    """The hidden cases of :func:`check_mean_pool`."""
+    def case(description: str, lengths: list[int], t: int, d: int, seed: int) -> Case:
+        rng = np.random.default_rng(seed)
+        states = rng.normal(size=(len(lengths), t, d))
+        mask = np.arange(t)[None] < np.array(lengths)[:, None]
+        expected = np.stack([s[:n].mean(0) for s, n in zip(states, lengths)])
+        return Case(description=description, args={"states": states, "mask": mask}, expected=expected,
+                    atol=1e-12, rtol=1e-9, hint=POOL_EXPLAIN, diagnose=_diagnose_pool)
+
+    return [case("two sequences, lengths 3 and 5", [3, 5], 5, 4, 0),
+            case("no padding", [4, 4], 4, 2, 1),
+            case("a sequence of one real position", [1, 6, 2], 6, 3, 2)]
+
+
+def check_mean_pool(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
+    """Check a learner's ``my_mean_pool(states, mask)``: ``(batch, T, d)`` and ``(batch, T)`` bool -> ``(batch, d)``."""
+    return run_cases("check_mean_pool", fn, mean_pool_cases())
+
+
+# --------------------------------------------------------------------------- high-norm tokens
+
+NORM_EXPLAIN = ("Take each token's Euclidean norm (over the d_model features), and count the tokens whose norm "
+                "exceeds factor times the median of the norms; return that count over the number of tokens.")
+MEAN_HINT = "The threshold uses the mean norm: use the median, which a few huge tokens do not move."
+SQUARED_HINT = "Those are squared norms compared with factor times their median: take the square root first."
+
+
+def _share(states: np.ndarray, factor: float, centre=np.median, power: float = 1.0) -> float:
+    norms = np.linalg.norm(states, axis=-1) ** power
+    return float((norms > factor * centre(norms)).mean())
+
+
+def _diagnose_share(got: Any, case: Case) -> str | None:
+    states, factor = case.args.values()
+    return variant_hint(got, [(MEAN_HINT, _share(states, factor, np.mean)),
+                              (SQUARED_HINT, _share(states, factor, power=2.0))], np.asarray(case.expected), case)
+
+
+def high_norm_share_cases() -> list[Case]:
+    """The hidden cases of :func:`check_high_norm_share`."""
+    def case(description: str, n: int, d: int, outliers: list[float], factor: float, seed: int) -> Case:
+        rng = np.random.default_rng(seed)
+        states = rng.normal(size=(n, d))
+        for k, scale in enumerate(outliers):
+            states[k] *= scale
+        return Case(description=description, args={"states": states, "factor": factor},
+                    expected=_share(states, factor), atol=1e-12, rtol=0, hint=NORM_EXPLAIN,
+                    diagnose=_diagnose_share)
+
+    return [case("40 tokens, 3 of them 10 times larger", 40, 16, [10, 12, 9], 2.0, 0),
+            case("no outlier", 30, 8, [], 2.0, 1),
+            case("one huge token among 17, factor 1.2", 17, 32, [25], 1.2, 2),
+            case("half of the tokens 3 times larger, factor 1.5", 20, 8, [3] * 10, 1.5, 3)]
+
+
+def check_high_norm_share(fn: Callable[[np.ndarray, float], Any]) -> CheckResult:
+    """Check a learner's ``my_high_norm_share(states, factor)``: ``(n, d)`` -> the share (a float) of rows
+    whose norm exceeds ``factor`` times the median norm."""
+    return run_cases("check_high_norm_share", fn, high_norm_share_cases())
+
+
+__all__ = ["check_bert_mask", "check_bidirectional_attention", "check_high_norm_share", "check_mean_pool",
+           "check_patchify", "check_rollout"]
