@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from attncourse.chapters.ch13_encoders.recipe import IGNORE, bert_mask
-from attncourse.chapters.ch13_encoders.vit import attention_rollout, patchify
+from attncourse.chapters.ch13_encoders.vit import attention_rollout, high_norm_share, patchify
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
 
 # --------------------------------------------------------------------------- attention, both ways
@@ -279,15 +279,16 @@ MEAN_HINT = "The threshold uses the mean norm: use the median, which a few huge 
 SQUARED_HINT = "Those are squared norms compared with factor times their median: take the square root first."
 
 
-def _share(states: np.ndarray, factor: float, centre=np.median, power: float = 1.0) -> float:
+def _share(states: np.ndarray, factor: float, centre=np.mean, power: float = 1.0) -> float:
+    """A wrong version: the threshold from another centre, or squared norms."""
     norms = np.linalg.norm(states, axis=-1) ** power
     return float((norms > factor * centre(norms)).mean())
 
 
 def _diagnose_share(got: Any, case: Case) -> str | None:
     states, factor = case.args.values()
-    return variant_hint(got, [(MEAN_HINT, _share(states, factor, np.mean)),
-                              (SQUARED_HINT, _share(states, factor, power=2.0))], np.asarray(case.expected), case)
+    return variant_hint(got, [(MEAN_HINT, _share(states, factor)),
+                              (SQUARED_HINT, _share(states, factor, np.median, power=2.0))], np.asarray(case.expected), case)
 
 
 def high_norm_share_cases() -> list[Case]:
@@ -298,7 +299,7 @@ def high_norm_share_cases() -> list[Case]:
         for k, scale in enumerate(outliers):
             states[k] *= scale
         return Case(description=description, args={"states": states, "factor": factor},
-                    expected=_share(states, factor), atol=1e-12, rtol=0, hint=NORM_EXPLAIN,
+                    expected=high_norm_share(torch.as_tensor(states), factor), atol=1e-12, rtol=0, hint=NORM_EXPLAIN,
                     diagnose=_diagnose_share)
 
     return [case("40 tokens, 3 of them 10 times larger", 40, 16, [10, 12, 9], 2.0, 0),
@@ -310,7 +311,7 @@ def high_norm_share_cases() -> list[Case]:
 def check_high_norm_share(fn: Callable[[np.ndarray, float], Any]) -> CheckResult:
     """Check a learner's ``my_high_norm_share(states, factor)``: ``(n, d)`` -> the share (a float) of rows
     whose norm exceeds ``factor`` times the median norm."""
-    return run_cases("check_high_norm_share", fn, high_norm_share_cases())
+    return run_cases("check_high_norm_share", fn, high_norm_share_cases(), references=(high_norm_share,))
 
 
 __all__ = ["check_bert_mask", "check_bidirectional_attention", "check_high_norm_share", "check_mean_pool",

@@ -383,7 +383,7 @@ def load_digits_split(n_test: int = 497, seed: int = 0
 
 
 def train_classifier(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, steps: int = 300,
-                     batch_size: int = 64, lr: float = 3e-3, seed: int = 0, progress: bool = True,
+                     batch_size: int = 32, lr: float = 3e-3, seed: int = 0, progress: bool = True,
                      desc: str = "train") -> torch.nn.Module:
     """Train an image classifier with AdamW (weight decay 0.01) on random batches; returns it in eval mode.
 

@@ -257,4 +257,48 @@ def position_similarity(position_embedding: torch.Tensor) -> torch.Tensor:
     return unit @ unit.T
 
 
-__all__ = ["VisionTransformer", "attention_rollout", "encoder_spec", "patchify", "position_similarity"]
+@torch.no_grad()
+def occlusion_importance(model: VisionTransformer, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """How much the true class's probability drops when each patch is blanked (set to 0).
+
+    An attribution that does not read the attention, against which raw attention and
+    rollout are compared (Abnar and Zuidema 2020 compare with input ablation, section 4).
+
+    Parameters
+    ----------
+    model : VisionTransformer
+    images : (n, image_size, image_size)
+    labels : (n,) int
+
+    Returns
+    -------
+    (n, N)
+        p(true class | image) minus p(true class | image with patch j blanked), per patch j.
+    """
+    model.eval()
+    p = model.patch_size
+    per_row = model.image_size // p
+    base = model(images).softmax(-1).gather(1, labels[:, None])[:, 0]
+    drops = []
+    for j in range(model.num_patches):
+        blanked = images.clone()
+        r, c = divmod(j, per_row)
+        blanked[..., r * p:(r + 1) * p, c * p:(c + 1) * p] = 0
+        drops.append(base - model(blanked).softmax(-1).gather(1, labels[:, None])[:, 0])
+    return torch.stack(drops, dim=1)
+
+
+def high_norm_share(states: torch.Tensor, factor: float = 2.0) -> float:
+    """Share of tokens whose Euclidean norm exceeds ``factor`` times the median norm.
+
+    Darcet et al. (2024, section 2) find, in large ViTs, a few patch tokens with norms
+    about ten times the others'; ``states (..., d_model)`` are counted over every leading axis.
+    The median, not the mean, sets the threshold, so that the outliers do not move it.
+    """
+    norms = (states if states.is_floating_point() else states.float()).norm(dim=-1).flatten()
+    median = norms.quantile(0.5)  # the mean of the middle two for an even count, as np.median
+    return int((norms > factor * median).sum()) / norms.numel()
+
+
+__all__ = ["VisionTransformer", "attention_rollout", "encoder_spec", "high_norm_share", "occlusion_importance",
+           "patchify", "position_similarity"]
