@@ -10,14 +10,37 @@ import torch.nn.functional as F
 from torch import nn
 
 from attncourse.chapters.ch13_encoders import checks as c
-from attncourse.chapters.ch13_encoders.explorer import FillInExplorer, ViTAttentionExplorer
+from attncourse.chapters.ch13_encoders.explorer import (
+    FillInExplorer,
+    ViTAttentionExplorer,
+)
 from attncourse.chapters.ch13_encoders.recipe import (
-    IGNORE, MASK_ID, PooledClassifier, bert_mask, classifier_accuracy, code_labels, evaluation_windows,
-    fill_in, finetune, gap_accuracy, labelled_windows, load_digits_split, mlm_config, mlm_loss,
-    train_classifier, train_mlm)
+    IGNORE,
+    MASK_ID,
+    PooledClassifier,
+    bert_mask,
+    classifier_accuracy,
+    code_labels,
+    evaluation_windows,
+    fill_in,
+    finetune,
+    gap_accuracy,
+    labelled_windows,
+    load_digits_split,
+    mlm_config,
+    mlm_loss,
+    train_classifier,
+    train_mlm,
+)
 from attncourse.chapters.ch13_encoders.vit import (
-    VisionTransformer, attention_rollout, encoder_spec, high_norm_share, occlusion_importance, patchify,
-    position_similarity)
+    VisionTransformer,
+    attention_rollout,
+    encoder_spec,
+    high_norm_share,
+    occlusion_importance,
+    patchify,
+    position_similarity,
+)
 from attncourse.data.text import char_corpus
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gpt import GPT, DecoderOnlyBlock

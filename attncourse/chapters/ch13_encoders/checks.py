@@ -20,20 +20,27 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attncourse.chapters.ch13_encoders.recipe import IGNORE, bert_mask
-from attncourse.chapters.ch13_encoders.vit import attention_rollout, high_norm_share, patchify
+from attncourse.chapters.ch13_encoders.recipe import IGNORE, bert_mask, mean_pool
+from attncourse.chapters.ch13_encoders.vit import (
+    attention_rollout,
+    encoder_spec,
+    high_norm_share,
+    patchify,
+)
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
 
 # --------------------------------------------------------------------------- attention, both ways
 
 ATTENTION_EXPLAIN = (
-    "Project x to queries, keys and values, split the width into num_heads heads of d_k = d / h, "
-    "give each head softmax(Q K^T / sqrt(d_k)) V with no mask (every position sees every other), "
-    "put the heads side by side again and project with W_O."
+    "Project x to queries, keys and values and split the width into num_heads equal slices. In each "
+    "head, score every query against every key (dot products scaled by the square root of a head's "
+    "width), with no mask: every position sees every other. A softmax over the keys weights the "
+    "values; then put the heads side by side again and apply the output projection."
 )
 CAUSAL_HINT = "Your output is the causal one: an encoder masks nothing, position i also reads the later positions."
-UNSCALED_HINT = "The scores are not scaled: divide Q K^T by sqrt(d_k), the width of one head."
-D_MODEL_SCALE_HINT = "The scores are scaled by sqrt(d_model): scale by sqrt(d_k) = sqrt(d_model / num_heads)."
+UNSCALED_HINT = "The scores are not scaled: divide them by the square root of the width of one head."
+D_MODEL_SCALE_HINT = ("The scores are scaled by the square root of the model's whole width: use the width of "
+                      "one head, the width divided by the number of heads.")
 
 
 def _attention(x, w_q, w_k, w_v, w_o, num_heads, mask=None, scale=None) -> np.ndarray:
@@ -80,20 +87,22 @@ def check_bidirectional_attention(fn: Callable[..., Any]) -> CheckResult:
         ``x (seq_len, d)``, the four ``(d, d)`` projections and the number of heads h;
         returns the ``(seq_len, d)`` output of multi-head self-attention without a mask.
     """
-    return run_cases("check_bidirectional_attention", fn, bidirectional_attention_cases())
+    return run_cases("check_bidirectional_attention", fn, bidirectional_attention_cases(),
+                     references=(encoder_spec,))
 
 
 # --------------------------------------------------------------------------- BERT's corruption
 
 MASK_EXPLAIN = (
-    "A position is chosen when its chosen_u < 0.15. A chosen position becomes mask_id when its "
-    "action_u < 0.8, its random_ids entry when 0.8 <= action_u < 0.9, and stays itself otherwise. "
-    "The targets are the clean ids at chosen positions and -100 (ignored by the loss) elsewhere."
+    "A position is chosen when its first draw is below 0.15. A chosen position becomes the mask id "
+    "when its second draw is below 0.8, its random id when that draw lies from 0.8 up to 0.9, and "
+    "stays itself otherwise. The targets are the clean ids at chosen positions and -100 (ignored by "
+    "the loss) elsewhere."
 )
 ALL_TARGETS_HINT = ("The targets keep every position: only the chosen positions are predicted; the others must "
                     "be -100, which the loss ignores.")
-SWAPPED_HINT = ("The random and the unchanged cases are swapped: 0.8 <= action_u < 0.9 takes the random id, "
-                "action_u >= 0.9 keeps the token.")
+SWAPPED_HINT = ("The random and the unchanged cases are swapped: second draws from 0.8 up to 0.9 take the "
+                "random id, those from 0.9 up keep the token.")
 ALL_MASKED_HINT = "Every chosen position became mask_id: 10 % get a random id and 10 % keep their token."
 
 
@@ -153,11 +162,13 @@ def check_bert_mask(fn: Callable[..., Any]) -> CheckResult:
 # --------------------------------------------------------------------------- patches
 
 PATCH_EXPLAIN = (
-    "Cut the image into a grid of p x p squares; number them row by row (left to right, then down); "
-    "flatten each square row by row into p * p numbers."
+    "Cut the image into a grid of squares of side p; number them row by row (left to right, then "
+    "down); "
+    "flatten each square row by row."
 )
-NO_PERMUTE_HINT = ("A plain reshape to (batch, N, p * p) cuts each pixel row into pieces, not the image into "
-                   "squares: reshape to (batch, H/p, p, W/p, p), then bring the two grid axes together.")
+NO_PERMUTE_HINT = ("A plain reshape cuts each pixel row into pieces, not the image into squares: split each "
+                   "side into (grid index, index within the patch) first, then bring the two grid axes "
+                   "together.")
 COLUMN_ORDER_HINT = "The patches are numbered column by column: number them row by row, as the text is read."
 
 
@@ -194,12 +205,14 @@ def check_patchify(fn: Callable[[np.ndarray, int], Any]) -> CheckResult:
 # --------------------------------------------------------------------------- rollout
 
 ROLLOUT_EXPLAIN = (
-    "Average each layer's weights over the heads, add the skip connection as A = 0.5 W + 0.5 I, and "
-    "multiply the layers' matrices, the last layer on the left: A_L ... A_2 A_1."
+    "Average each layer's weights over the heads, mix in the skip connection (half the averaged "
+    "weights plus half the identity), and multiply the layers' matrices with the last layer on the "
+    "left."
 )
-NO_IDENTITY_HINT = "The skip connection is missing: mix in the identity, 0.5 W + 0.5 I, in every layer."
-ORDER_HINT = "The product runs the wrong way: the last layer goes on the left, A_L ... A_1."
-UNNORMALISED_HINT = "W + I has rows summing to 2: take 0.5 W + 0.5 I so that every row still sums to 1."
+NO_IDENTITY_HINT = "The skip connection is missing: mix in the identity, half and half, in every layer."
+ORDER_HINT = "The product runs the wrong way: the last layer's matrix goes on the left."
+UNNORMALISED_HINT = ("Adding the identity to the weights gives rows that sum to 2: take half of each, so that "
+                     "every row still sums to 1.")
 
 
 def _rollout_variants(weights: np.ndarray) -> list[tuple[str, np.ndarray]]:
@@ -268,7 +281,7 @@ def mean_pool_cases() -> list[Case]:
 
 def check_mean_pool(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``my_mean_pool(states, mask)``: ``(batch, T, d)`` and ``(batch, T)`` bool -> ``(batch, d)``."""
-    return run_cases("check_mean_pool", fn, mean_pool_cases())
+    return run_cases("check_mean_pool", fn, mean_pool_cases(), references=(mean_pool,))
 
 
 # --------------------------------------------------------------------------- high-norm tokens
@@ -287,8 +300,9 @@ def _share(states: np.ndarray, factor: float, centre=np.mean, power: float = 1.0
 
 def _diagnose_share(got: Any, case: Case) -> str | None:
     states, factor = case.args.values()
-    return variant_hint(got, [(MEAN_HINT, _share(states, factor)),
-                              (SQUARED_HINT, _share(states, factor, np.median, power=2.0))], np.asarray(case.expected), case)
+    variants = [(MEAN_HINT, _share(states, factor)),
+                (SQUARED_HINT, _share(states, factor, np.median, power=2.0))]
+    return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
 def high_norm_share_cases() -> list[Case]:

@@ -318,6 +318,27 @@ def labelled_windows(ids: torch.Tensor, labels: np.ndarray, length: int, n_per_c
     return ids[starts_t[:, None] + torch.arange(length)].long(), torch.tensor(np.array(targets)[order])
 
 
+def mean_pool(states: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean of ``states (batch, seq_len, d)`` over the positions where ``mask (batch, seq_len)``
+    is True (all positions without a mask): ``(batch, d)``. Padding must stay out of the mean,
+    or the summary would depend on how much padding the batch needed.
+
+    Raises
+    ------
+    ValueError
+        If the mask's shape is not ``states.shape[:2]``, or a row has no True.
+    """
+    if mask is None:
+        return states.mean(dim=1)
+    if tuple(mask.shape) != tuple(states.shape[:2]):
+        raise ValueError(f"mask {tuple(mask.shape)} must be states' (batch, seq_len) = {tuple(states.shape[:2])}")
+    counts = mask.sum(dim=1, keepdim=True)
+    if bool((counts == 0).any()):
+        raise ValueError("every sequence needs at least one position where mask is True")
+    weights = mask.to(states.dtype)[..., None]
+    return (states * weights).sum(dim=1) / counts.to(states.dtype)
+
+
 class PooledClassifier(torch.nn.Module):
     """An encoder's final states (after its final norm), averaged over positions, then a linear layer.
 
@@ -337,7 +358,7 @@ class PooledClassifier(torch.nn.Module):
             self.encoder(tokens)
         finally:
             hook.remove()
-        return self.classifier(states[0].mean(dim=1))  # mean pooling over the positions
+        return self.classifier(mean_pool(states[0]))  # no padding: every window is full
 
 
 def finetune(encoder: GPT, windows: torch.Tensor, targets: torch.Tensor, steps: int = 60, batch_size: int = 16,
@@ -414,5 +435,5 @@ def classifier_accuracy(model: torch.nn.Module, images: torch.Tensor, labels: to
 
 __all__ = ["CLS_ID", "FIRST_CHAR_ID", "IGNORE", "MASK_ID", "PooledClassifier", "bert_mask",
            "classifier_accuracy", "code_labels", "evaluation_windows", "fill_in", "finetune", "gap_accuracy",
-           "labelled_windows", "load_digits_split", "mlm_config", "mlm_loss",
+           "labelled_windows", "mean_pool", "load_digits_split", "mlm_config", "mlm_loss",
            "train_classifier", "train_mlm"]
