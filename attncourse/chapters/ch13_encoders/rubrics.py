@@ -11,11 +11,4 @@ RUBRICS: dict[str, Rubric] = {
         "positions would be copying the visible input.",
         "Two of the three parts right (the mismatch, the role of random/unchanged, the loss).",
         "Says only that 80/10/10 is BERT's choice, or that masking everything would be fine."),
-    "ex-enc-data": Rubric(
-        "Two real differences (data size, patch size or tokens per image, training length, model "
-        "size) with the direction each should move the gap; a run with the chapter's functions "
-        "(train_classifier, the ViT and CNNs, two seeds or more) changing one thing; a stated result "
-        "that would count as support, decided before the run.",
-        "Sound differences without a runnable design, or a design without the support criterion.",
-        "No difference named from the paper's setting, or a claim without a measurement."),
 }
