@@ -393,3 +393,28 @@ def test_vit_attention_explorer_states_and_errors():
     assert explorer.to_html().count("data:image/png") >= 6
     with pytest.raises(ValueError, match="registers"):
         ViTAttentionExplorer(VisionTransformer(num_registers=1), images, labels)
+
+
+def test_train_classifier_is_cached_and_matches_a_plain_loop():
+    train_x, train_y, _, _ = load_digits_split()
+    x, y = train_x[:40], train_y[:40]
+
+    def fresh():
+        torch.manual_seed(3)
+        return VisionTransformer(d_model=8, num_heads=2, num_layers=1, d_ff=8)
+
+    trained = train_classifier(fresh(), x, y, steps=5, seed=1, progress=False, desc="cache test")
+    # the same updates written out: AdamW on batches drawn from the seed's generator
+    plain = fresh()
+    generator = torch.Generator().manual_seed(1)
+    optimizer = torch.optim.AdamW(plain.parameters(), lr=3e-3, weight_decay=0.01)
+    for _ in range(5):
+        batch = torch.randint(0, 40, (32,), generator=generator)
+        loss = F.cross_entropy(plain(x[batch]), y[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    for a, b in zip(trained.state_dict().values(), plain.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    again = train_classifier(fresh(), x, y, steps=5, seed=1, progress=False, desc="cache test")
+    assert all(torch.equal(a, b) for a, b in zip(trained.state_dict().values(), again.state_dict().values()))

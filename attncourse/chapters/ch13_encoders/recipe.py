@@ -24,7 +24,9 @@ Devlin, Chang, Lee, Toutanova (2019), "BERT", section 3.1 and appendix A.1.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+import re
 
 import numpy as np
 import torch
@@ -34,7 +36,7 @@ from attncourse.data.text import CharCorpus, random_windows
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gpt import GPT
 from attncourse.recipes.lm import LMConfig, build_lm, decoupled_adamw, lm_settings
-from attncourse.runtime import progress_bar, training_seed
+from attncourse.runtime import training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: ``[MASK]``: the id of ``<pad>``, which the character stream never contains.
@@ -403,6 +405,14 @@ def load_digits_split(n_test: int = 497, seed: int = 0
     return images[n_test:], labels[n_test:], images[:n_test], labels[:n_test]
 
 
+def _digest(*tensors: torch.Tensor) -> str:
+    """Twelve hex digits of the tensors' bytes: names a run's data and initial weights."""
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:12]
+
+
 def train_classifier(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, steps: int = 300,
                      batch_size: int = 32, lr: float = 3e-3, seed: int = 0, progress: bool = True,
                      desc: str = "train") -> torch.nn.Module:
@@ -410,20 +420,38 @@ def train_classifier(model: torch.nn.Module, images: torch.Tensor, labels: torch
 
     ``images (n, 8, 8)`` go to the model as they are; a CNN (chapter 4b's, which wants a
     channel axis) gets ``images[:, None]``. Minibatches are drawn with replacement from the
-    n examples, so every size of training set gets the same number of steps.
+    n examples, so every size of training set gets the same number of steps. ``model`` is
+    trained in place from its initial weights; ``desc`` labels the progress bar and the run's folder.
+
+    The run is cached like every run of the course (``runs_dir("encoders/...")``, through
+    :func:`~attncourse.train.loop.train_epochs`), named by the model's class, a digest of its
+    initial weights and of the data, and the settings: a second call loads the weights instead
+    of training again (a notebook re-run, or its student edition after the book build).
     """
     generator = torch.Generator().manual_seed(training_seed(seed))
     wants_channels = not hasattr(model, "patch_size")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    model.train()
-    for _ in progress_bar(range(steps), progress=progress, leave=False, unit="step", desc=desc):
-        batch = torch.randint(0, len(labels), (batch_size,), generator=generator)
-        x = images[batch][:, None] if wants_channels else images[batch]
-        loss = F.cross_entropy(model(x), labels[batch])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    settings = {"model": type(model).__name__, "init": _digest(*model.state_dict().values()),
+                "data": _digest(images, labels), "steps": steps, "batch_size": batch_size, "lr": lr,
+                "seed": seed}
+
+    def build(dev: torch.device):
+        model.to(dev)
+        return model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+
+    def train_epoch(epoch: Epoch):
+        total = 0.0
+        for _ in range(steps):
+            batch = torch.randint(0, len(labels), (batch_size,), generator=generator)
+            x = images[batch][:, None] if wants_channels else images[batch]
+            loss = F.cross_entropy(epoch.forward(x.to(epoch.device)), labels[batch].to(epoch.device))
+            epoch.step(loss)
+            total += float(loss.detach())
+        return {"train_loss": total / steps}
+
+    name = "encoders/" + re.sub(r"[^a-z0-9]+", "-", desc.lower()).strip("-")
+    run = train_epochs(name, settings, build, train_epoch, lambda _model: {}, 1, seed=seed,
+                       progress=progress, device=_device(model), steps_per_epoch=steps)
+    return run.model.eval()
 
 
 @torch.no_grad()
