@@ -231,6 +231,13 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert (out / "student" / "04_self_attention.md").exists()
     assert (out / "instructor" / "04_self_attention.ipynb").exists()
     assert (out / "nbgrader" / "source" / "04_self_attention" / "04_self_attention.ipynb").exists()
+    # Issue 50: the licence files the notice and the README name are there, as the course's.
+    root = Path(__file__).resolve().parents[1]
+    readme = (out / "README.md").read_text()
+    for folder in (out, out / "nbgrader" / "source" / "04_self_attention"):
+        for name in ("LICENSE", "LICENSE-CONTENT"):
+            assert f"`{name}`" in readme
+            assert (folder / name).read_bytes() == (root / name).read_bytes(), folder / name
     # Instructor edition only: rubrics and slides, offline (no script or style from the web).
     rubrics = (out / "instructor" / "rubrics.md").read_text()
     assert "ex-sa-scale" in rubrics and "ex-sa-cost" in rubrics and "Partial credit" in rubrics
@@ -248,6 +255,15 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert err.count("\n") == 1 and "--overwrite" in err
     assert (out / "README.md").read_text() == "mine"
     assert main([str(out), "--chapter", "04_self_attention", "--overwrite", "--no-nbgrader"]) == 0
+
+
+def test_licence_files_missing_from_the_course_are_refused_not_named(tmp_path):
+    from attncourse.course.notice import write_licences
+
+    (tmp_path / "LICENSE").write_text("MIT")
+    with pytest.raises(ValueError, match="LICENSE-CONTENT is missing"):
+        write_licences(tmp_path / "out", root=tmp_path)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("argv, words", [

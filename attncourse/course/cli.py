@@ -3,6 +3,7 @@
 Writes into ``OUT/``::
 
     README.md                      what is where, and how to grade
+    LICENSE, LICENSE-CONTENT       the licences the notice in every notebook names
     student/<chapter>.ipynb        no solutions, no outputs (+ .md with --markdown)
     instructor/<chapter>.ipynb     the whole chapter, no outputs
     nbgrader/nbgrader_config.py    an nbgrader course directory ...
@@ -30,7 +31,7 @@ from attncourse.cli.parsing import add_fields
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises, read_chapter
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
-from attncourse.course.notice import NOTICE
+from attncourse.course.notice import NOTICE, write_licences
 from attncourse.course.rubrics import rubrics_markdown
 from attncourse.course.slides import EXECUTED, executed_notebooks, write_decks
 from attncourse.train.config import setting, settings
@@ -77,7 +78,9 @@ PYTHONPATH), and the environment's `bin/` on PATH. Chapters: {chapters} ({n_ex} 
 {n_coding} coding, {n_written} written).
 
 Licence: {notice} Every notebook here starts with this notice and every deck's title slide
-shows it: keep them in what you hand out.
+shows it: keep them in what you hand out. `LICENSE` (MIT, the code) and `LICENSE-CONTENT`
+(CC BY-SA 4.0, the text and figures) are in this folder, and in each nbgrader assignment's
+source folder, so a release hands them out with the notebook.
 """
 
 
@@ -170,8 +173,11 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
               "figures: no executed notebook found (run `make book` first, or pass --executed)",
               file=sys.stderr)
     written += write_decks(students, out / "instructor" / "slides", executed)
+    written += write_licences(out)
     if not args.no_nbgrader:
         written += write_course(chapters, out / "nbgrader")
+        for path in chapters:  # nbgrader's release copies an assignment's other files with it
+            written += write_licences(out / "nbgrader" / "source" / path.stem)
     coding = sum(ex.kind == "coding" for ex in exercises)
     readme = README.format(
         source=args.notebooks, chapters=", ".join(p.stem for p in chapters), n_ex=len(exercises),
