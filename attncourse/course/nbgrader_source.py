@@ -38,18 +38,18 @@ from attncourse.course.rubrics import RUBRICS
 CHECK_POINTS = 1
 WRITTEN_POINTS = 1
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
-#: nbgrader_config.py of the course directory the command writes.
 #: Seconds an answer or test cell may run: the checks run small hidden cases in well under a
-#: second, so this only ends an endless loop early.
+#: second, so this only ends an endless loop early. An exercise whose check runs the
+#: learner's own training declares its own limit (its ``:timeout:`` option, see
+#: :func:`exercise_limit`).
 EXERCISE_LIMIT = 60
-#: Exercises whose check trains a model: chapter 7b's runs the learner's training loop for
-#: 300 steps (35-70 s on a loaded 2-core machine, more with torch's plain kernels).
-TRAINING_LIMITS = {"ex-build-train": 300}
 
 
-def exercise_limit(label: str) -> int:
-    """Seconds the answer and test cells of exercise ``label`` may run."""
-    return TRAINING_LIMITS.get(label, EXERCISE_LIMIT)
+def exercise_limit(ex: Exercise) -> int:
+    """Seconds the answer and test cells of ``ex`` may run: its ``:timeout:``, else :data:`EXERCISE_LIMIT`."""
+    return ex.timeout if ex.timeout is not None else EXERCISE_LIMIT
+
+
 #: A chapter's other cells may run this many times the chapter's measured execution time
 #: (book/chapter_timings.json, first run with training, 2 CPU cores; an upper bound on
 #: its slowest cell), and at least :data:`MINIMUM_LIMIT` seconds.
@@ -209,7 +209,7 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
             test.metadata["nbgrader"] = _meta(f"{ex.label}-check", solution=False, grade=True,
                                               points=CHECK_POINTS)
             for cell in (answer, test):
-                cell.metadata["attncourse"] = {"timeout": exercise_limit(ex.label)}
+                cell.metadata["attncourse"] = {"timeout": exercise_limit(ex)}
             cells += [answer, test]
         elif part.solution and part.role == "block":
             # nbgrader's release replaces the whole answer cell with "YOUR ANSWER HERE"; the

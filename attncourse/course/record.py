@@ -37,11 +37,7 @@ import attncourse.chapters as chapters
 from attncourse.checks.hand_offs import HAND_OFFS
 from attncourse.checks.plain import plain_results
 from attncourse.course.answers import Answer
-from attncourse.course.nbgrader_source import (
-    CHECK_POINTS,
-    EXERCISE_LIMIT,
-    TRAINING_LIMITS,
-)
+from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
 from attncourse.course.refusals import refusal
 
 # The checks are imported here, before any answer exists: a forked grading process starts
@@ -139,8 +135,8 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
     why = refusal(answer.source, ex.check)
     if why:
         return outcome("refused", f"not accepted: {why}")
-    if ex.label in TRAINING_LIMITS:  # an exercise that trains gets its own, at least
-        limit = max(limit, TRAINING_LIMITS[ex.label])
+    if ex.timeout is not None:  # an exercise that runs the learner's training declares its own
+        limit = max(limit, ex.timeout)
     context = _context()
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_run_answer, args=(send, ex.check, ex.function, answer.source, seed),
