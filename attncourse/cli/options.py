@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "attention), the Transformer, the decoder-only language model (train-lm, sample), "
                     "and generate with a pretrained model (generate).",
         epilog="Instructors: 'attncourse student-edition OUT' writes the chapters' student editions "
-               "(see 'attncourse student-edition --help'); 'attncourse grade SUBMISSIONS' grades "
+               "(see 'attncourse student-edition --help'); 'attncourse prepare [CHAPTER...]' trains the "
+               "chapters' cached models once, before grading; 'attncourse grade SUBMISSIONS' grades "
                "collected submissions outside the students' kernels (see 'attncourse grade --help').",
     )
     parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",

@@ -34,6 +34,7 @@ from nbformat import NotebookNode
 from attncourse.course.editions import _bare, _whole_cells, cell_from_part
 from attncourse.course.exercises import Exercise, read_chapter, split_notebook
 from attncourse.course.rubrics import RUBRICS
+from attncourse.runtime import NO_TRAINING_ENV
 
 CHECK_POINTS = 1
 WRITTEN_POINTS = 1
@@ -85,6 +86,16 @@ def cell_limit(cell):
 
 
 c.Execute.timeout_func = cell_limit
+
+# Grading never trains: `python -m attncourse prepare CHAPTER` trained and cached the
+# chapter's models beforehand (same $ATTNCOURSE_RUNS); under autograde a cached model that is
+# missing or unfinished fails its cell at once instead of training in every submission.
+# The kernels autograde starts inherit this process's environment.
+import os  # noqa: E402
+import sys  # noqa: E402
+
+if sys.argv[1:2] == ["autograde"]:
+    os.environ["{no_training}"] = "1"
 '''
 
 
@@ -272,8 +283,8 @@ def write_course(chapters: list[Path], root: Path) -> list[Path]:
     root.mkdir(parents=True, exist_ok=True)
     config = root / "nbgrader_config.py"
     default = max(chapter_limit(path.stem) for path in chapters) if chapters else UNMEASURED_LIMIT
-    config.write_text(CONFIG.format(default=default, exercise=EXERCISE_LIMIT, factor=LIMIT_FACTOR),
-                      encoding="utf-8")
+    config.write_text(CONFIG.format(default=default, exercise=EXERCISE_LIMIT, factor=LIMIT_FACTOR,
+                                    no_training=NO_TRAINING_ENV), encoding="utf-8")
     written = [config]
     for path in chapters:
         target = root / "source" / path.stem / f"{path.stem}.ipynb"

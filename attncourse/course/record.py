@@ -39,6 +39,7 @@ from attncourse.checks.plain import plain_results
 from attncourse.course.answers import Answer
 from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
 from attncourse.course.refusals import refusal
+from attncourse.runtime import NO_TRAINING_ENV
 
 # The checks are imported here, before any answer exists: a forked grading process starts
 # with them loaded, and a spawned one imports them by importing this module.
@@ -92,6 +93,7 @@ def _run_answer(conn: Any, check_name: str, function: str, source: str, seed: in
         import torch
 
         torch.set_num_threads(1)  # fair on a shared grader, and safe after fork
+        os.environ[NO_TRAINING_ENV] = "1"  # a check loads no model that is not prepared (none does)
         check = chapters.check(check_name)
         fresh = _seed_cases(check, seed)
         filename = f"<answer {function}>"

@@ -539,7 +539,8 @@ def fit(
             save = _saver(out, model, optimizer, scheduler, generator, device, extra,
                           _replay_settings(config, world.world_size), fingerprint)
             run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device),
-                       _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save)
+                       _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save,
+                       cached=out)
             if world.distributed:
                 torch.distributed.barrier()  # rank 0's files are written before any rank returns
         finally:

@@ -53,6 +53,7 @@ import torch
 from attncourse.runtime import (
     pick_device,
     progress_bar,
+    refuse_cached_training,
     run_lock,
     runs_dir,
     training_seed,
@@ -344,6 +345,7 @@ def run_epochs(
     scheduler: Any = None,
     save: Callable[[int, Record, bool], None] | None = None,
     begin_epoch: Callable[[int], None] | None = None,
+    cached: str | Path | None = None,
 ) -> Record:
     """Train ``model`` from the epoch after ``record``'s last up to ``loop.epochs``.
 
@@ -369,6 +371,9 @@ def run_epochs(
         ``improved`` True when the epoch is the best so far: writes checkpoints.
     begin_epoch : callable(epoch), optional
         Called before each epoch, e.g. to seed it.
+    cached : path, optional
+        The run's folder, if it is kept on disk (the trained-model cache): while grading
+        (:func:`~attncourse.runtime.refuse_cached_training`) it must be finished already.
 
     Returns
     -------
@@ -395,6 +400,8 @@ def run_epochs(
     shown = loop.progress and world.is_main
     start = len(record.history)
     finished = start >= loop.epochs or (start > 0 and record.out_of_patience(start + 1, loop.patience))
+    if cached is not None and not finished:  # grading loads prepared runs, never trains one
+        refuse_cached_training(str(cached), start, loop.epochs)
     if shown and finished:  # a bar frozen at its end would look like a stalled run
         unit = "steps" if loop.steps_per_epoch else "epochs"
         print(f"{loop.desc}: trained already ({start * (loop.steps_per_epoch or 1)} {unit}), "
@@ -618,7 +625,8 @@ def train_epochs(
                             extra={"config": config, "name": name}, trainer=trainer)
 
         run_epochs(model, optimizer, train_epoch, evaluate, loop, record, device=device, state=state,
-                   save=save, begin_epoch=lambda epoch: torch.manual_seed(_epoch_seed(seed, epoch, rank)))
+                   save=save, begin_epoch=lambda epoch: torch.manual_seed(_epoch_seed(seed, epoch, rank)),
+                   cached=out)
         model.eval()
         return EpochRun(model=model, history=record.history, state=state, out_dir=out,
                         seconds=sum(row["seconds"] for row in record.history), best_epoch=record.best_epoch,
