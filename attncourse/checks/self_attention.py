@@ -487,8 +487,9 @@ def _diagnose_causal_mask(got: Any, case: Case) -> str | None:
     return None
 
 
-def causal_mask_cases() -> list[Case]:
-    """The hidden cases of :func:`check_causal_mask`."""
+def causal_mask_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_causal_mask`; with ``seed`` (the grade of record's),
+    two more lengths drawn from it."""
     def case(description: str, seq_len: int, hint: str) -> Case:
         return Case(
             description=description,
@@ -506,7 +507,8 @@ def causal_mask_cases() -> list[Case]:
         case("seq_len=4", 4, lower),
         case("a single position, seq_len=1", 1, MASK_SINGLE_HINT),
         case("seq_len=7", 7, lower),
-    ]
+    ] + ([] if seed is None else [case(f"drawn when graded: seq_len={int(n)}", int(n), lower)
+                                  for n in np.random.default_rng(seed).integers(2, 40, size=2)])
 
 
 def check_causal_mask(fn: Callable[[int], Any]) -> CheckResult:
