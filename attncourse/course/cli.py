@@ -68,13 +68,16 @@ whole cycle with the exchange, command by command):
 
     nbgrader generate_assignment 04_self_attention     # writes release/04_self_attention/
     # hand out release/..., put submissions into submitted/<student>/04_self_attention/
+    python -m attncourse prepare 04_self_attention      # trains the chapter's models, once
     ls submitted | xargs -P 2 -I{{}} nbgrader autograde 04_self_attention --student {{}}
     # grade the written answers: jupyter lab, menu Nbgrader > Formgrader
     nbgrader generate_feedback 04_self_attention       # feedback/<student>/04_self_attention/
     nbgrader export                                    # grades.csv
 
 The kernel that grades needs the course's package (`pip install -e` of the course, or
-PYTHONPATH), and the environment's `bin/` on PATH. Chapters: {chapters} ({n_ex} exercises:
+PYTHONPATH), and the environment's `bin/` on PATH. Grading never trains: `nbgrader_config.py`
+sets `ATTNCOURSE_NO_TRAINING=1` for `nbgrader autograde`, which then loads the models that
+`prepare` trained (use the same `ATTNCOURSE_RUNS` for both). Chapters: {chapters} ({n_ex} exercises:
 {n_coding} coding, {n_written} written).
 
 Licence: {notice} Every notebook here starts with this notice and every deck's title slide
