@@ -41,6 +41,7 @@ from attncourse.decode.generation import (
     next_token_probs,
 )
 from attncourse.nn.gpt import GPT
+from attncourse.runtime import quiet_progress
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -192,6 +193,7 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
     def probs(logits: torch.Tensor) -> torch.Tensor:
         return next_token_probs(_suppress(logits.float().cpu(), suppress_ids), temperature, top_k)
 
+    bar = quiet_progress(total=max_new_tokens, desc="speculative decoding", unit="token")
     while len(committed) - n_prompt < max_new_tokens:
         # the draft proposes k tokens, one pass each, starting from what it has not seen
         drafted, q_rows = [], []
@@ -223,10 +225,12 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
         stats.accepted += len(new) - 1  # the last is the redrawn or the free token
         stats.examined += min(len(new), k)
         committed += new
+        bar.update(min(len(new), max_new_tokens - bar.n))
         # keep in each cache only the committed tokens it holds (the last new token is unseen)
         kept = len(committed) - 1
         _truncate(target_caches, min(len(target_caches[0]), kept))
         _truncate(draft_caches, min(len(draft_caches[0]), kept))
+    bar.close()
     out = committed[n_prompt:n_prompt + max_new_tokens]
     stats.emitted = len(out)
     return torch.tensor(out, dtype=torch.long), stats
