@@ -104,7 +104,7 @@ def check_of(ex):
 
 
 def triton_missing(ex) -> bool:
-    from attncourse.kernels.runtime import TRITON_AVAILABLE
+    from attncourse.kernels.triton_setup import TRITON_AVAILABLE
     return ex.check == "check_causal_early_exit" and not TRITON_AVAILABLE
 
 

@@ -31,7 +31,7 @@ import attncourse.cli.commands as cli
 import attncourse.cli.train_evaluate as train_evaluate
 import attncourse.recipes.lm as lm
 from attncourse.cli.commands import build_parser, main
-from attncourse.cli.limits import LIMITS, check_model_config
+from attncourse.cli.limits import LIMITS, validate_model_config
 from attncourse.cli.rundir import write_json
 from attncourse.data.text import char_corpus
 from attncourse.data.vocab import Vocabulary
@@ -184,7 +184,7 @@ def test_checkpoint_asking_for_huge_sizes_is_refused(lm_run, capsys):
     line = one_error_line(capsys)
     assert "max_len" in line and "1,000,000,000" in line
     with pytest.raises(ValueError, match="not a whole number"):
-        check_model_config({"d_model": "64"}, "x")
+        validate_model_config({"d_model": "64"}, "x")
 
 
 def test_memory_error_is_one_line(lm_run, capsys, monkeypatch):
@@ -498,7 +498,7 @@ def test_a_spec_built_config_is_size_checked_too():
     from attncourse.nn.spec import DecoderSpec
 
     config = GPT(spec=DecoderSpec(10, d_model=32, num_heads=4, num_layers=1)).config
-    check_model_config(config, "x")  # a small spec passes
+    validate_model_config(config, "x")  # a small spec passes
     for part, key in ((None, "max_len"), ("ffn", "d_ff"), (None, "num_layers")):
         huge = {**config["spec"]}
         if part is None:
@@ -506,4 +506,4 @@ def test_a_spec_built_config_is_size_checked_too():
         else:
             huge[part] = {**huge[part], key: 10**9}
         with pytest.raises(ValueError, match=f"{key} 1,000,000,000"):
-            check_model_config({"spec": huge}, "x")
+            validate_model_config({"spec": huge}, "x")

@@ -28,7 +28,7 @@ from test_cli_lm import text_file  # noqa: F401 (the fixture)
 import attncourse.cli.commands as cli
 import attncourse.cli.train_evaluate as train_evaluate
 from attncourse.cli.commands import main
-from attncourse.cli.gpu_report import Stage, check_gpu_report_args, run_stage
+from attncourse.cli.gpu_report import Stage, run_stage, validate_gpu_report_args
 from attncourse.cli.options import UsageError
 from attncourse.cli.outputs import run_lock
 from attncourse.course.cli import main as edition_main
@@ -240,17 +240,17 @@ def test_gpu_report_overwrites_only_an_earlier_report(tmp_path):
                        ("metrics.json", '{"bleu": 1}'), ("benchmarks.json", "[]")):
         (tmp_path / name).write_text(text)
         with pytest.raises(UsageError, match=f"holds {name} that gpu-report did not write"):
-            check_gpu_report_args(args, UsageError)
+            validate_gpu_report_args(args, UsageError)
         (tmp_path / name).unlink()
     (tmp_path / "report.md").write_text("# GPU report of attncourse (smoke run)\n")
     (tmp_path / "results.json").write_text('{"stages": [], "machine": {}, "budget": 1, "smoke": true}')
     (tmp_path / "metrics.json").write_text('{"greedy": {}}')
     (tmp_path / "benchmarks.json").write_text('{"attention": {"error": "x"}}')
-    check_gpu_report_args(args, UsageError)
+    validate_gpu_report_args(args, UsageError)
     (tmp_path / "report.md").unlink()
     (tmp_path / "report.md").symlink_to(tmp_path / "results.json")
     with pytest.raises(UsageError, match="report.md that gpu-report did not write"):
-        check_gpu_report_args(args, UsageError)
+        validate_gpu_report_args(args, UsageError)
 
 
 # --- 5. unwritable or overlong paths: one line naming the path and the reason -----------------

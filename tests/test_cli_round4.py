@@ -168,7 +168,7 @@ def test_a_folder_of_other_things_is_refused(tmp_path, tsv, text_file, capsys, k
 
 
 def test_generate_refuses_a_prompt_that_is_not_utf8(capsys):
-    # refused by check_generate_args, which runs before any model is loaded
+    # refused by validate_generate_args, which runs before any model is loaded
     prompt = b"\xff\xfe".decode(sys.getfilesystemencoding(), "surrogateescape")
     assert main(["generate", prompt]) == 2
     assert one_error_line(capsys).startswith(
@@ -282,7 +282,7 @@ def test_a_huge_checkpoint_is_refused_before_loading(lm_run, capsys, monkeypatch
     import attncourse.train.runfiles as runfiles
 
     monkeypatch.setattr(runfiles, "MAX_CHECKPOINT_BYTES", 10)
-    monkeypatch.setattr(runfiles.check_run_file, "__defaults__", (10,))
+    monkeypatch.setattr(runfiles.validate_run_file, "__defaults__", (10,))
     assert main(["sample", str(lm_run), "--length", "5"]) == 2
     assert one_error_line(capsys).startswith(
         f"attncourse: error: {lm_run / 'checkpoint.pt'} is larger than 10 bytes: "

@@ -31,7 +31,7 @@ from test_cli_round3 import (  # noqa: F401 (fixtures)
 from attncourse.cli.commands import main
 from attncourse.course.cli import main as edition_main
 from attncourse.train.checkpoint import load_checkpoint
-from attncourse.train.runfiles import check_run_digest, note_written
+from attncourse.train.runfiles import note_written, validate_run_digest
 
 
 def forge(path: Path, change) -> None:
@@ -245,7 +245,7 @@ def test_sigint_during_transformer_training_exits_130(tmp_path, tsv, moment, sig
         assert [line for line in err.splitlines() if line.startswith("attncourse:")][-1].startswith(
             "attncourse: interrupted")
         if (out / "checkpoint.pt").exists():  # whole, and as recorded: --resume can continue it
-            check_run_digest(out / "checkpoint.pt")
+            validate_run_digest(out / "checkpoint.pt")
             assert load_checkpoint(out / "checkpoint.pt")["epoch"] >= 1
     finally:
         end(proc)  # 1,000 epochs: never left running

@@ -99,7 +99,7 @@ def test_alibi_bias_refuses_more_queries_than_keys():
 
 
 def test_alibi_model_in_float64_uses_a_float64_bias():
-    from attncourse.nn.gqa import CausalSelfAttention
+    from attncourse.nn.causal_attention import CausalSelfAttention
 
     torch.manual_seed(1)
     attn = CausalSelfAttention(24, 6, positional="alibi").double()   # 6 heads: slopes not exact in float32

@@ -24,10 +24,10 @@ from tqdm.auto import tqdm
 
 import attncourse
 from attncourse.cli.limits import (
-    check_finite,
-    check_memory,
-    check_model_config,
     seq2seq_training_bytes,
+    validate_finite,
+    validate_memory,
+    validate_model_config,
 )
 from attncourse.cli.options import TRAIN_WRITES, length_hint, out_dir_problem
 from attncourse.cli.outputs import RunLocked, is_stdout, locked_run_dir, write_output
@@ -58,8 +58,8 @@ from attncourse.train.fit import (
     CHECKPOINT_NAME,
     FUSED_DEVICES,
     best_epoch,
-    check_resume,
     fit,
+    validate_resume,
 )
 from attncourse.train.metrics import format_table
 from attncourse.train.runfiles import note_written, read_run_json, start_manifest
@@ -158,7 +158,7 @@ def _train(args: argparse.Namespace, world: Any, stack: ExitStack) -> int:
     src_vocab, tgt_vocab = build_vocabs(train_data)
     longest = [max((len(p[side]) for p in (*train_data.pairs, *valid_data.pairs)), default=0) + 2
                for side in (0, 1)]  # with <bos>/<eos>
-    check_memory(seq2seq_training_bytes(args, *longest, len(tgt_vocab), min(args.batch_size, len(train_data))),
+    validate_memory(seq2seq_training_bytes(args, *longest, len(tgt_vocab), min(args.batch_size, len(train_data))),
                  f"training with --batch-size {args.batch_size} on pairs of up to {longest[0] - 2} and "
                  f"{longest[1] - 2} tokens (a target vocabulary of {len(tgt_vocab):,}; logits and activations)")
     torch.manual_seed(args.seed)
@@ -180,7 +180,7 @@ def _train(args: argparse.Namespace, world: Any, stack: ExitStack) -> int:
 
     first_epoch = 1
     if args.resume:  # before anything in out is rewritten
-        first_epoch = len(check_resume(out, model, train_batches, config, extra)["history"]) + 1
+        first_epoch = len(validate_resume(out, model, train_batches, config, extra)["history"]) + 1
     n_parameters = count_parameters(model)
     # results.json keeps its history: the segments of training before this one, and evaluate's scores
     earlier = _read_json(out / "results.json") if args.resume else {}
@@ -303,8 +303,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     info = sys.stderr if to_stdout else sys.stdout
     device = pick_device(args.device)
     path = args.dir / BEST_NAME
-    model, checkpoint = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
-    check_finite(model, path)
+    model, checkpoint = load_model(path, map_location=device,
+                                   check_config=lambda c: validate_model_config(c, str(path)))
+    validate_finite(model, path)
     extra = checkpoint["extra"]
     if not isinstance(extra.get("src_vocab"), dict) or not isinstance(extra.get("tgt_vocab"), dict):
         raise ValueError(f"{args.dir / BEST_NAME} holds no vocabularies; was it written by 'attncourse train'?")

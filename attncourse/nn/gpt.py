@@ -16,7 +16,7 @@ with a final LayerNorm, and the output layer tied to the token embedding
 ``"sinusoidal"`` and ``"learned"`` add a vector to each embedded token
 (:mod:`attncourse.nn.positional`, chapter 5); ``"rope"`` rotates queries and keys
 and ``"alibi"`` biases the scores, inside every attention layer
-(:mod:`attncourse.nn.gqa`). ``num_kv_heads`` selects multi-head, grouped-query
+(:mod:`attncourse.nn.causal_attention`). ``num_kv_heads`` selects multi-head, grouped-query
 or multi-query attention, ``window`` sliding-window attention, ``latent_dim``
 multi-head latent attention (:mod:`attncourse.nn.mla`, chapter 10), and
 ``attention_only`` drops the FFN and the LayerNorms from every block (chapter 9).
@@ -52,8 +52,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from attncourse.functional.sparse_masks import check_window
-from attncourse.nn.gqa import GQAOptions
+from attncourse.functional.sparse_masks import validate_sliding_window
+from attncourse.nn.causal_attention import GQAOptions
 from attncourse.nn.mla import MLAOptions, mla_dims
 from attncourse.nn.norm import residual
 from attncourse.nn.positional import (
@@ -316,7 +316,7 @@ class GPT(nn.Module):
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             raise ValueError(f"kv_caches has {len(kv_caches)} entries for {len(self.blocks)} layers")
         offset = 0 if kv_caches is None else len(kv_caches[0])
-        positions = self._check_positions(positions, tokens.shape, offset)
+        positions = self._validate_positions(positions, tokens.shape, offset)
         x = self.embedding(tokens)
         if self.spec.scale_embedding:
             x = x * math.sqrt(self.d_model)
@@ -338,7 +338,7 @@ class GPT(nn.Module):
         return self.output_proj(self.final_norm(x)), all_weights
 
 
-    def _check_positions(self, positions: torch.Tensor | None, shape: torch.Size,
+    def _validate_positions(self, positions: torch.Tensor | None, shape: torch.Size,
                          offset: int) -> torch.Tensor | None:
         """``forward``'s ``positions`` checked (on the embedding's device), or None for the default."""
         if positions is None:
@@ -383,7 +383,7 @@ def _spec_from_keywords(vocab_size, d_model, num_heads, num_layers, d_ff, max_le
     if isinstance(num_kv_heads, bool) or int(num_kv_heads) != num_kv_heads or num_kv_heads < 1:
         raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
     num_kv_heads = int(num_kv_heads)
-    window = None if window is None else check_window(window, causal)
+    window = None if window is None else validate_sliding_window(window, causal)
     # Which variant and which of its options: the spec's reading of flat options (its rules, once).
     attention = flat_attention(None, int(num_heads), num_kv_heads=num_kv_heads, window=window,
                                latent_dim=latent_dim, rope_dim=rope_dim)

@@ -14,7 +14,7 @@ things are derived from these fields, so that adding a setting is one edit:
   (:func:`attncourse.cli.parsing.add_fields`), with their limits; the other
   commands' options are made the same way from their own dataclasses
   (:class:`~attncourse.recipes.lm.LMConfig` for ``train-lm``, and
-  :data:`attncourse.cli.spec.COMMANDS`).
+  :data:`attncourse.cli.option_fields.COMMANDS`).
 
 References
 ----------
@@ -98,7 +98,7 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
 
     The command line's parsers are generated from these fields
     (:func:`attncourse.cli.parsing.add_fields`; the commands' fields are listed in
-    :data:`attncourse.cli.spec.COMMANDS`): adding an option is adding a field.
+    :data:`attncourse.cli.option_fields.COMMANDS`): adding an option is adding a field.
 
     Parameters
     ----------

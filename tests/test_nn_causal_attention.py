@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from attncourse.nn.alibi import alibi_bias
 from attncourse.nn.attention import MultiHeadAttention
-from attncourse.nn.gqa import CausalSelfAttention, allowed_keys, repeat_kv
+from attncourse.nn.causal_attention import CausalSelfAttention, allowed_keys, repeat_kv
 from attncourse.nn.rope import apply_rope
 
 
