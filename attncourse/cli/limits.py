@@ -23,8 +23,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from attncourse.cli.parsing import option_name
 from attncourse.cli.option_fields import COMMANDS, MAX_PROMPT_CHARS, command_fields
+from attncourse.cli.parsing import option_name
 from attncourse.train.config import NORM_EPS, ROPE_BASE, Limit
 
 

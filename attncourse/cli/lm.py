@@ -37,10 +37,10 @@ from attncourse.cli.limits import (
     validate_memory,
     validate_model_config,
 )
+from attncourse.cli.option_fields import MAX_PROMPT_CHARS
 from attncourse.cli.options import out_dir_problem, special_file
 from attncourse.cli.outputs import locked_run_dir
 from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
-from attncourse.cli.option_fields import MAX_PROMPT_CHARS
 from attncourse.data.text import char_corpus, course_text, read_utf8, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.decode.generation import SUPPRESSED_IDS, generate

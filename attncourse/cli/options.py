@@ -18,6 +18,7 @@ from typing import Any
 
 import attncourse
 from attncourse.cli.limits import training_memory_problem, validate_limits
+from attncourse.cli.option_fields import COMMANDS, MODELS, TRAIN_MAX_TOKENS
 from attncourse.cli.outputs import (
     is_stdout,
     json_written_by,
@@ -36,7 +37,6 @@ from attncourse.cli.rundir import (
     run_command,
     unstarted_run,
 )
-from attncourse.cli.option_fields import COMMANDS, MODELS, TRAIN_MAX_TOKENS
 from attncourse.recipes.experiment import Experiment, transformer_preset
 from attncourse.train.checkpoint import temporaries
 from attncourse.train.config import FitConfig, settings
