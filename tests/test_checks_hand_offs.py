@@ -1,4 +1,4 @@
-"""The cheat suite (issue 36): every auto-graded exercise refuses one-line hand-offs.
+"""The cheat suite: every auto-graded exercise refuses one-line hand-offs.
 
 For each coding exercise of the chapters, in a namespace holding the chapter's imports
 (as a notebook's globals):

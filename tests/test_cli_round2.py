@@ -92,7 +92,7 @@ def test_overwrite_deletes_only_what_the_earlier_run_recorded(tmp_path, capsys):
         "test.tsv",
     }
     (out / "notes.txt").write_text("mine", encoding="utf-8")
-    # issue 49: a file the tool did not write makes --overwrite refuse, deleting nothing
+    # a file the tool did not write makes --overwrite refuse, deleting nothing
     assert main(["train", *TASK, "--out", str(out), "--overwrite", "--n-test", "0"]) == 2
     assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
     assert (out / "test.tsv").exists()
@@ -118,7 +118,7 @@ def test_overwrite_help_says_what_is_deleted():
     sub = build_parser()._subparsers._group_actions[0].choices
     for command in ("train", "train-lm"):
         text = " ".join(sub[command].format_help().split())
-        assert "recorded with their digests in its .attncourse-run.json" in text  # issue 49
+        assert "recorded with their digests in its .attncourse-run.json" in text
 
 
 # --- 2. train-lm onto a train run: every condition checked before writing -----------------------
@@ -140,7 +140,7 @@ def test_train_lm_onto_a_train_run(tmp_path, text_file, capsys):  # noqa: F811
         "config.json",
         "history.json",
         ".attncourse-run.json",
-    }  # no best.pt, results.json; the manifest (issue 49)
+    }  # no best.pt, results.json; the manifest
 
 
 # --- 3. train-lm's corpus: compact encoding, a stated cap --------------------------------------

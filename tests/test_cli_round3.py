@@ -170,7 +170,7 @@ def test_overwrite_keeps_lookalike_temporaries_and_ignores_a_forged_list(lm_run,
     ours = lm_run / ".checkpoint.pt.k1ll3d_x.tmp"
     ours.write_bytes(b"partial")
     argv = ["train-lm", "--text", str(text_file), "--out", str(lm_run), *LM_SMALL, "--overwrite"]
-    # issue 49: files the tool did not write make --overwrite refuse, and nothing is deleted
+    # files the tool did not write make --overwrite refuse, and nothing is deleted
     assert main(argv) == 2
     assert "holds .checkpoint.pt.mine.tmp, .config.json.notes.tmp, model.pt, notes.txt that no run wrote" \
         in one_error_line(capsys)

@@ -1,4 +1,4 @@
-"""One source for every command's settings (issue 34, item 3): every option of every command is a field.
+"""One source for every command's settings: every option of every command is a field.
 
 The parsers are generated from the :func:`~attncourse.train.config.setting` fields
 of the classes :data:`attncourse.cli.option_fields.COMMANDS` lists. These tests hold every
@@ -57,7 +57,7 @@ def test_every_lmconfig_field_but_the_corpus_digest_is_a_train_lm_option_with_it
             assert f.name not in actions
             continue
         assert actions[f.name].default == f.default, f.name
-    # the four fields that had no option before (issue 34)
+    # the four fields that once had no option: now they have one, with the field's default
     args = build_parser().parse_args(["train-lm", "--out", "x", "--no-causal", "--weight-decay", "0.1",
                                       "--clip-norm", "2", "--dropout", "0.2"])
     assert (args.causal, args.weight_decay, args.clip_norm, args.dropout) == (False, 0.1, 2.0, 0.2)

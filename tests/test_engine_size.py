@@ -1,4 +1,4 @@
-"""The engine stays small (issue 25, item 2): no function of ``attncourse/train`` over 80 lines of code.
+"""The engine stays small : no function of ``attncourse/train`` over 80 lines of code.
 
 Lines of code are a function's lines without its docstring: the numpydoc
 docstrings of the engine's entry points (``fit``, ``train_epochs``) run to 55

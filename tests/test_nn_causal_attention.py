@@ -149,7 +149,7 @@ def test_fast_and_written_out_paths_have_the_same_gradients(positional):
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-10)
 
 
-# ----------------------------------------------------------------------------- issue 23: one window, clear errors
+# ----------------------------------------------------------------------------- one window, clear errors
 
 
 @pytest.mark.parametrize("n, w", [(9, 3), (8, 5), (6, 1), (5, 9)])

@@ -79,7 +79,7 @@ def test_alibi_bias_hand_computed():
     torch.testing.assert_close(alibi_bias(8, 1, 5)[0, 0], -0.5 * torch.tensor([4.0, 3, 2, 1, 0]))
 
 
-# ----------------------------------------------------------------------------- issue 23: alibi_bias dtype and errors
+# ----------------------------------------------------------------------------- alibi_bias dtype and errors
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])

@@ -1,4 +1,4 @@
-"""One source for a run's settings (issue 25, item 3): adding a setting is one edit.
+"""One source for a run's settings : adding a setting is one edit.
 
 A setting is a field made with :func:`attncourse.train.config.setting`. These
 tests hold every such field, present and future, to what the one edit must
@@ -78,7 +78,7 @@ def test_the_training_settings_are_in_experiment_and_fitconfig_and_reaches_fit()
 
 
 def test_the_command_line_defaults_are_the_dataclasses():
-    # the RNN defaults of `train`, as they were written by hand before (issue 28)
+    # the RNN defaults of `train`, as they were written by hand before the fields made them
     assert RNN_DEFAULTS == {
         "emb_dim": 64, "hidden_dim": 128, "dropout": 0.0, "epochs": 10, "batch_size": 64, "lr": 1e-3,
         "clip_norm": 1.0, "label_smoothing": 0.0, "schedule": None, "warmup": 4000, "lr_scale": 1.0,

@@ -267,7 +267,8 @@ def _train_lm(args: argparse.Namespace, out: Path) -> int:
 
 #: Bytes a character of --text may cost while train-lm holds it: the string (1-4 bytes), the training
 #: part's int16 ids, the held-out part's int64 ids, the encoding's bounded chunks. Measured on a 50 MB
-#: text: 2.6 bytes a character above the imports (main before issue 38: 24.5); checked with margin.
+#: text: 2.6 bytes a character above the imports (24.5 when the whole text was held as int64 ids); checked
+#: with margin.
 TEXT_BYTES_PER_CHAR = 8
 
 
