@@ -309,7 +309,7 @@ def test_every_written_exercise_has_a_rubric_in_the_instructor_edition_only():
 
 
 def test_every_handed_out_copy_carries_the_licence_notice(tmp_path):
-    # Every copy handed out is shared further: title, authors, CC BY-SA 4.0 with its link for the text, MIT for the code.
+    # A copy handed out travels: title, authors, CC BY-SA 4.0 with its link for the text, MIT for the code.
     import re as _re
 
     from attncourse.course.editions import chapter_editions
