@@ -1,8 +1,8 @@
-"""The command line, round 2 (issue 28): no user file replaced even with --overwrite, no traceback
-from any option value, memory bounded for train-lm and sample. One test (or group) per item.
+"""The command line: no user file replaced even with --overwrite, no traceback from any option
+value, memory bounded for train-lm and sample.
 
-Round 1's tests are in tests/test_cli_safety.py; the property test over every numeric option is
-tests/test_cli_extremes.py.
+Bad inputs and faults in general are tests/test_cli_safety.py; the property test over every
+numeric option is tests/test_cli_extremes.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file are imported, then named as parameters)
@@ -449,7 +449,7 @@ def test_checkpoint_and_vocab_messages(lm_run, tmp_path, capsys):
     whole = path.read_bytes()
     for content in (whole[: len(whole) // 2], b"hello, I am a text file\n" * 10):
         path.write_bytes(content)
-        note_written(path)  # recorded: torch's own reason is tested (round 4 checks the digest)
+        note_written(path)  # recorded: torch's own reason is tested (tests/test_cli_forged_files.py checks the digest)
         assert main(["sample", str(lm_run)]) == 2
         line = one_error_line(capsys)  # one line: no torch warning before it
         assert "Errno" not in line and not line.rstrip().endswith(": 101")

@@ -1,8 +1,7 @@
-"""The command line, round 3 (issue 38): no output replaces a file the command did not create, no
+"""The command line's outputs and paths: no output replaces a file the command did not create, no
 traceback on an unwritable or overlong path, memory checked before allocating, no run left stuck.
-One test (or group) per item of the issue, numbered as there.
 
-Rounds 1 and 2 are tests/test_cli_safety.py and tests/test_cli_round2.py.
+See also tests/test_cli_safety.py and tests/test_cli_overwrite_and_memory.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file are imported, then named as parameters)

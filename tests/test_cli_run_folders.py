@@ -1,8 +1,7 @@
-"""The command line, round 4 (issue 49): a run folder the tool owns by content,
-run files read only if they are regular files, a prompt that is not UTF-8. One
-test (or group) per item of the issue, numbered as there.
+"""The command line's run folders: a run folder the tool owns by content, run files read
+only if they are regular files, a prompt that is not UTF-8.
 
-Rounds 1 to 3: tests/test_cli_safety.py, test_cli_round2.py, test_cli_round3.py.
+Forged checkpoints and run files: tests/test_cli_forged_files.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file: imported, then parameters)
@@ -19,7 +18,10 @@ import pytest
 from test_cli import one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
 from test_cli_lm import SMALL as LM_SMALL
 from test_cli_lm import text_file  # noqa: F401 (the fixture)
-from test_cli_round3 import lm_run, run  # noqa: E402, F401 (the same run folders)
+from test_cli_outputs_and_paths import (  # noqa: E402, F401 (the same run folders)
+    lm_run,
+    run,
+)
 
 from attncourse.cli.commands import main
 from attncourse.train.runfiles import MANIFEST_NAME, read_manifest, read_run_bytes
