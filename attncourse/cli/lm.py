@@ -336,7 +336,7 @@ def _load_lm(run: Path, device, rope_scaling: str | None = None,
     run's training length (its config.json's ``context``); ValueError if it has no RoPE.
     """
     path = run / CHECKPOINT_NAME
-    model, _ = load_model(path, map_location=device, check_config=lambda c: validate_model_config(c, str(path)))
+    model, _ = load_model(path, map_location=device, validate_config=lambda c: validate_model_config(c, str(path)))
     validate_finite(model, path)
     guard_logits(model, path)
     if not isinstance(model, GPT):

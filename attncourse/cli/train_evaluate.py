@@ -361,7 +361,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     device = pick_device(args.device)
     path = args.dir / BEST_NAME
     model, checkpoint = load_model(path, map_location=device,
-                                   check_config=lambda c: validate_model_config(c, str(path)))
+                                   validate_config=lambda c: validate_model_config(c, str(path)))
     validate_finite(model, path)
     extra = checkpoint["extra"]
     if not isinstance(extra.get("src_vocab"), dict) or not isinstance(extra.get("tgt_vocab"), dict):

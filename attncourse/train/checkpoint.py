@@ -498,7 +498,7 @@ def _validate_shapes(cls: type[torch.nn.Module], checkpoint: Mapping[str, Any], 
 
 def load_model(
     path: str | PathLike, map_location: str | torch.device | None = "cpu",
-    check_config: Callable[[Any], None] | None = None,
+    validate_config: Callable[[Any], None] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Rebuild the model a checkpoint was written from and load its weights.
 
@@ -512,7 +512,7 @@ def load_model(
     path : str or path-like
         E.g. ``out_dir / "best.pt"``.
     map_location : str or torch.device, optional
-    check_config : callable(model_config), optional
+    validate_config : callable(model_config), optional
         Called on the checkpoint's ``model_config`` before the model is built:
         it raises (ValueError, MemoryError) to refuse sizes a file should not
         choose, e.g. :func:`attncourse.cli.limits.validate_model_config`.
@@ -544,8 +544,8 @@ def load_model(
     problem = config_problem(cls, checkpoint["model_config"])
     if problem:
         raise ValueError(f"{path} is not a readable attncourse checkpoint: {problem}")
-    if check_config is not None:
-        check_config(checkpoint["model_config"])
+    if validate_config is not None:
+        validate_config(checkpoint["model_config"])
     _validate_shapes(cls, checkpoint, path)
     try:
         model = cls.from_config(checkpoint["model_config"])
