@@ -1,4 +1,4 @@
-"""The claims sweep (issue 46): tools/claims.py's assert rewriter, and book/claims.json fresh.
+"""The claims sweep: tools/claims.py's assert rewriter, and book/claims.json fresh.
 
 ``make claims`` executes every chapter with its ``assert`` statements rewritten to record
 their operands and margins (``tools/claims.py``). The rewriter is tested here on snippets:
@@ -317,7 +317,7 @@ def test_slow_cells_are_found_with_whether_they_showed_progress(tmp_path):
 
 
 def test_every_cell_past_30_seconds_showed_progress_in_every_variant():
-    """Issue 46: on a slower machine a silent cell looks like a hang."""
+    """On a slower machine a silent cell looks like a hang."""
     data = book_claims.load()
     silent = [f"{name} line {cell['line']} ({variant}, {cell['seconds']:.0f} s)"
               for name, entry in data["chapters"].items()

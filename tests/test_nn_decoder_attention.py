@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch import nn
 
+from attncourse.nn.causal_attention import GQAOptions, allowed_keys, validate_call
 from attncourse.nn.gpt import GPT
-from attncourse.nn.gqa import GQAOptions, allowed_keys, check_call
 from attncourse.nn.mla import MLAOptions
 from attncourse.nn.protocol import DecoderAttention, DecoderCache
 from attncourse.nn.spec import (
@@ -82,7 +82,7 @@ class MeanAttention(nn.Module, DecoderAttention):
             raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
         batch, n, _ = x.shape
         offset = 0 if kv_cache is None else len(kv_cache)
-        check_call(mask, positions, batch, self.num_heads, n, offset, x.device)
+        validate_call(mask, positions, batch, self.num_heads, n, offset, x.device)
         v = self.w_v(x)
         if kv_cache is not None:
             kv_cache.append(v)

@@ -1,6 +1,6 @@
 """Seconds nbgrader's ``autograde`` takes per submission of each chapter, first and later.
 
-Issue 36 asks the instructors' guide to say how long grading one submission takes. This
+The instructors' guide says how long grading one submission takes. This
 does what the guide tells an instructor to do, timed: write the course folder with the
 chapters given (whole, training included), ``nbgrader generate_assignment``, then for each
 chapter in the order given submit the reference answers for student ``first`` and run

@@ -131,7 +131,7 @@ EXERCISE_FUNCTIONS = frozenset({
 #: Library functions that compute a softmax: no exercise that asks for one may call them.
 SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:special_softmax",
            "torch:Softmax", "scipy:softmax", "scipy:log_softmax", "scipy:logsumexp",
-           # missed until issue 50: each computes a softmax too (or attention, its weights)
+           # easy to miss: each computes a softmax too (or attention, its weights)
            "torch:logsumexp", "torch:_log_softmax", "torch:special_log_softmax", "torch:_masked_softmax",
            "torch:scaled_dot_product_attention")
 #: Library attention: no exercise about attention weights or outputs may call it.

@@ -64,7 +64,7 @@ def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int 
     return torch.softmax(scaled, dim=-1)
 
 
-def _check_prompt(model: GPT, prompt: torch.Tensor, max_new_tokens: int) -> None:
+def _validate_prompt(model: GPT, prompt: torch.Tensor, max_new_tokens: int) -> None:
     if prompt.dim() != 1 or prompt.numel() < 1:
         raise ValueError(f"prompt must be a non-empty 1-D tensor of token ids, got shape {tuple(prompt.shape)}")
     if max_new_tokens < 0:
@@ -108,7 +108,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, temperature:
     ValueError
         If the prompt is empty or not 1-D, or the tokens would not fit a sinusoidal/learned table.
     """
-    _check_prompt(model, prompt, max_new_tokens)
+    _validate_prompt(model, prompt, max_new_tokens)
     model.eval()
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
@@ -136,7 +136,7 @@ def seconds_per_token(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use
         Entry i is the time to produce the token at position ``len(prompt) + i``
         (model forward and argmax).
     """
-    _check_prompt(model, prompt, max_new_tokens)
+    _validate_prompt(model, prompt, max_new_tokens)
     model.eval()
     device = next(model.parameters()).device
     sequence = prompt.to(device)[None, :]
@@ -179,7 +179,7 @@ def trace_generation(model: GPT, prompt: torch.Tensor, steps: int, k: int = 5,
 
     Probabilities are the model's (temperature 1), with ``suppress_ids`` at 0 as in :func:`generate`.
     """
-    _check_prompt(model, prompt, steps)
+    _validate_prompt(model, prompt, steps)
     model.eval()
     device = next(model.parameters()).device
     caches = model.init_cache(1)

@@ -36,8 +36,8 @@ import torch
 
 from attncourse.decode.generation import (
     SUPPRESSED_IDS,
-    _check_prompt,
     _suppress,
+    _validate_prompt,
     next_token_probs,
 )
 from attncourse.nn.gpt import GPT
@@ -127,7 +127,7 @@ class SpeculativeStats:
         return self.rounds / max(1, self.emitted)
 
 
-def check_draft(target: GPT, draft: GPT, k: int) -> None:
+def validate_draft(target: GPT, draft: GPT, k: int) -> None:
     """ValueError (one line) unless ``draft`` can propose for ``target``: same vocabulary size, k >= 1."""
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
@@ -177,9 +177,9 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
     ValueError
         If ``k < 1``, the vocabularies differ, or the prompt is empty or does not fit.
     """
-    check_draft(target, draft, k)
-    _check_prompt(target, prompt, max_new_tokens + k)
-    _check_prompt(draft, prompt, max_new_tokens + k)
+    validate_draft(target, draft, k)
+    _validate_prompt(target, prompt, max_new_tokens + k)
+    _validate_prompt(draft, prompt, max_new_tokens + k)
     target.eval()
     draft.eval()
     device = next(target.parameters()).device
@@ -236,5 +236,5 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
     return torch.tensor(out, dtype=torch.long), stats
 
 
-__all__ = ["SpeculativeStats", "check_draft", "emitted_distribution", "residual_distribution",
+__all__ = ["SpeculativeStats", "validate_draft", "emitted_distribution", "residual_distribution",
            "speculative_generate", "speculative_token"]

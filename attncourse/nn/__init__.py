@@ -12,7 +12,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "conv_attention": ("AttentionCNN", "PlainCNN", "SelfAttention2d", "conv_stem", "receptive_field"),
     "ffn": ("FFNS", "PositionwiseFeedForward", "SwiGLU"),
     "gpt": ("GPT", "GPT_POSITIONAL", "DecoderOnlyBlock"),
-    "gqa": ("CausalSelfAttention", "GQAOptions", "allowed_keys", "repeat_kv"),
+    "causal_attention": ("CausalSelfAttention", "GQAOptions", "allowed_keys", "repeat_kv"),
     "image_attention": ("IMAGE_ATTENTION_KINDS", "REWARD_KINDS", "ConvEncoder", "HardAttentionLoss",
         "ImageAttentionOutput", "ImageCaptioner", "ImageEncoding", "MovingAverageBaseline",
         "doubly_stochastic_penalty", "hard_attention_loss", "soft_attention_loss"),

@@ -20,7 +20,7 @@ one self-attention each and never looks inside it: any module implementing
 :class:`DecoderAttention` can be plugged in by name
 (:mod:`attncourse.nn.spec`). Multi-head, grouped-query and multi-query
 attention with a window, RoPE or ALiBi
-(:class:`~attncourse.nn.gqa.CausalSelfAttention`) and multi-head latent
+(:class:`~attncourse.nn.causal_attention.CausalSelfAttention`) and multi-head latent
 attention (:class:`~attncourse.nn.mla.MultiHeadLatentAttention`) implement it;
 the attention-only Transformer of chapter 9 is a model spec (no FFN, no norms,
 untied output) around the first. Each keeps its own cache
