@@ -148,8 +148,14 @@ def cache_numbers(cache) -> int:
     return sum(t.numel() for t in vars(cache).values() if isinstance(t, torch.Tensor))
 
 
-def test_every_registered_variant_has_cases():
-    assert {name for name, _, _ in CASES} == set(ATTENTION_VARIANTS) >= {"gqa", "mla", "toy-mean"}
+def test_every_variant_of_the_package_has_cases():
+    # Compared with the package's own variants, not the whole registry: a variant that
+    # another test file registers when it is imported (the CLI test's toy) may come after
+    # CASES were built, in whichever order the files are collected.
+    ours = {name for name, variant in ATTENTION_VARIANTS.items()
+            if variant.options.__module__.startswith("attncourse.")}
+    assert ours >= {"gqa", "mla"}
+    assert {name for name, _, _ in CASES} >= ours | {"toy-mean"}
     assert len(CASES) >= 10
 
 
