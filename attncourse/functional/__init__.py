@@ -11,6 +11,9 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "additive": ("BAHDANAU_MOVES", "AdditiveStepTrace", "additive_attention_step"),
     "cost": ("H100_BF16_FLOPS", "H100_HBM_BANDWIDTH", "attention_bytes", "attention_flops", "peak_traced_bytes",
         "saved_tensor_bytes"),
+    "delta_rule": ("delta_rule_chunkwise", "delta_rule_flops", "delta_rule_recurrent", "delta_rule_weights",
+        "wy_representation"),
+    "fast_weights": ("decay_matrix", "linear_attention_parallel", "linear_attention_recurrent"),
     "flash_attention": ("FlashAttentionFunction", "flash_attention"),
     "linear_attention": ("batched_linear_attention", "elu_feature_map", "linear_attention",
         "linear_attention_weights"),
@@ -30,6 +33,14 @@ __getattr__, __dir__ = lazy_exports(__name__, {
 })
 
 __all__ = [
+    "decay_matrix",
+    "delta_rule_chunkwise",
+    "delta_rule_flops",
+    "delta_rule_recurrent",
+    "delta_rule_weights",
+    "linear_attention_parallel",
+    "linear_attention_recurrent",
+    "wy_representation",
     "LUONG_MODES",
     "LUONG_MOVES",
     "LUONG_SCORES",
