@@ -44,8 +44,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attncourse.functional.delta_rule import delta_rule_chunkwise, delta_rule_recurrent, delta_rule_weights
-from attncourse.functional.fast_weights import linear_attention_parallel, linear_attention_recurrent
+from attncourse.functional.delta_rule import (
+    delta_rule_chunkwise,
+    delta_rule_recurrent,
+    delta_rule_weights,
+)
+from attncourse.functional.fast_weights import (
+    linear_attention_parallel,
+    linear_attention_recurrent,
+)
 from attncourse.nn.attend import check_call
 from attncourse.nn.attention import merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
