@@ -36,7 +36,7 @@ def _inputs(seed=0, n=N, unit_keys=True):
     v = torch.randn(B, H, n, DV, generator=g, dtype=torch.float64)
     beta = torch.rand(B, H, n, generator=g, dtype=torch.float64)
     decay = 0.5 + 0.5 * torch.rand(B, H, n, generator=g, dtype=torch.float64)
-    state = torch.randn(B, H, DV, DK, generator=g, dtype=torch.float64)
+    state = torch.randn(B, H, DK, DV, generator=g, dtype=torch.float64)
     return q, k, v, beta, decay, state
 
 
@@ -57,18 +57,18 @@ def _linear_reference(q, k, v, decay=None):
 
 
 def _delta_reference(q, k, v, beta, decay=None, state=None):
-    """S_t = a_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T, as explicit 2-D matrices."""
+    """S_t = a_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t, as explicit 2-D matrices."""
     out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=q.dtype)
-    final = torch.zeros(*q.shape[:2], v.shape[-1], q.shape[-1], dtype=q.dtype)
+    final = torch.zeros(*q.shape[:2], q.shape[-1], v.shape[-1], dtype=q.dtype)
     eye = torch.eye(q.shape[-1], dtype=q.dtype)
     for b in range(q.shape[0]):
         for h in range(q.shape[1]):
-            s = torch.zeros(v.shape[-1], q.shape[-1], dtype=q.dtype) if state is None else state[b, h].clone()
+            s = torch.zeros(q.shape[-1], v.shape[-1], dtype=q.dtype) if state is None else state[b, h].clone()
             for t in range(q.shape[2]):
                 a = 1.0 if decay is None else decay[b, h, t]
                 kt, bt = k[b, h, t], beta[b, h, t]
-                s = a * s @ (eye - bt * torch.outer(kt, kt)) + bt * torch.outer(v[b, h, t], kt)
-                out[b, h, t] = s @ q[b, h, t]
+                s = a * (eye - bt * torch.outer(kt, kt)) @ s + bt * torch.outer(kt, v[b, h, t])
+                out[b, h, t] = q[b, h, t] @ s
             final[b, h] = s
     return out, final
 
@@ -180,10 +180,10 @@ def test_the_delta_rules_attention_matrix_applied_to_the_values(gated):
 
 
 def test_the_wy_factors_rebuild_the_chunks_state():
-    # S_C = S_0 + (U - W S_0^T)^T K for the plain delta rule (Yang et al. 2024, eq. (8))
+    # S_C = S_0 + K^T (U - W S_0) for the plain delta rule (Yang et al. 2024, eq. (8), transposed)
     q, k, v, beta, _, state = _inputs()
     w, u = wy_representation(k, v, beta)
-    rebuilt = state + (u - w @ state.transpose(-2, -1)).transpose(-2, -1) @ k
+    rebuilt = state + k.transpose(-2, -1) @ (u - w @ state)
     torch.testing.assert_close(rebuilt, _delta_reference(q, k, v, beta, None, state)[1], rtol=0, atol=1e-12)
 
 

@@ -66,8 +66,8 @@ def test_the_delta_rules_per_head_and_step_as_the_papers_write_them(cls):
                 alpha = torch.ones(7, dtype=torch.float64)
             s = torch.zeros(D_K, D_K, dtype=torch.float64)
             for t in range(7):
-                s = alpha[t] * s @ (eye - beta[t] * torch.outer(k[t], k[t])) + beta[t] * torch.outer(v[t], k[t])
-                heads[b, t, h * D_K:(h + 1) * D_K] = s @ q[t]
+                s = alpha[t] * (eye - beta[t] * torch.outer(k[t], k[t])) @ s + beta[t] * torch.outer(k[t], v[t])
+                heads[b, t, h * D_K:(h + 1) * D_K] = q[t] @ s
     torch.testing.assert_close(attn(x)[0], attn.w_o(heads), rtol=0, atol=1e-12)
 
 

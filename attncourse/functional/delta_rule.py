@@ -4,27 +4,28 @@ Linear attention adds ``v_t k_t^T`` to its state whatever the state already hold
 address k_t, so a key written twice returns the sum of its values, and keys that are not
 orthogonal read each other's values (crosstalk). The delta rule first reads what is stored
 at k_t, then writes only the difference, with a step size beta_t in [0, 1] (Widrow & Hoff's
-rule, used as a fast-weight update by Schlag et al. 2021, eq. 29)::
+rule, used as a fast-weight update by Schlag et al. 2021, eq. 29; rows here, the transpose
+of the papers' columns, as in :mod:`attncourse.functional.fast_weights`)::
 
-    S_t = S_{t-1} + beta_t (v_t - S_{t-1} k_t) k_t^T = S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T
+    S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1}) = (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t
 
-With ``beta_t = 1`` and a unit key, ``S_t k_t = v_t`` exactly: the newest pair is stored
+With ``beta_t = 1`` and a unit key, ``k_t S_t = v_t`` exactly: the newest pair is stored
 exactly, and an older pair survives exactly when its key is orthogonal to the later ones.
 The gated delta rule (Yang, Kautz & Hatamizadeh 2025) lets the whole state decay first,
-``S_t = a_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T``: a_t forgets everything
+``S_t = a_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t``: a_t forgets everything
 a little, beta_t replaces one pair.
 
 The loop is sequential; Yang et al. (2024) make it parallel over chunks of C positions.
-Inside a chunk the C corrections ``u_i = beta_i (v_i - a_i S_{i-1} k_i)`` depend on each
+Inside a chunk the C corrections ``u_i = beta_i (v_i - a_i k_i S_{i-1})`` depend on each
 other only through a unit lower-triangular C x C system, solved once (the UT transform),
-which gives the chunk's updates in the WY form ``S_C = S_0 + (U - W S_0^T)^T K``; the
+which gives the chunk's updates in the WY form ``S_C = S_0 + K^T (U - W S_0)``; the
 chunk's outputs are then masked attention within the chunk plus a read of S_0. Between
 chunks the state is passed on, so the cost is linear in the sequence length, with matrix
 products of size C inside. With every a_t = 1 the gated forms are the plain delta rule.
 
 Shapes as :mod:`attncourse.functional.fast_weights`: ``q, k (batch, heads, seq_len, d_k)``,
 ``v (batch, heads, seq_len, d_v)``, ``beta, decay (batch, heads, seq_len)``, a state
-``(batch, heads, d_v, d_k)``. Keys are used as given: DeltaNet L2-normalises them
+``(batch, heads, d_k, d_v)``. Keys are used as given: DeltaNet L2-normalises them
 (with beta in [0, 1] the state then stays bounded), which a model does before calling.
 
 References
@@ -56,7 +57,7 @@ def delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (gated) delta rule one step at a time: the teaching form and the reference.
 
-    ``S_t = a_t S_{t-1} + beta_t (v_t - a_t S_{t-1} k_t) k_t^T``, ``o_t = S_t q_t``.
+    ``S_t = a_t S_{t-1} + beta_t k_t^T (v_t - a_t k_t S_{t-1})``, ``o_t = q_t S_t``.
 
     Parameters
     ----------
@@ -67,13 +68,13 @@ def delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
         Writing strength in [0, 2] (a model uses a sigmoid: [0, 1]); 0 skips the step's write.
     decay : (batch, heads, seq_len), optional
         a_t in (0, 1], the gate of Gated DeltaNet; None: the plain delta rule.
-    initial_state : (batch, heads, d_v, d_k), optional
+    initial_state : (batch, heads, d_k, d_v), optional
         S_0; default zeros.
 
     Returns
     -------
     out : (batch, heads, seq_len, d_v)
-    state : (batch, heads, d_v, d_k)
+    state : (batch, heads, d_k, d_v)
         S_n.
 
     Raises
@@ -111,8 +112,8 @@ def wy_representation(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
                       decay: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The WY factors of one chunk of (gated) delta-rule updates, by the UT transform.
 
-    Writing the chunk's C positions from a state S_0 adds ``U'^T K`` (decayed) to it, where the
-    corrections ``U' = U - W S_0^T`` solve a unit lower-triangular system:
+    Writing the chunk's C positions from a state S_0 adds ``K^T U'`` (decayed) to it, where the
+    corrections ``U' = U - W S_0`` solve a unit lower-triangular system:
 
         T = (I + diag(beta) strictly_lower(Gamma * K K^T))^{-1} diag(beta)
         W = T diag(g) K,   U = T V
@@ -151,11 +152,11 @@ def _chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor
     """One chunk from state S_0: its outputs and S_C (Yang et al. 2024, eqs. (10)-(11))."""
     gamma, from_start = _within_chunk_decay(decay, k)
     w, u = wy_representation(k, v, beta, decay)
-    corrections = u - w @ state.transpose(-2, -1)  # U' = U - W S_0^T, (C, d_v)
+    corrections = u - w @ state  # U' = U - W S_0, (C, d_v)
     scores = (q @ k.transpose(-2, -1)) * gamma  # causal within the chunk, decayed
-    out = from_start[..., None] * (q @ state.transpose(-2, -1)) + scores @ corrections
+    out = from_start[..., None] * (q @ state) + scores @ corrections
     last = gamma[..., -1, :]  # what is left of each correction at the chunk's end
-    new_state = from_start[..., -1, None, None] * state + (corrections * last[..., None]).transpose(-2, -1) @ k
+    new_state = from_start[..., -1, None, None] * state + k.transpose(-2, -1) @ (corrections * last[..., None])
     return out, new_state
 
 
@@ -227,11 +228,11 @@ def delta_rule_flops(seq_len: int, d_k: int, d_v: int, chunk_size: int | None = 
     Elementwise work (beta, the decays, subtractions) is left out, as
     :func:`~attncourse.functional.cost.attention_flops` leaves out the softmax.
 
-    - recurrent (``chunk_size`` None): per step a read ``S k``, a write ``u k^T`` and a read
-      ``S q``, ``2 d_v d_k`` each: ``6 n d_k d_v``;
+    - recurrent (``chunk_size`` None): per step a read ``k S``, a write ``k^T u`` and a read
+      ``q S``, ``2 d_k d_v`` each: ``6 n d_k d_v``;
     - chunkwise, per chunk of c positions: ``K K^T`` and ``Q K^T`` (``2 c^2 d_k`` each),
       the triangular solve for W and U (forward substitution, ``c (c - 1) (d_k + d_v)``),
-      ``W S_0^T``, ``Q S_0^T`` and the state update (``2 c d_k d_v`` each), and the chunk's
+      ``W S_0``, ``Q S_0`` and the state update (``2 c d_k d_v`` each), and the chunk's
       attention ``scores @ U'`` (``2 c^2 d_v``).
 
     Parameters

@@ -3,17 +3,18 @@
 Causal linear attention without its normaliser reads ``o_t = sum_{j <= t} (q_t . k_j) v_j``.
 Grouping the sum the other way gives a recurrent network whose state is one matrix, the
 *fast weights* (Schlag, Irie & Schmidhuber 2021, section 2; Katharopoulos et al. 2020,
-eqs. 18-19)::
+eqs. 18-19). Vectors are rows, as everywhere in the course from chapter 4 on (the papers
+write the transpose, ``S_t = S_{t-1} + v_t k_t^T``, ``o_t = S_t q_t``)::
 
-    S_t = S_{t-1} + v_t k_t^T          (d_v, d_k): write value v_t at address k_t
-    o_t = S_t q_t                       read the memory at address q_t
+    S_t = S_{t-1} + k_t^T v_t          (d_k, d_v): write value v_t at address k_t
+    o_t = q_t S_t                       read the memory at address q_t
 
 The same outputs, computed at once for a whole sequence, are masked attention without a
 softmax, ``O = (Q K^T * M) V`` with M the causal mask. A decay ``a_t`` in (0, 1] per step
 makes the memory forget geometrically (Dao & Gu 2024, "Transformers are SSMs", the scalar
 structured state-space model of Mamba-2)::
 
-    S_t = a_t S_{t-1} + v_t k_t^T       recurrent: the state shrinks by a_t, then is written
+    S_t = a_t S_{t-1} + k_t^T v_t       recurrent: the state shrinks by a_t, then is written
     O = (Q K^T * L) V                   parallel: L_ij = a_{j+1} ... a_i for j <= i, else 0
 
 which is their state space duality (section 4, eqs. (10)-(16); L is the "1-semiseparable"
@@ -24,7 +25,7 @@ decoder with a cache calls them).
 
 Tensors follow the course's head layout: ``q, k (batch, heads, seq_len, d_k)``,
 ``v (batch, heads, seq_len, d_v)``, a per-step scalar ``(batch, heads, seq_len)``, a state
-``(batch, heads, d_v, d_k)``. No feature map and no scaling is applied here: a model applies
+``(batch, heads, d_k, d_v)``. No feature map and no scaling is applied here: a model applies
 its own (elu + 1 in Katharopoulos et al., L2-normalised keys in DeltaNet) before calling.
 
 References
@@ -50,7 +51,7 @@ def check_memory_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     ----------
     q, k : (batch, heads, seq_len, d_k)
     v : (batch, heads, seq_len, d_v)
-    initial_state : (batch, heads, d_v, d_k), optional
+    initial_state : (batch, heads, d_k, d_v), optional
     **per_step : (batch, heads, seq_len) tensors or None
         Named scalars per step (``beta``, ``decay``); a ``decay`` must lie in (0, 1]
         and a ``beta`` in [0, 2] (the delta rule's state stays bounded there).
@@ -71,32 +72,32 @@ def check_memory_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 bounds = f"[{low}, {high}]" if closed_low else f"({low}, {high}]"
                 raise ValueError(f"{name} must lie in {bounds}, got values in [{float(value.min()):.3g}, "
                                  f"{float(value.max()):.3g}]")
-    expected = (*q.shape[:2], v.shape[-1], q.shape[-1])
+    expected = (*q.shape[:2], q.shape[-1], v.shape[-1])
     if initial_state is not None and tuple(initial_state.shape) != expected:
-        raise ValueError(f"initial_state must be (batch, heads, d_v, d_k) = {expected}, "
+        raise ValueError(f"initial_state must be (batch, heads, d_k, d_v) = {expected}, "
                          f"got {tuple(initial_state.shape)}")
 
 
 def empty_state(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The zero state ``(batch, heads, d_v, d_k)`` for queries ``q`` and values ``v``."""
-    return q.new_zeros(*q.shape[:2], v.shape[-1], q.shape[-1])
+    """The zero state ``(batch, heads, d_k, d_v)`` for queries ``q`` and values ``v``."""
+    return q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])
 
 
 def read(state: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """``S q`` for each query: state ``(..., d_v, d_k)``, q ``(..., d_k)`` -> ``(..., d_v)``."""
-    return (state @ q[..., None])[..., 0]
+    """``q S`` for each query: state ``(..., d_k, d_v)``, q ``(..., d_k)`` -> ``(..., d_v)``."""
+    return (q[..., None, :] @ state)[..., 0, :]
 
 
 def write(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """The outer product ``v k^T``: ``(..., d_v)`` and ``(..., d_k)`` -> ``(..., d_v, d_k)``."""
-    return v[..., :, None] @ k[..., None, :]
+    """The outer product ``k^T v``: ``(..., d_k)`` and ``(..., d_v)`` -> ``(..., d_k, d_v)``."""
+    return k[..., :, None] @ v[..., None, :]
 
 
 def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                decay: torch.Tensor | None = None,
                                initial_state: torch.Tensor | None = None,
                                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Linear attention as a recurrent memory: ``S_t = a_t S_{t-1} + v_t k_t^T``, ``o_t = S_t q_t``.
+    """Linear attention as a recurrent memory: ``S_t = a_t S_{t-1} + k_t^T v_t``, ``o_t = q_t S_t``.
 
     One step per position, in order: the teaching form, and the reference of
     :func:`linear_attention_parallel`.
@@ -108,14 +109,14 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     v : (batch, heads, seq_len, d_v)
     decay : (batch, heads, seq_len), optional
         a_t in (0, 1]; None: no decay (a_t = 1, Katharopoulos et al. 2020, eq. 18).
-    initial_state : (batch, heads, d_v, d_k), optional
+    initial_state : (batch, heads, d_k, d_v), optional
         S_0; default zeros.
 
     Returns
     -------
     out : (batch, heads, seq_len, d_v)
         o_t, unnormalised (divide by the same read of a memory of ones for eq. 19's normaliser).
-    state : (batch, heads, d_v, d_k)
+    state : (batch, heads, d_k, d_v)
         S_n, the state after the last position.
 
     Raises
@@ -171,7 +172,7 @@ def linear_attention_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                               ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same outputs as :func:`linear_attention_recurrent`, as masked attention without a softmax.
 
-    ``O = (Q K^T * L) V + diag(g) Q S_0^T`` and ``S_n = g_n S_0 + V^T diag(L_n.) K``, with L
+    ``O = (Q K^T * L) V + diag(g) Q S_0`` and ``S_n = g_n S_0 + K^T diag(L_n.) V``, with L
     :func:`decay_matrix` (the causal mask when ``decay`` is None) and ``g_t = a_1 ... a_t`` the
     decay of the initial state up to step t. O(n^2) in the sequence length, like softmax
     attention, but every product is a matrix product.
@@ -193,9 +194,9 @@ def linear_attention_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     scores = (q @ k.transpose(-2, -1)) * mask  # (batch, heads, n, n)
     out = scores @ v
     last = mask[..., -1, :] if n else q.new_zeros(q.shape[:3])  # L_nj: what is left of write j at the end
-    state = (v * last[..., None]).transpose(-2, -1) @ k  # (batch, heads, d_v, d_k)
+    state = k.transpose(-2, -1) @ (v * last[..., None])  # (batch, heads, d_k, d_v)
     if initial_state is not None:
-        out = out + from_start[..., None] * (q @ initial_state.transpose(-2, -1))
+        out = out + from_start[..., None] * (q @ initial_state)
         end = from_start[..., -1] if n else q.new_ones(q.shape[:2])
         state = state + end[..., None, None] * initial_state
     return out, state

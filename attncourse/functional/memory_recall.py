@@ -7,13 +7,13 @@ memory keeps:
 
 - ``"softmax"``: every pair (a KV cache, growing with N), read by softmax attention with a
   sharp scale: the reference, whose recall does not depend on a state size;
-- ``"linear"``: ``S = sum_j v_j k_j^T`` (Katharopoulos et al. 2020 without feature map or
-  normaliser), read ``S q``: exact for orthonormal keys, ``sum_j (k_j . q) v_j`` otherwise,
+- ``"linear"``: ``S = sum_j k_j^T v_j`` (Katharopoulos et al. 2020 without feature map or
+  normaliser), read ``q S``: exact for orthonormal keys, ``sum_j (k_j . q) v_j`` otherwise,
   each other pair adding crosstalk (Schlag et al. 2021, section 4.1);
 - ``"linear-elu"``: chapter 8's form, ``phi = elu + 1`` on keys and queries and the
   normaliser: positive features are never orthogonal, so even orthonormal keys cross-talk;
-- ``"delta"``: the delta rule with beta = 1, ``S += (v_t - S k_t) k_t^T``: the newest pair is
-  stored exactly; written ``passes`` times over, the pairs converge to ``S K^T = V``
+- ``"delta"``: the delta rule with beta = 1, ``S += k_t^T (v_t - k_t S)``: the newest pair is
+  stored exactly; written ``passes`` times over, the pairs converge to ``K S = V``
   (Kaczmarz's method), exact for up to d_k linearly independent keys;
 - ``"gated-delta"``: the same with a decay ``a`` per step (Yang et al. 2025): older pairs fade.
 
@@ -119,7 +119,7 @@ def memory_reads(rule: str, keys: torch.Tensor, values: torch.Tensor, queries: t
         phi_k, phi_q = F.elu(k) + 1, F.elu(queries[:, None]) + 1
         ones = torch.ones_like(v[..., :1])
         _, state = linear_attention_parallel(phi_k, phi_k, torch.cat([v, ones], dim=-1))
-        read = (phi_q @ state.transpose(-2, -1))[:, 0]
+        read = (phi_q @ state)[:, 0]
         return read[..., :-1] / read[..., -1:]
     if rule == "linear":
         _, state = linear_attention_parallel(k, k, v)
@@ -128,7 +128,7 @@ def memory_reads(rule: str, keys: torch.Tensor, values: torch.Tensor, queries: t
         beta = torch.ones(k.shape[:3], dtype=k.dtype)
         gate = None if decay is None else torch.full_like(beta, decay)
         _, state = delta_rule_chunkwise(k, k, v, beta, gate, chunk_size=64)  # equal to the loop, faster
-    return (queries[:, None] @ state.transpose(-2, -1))[:, 0]
+    return (queries[:, None] @ state)[:, 0]
 
 
 def recall_accuracy(reads: torch.Tensor, answers: torch.Tensor) -> float:

@@ -1,13 +1,13 @@
 """Attention as a fixed-size memory: linear attention, DeltaNet and Gated DeltaNet as decoder attentions.
 
-Each head keeps one matrix ``S (d_v, d_k)`` instead of the keys and values of every earlier
+Each head keeps one matrix ``S (d_k, d_v)`` instead of the keys and values of every earlier
 token; a token writes to it and reads from it (:mod:`attncourse.functional.fast_weights`,
 :mod:`attncourse.functional.delta_rule`). Three rules are registered as variants of a
 :class:`~attncourse.nn.spec.DecoderSpec`:
 
 - ``"linear"``: causal linear attention (Katharopoulos et al. 2020), ``phi = elu + 1`` on
-  queries and keys, ``S_t = S_{t-1} + v_t phi(k_t)^T``, the read divided by the same read of a
-  memory of ones (their eq. 19's normaliser, kept as one more row of S);
+  queries and keys, ``S_t = S_{t-1} + phi(k_t)^T v_t``, the read divided by the same read of a
+  memory of ones (their eq. 19's normaliser, kept as one more column of S);
 - ``"deltanet"``: the delta rule (Yang et al. 2024), queries and keys ``L2norm(SiLU(x W))``,
   a writing strength ``beta_t = sigmoid(x w_beta)`` per head;
 - ``"gated-deltanet"``: the gated delta rule (Yang et al. 2025), with a decay per head and
@@ -90,8 +90,8 @@ class MemoryState:
 
     Attributes
     ----------
-    state : (batch, num_heads, rows, d_k)
-        S of every head (``rows`` = d_v, plus one for linear attention's normaliser).
+    state : (batch, num_heads, d_k, width)
+        S of every head (``width`` = d_v, plus one for linear attention's normaliser).
     length : int
         Tokens written so far (``len``): the next token's position.
     """
@@ -157,22 +157,22 @@ class MemoryAttention(nn.Module, DecoderAttention):
         module.options = options
         return module
 
-    def state_rows(self) -> int:
-        """Rows of each head's state: d_v."""
+    def state_width(self) -> int:
+        """Columns of each head's state: d_v."""
         return self.d_k
 
     def state_numbers(self) -> int:
-        """Numbers the cache holds per sequence, whatever its length: ``num_heads * rows * d_k``."""
-        return self.num_heads * self.state_rows() * self.d_k
+        """Numbers the cache holds per sequence, whatever its length: ``num_heads * d_k * width``."""
+        return self.num_heads * self.d_k * self.state_width()
 
     def cache_numbers_per_token(self) -> int:
         """0: the memory does not grow with the tokens (:meth:`state_numbers` is its size)."""
         return 0
 
     def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> MemoryState:
-        """A zero state ``(batch, num_heads, rows, d_k)``; default dtype and device: the weights'."""
+        """A zero state ``(batch, num_heads, d_k, width)``; default dtype and device: the weights'."""
         weight = self.w_q.weight
-        return MemoryState(torch.zeros(batch, self.num_heads, self.state_rows(), self.d_k,
+        return MemoryState(torch.zeros(batch, self.num_heads, self.d_k, self.state_width(),
                                        dtype=dtype or weight.dtype, device=device or weight.device))
 
     def features(self, x: torch.Tensor, keep: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
@@ -240,12 +240,12 @@ class MemoryAttention(nn.Module, DecoderAttention):
 class LinearMemoryAttention(MemoryAttention):
     """Causal linear attention, ``phi = elu + 1``, normalised (Katharopoulos et al. 2020, eqs. 18-19).
 
-    The state holds d_v + 1 rows: the last is the normaliser ``z_t = sum_j phi(k_j)``, the read
-    of a value of 1 written with every key.
+    The state holds d_v + 1 columns: the last is the normaliser ``z_t = sum_j phi(k_j)``, the
+    read of a value of 1 written with every key.
     """
 
-    def state_rows(self) -> int:
-        """d_v + 1: the values' rows and the normaliser's."""
+    def state_width(self) -> int:
+        """d_v + 1: the values' columns and the normaliser's."""
         return self.d_k + 1
 
     def features(self, x, keep):
@@ -271,7 +271,7 @@ class LinearMemoryAttention(MemoryAttention):
 
 
 class DeltaNetAttention(MemoryAttention):
-    """The delta rule (Yang et al. 2024): ``S_t = S_{t-1} + beta_t (v_t - S_{t-1} k_t) k_t^T``.
+    """The delta rule (Yang et al. 2024): ``S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})``.
 
     Queries and keys are ``L2norm(SiLU(x W))`` per head, ``beta_t = sigmoid(x w_beta + b)`` per
     head (in (0, 1): the state stays bounded with unit keys).
@@ -306,7 +306,7 @@ class DeltaNetAttention(MemoryAttention):
 
 
 class GatedDeltaNetAttention(DeltaNetAttention):
-    """The gated delta rule (Yang et al. 2025): ``S_t = a_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T``.
+    """The gated delta rule (Yang et al. 2025): ``S_t = a_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t``.
 
     ``a_t = exp(-exp(A_log) softplus(x w_a + b_a))`` per head, in (0, 1) (Mamba-2's form);
     initialised with ``A_log = 0`` and ``b_a = -3``, so ``a`` starts near 0.95: a memory of
