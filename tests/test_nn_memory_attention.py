@@ -126,3 +126,27 @@ def test_a_gpt_of_gated_deltanet_blocks_trains_a_step_and_generates_with_a_fixed
     model(tokens, caches)
     assert [len(c) for c in caches] == [10, 10]
     assert np.prod(caches[0].state.shape) == 2 * HEADS * D_K * D_K
+
+
+def test_the_cache_in_bytes_grows_with_softmax_attention_and_not_with_a_memory():
+    sizes = {}
+    for name in ("gqa", "deltanet", "linear"):
+        spec = DecoderSpec(11, d_model=D_MODEL, num_heads=HEADS, num_layers=2, max_len=32,
+                           attention=AttentionSpec(name), positions=PositionSpec("learned"))
+        model = GPT(spec=spec)  # float32: 4 bytes a number
+        sizes[name] = [model.cache_bytes(n) for n in (0, 64, 512)]
+    assert sizes["gqa"] == [0, 2 * 2 * HEADS * D_K * 64 * 4, 2 * 2 * HEADS * D_K * 512 * 4]
+    assert sizes["deltanet"] == [2 * HEADS * D_K * D_K * 4] * 3
+    assert sizes["linear"] == [2 * HEADS * D_K * (D_K + 1) * 4] * 3
+    with pytest.raises(ValueError, match="tokens must be a non-negative int"):
+        model.cache_bytes(-1)
+
+
+@pytest.mark.parametrize("cls", [LinearMemoryAttention, DeltaNetAttention, GatedDeltaNetAttention])
+def test_in_float32_the_fast_form_stays_near_the_loop_over_long_sequences(cls):
+    torch.manual_seed(0)
+    attn = cls(32, 2, chunk_size=16)
+    x = torch.randn(2, 200, 32)
+    fast, loop = attn(x)[0], attn(x, fast=False)[0]
+    assert torch.isfinite(fast).all()
+    torch.testing.assert_close(fast, loop, rtol=0, atol=2e-5)
