@@ -123,6 +123,8 @@ CASES = [(name, None, scheme) for name in ATTENTION_VARIANTS for scheme in SCHEM
     ("mla", MLAOptions(latent_dim=6, rope_dim=2), "rope"),
     ("deltanet", MemoryOptions(chunk_size=2), "learned"),  # several chunks, one cut inside a call
     ("gated-deltanet", MemoryOptions(chunk_size=3, bias=True), "none"),
+    ("deltanet", MemoryOptions(chunk_size=4, conv_size=3), "learned"),  # the tail crosses calls
+    ("linear", MemoryOptions(conv_size=2), "learned"),
 ]
 
 

@@ -150,3 +150,25 @@ def test_in_float32_the_fast_form_stays_near_the_loop_over_long_sequences(cls):
     fast, loop = attn(x)[0], attn(x, fast=False)[0]
     assert torch.isfinite(fast).all()
     torch.testing.assert_close(fast, loop, rtol=0, atol=2e-5)
+
+
+def test_the_short_convolution_mixes_each_projection_with_the_tokens_before_it():
+    attn, x = _module(DeltaNetAttention, conv_size=3), _x(n=5)
+    q, k, v, tail = attn.projections(x, None, None)
+    raw = torch.cat([attn.w_q(x), attn.w_k(x), attn.w_v(x)], -1)  # (batch, n, 3 d_model)
+    weight = attn.conv.weight[:, 0]  # (3 d_model, 3): oldest token first
+    expected = torch.zeros_like(raw)
+    for t in range(5):
+        for i, back in enumerate((2, 1, 0)):
+            if t - back >= 0:
+                expected[:, t] += weight[:, i] * raw[:, t - back]
+    got = torch.cat([_merge(t) for t in (q, k, v)], -1)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(tail, raw[:, -2:], rtol=0, atol=0)
+    assert MemoryOptions(conv_size=4).conv_size == 4
+    with pytest.raises(ValueError, match="conv_size must be a non-negative int"):
+        MemoryOptions(conv_size=-1)
+
+
+def _merge(t):
+    return t.transpose(1, 2).flatten(2)  # (batch, heads, n, d_k) -> (batch, n, heads d_k)

@@ -15,8 +15,11 @@ token; a token writes to it and reads from it (:mod:`attncourse.functional.fast_
 
 The fast path is the parallel form (linear attention) or the chunkwise form (the delta
 rules, chunks of ``chunk_size``), the written-out path (``fast=False``) the recurrent loop;
-they agree to rounding (tested). Left out of the papers' layers, for now: the short
-convolutions before the projections, and the output normalisation and gate of DeltaNet.
+they agree to rounding (tested). DeltaNet's and Gated DeltaNet's short convolution is an
+option (``conv_size``, 4 in the papers, 0 = none): a causal depthwise convolution over the
+last ``conv_size`` tokens of each query, key and value projection, which lets one layer bind
+a token to its predecessor (a key to the value after it in associative recall); unlike the
+papers' it has no SiLU of its own. Left out, for now: DeltaNet's output normalisation and gate.
 
 The cache (:class:`MemoryState`) is the state itself, the same size whatever the number of
 tokens: :meth:`MemoryAttention.cache_numbers_per_token` is 0 and
@@ -69,19 +72,24 @@ class MemoryOptions:
         Positions per chunk of the delta rules' chunkwise form (unused by ``"linear"``).
     bias : bool
         Biases on the four projections W^Q, W^K, W^V, W^O (beta's and the decay's maps always have one).
+    conv_size : int
+        Width of the short causal convolution on the projections; 0: none (Yang et al. use 4).
 
     Raises
     ------
     ValueError
-        If ``chunk_size`` is not a positive int.
+        If ``chunk_size`` is not a positive int or ``conv_size`` a non-negative one.
     """
 
     chunk_size: int = 64
     bias: bool = False
+    conv_size: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:
             raise ValueError(f"chunk_size must be a positive int, got {self.chunk_size!r}")
+        if isinstance(self.conv_size, bool) or not isinstance(self.conv_size, int) or self.conv_size < 0:
+            raise ValueError(f"conv_size must be a non-negative int, got {self.conv_size!r}")
 
 
 @dataclass
@@ -94,17 +102,20 @@ class MemoryState:
         S of every head (``width`` = d_v, plus one for linear attention's normaliser).
     length : int
         Tokens written so far (``len``): the next token's position.
+    tail : (batch, conv_size - 1, 3 d_model) or None
+        The last tokens' projections, for the short convolution (None without one).
     """
 
     state: torch.Tensor
     length: int = 0
+    tail: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.length
 
-    def append(self, state: torch.Tensor, positions: int) -> None:
-        """Replace the state by the one after ``positions`` more tokens."""
-        self.state = state
+    def append(self, state: torch.Tensor, positions: int, tail: torch.Tensor | None = None) -> None:
+        """Replace the state (and the convolution's tail) by those after ``positions`` more tokens."""
+        self.state, self.tail = state, tail
         self.length += positions
 
 
@@ -117,6 +128,7 @@ class MemoryAttention(nn.Module, DecoderAttention):
         d_k = d_v = d_model / num_heads.
     chunk_size : int
     bias : bool
+    conv_size : int
         As :class:`MemoryOptions`.
 
     Raises
@@ -129,13 +141,17 @@ class MemoryAttention(nn.Module, DecoderAttention):
     fixed_state = True
     causal = True
 
-    def __init__(self, d_model: int, num_heads: int, chunk_size: int = 64, bias: bool = False) -> None:
+    def __init__(self, d_model: int, num_heads: int, chunk_size: int = 64, bias: bool = False,
+                 conv_size: int = 0) -> None:
         super().__init__()
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
         self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
-        self.chunk_size = chunk_size
+        self.chunk_size, self.conv_size = chunk_size, conv_size
         self.w_q, self.w_k, self.w_v, self.w_o = (nn.Linear(d_model, d_model, bias=bias) for _ in range(4))
+        # one filter per feature of q, k and v (depthwise), over the last conv_size tokens
+        self.conv = (nn.Conv1d(3 * d_model, 3 * d_model, conv_size, groups=3 * d_model, bias=False)
+                     if conv_size else None)
 
     @classmethod
     def from_options(cls, options: MemoryOptions, *, d_model: int, num_heads: int, causal: bool,
@@ -153,7 +169,7 @@ class MemoryAttention(nn.Module, DecoderAttention):
         if positional is not None:
             raise ValueError(f"{cls.__name__} keeps no positions in its state: use positions 'learned', "
                              f"'sinusoidal' or 'none', not {positional!r}")
-        module = cls(d_model, num_heads, options.chunk_size, options.bias)
+        module = cls(d_model, num_heads, options.chunk_size, options.bias, options.conv_size)
         module.options = options
         return module
 
@@ -162,8 +178,10 @@ class MemoryAttention(nn.Module, DecoderAttention):
         return self.d_k
 
     def state_numbers(self) -> int:
-        """Numbers the cache holds per sequence, whatever its length: ``num_heads * d_k * width``."""
-        return self.num_heads * self.d_k * self.state_width()
+        """Numbers the cache holds per sequence, whatever its length: ``num_heads * d_k * width``, and
+        the convolution's tail, ``(conv_size - 1) * 3 * d_model``."""
+        tail = max(self.conv_size - 1, 0) * 3 * self.d_model
+        return self.num_heads * self.d_k * self.state_width() + tail
 
     def cache_numbers_per_token(self) -> int:
         """0: the memory does not grow with the tokens (:meth:`state_numbers` is its size)."""
@@ -172,14 +190,37 @@ class MemoryAttention(nn.Module, DecoderAttention):
     def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> MemoryState:
         """A zero state ``(batch, num_heads, d_k, width)``; default dtype and device: the weights'."""
         weight = self.w_q.weight
-        return MemoryState(torch.zeros(batch, self.num_heads, self.d_k, self.state_width(),
-                                       dtype=dtype or weight.dtype, device=device or weight.device))
+        dtype, device = dtype or weight.dtype, device or weight.device
+        tail = (torch.zeros(batch, self.conv_size - 1, 3 * self.d_model, dtype=dtype, device=device)
+                if self.conv is not None else None)
+        return MemoryState(torch.zeros(batch, self.num_heads, self.d_k, self.state_width(), dtype=dtype,
+                                       device=device), tail=tail)
 
-    def features(self, x: torch.Tensor, keep: torch.Tensor | None) -> dict[str, torch.Tensor | None]:
-        """The memory's inputs from x ``(batch, seq_len, d_model)``: q, k, v per head and the
-        per-step beta and decay ``(batch, num_heads, seq_len)`` (None where the rule has none).
-        ``keep`` ``(batch, num_heads, seq_len)``, 1 at keys that may be written, 0 at hidden ones."""
+    def features(self, x: torch.Tensor, keep: torch.Tensor | None,
+                 tail: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
+        """The memory's inputs from x ``(batch, seq_len, d_model)``: q, k, v per head, the
+        per-step beta and decay ``(batch, num_heads, seq_len)`` (None where the rule has none) and
+        the convolution's new tail. ``keep`` ``(batch, num_heads, seq_len)``: 1 at keys that may
+        be written, 0 at hidden ones; ``tail``: the cache's (None: zeros, the sequence's start)."""
         raise NotImplementedError
+
+    def projections(self, x: torch.Tensor, keep: torch.Tensor | None,
+                    tail: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """``x W^Q, x W^K, x W^V`` per head ``(batch, num_heads, seq_len, d_k)``, through the short
+        convolution if there is one, and its new tail. A hidden token's projections are zeroed
+        first, so that no later token's convolution reads it."""
+        p = torch.cat([self.w_q(x), self.w_k(x), self.w_v(x)], dim=-1)  # (batch, n, 3 d_model)
+        new_tail = None
+        if keep is not None:
+            shape = (*p.shape[:2], 3, self.num_heads, self.d_k)
+            p = (p.view(shape) * keep.transpose(1, 2)[:, :, None, :, None]).view(p.shape)
+        if self.conv is not None:
+            start = p.new_zeros(p.shape[0], self.conv_size - 1, p.shape[2]) if tail is None else tail
+            full = torch.cat([start, p], dim=1)
+            new_tail = full[:, full.shape[1] - (self.conv_size - 1):]
+            p = self.conv(full.transpose(1, 2)).transpose(1, 2)  # no padding: n outputs, causal
+        q, k, v = p.split(self.d_model, dim=-1)
+        return (*(split_heads(t, self.num_heads) for t in (q, k, v)), new_tail)
 
     def memory(self, inputs: dict[str, torch.Tensor | None], state: torch.Tensor | None,
                fast: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,15 +267,12 @@ class MemoryAttention(nn.Module, DecoderAttention):
         if need_weights and offset:
             raise ValueError(f"{type(self).__name__} keeps no keys: no weights over the {offset} cached "
                              f"tokens; ask need_weights without a cache")
-        inputs = self.features(x, self._keep(mask, batch, n, offset))
+        inputs = self.features(x, self._keep(mask, batch, n, offset), None if kv_cache is None else kv_cache.tail)
         out, state = self.memory(inputs, None if kv_cache is None else kv_cache.state, fast)
         if kv_cache is not None:
-            kv_cache.append(state, n)
+            kv_cache.append(state, n, inputs["tail"])
         output = self.w_o(merge_heads(self.read_out(out)))
         return output, (self.weights(inputs) if need_weights else None)
-
-    def _heads(self, x: torch.Tensor, w: nn.Linear) -> torch.Tensor:
-        return split_heads(w(x), self.num_heads)
 
 
 class LinearMemoryAttention(MemoryAttention):
@@ -248,12 +286,13 @@ class LinearMemoryAttention(MemoryAttention):
         """d_v + 1: the values' columns and the normaliser's."""
         return self.d_k + 1
 
-    def features(self, x, keep):
-        q, k, v = (self._heads(x, w) for w in (self.w_q, self.w_k, self.w_v))
+    def features(self, x, keep, tail=None):
+        q, k, v, tail = self.projections(x, keep, tail)
         phi_k = F.elu(k) + 1
         phi_k = phi_k if keep is None else phi_k * keep[..., None]  # a hidden key writes nothing
         ones = torch.ones_like(v[..., :1])
-        return {"q": F.elu(q) + 1, "k": phi_k, "v": torch.cat([v, ones], dim=-1), "beta": None, "decay": None}
+        return {"q": F.elu(q) + 1, "k": phi_k, "v": torch.cat([v, ones], dim=-1), "beta": None, "decay": None,
+                "tail": tail}
 
     def memory(self, inputs, state, fast):
         form = linear_attention_parallel if fast else linear_attention_recurrent
@@ -285,15 +324,15 @@ class DeltaNetAttention(MemoryAttention):
         super().__init__(*args, **kwargs)
         self.w_beta = nn.Linear(self.d_model, self.num_heads)
 
-    def _delta_inputs(self, x, keep):
-        q, k, v = (self._heads(x, w) for w in (self.w_q, self.w_k, self.w_v))
+    def _delta_inputs(self, x, keep, tail):
+        q, k, v, tail = self.projections(x, keep, tail)
         beta = torch.sigmoid(self.w_beta(x)).transpose(1, 2)  # (batch, heads, seq_len)
         beta = beta if keep is None else beta * keep  # beta = 0: a hidden key writes nothing
         return {"q": F.normalize(F.silu(q), dim=-1), "k": F.normalize(F.silu(k), dim=-1), "v": v,
-                "beta": beta, "decay": None}
+                "beta": beta, "decay": None, "tail": tail}
 
-    def features(self, x, keep):
-        return self._delta_inputs(x, keep)
+    def features(self, x, keep, tail=None):
+        return self._delta_inputs(x, keep, tail)
 
     def memory(self, inputs, state, fast):
         args = (inputs["q"], inputs["k"], inputs["v"], inputs["beta"], inputs["decay"])
@@ -324,8 +363,8 @@ class GatedDeltaNetAttention(DeltaNetAttention):
         nn.init.constant_(self.w_a.bias, -3.0)
         self.a_log = nn.Parameter(torch.zeros(self.num_heads))
 
-    def features(self, x, keep):
-        inputs = self._delta_inputs(x, keep)
+    def features(self, x, keep, tail=None):
+        inputs = self._delta_inputs(x, keep, tail)
         rate = torch.exp(self.a_log) * F.softplus(self.w_a(x))  # (batch, seq_len, heads), >= 0
         decay = torch.exp(-rate).transpose(1, 2).clamp_min(math.ldexp(1.0, -60))  # decay_matrix takes its log
         inputs["decay"] = decay if keep is None else torch.where(keep > 0, decay, torch.ones_like(decay))
