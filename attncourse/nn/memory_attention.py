@@ -250,8 +250,9 @@ class MemoryAttention(nn.Module, DecoderAttention):
         """As :meth:`attncourse.nn.protocol.DecoderAttention.forward`, with a memory for a cache.
 
         ``mask`` may only hide keys (shape ``(..., 1, cache_len + seq_len)``): a hidden token is
-        neither written nor decays the state; the columns of cached tokens are not read (they
-        were written when they came). ``positions`` are checked and otherwise unused.
+        neither written nor decays the state nor enters the convolution; the columns of cached
+        tokens are not read (they were written when they came). ``positions`` are checked and
+        otherwise unused.
 
         Raises
         ------
