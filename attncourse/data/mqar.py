@@ -24,7 +24,7 @@ Batches come from a ``torch.Generator`` (seeded: the same examples every run; no
 References
 ----------
 Arora, Eyuboglu, Timalsina, Johnson, Poli, Zou, Rudra, Ré (2023), "Zoology: Measuring and
-Improving Recall in Efficient Language Models", section 3.1 (MQAR) and appendix E (the data).
+Improving Recall in Efficient Language Models", section 3 (MQAR) and its appendix (the data).
 """
 
 from __future__ import annotations

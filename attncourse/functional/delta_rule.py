@@ -4,7 +4,7 @@ Linear attention adds ``v_t k_t^T`` to its state whatever the state already hold
 address k_t, so a key written twice returns the sum of its values, and keys that are not
 orthogonal read each other's values (crosstalk). The delta rule first reads what is stored
 at k_t, then writes only the difference, with a step size beta_t in [0, 1] (Widrow & Hoff's
-rule, used as a fast-weight update by Schlag et al. 2021, eq. 29; rows here, the transpose
+rule, used as a fast-weight update by Schlag et al. 2021, section 4; rows here, the transpose
 of the papers' columns, as in :mod:`attncourse.functional.fast_weights`)::
 
     S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1}) = (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t
@@ -31,12 +31,13 @@ Shapes as :mod:`attncourse.functional.fast_weights`: ``q, k (batch, heads, seq_l
 References
 ----------
 Schlag, Irie, Schmidhuber (2021), "Linear Transformers Are Secretly Fast Weight Programmers",
-ICML, section 4.2, eqs. (23)-(29) (the delta rule as a fast-weight update).
+ICML, section 4 (the delta rule as a fast-weight update).
 Yang, Wang, Zhang, Shen, Kim (2024), "Parallelizing Linear Transformers with the Delta Rule
-over Sequence Length", NeurIPS, section 3.2 (WY representation, eqs. (5)-(8)), section 3.3
-(chunkwise form; the UT transform, eqs. (9)-(11)).
+over Sequence Length", NeurIPS, section 3 (the WY representation of products of Householder
+matrices, the chunkwise form and the UT transform) and appendix B (the chunkwise derivation).
 Yang, Kautz, Hatamizadeh (2025), "Gated Delta Networks: Improving Mamba2 with Delta Rule",
-ICLR, section 3 (the gated delta rule, eq. (10); its chunkwise form, eqs. (11)-(13)).
+ICLR, section 3 (the gated delta rule and its chunkwise form; the decays within a chunk,
+Gamma, multiply the chunk's Q K^T, as the derivation gives).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
 
     References
     ----------
-    Schlag et al. (2021), eq. (29); Yang et al. (2024), eq. (2); Yang et al. (2025), eq. (10).
+    Schlag et al. (2021), section 4; Yang et al. (2024), section 2; Yang et al. (2025), section 3.
     """
     check_memory_inputs(q, k, v, initial_state, beta=beta, decay=decay)
     state = empty_state(q, v) if initial_state is None else initial_state
@@ -135,8 +136,8 @@ def wy_representation(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
 
     References
     ----------
-    Yang et al. (2024), eqs. (5)-(8) (WY form) and (9)-(11) (UT transform); Yang et al. (2025),
-    eq. (12) (with the gate).
+    Yang et al. (2024), section 3 (WY form, UT transform); Yang et al. (2025), section 3 (with
+    the gate).
     """
     gamma, from_start = _within_chunk_decay(decay, k)
     c = k.shape[-2]
@@ -149,7 +150,7 @@ def wy_representation(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
 
 def _chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
            decay: torch.Tensor | None, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One chunk from state S_0: its outputs and S_C (Yang et al. 2024, eqs. (10)-(11))."""
+    """One chunk from state S_0: its outputs and S_C (Yang et al. 2024, section 3)."""
     gamma, from_start = _within_chunk_decay(decay, k)
     w, u = wy_representation(k, v, beta, decay)
     corrections = u - w @ state  # U' = U - W S_0, (C, d_v)
@@ -175,7 +176,7 @@ def delta_rule_chunkwise(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta
 
     References
     ----------
-    Yang et al. (2024), section 3.3 and algorithm 1 (the chunkwise form); Yang et al. (2025), eq. (13).
+    Yang et al. (2024), section 3 (the chunkwise form); Yang et al. (2025), section 3.
     """
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
         raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
@@ -211,7 +212,7 @@ def delta_rule_weights(q: torch.Tensor, k: torch.Tensor, beta: torch.Tensor,
 
     References
     ----------
-    Yang et al. (2024), eq. (10) with S_0 = 0.
+    Yang et al. (2024), section 3 (the chunkwise form as one chunk, S_0 = 0).
     """
     check_memory_inputs(q, k, k, beta=beta, decay=decay)
     gamma, _ = _within_chunk_decay(decay, k)
@@ -251,7 +252,7 @@ def delta_rule_flops(seq_len: int, d_k: int, d_v: int, chunk_size: int | None = 
 
     References
     ----------
-    Yang et al. (2024), section 3.3 (the chunkwise form's cost, O(n C d + n d^2)).
+    Yang et al. (2024), section 3 (the chunkwise form's cost, O(n C d + n d^2)).
     """
     for name, value in (("d_k", d_k), ("d_v", d_v), ("chunk_size", 1 if chunk_size is None else chunk_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

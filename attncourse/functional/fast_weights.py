@@ -17,8 +17,8 @@ structured state-space model of Mamba-2)::
     S_t = a_t S_{t-1} + k_t^T v_t       recurrent: the state shrinks by a_t, then is written
     O = (Q K^T * L) V                   parallel: L_ij = a_{j+1} ... a_i for j <= i, else 0
 
-which is their state space duality (section 4, eqs. (10)-(16); L is the "1-semiseparable"
-mask of their definition 3.2). With every ``a_t = 1``, L is the causal mask again. Both forms
+which is their state space duality (sections 3-4; L is the "1-semiseparable" mask of the
+scalar SSM). With every ``a_t = 1``, L is the causal mask again. Both forms
 here take the state before the sequence (``initial_state``) and return the state after it,
 so that a long sequence can be processed in pieces, each a parallel pass (that is how a
 decoder with a cache calls them).
@@ -126,7 +126,7 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 
     References
     ----------
-    Katharopoulos et al. (2020), eqs. (18)-(19); Dao & Gu (2024), eq. (2) with scalar A_t = a_t.
+    Katharopoulos et al. (2020), eqs. (18)-(19); Dao & Gu (2024), section 3 (scalar A_t = a_t).
     """
     check_memory_inputs(q, k, v, initial_state, decay=decay)
     state = empty_state(q, v) if initial_state is None else initial_state
@@ -157,7 +157,7 @@ def decay_matrix(decay: torch.Tensor) -> torch.Tensor:
 
     References
     ----------
-    Dao & Gu (2024), section 3.2.2, eq. (4) (the 1-semiseparable matrix of a scalar SSM).
+    Dao & Gu (2024), section 3 (the 1-semiseparable matrix of a scalar SSM).
     """
     cum = torch.cumsum(torch.log(decay), dim=-1)
     diff = cum[..., :, None] - cum[..., None, :]
@@ -181,7 +181,7 @@ def linear_attention_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     References
     ----------
-    Dao & Gu (2024), section 4 (state space duality), eqs. (15)-(16).
+    Dao & Gu (2024), section 4 (state space duality).
     """
     check_memory_inputs(q, k, v, initial_state, decay=decay)
     n = q.shape[2]

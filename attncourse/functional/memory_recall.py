@@ -9,7 +9,7 @@ memory keeps:
   sharp scale: the reference, whose recall does not depend on a state size;
 - ``"linear"``: ``S = sum_j k_j^T v_j`` (Katharopoulos et al. 2020 without feature map or
   normaliser), read ``q S``: exact for orthonormal keys, ``sum_j (k_j . q) v_j`` otherwise,
-  each other pair adding crosstalk (Schlag et al. 2021, section 4.1);
+  each other pair adding crosstalk (Schlag et al. 2021, section 4);
 - ``"linear-elu"``: chapter 8's form, ``phi = elu + 1`` on keys and queries and the
   normaliser: positive features are never orthogonal, so even orthonormal keys cross-talk;
 - ``"delta"``: the delta rule with beta = 1, ``S += k_t^T (v_t - k_t S)``: the newest pair is

@@ -33,9 +33,9 @@ References
 ----------
 Katharopoulos, Vyas, Pappas, Fleuret (2020), "Transformers are RNNs", eqs. (7), (18)-(19).
 Yang, Wang, Zhang, Shen, Kim (2024), "Parallelizing Linear Transformers with the Delta Rule
-over Sequence Length", section 3 and appendix (the DeltaNet layer).
+over Sequence Length", sections 3-4 (the DeltaNet layer).
 Yang, Kautz, Hatamizadeh (2025), "Gated Delta Networks", section 3.
-Dao, Gu (2024), "Transformers are SSMs", section 7 (Mamba-2's decay parametrisation).
+Dao, Gu (2024), "Transformers are SSMs" (Mamba-2's decay parametrisation).
 """
 
 from __future__ import annotations
