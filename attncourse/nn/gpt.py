@@ -270,6 +270,22 @@ class GPT(nn.Module):
         element = self.embedding.weight.element_size()
         return sum(block.attn.cache_numbers_per_token() for block in self.blocks) * element
 
+    def cache_bytes(self, tokens: int) -> int:
+        """Bytes of every layer's cache for one sequence of ``tokens`` tokens: what grows per token
+        (:meth:`cache_bytes_per_token`) plus a memory attention's fixed state
+        (``state_numbers``, :mod:`attncourse.nn.memory_attention`), whatever the length.
+
+        Raises
+        ------
+        ValueError
+            If ``tokens`` is not a non-negative int.
+        """
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"tokens must be a non-negative int, got {tokens!r}")
+        element = self.embedding.weight.element_size()
+        fixed = sum(block.attn.state_numbers() for block in self.blocks if hasattr(block.attn, "state_numbers"))
+        return self.cache_bytes_per_token() * tokens + fixed * element
+
     def forward(self, tokens: torch.Tensor, kv_caches: list[DecoderCache] | None = None,
                 mask: torch.Tensor | None = None, need_weights: bool = False,
                 fast: bool = True, positions: torch.Tensor | None = None,

@@ -24,6 +24,7 @@ import os
 from attncourse.nn import (  # noqa: F401 (each registers its variant)
     causal_attention,
     gated,
+    memory_attention,
     mla,
 )
 
