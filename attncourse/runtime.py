@@ -234,3 +234,26 @@ def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
     if not progress:
         kwargs["disable"] = True
     return tqdm(iterable, **kwargs)
+
+
+#: Seconds a loop runs before :func:`quiet_progress` shows its bar.
+QUIET_PROGRESS_DELAY_S = 5.0
+
+
+def quiet_progress(iterable=None, **kwargs) -> tqdm:
+    """A :func:`progress_bar` that appears only once the loop has run ``QUIET_PROGRESS_DELAY_S``.
+
+    For work that takes a moment on a fast machine and minutes on a slow one (reading a
+    model, generating tokens): a learner on a laptop sees steps, rate and time left, and
+    a fast machine prints nothing. The bar goes when the loop ends (``leave=False``),
+    since such loops run many times in one cell.
+
+    Parameters
+    ----------
+    iterable : iterable, optional
+        What to iterate over, as for ``tqdm``.
+    **kwargs
+        Passed to ``tqdm`` (``total``, ``desc``, ``unit``, ...).
+    """
+    kwargs.setdefault("leave", False)
+    return progress_bar(iterable, delay=QUIET_PROGRESS_DELAY_S, **kwargs)

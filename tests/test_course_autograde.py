@@ -1,6 +1,6 @@
 """nbgrader autogrades a submission of every chapter, and no cell waits on a widget.
 
-Issue 36: autograding froze after cells that display an explorer until the cell's limit
+Autograding once froze after cells that display an explorer until the cell's limit
 (300 s, 120 s) ran out (the cause and the fix: ``tests/test_widgets_headless.py``). Here
 every chapter becomes an nbgrader assignment as the course's command writes it, cut to
 stay quick (the training is left out): its imports, the cells that display an explorer and

@@ -78,7 +78,7 @@ def test_student_notebook_keeps_statements_stubs_and_checks(chapter):
     assert not re.search(r"\{solution(-start|-end)?\}", text)
     rewriter = Rewriter(read_bibliography(), {p.stem for p in CHAPTERS})
     for ex in exercises:
-        # the label is the instructor's name for the exercise (issue 51): not shown here
+        # the label is the instructor's name for the exercise: not shown here
         assert f"({ex.label})" not in text and rewriter.markdown(ex.statement) in text
         if ex.kind == "coding":
             stub = nb.cells[ex.stub_cell].source
@@ -130,7 +130,7 @@ def test_citations_read_author_year():
 
 
 def test_references_read_as_titles_and_student_headings_carry_no_label():
-    """Issue 51, item 1: a ``{ref}`` read "(see decoder-positions)", a heading "(ex-a)".
+    """A ``{ref}`` once read "(see decoder-positions)", a heading "(ex-a)".
 
     The label a reference points at is the book's internal name; the learner reads the
     title it stands for. The instructor edition keeps the label in the heading, where it
@@ -325,7 +325,7 @@ def test_every_written_exercise_has_a_rubric_in_the_instructor_edition_only():
 
 
 def test_every_handed_out_copy_carries_the_licence_notice(tmp_path):
-    # Issue 36: title, authors, CC BY-SA 4.0 with its link for the text, MIT for the code.
+    # A copy handed out travels: title, authors, CC BY-SA 4.0 with its link for the text, MIT for the code.
     import re as _re
 
     from attncourse.course.editions import chapter_editions
@@ -368,7 +368,7 @@ def test_the_nbgrader_source_holds_each_written_answers_rubric():
 
 
 def test_links_between_chapters_point_at_the_sibling_assignment_folders():
-    # Issue 36: in nbgrader releases each chapter sits in its own assignment folder.
+    # In nbgrader releases each chapter sits in its own assignment folder.
     from attncourse.course.exercises import read_chapter
     from attncourse.course.nbgrader_source import LINKS_NOTE, source_notebook
 

@@ -1,4 +1,4 @@
-"""Grading never trains (issue 50, item 4): ``python -m attncourse prepare`` trains the
+"""Grading never trains: ``python -m attncourse prepare`` trains the
 chapters' cached models once; with ``$ATTNCOURSE_NO_TRAINING`` (set for ``nbgrader
 autograde`` by the course's config, and in the grade of record's processes) a cached run is
 only loaded, and one that is missing or unfinished fails at once, naming itself."""

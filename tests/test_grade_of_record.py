@@ -1,4 +1,4 @@
-"""The grade of record (issue 50): every attack scores zero, every reference solution full marks.
+"""The grade of record: every attack scores zero, every reference solution full marks.
 
 One ``python -m attncourse grade`` run (a subprocess, as an instructor runs it) grades a
 folder holding every chapter's reference solutions (pasted into the nbgrader source as

@@ -1,4 +1,4 @@
-"""Hidden cases drawn at grading time (issue 50): what a check's ``*_cases(seed)`` adds.
+"""Hidden cases drawn at grading time: what a check's ``*_cases(seed)`` adds.
 
 The grade of record gives every ``*_cases`` function that takes a ``seed`` the grading's
 seed (:func:`attncourse.course.record._seed_cases`). An answer that memorised the cases a
@@ -29,7 +29,7 @@ CHECKS = sorted({ex.check for path in CHAPTERS for ex in coding_exercises(path)}
 #: Checks whose one case is the learner's own training (chapter 7b, 300 steps): a table
 #: cannot answer it, and drawing more cases would train again.
 NOT_DRAWN = {"check_training"}
-#: Checks with cases drawn at grading time before issue 50's second round (after it: every
+#: Checks that drew cases at grading time before every check did (now every
 #: check but :data:`NOT_DRAWN`, 40 of 41).
 DRAWN_BEFORE = 15
 #: Checks a table cannot pass even on the visible cases: a Triton kernel is required, or

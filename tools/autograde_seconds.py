@@ -1,11 +1,11 @@
 """Seconds ``prepare`` takes per chapter, and nbgrader's ``autograde`` per submission.
 
-Issue 36 asks the instructors' guide to say how long grading one submission takes. This
+The instructors' guide says how long grading one submission takes. This
 does what the guide tells an instructor to do, timed: write the course folder with the
 chapters given (whole, training included), ``nbgrader generate_assignment``, then for each
 chapter in the order given submit the reference answers for student ``first`` and run
 ``nbgrader autograde <chapter> --student first --create --force``, then the same for
-student ``later``. Since grading never trains (issue 50: the course's config sets
+student ``later``. Since grading never trains (the course's config sets
 ``ATTNCOURSE_NO_TRAINING`` for autograde), each chapter is first prepared, timed
 (``python -m attncourse prepare``'s :func:`~attncourse.course.prepare.prepare`, into
 ``ATTNCOURSE_RUNS``, a new folder shared by the chapters of this run in their order); both

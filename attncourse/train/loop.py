@@ -60,10 +60,10 @@ from attncourse.runtime import (
 )
 from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import (
-    check_compatible,
     differences,
     load_checkpoint,
     save_checkpoint,
+    validate_compatible,
 )
 from attncourse.train.schedule import TimeBudget
 
@@ -267,7 +267,7 @@ def autocast(device: torch.device, amp: str | None) -> contextlib.AbstractContex
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def check_amp(device: torch.device, amp: str | None) -> None:
+def validate_amp(device: torch.device, amp: str | None) -> None:
     """Raise ValueError if ``device`` cannot run ``amp``."""
     if amp is None:
         return
@@ -389,7 +389,7 @@ def run_epochs(
     record = Record() if record is None else record
     state = {} if state is None else state
     world = dist_utils.current()
-    check_amp(device, loop.amp)
+    validate_amp(device, loop.amp)
     forward = training_forward(model, device, loop.compile, loop.static_shapes)
     budget = None
     if loop.time_budget is not None:
@@ -503,7 +503,7 @@ def _resume_cached(path: Path, config: dict, model: torch.nn.Module, optimizer: 
         raise ValueError(f"{path} holds a run of another config ({'; '.join(problems)}); "
                          "delete the folder to train this one afresh")
     # the model class, its config and every weight's name, shape and dtype, before loading any
-    check_compatible(saved, model, path=path)
+    validate_compatible(saved, model, path=path)
     if saved["optimizer_state"] is None:
         raise ValueError(f"{path} holds no optimizer state to resume from (is it a best.pt?)")
     model.load_state_dict(saved["model_state"])

@@ -218,7 +218,7 @@ def check_causal_early_exit(kernel) -> CheckResult:
 
     Without triton (Linux x86_64 only) the check does not run and says so.
     """
-    from attncourse.kernels.runtime import MISSING_MESSAGE, TRITON_AVAILABLE
+    from attncourse.kernels.triton_setup import MISSING_MESSAGE, TRITON_AVAILABLE
 
     name = "check_causal_early_exit"
     if not TRITON_AVAILABLE:
