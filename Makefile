@@ -83,10 +83,6 @@ ONE_THREAD := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 nbval: $(STAMP)
 	rm -rf $(NBVAL_DIR)
 	$(BIN)/python -m attncourse student-edition $(NBVAL_DIR) --notebooks notebooks --no-nbgrader
-	# The capstone (7b) builds one model across its exercises: its later cells run the
-	# learner's own functions, so its student edition stops at the first unanswered one by
-	# design. Its full chapter runs in book-check and its checks in the unit tests.
-	rm -f $(NBVAL_DIR)/student/07b_build_gpt.ipynb
 	cd $(NBVAL_DIR)/student && TQDM_DISABLE=1 $(ONE_THREAD) ../../../$(BIN)/python -m pytest -p no:cacheprovider --nbval-lax \
 	  --nbval-current-env --nbval-cell-timeout=900 --rootdir=. -q -n auto --dist loadfile .
 

@@ -1,7 +1,8 @@
 """``python -m attncourse``: the command line.
 
-``student-edition`` (:mod:`attncourse.course.cli`) and ``grade`` (the grade of record,
-:mod:`attncourse.course.grade_cli`) are the instructors' commands; every other command is the
+``student-edition`` (:mod:`attncourse.course.cli`), ``prepare`` (train the chapters'
+cached models before grading, :mod:`attncourse.course.prepare`) and ``grade`` (the grade of
+record, :mod:`attncourse.course.grade_cli`) are the instructors' commands; every other command is the
 training command line (:mod:`attncourse.cli.commands`).
 """
 
@@ -18,6 +19,10 @@ def _run() -> int:
         from attncourse.course.grade_cli import main as grade_main
 
         return grade_main(sys.argv[2:])
+    if sys.argv[1:2] == ["prepare"]:
+        from attncourse.course.prepare import main as prepare_main
+
+        return prepare_main(sys.argv[2:])
     from attncourse.cli import main
 
     return main()

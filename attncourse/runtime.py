@@ -115,6 +115,40 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
+#: Set to 1 while grading: a run of the trained-model cache must be there, finished.
+NO_TRAINING_ENV = "ATTNCOURSE_NO_TRAINING"
+
+
+class UnpreparedRun(RuntimeError):
+    """A cached run would have to train while :data:`NO_TRAINING_ENV` forbids it."""
+
+
+def refuse_cached_training(name: str, done: int, total: int) -> None:
+    """Raise :class:`UnpreparedRun` if ``$ATTNCOURSE_NO_TRAINING`` is 1; else return.
+
+    Why: grading must never train. ``python -m attncourse prepare`` trains every cached model
+    of the chapters once, before any submission; a submission's grading (the course's
+    ``nbgrader_config.py`` sets the variable for ``nbgrader autograde``) then only loads
+    them. A run the cache lacks, or holds unfinished (an interrupted training), fails at
+    once, naming itself, rather than costing minutes of every submission's time limit.
+    Called by the training loops for runs they keep on disk (``train_epochs``, ``fit``
+    with an ``out_dir``); a model trained in memory only (a chapter's small in-notebook
+    model, a learner's own loop) is not a cached run and trains as usual.
+
+    Parameters
+    ----------
+    name : str
+        The run (its folder).
+    done, total : int
+        Epochs its checkpoint holds, and epochs it is to have.
+    """
+    if os.environ.get(NO_TRAINING_ENV, "").strip() not in ("", "0"):
+        raise UnpreparedRun(f"{name} holds {done} of the run's {total} epochs, and ${NO_TRAINING_ENV} "
+                            "says grading does not train: prepare the "
+                            "chapter first (python -m attncourse prepare CHAPTER, with the same "
+                            "$ATTNCOURSE_RUNS)")
+
+
 def runs_dir(name: str | None = None) -> Path:
     """Folder where chapters keep their trained models, so a run is never lost.
 
@@ -200,3 +234,26 @@ def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
     if not progress:
         kwargs["disable"] = True
     return tqdm(iterable, **kwargs)
+
+
+#: Seconds a loop runs before :func:`quiet_progress` shows its bar.
+QUIET_PROGRESS_DELAY_S = 5.0
+
+
+def quiet_progress(iterable=None, **kwargs) -> tqdm:
+    """A :func:`progress_bar` that appears only once the loop has run ``QUIET_PROGRESS_DELAY_S``.
+
+    For work that takes a moment on a fast machine and minutes on a slow one (reading a
+    model, generating tokens): a learner on a laptop sees steps, rate and time left, and
+    a fast machine prints nothing. The bar goes when the loop ends (``leave=False``),
+    since such loops run many times in one cell.
+
+    Parameters
+    ----------
+    iterable : iterable, optional
+        What to iterate over, as for ``tqdm``.
+    **kwargs
+        Passed to ``tqdm`` (``total``, ``desc``, ``unit``, ...).
+    """
+    kwargs.setdefault("leave", False)
+    return progress_bar(iterable, delay=QUIET_PROGRESS_DELAY_S, **kwargs)

@@ -1,7 +1,7 @@
 """Training K seeds of one small model as one vmapped model, against K separate runs.
 
-Issue 37 asks whether the seeds of a figure train faster together: K copies of
-the same model, their parameters stacked along a new first dimension
+Do the seeds of a figure train faster together? K copies of the same model, their
+parameters stacked along a new first dimension
 (``torch.func.stack_module_state``), one loss per member through
 ``torch.func.functional_call``, the K gradients at once through
 ``torch.func.vmap(torch.func.grad_and_value(...))``, and one Adam over the

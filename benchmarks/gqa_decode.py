@@ -1,7 +1,7 @@
 """Speed of one decoding step with a KV cache, for 1 to h key/value heads (MQA, GQA, MHA).
 
 One new token per sequence attends over a cache of S earlier positions, as in
-generation with :class:`attncourse.nn.gqa.CausalSelfAttention` (chapter 7):
+generation with :class:`attncourse.nn.causal_attention.CausalSelfAttention` (chapter 7):
 project the token, append its key and value to the cache (chapter 6's
 ``KVCache``), attend, mix the heads with W^O. Timed side by side in one run:
 
@@ -39,7 +39,7 @@ from attention import (  # noqa: E402
 )
 
 from attncourse.nn import KVCache  # noqa: E402
-from attncourse.nn.gqa import CausalSelfAttention  # noqa: E402
+from attncourse.nn.causal_attention import CausalSelfAttention  # noqa: E402
 from attncourse.runtime import describe_device  # noqa: E402
 
 

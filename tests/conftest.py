@@ -7,7 +7,7 @@ import torch
 
 # Before any test imports triton (some do, through torch): on a machine without a GPU the
 # package chooses Triton's interpreter, which must happen before triton's language is
-# defined, as chapter 8's first import does in its own kernel (attncourse/kernels/runtime.py).
+# defined, as chapter 8's first import does in its own kernel (attncourse/kernels/triton_setup.py).
 import attncourse.kernels  # noqa: F401
 
 # The models in the tests are tiny: on a small shared CPU one thread is several

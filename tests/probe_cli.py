@@ -1,4 +1,4 @@
-"""Adversarial probe of the command line (issue 28's counts): run it, read the summary.
+"""Adversarial probe of the command line (counts of outcomes): run it, read the summary.
 
     ATTNCOURSE_RUNS=/tmp/runs .venv/bin/python tests/probe_cli.py [--ctrl-c N] [--quick]
 

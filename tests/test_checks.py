@@ -449,3 +449,42 @@ def test_text_and_html_reports():
         assert html.escape(result.message) in page
         assert html.escape(result.hint) in page
         assert colour in page
+
+
+def _attention_nan_replaced(q, k, v, mask=None):
+    scores = q @ k.T / np.sqrt(k.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    exp = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights = np.nan_to_num(exp / exp.sum(axis=-1, keepdims=True))   # 0/0 -> 0
+    return weights @ v, weights
+
+
+def _attention_zero_rows(q, k, v, mask=None):
+    scores = q @ k.T / np.sqrt(k.shape[-1])
+    if mask is None:
+        mask = np.ones(scores.shape, dtype=bool)
+    exp = np.where(mask, np.exp(scores - scores.max(axis=-1, keepdims=True)), 0.0)
+    total = exp.sum(axis=-1, keepdims=True)
+    weights = exp / np.where(total > 0, total, 1.0)
+    return weights @ v, weights
+
+
+def test_attention_that_replaces_nan_passes_with_a_note_and_a_clean_one_without():
+    from attncourse.checks.self_attention import SDP_NAN_REPLACED_NOTE
+
+    noted = check_scaled_dot_product(_attention_nan_replaced)
+    clean = check_scaled_dot_product(_attention_zero_rows)
+    assert noted.passed and SDP_NAN_REPLACED_NOTE in noted.message
+    assert clean.passed and SDP_NAN_REPLACED_NOTE not in clean.message
+
+
+def test_the_notes_claim_nan_reaches_q_through_an_additive_mask_not_through_masked_fill():
+    q, k = torch.randn(2, 3, requires_grad=True), torch.randn(2, 3)
+    allowed = torch.tensor([[True, False], [False, False]])   # row 1 fully masked
+    bias = torch.zeros(2, 2).masked_fill(~allowed, float("-inf"))
+    torch.softmax(q @ k.T + bias, -1).nan_to_num().sum().backward()
+    assert q.grad[1].isnan().all() and not q.grad[0].isnan().any()
+    q.grad = None
+    torch.softmax((q @ k.T).masked_fill(~allowed, float("-inf")), -1).nan_to_num().sum().backward()
+    assert not q.grad.isnan().any()

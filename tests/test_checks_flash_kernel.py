@@ -44,7 +44,7 @@ def chapter_kernel(name, edit=("", "")):
     source = source.split("\n\n\n")[0]   # the kernel, not the code after it
     assert edit[0] in source
     namespace = {}
-    exec("from attncourse.kernels.runtime import jit, tl\n" + source.replace(*edit), namespace)
+    exec("from attncourse.kernels.triton_setup import jit, tl\n" + source.replace(*edit), namespace)
     return namespace[name]
 
 

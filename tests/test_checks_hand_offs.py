@@ -1,4 +1,4 @@
-"""The cheat suite (issue 36): every auto-graded exercise refuses one-line hand-offs.
+"""The cheat suite: every auto-graded exercise refuses one-line hand-offs.
 
 For each coding exercise of the chapters, in a namespace holding the chapter's imports
 (as a notebook's globals):
@@ -104,7 +104,7 @@ def check_of(ex):
 
 
 def triton_missing(ex) -> bool:
-    from attncourse.kernels.runtime import TRITON_AVAILABLE
+    from attncourse.kernels.triton_setup import TRITON_AVAILABLE
     return ex.check == "check_causal_early_exit" and not TRITON_AVAILABLE
 
 

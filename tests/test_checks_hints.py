@@ -1,4 +1,4 @@
-"""The checks' hints escalate from a nudge to the idea, never to the code (issue 36).
+"""The checks' hints escalate from a nudge to the idea, never to the code.
 
 No hint of the checks (the ``*_HINT``, ``*_RULE`` and ``*NUDGE*`` texts of
 ``attncourse.checks``) may hold a piece of an exercise's solution as code: every call,

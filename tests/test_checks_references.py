@@ -28,8 +28,8 @@ from attncourse.functional import (
 from attncourse.functional.luong import gaussian_weights, score_general
 from attncourse.functional.temperature import softmax_with_temperature
 from attncourse.nn.attention import merge_heads, split_heads
+from attncourse.nn.causal_attention import allowed_keys, repeat_kv
 from attncourse.nn.conv_attention import receptive_field
-from attncourse.nn.gqa import allowed_keys, repeat_kv
 from attncourse.nn.image_attention import doubly_stochastic_penalty
 from attncourse.nn.rope import apply_rope
 from attncourse.train.schedule import warmup_inverse_sqrt

@@ -1,4 +1,4 @@
-"""The claims sweep (issue 46): tools/claims.py's assert rewriter, and book/claims.json fresh.
+"""The claims sweep: tools/claims.py's assert rewriter, and book/claims.json fresh.
 
 ``make claims`` executes every chapter with its ``assert`` statements rewritten to record
 their operands and margins (``tools/claims.py``). The rewriter is tested here on snippets:
@@ -317,7 +317,7 @@ def test_slow_cells_are_found_with_whether_they_showed_progress(tmp_path):
 
 
 def test_every_cell_past_30_seconds_showed_progress_in_every_variant():
-    """Issue 46: on a slower machine a silent cell looks like a hang."""
+    """On a slower machine a silent cell looks like a hang."""
     data = book_claims.load()
     silent = [f"{name} line {cell['line']} ({variant}, {cell['seconds']:.0f} s)"
               for name, entry in data["chapters"].items()
@@ -342,10 +342,10 @@ def test_the_page_names_slow_cells_and_those_without_progress():
     assert "line 5 (50 s, seed+1); line 9 (31 s, seed+1, **no progress**)." in text
 
 
-#: The variants every chapter is swept under (issue 46). 1-thread is native on a 2-core
-#: machine, where the sweep was run. ``rerun`` (issue 51's second run of every cell) is
-#: checked where it was recorded: it is not yet swept for every chapter.
-REQUIRED = ("native", "default-kernels", "2-threads", "seed+1")
+#: The variants every chapter is swept under. 1-thread is native on a 2-core machine,
+#: where the sweep was run. ``rerun`` runs every cell a second time in the same kernel: a
+#: cell that breaks when a learner re-runs it fails the sweep there.
+REQUIRED = ("native", "default-kernels", "2-threads", "seed+1", "rerun")
 
 
 @pytest.mark.parametrize("chapter", book_claims.chapter_names())

@@ -1,4 +1,4 @@
-"""Property test (issue 28): every numeric option of every sub-command, given extreme values.
+"""Property test: every numeric option of every sub-command, given extreme values.
 
 Hypothesis draws one or two numeric options of a sub-command and gives each an extreme
 value (0, negative, tiny, subnormal, beyond float32 and int64, infinities, NaN), on top

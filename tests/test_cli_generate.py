@@ -1,4 +1,4 @@
-"""``python -m attncourse generate``: a pretrained model from the command line (issue 35, item 4).
+"""``python -m attncourse generate``: a pretrained model from the command line.
 
 Most tests run a tiny Llama GGUF file written at test time (tens of KB); one
 loads the real SmolLM2 file (seconds, ~1 GB), skipped when its wheel is absent.
@@ -80,7 +80,7 @@ def test_options_out_of_range_are_one_line(capsys):
 
 
 def test_every_top_p_out_of_range_gets_the_same_message(capsys):
-    # Issue 47, item 29: 0 was refused as "above 0 and at most 1", -0.5 and 1.5 as "a
+    # 0 was once refused as "above 0 and at most 1", -0.5 and 1.5 as "a
     # probability in [0, 1]", a range that holds the refused 0. One range, one message.
     messages = {}
     for value in ("0", "-0.5", "1.5", "-1", "2"):

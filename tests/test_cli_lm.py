@@ -31,7 +31,7 @@ def test_train_then_sample(tmp_path, text_file, capsys):
     out = tmp_path / "run"
     assert main(["train-lm", "--text", str(text_file), "--out", str(out), *SMALL]) == 0
     assert {p.name for p in out.iterdir()} == {"checkpoint.pt", "vocab.json", "config.json", "history.json",
-                                               ".attncourse-run.json"}  # the manifest (issue 49)
+                                               ".attncourse-run.json"}  # the manifest
     assert len(json.loads((out / "history.json").read_text())) == 2
     capsys.readouterr()
     assert main(["sample", str(out), "--prompt", "hello", "--length", "30", "--seed", "1"]) == 0

@@ -4,7 +4,7 @@
 The variant changes only the scores: cosine-similarity attention with a fixed temperature,
 softmax(tau cos(q_i, k_j)) (Henry et al. 2020, "Query-Key Normalization for Transformers",
 whose tau is learned; fixed here). Everything else (checks, heads, RoPE, cache, masks) is
-:class:`~attncourse.nn.gqa.CausalSelfAttention`'s plumbing. A fresh process sees it because
+:class:`~attncourse.nn.causal_attention.CausalSelfAttention`'s plumbing. A fresh process sees it because
 ``ATTNCOURSE_VARIANTS`` names this module (:mod:`attncourse.nn.variants`).
 """
 
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from attncourse.nn.attend import softmax_attend
-from attncourse.nn.gqa import CausalSelfAttention, GQAOptions
+from attncourse.nn.causal_attention import CausalSelfAttention, GQAOptions
 from attncourse.nn.spec import register_attention
 
 

@@ -18,8 +18,8 @@ from test_cli_lm import (
 from attncourse.cli.commands import main
 from attncourse.cli.lm import _load_lm, _read_vocab
 from attncourse.nn.gpt import GPT
+from attncourse.nn.old_files import SAVED_FIELDS
 from attncourse.recipes.lm import (
-    SAVED_FIELDS,
     LMConfig,
     build_lm,
     lm_settings,

@@ -2,8 +2,8 @@
 
 One test (or parametrized group) per item of the issue "Command line: no data loss, no
 traceback, bounded memory on any input"; every error is one line naming the option, exit 2.
-Round 2 (issue 28: no user file replaced even with --overwrite, no traceback from any option
-value, memory bounded for train-lm and sample) is in tests/test_cli_round2.py, and its
+No user file replaced even with --overwrite, no traceback from any option value, memory
+bounded for train-lm and sample: tests/test_cli_overwrite_and_memory.py, and its
 property test over every numeric option in tests/test_cli_extremes.py.
 """
 
@@ -54,11 +54,11 @@ def test_non_empty_out_that_is_no_run_is_refused(tmp_path, capsys):
     (out / "test.tsv").write_text("mine\tx\n", encoding="utf-8")
     assert main(["train", *TASK, "--out", str(out)]) == 2
     line = one_error_line(capsys)
-    # a folder of other things is no run folder (issue 49, item 2): no --overwrite offered
+    # a folder of other things is no run folder: no --overwrite offered
     assert "test.tsv" in line and "a folder of its own" in line and "not empty" in line
     assert (out / "test.tsv").read_text(encoding="utf-8") == "mine\tx\n"
     assert sorted(os.listdir(out)) == ["test.tsv"]
-    # --overwrite never replaces a file no run wrote (issue 28, item 1): it stops and names it
+    # --overwrite never replaces a file no run wrote: it stops and names it
     assert main(["train", *TASK, "--out", str(out), "--overwrite"]) == 2
     line = one_error_line(capsys)
     assert "none of its files (test.tsv) is deleted" in line

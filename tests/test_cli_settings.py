@@ -1,7 +1,7 @@
-"""One source for every command's settings (issue 34, item 3): every option of every command is a field.
+"""One source for every command's settings: every option of every command is a field.
 
 The parsers are generated from the :func:`~attncourse.train.config.setting` fields
-of the classes :data:`attncourse.cli.spec.COMMANDS` lists. These tests hold every
+of the classes :data:`attncourse.cli.option_fields.COMMANDS` lists. These tests hold every
 command, present and future, to that: no option written by hand, every
 :class:`LMConfig` field an option of ``train-lm``, and a field added to a command's
 class an option with its help and range, checked with a one-line error.
@@ -14,9 +14,9 @@ import dataclasses
 
 import pytest
 
-from attncourse.cli import spec
+from attncourse.cli import option_fields
 from attncourse.cli.commands import build_parser, main
-from attncourse.cli.limits import LIMITS, check_limits
+from attncourse.cli.limits import LIMITS, validate_limits
 from attncourse.cli.parsing import CHECKS, option_flag
 from attncourse.recipes.lm import OPTIONAL_FIELDS, LMConfig, lm_settings
 from attncourse.train.config import Limit, format_number, setting
@@ -32,8 +32,8 @@ def _actions(command: str) -> dict[str, argparse.Action]:
 
 def test_every_command_is_generated_from_its_fields():
     parser = build_parser()
-    assert set(_subparsers(parser)) == set(spec.COMMANDS)
-    for name, command in spec.COMMANDS.items():
+    assert set(_subparsers(parser)) == set(option_fields.COMMANDS)
+    for name, command in option_fields.COMMANDS.items():
         fields = {f.name: f for f in command.fields()}
         actions = {a.dest: a for a in _subparsers(parser)[name]._actions if a.dest != "help"}
         assert set(actions) == set(fields), name  # no option without a field, no field without an option
@@ -57,7 +57,7 @@ def test_every_lmconfig_field_but_the_corpus_digest_is_a_train_lm_option_with_it
             assert f.name not in actions
             continue
         assert actions[f.name].default == f.default, f.name
-    # the four fields that had no option before (issue 34)
+    # the four fields that once had no option: now they have one, with the field's default
     args = build_parser().parse_args(["train-lm", "--out", "x", "--no-causal", "--weight-decay", "0.1",
                                       "--clip-norm", "2", "--dropout", "0.2"])
     assert (args.causal, args.weight_decay, args.clip_norm, args.dropout) == (False, 0.1, 2.0, 0.2)
@@ -74,9 +74,9 @@ class LMWithGate(LMConfig):
 
 def test_a_field_added_to_lmconfig_is_a_train_lm_option_with_its_help_and_range(monkeypatch, tmp_path, capsys):
     assert "gate_heads" not in _actions("train-lm")
-    command = spec.COMMANDS["train-lm"]
-    monkeypatch.setitem(spec.COMMANDS, "train-lm", dataclasses.replace(
-        command, classes=(spec.TrainLMOptions, LMWithGate)))
+    command = option_fields.COMMANDS["train-lm"]
+    monkeypatch.setitem(option_fields.COMMANDS, "train-lm", dataclasses.replace(
+        command, classes=(option_fields.TrainLMOptions, LMWithGate)))
     action = _actions("train-lm")["gate_heads"]
     assert action.option_strings == ["--gate-heads"] and action.default is None
     assert action.help == "gated attention on the first N heads (a test's option) [at most 8]"
@@ -101,20 +101,20 @@ def test_a_field_added_to_lmconfig_is_a_train_lm_option_with_its_help_and_range(
 
 def test_a_field_added_to_sample_is_its_option(monkeypatch):
     @dataclasses.dataclass(frozen=True)
-    class SampleWithScaling(spec.SampleOptions):
+    class SampleWithScaling(option_fields.SampleOptions):
         rope_factor: float = setting(1.0, "stretch RoPE's positions by F (a test's option)", check="positive_float",
                                      limit=Limit(0.0, 64.0, "a test's range", open_low=True), metavar="F")
 
-    monkeypatch.setitem(spec.COMMANDS, "sample", dataclasses.replace(spec.COMMANDS["sample"],
+    monkeypatch.setitem(option_fields.COMMANDS, "sample", dataclasses.replace(option_fields.COMMANDS["sample"],
                                                                      classes=(SampleWithScaling,)))
     args = build_parser().parse_args(["sample", "run", "--rope-factor", "100"])
     assert args.rope_factor == 100.0
-    assert check_limits(args) == "--rope-factor must be above 0 and at most 64 (a test's range), got 100"
+    assert validate_limits(args) == "--rope-factor must be above 0 and at most 64 (a test's range), got 100"
     assert _actions("sample")["rope_factor"].help.endswith("[at most 64]")
 
 
 def test_limits_are_the_fields_and_train_keeps_its_own():
-    fields = {f.name: f for f in spec.COMMANDS["train"].fields()}
+    fields = {f.name: f for f in option_fields.COMMANDS["train"].fields()}
     for name, f in fields.items():
         if f.metadata["limit"] is not None:
             assert LIMITS[name] is f.metadata["limit"]
@@ -127,7 +127,7 @@ def test_a_new_lmconfig_field_at_its_default_keeps_run_names():
     assert set(lm_settings(LMConfig())) == {f.name for f in dataclasses.fields(LMConfig)} - set(OPTIONAL_FIELDS)
 
 
-@pytest.mark.parametrize("command", sorted(spec.COMMANDS))
+@pytest.mark.parametrize("command", sorted(option_fields.COMMANDS))
 def test_every_command_has_help(command):
     for action in _actions(command).values():
         assert action.help, (command, action.dest)
@@ -140,7 +140,7 @@ OWN_RANGES = {("generate", "max_tokens"), ("generate", "temperature")}
 
 def test_an_option_of_several_commands_has_its_range_declared_once():
     seen: dict[str, tuple[str, Limit]] = {}
-    for name, command in spec.COMMANDS.items():
+    for name, command in option_fields.COMMANDS.items():
         for f in command.fields():
             limit = f.metadata["limit"]
             if limit is None or (name, f.name) in OWN_RANGES:

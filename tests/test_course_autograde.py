@@ -1,6 +1,6 @@
 """nbgrader autogrades a submission of every chapter, and no cell waits on a widget.
 
-Issue 36: autograding froze after cells that display an explorer until the cell's limit
+Autograding once froze after cells that display an explorer until the cell's limit
 (300 s, 120 s) ran out (the cause and the fix: ``tests/test_widgets_headless.py``). Here
 every chapter becomes an nbgrader assignment as the course's command writes it, cut to
 stay quick (the training is left out): its imports, the cells that display an explorer and
@@ -24,8 +24,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from attncourse.course.exercises import chapter_exercises
 from attncourse.course.grading import grading_problems, submit_solutions
-from attncourse.course.nbgrader_source import TRAINING_LIMITS, write_course
+from attncourse.course.nbgrader_source import write_course
 
 pytest.importorskip("nbgrader")
 
@@ -35,6 +36,8 @@ CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 #: included), far too little for a cell left waiting on a front end.
 LIMIT = 30
 EXPLORERS = ("Explorer(", "Stepper(")
+#: Exercises with a :timeout: of their own: their checks run the learner's training.
+TRAINING = {ex.label for path in CHAPTERS for ex in chapter_exercises(path) if ex.timeout is not None}
 
 
 def _names(source: str) -> tuple[set[str], set[str]]:
@@ -75,10 +78,10 @@ def quick(nb):
         if read <= known | bound:
             runnable.append(cell)
     nb.cells = imports + runnable + nb.cells[start:]
-    # An exercise whose check trains a model (chapter 7b's loop, 300 steps) is left out:
+    # An exercise whose check trains a model (chapter 7b's loop, 300 steps: its :timeout:) is left out:
     # it waits on no widget, which is what this test is about; the grade of record's test
     # grades it, and tools/autograde_seconds.py times it under nbgrader (the guide's table).
-    nb.cells = [cell for cell in nb.cells if _label(cell) not in TRAINING_LIMITS]
+    nb.cells = [cell for cell in nb.cells if _label(cell) not in TRAINING]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.metadata["attncourse"] = {"timeout": LIMIT}
@@ -161,3 +164,55 @@ def test_the_guide_gives_seconds_per_submission_for_every_chapter():
     guide = (ROOT / "book" / "instructors.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\| (\w+) \| (\d+ \| \d+) \|$", guide, re.MULTILINE))
     assert set(rows) == {chapter.stem for chapter in CHAPTERS}, sorted(rows)
+
+
+UNPREPARED = """import torch
+from attncourse.train.loop import train_epochs
+
+
+def build(device):
+    model = torch.nn.Linear(1, 1)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+
+train_epochs("unprepared/linear", {}, build, lambda epoch: {}, lambda model: {}, 1, progress=False,
+             device="cpu")"""
+
+
+def test_under_autograde_a_cell_past_its_limit_or_needing_training_costs_only_its_exercise(tmp_path,
+                                                                                              monkeypatch):
+    # Issue 50: grading never trains (the course's config sets ATTNCOURSE_NO_TRAINING for
+    # autograde), and a cell stopped by its limit costs its exercise, never the submission.
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("ATTNCOURSE_RUNS", str(runs))
+    monkeypatch.delenv("ATTNCOURSE_NO_TRAINING", raising=False)
+    chapter = ROOT / "notebooks" / "04_self_attention.md"
+    course = tmp_path / "course"
+    write_course([chapter], course)
+    name = chapter.stem
+    path = course / "source" / name / f"{name}.ipynb"
+    nb = quick(nbformat.read(path, as_version=4))
+    unprepared = nbformat.v4.new_code_cell(UNPREPARED)
+    unprepared.metadata["attncourse"] = {"timeout": LIMIT}
+    nb.cells.insert(1, unprepared)
+    for cell in nb.cells:
+        if _label(cell) == "ex-sa-causal":  # an endless answer: its check runs into the limit
+            cell.metadata["attncourse"] = {"timeout": 5}
+            if cell.metadata["nbgrader"]["solution"]:
+                cell.source = "def my_causal_mask(seq_len):\n    ### BEGIN SOLUTION\n    while True:\n" \
+                              "        pass\n    ### END SOLUTION"
+    nbformat.write(nb, path)
+    nbgrader(course, "generate_assignment", name, "--force")
+    submit_solutions(course, name)
+    start = time.perf_counter()
+    nbgrader(course, "autograde", name, "--create", "--force")
+    seconds = time.perf_counter() - start
+    problems = grading_problems(course, name, "solved")
+    assert problems == ["stopped by its time limit: # Graded: shows the check's result; fails under nbgrader "
+                        "unless it passes.", "ex-sa-causal-check scored 0.0 of 1.0"], problems
+    graded = nbformat.read(course / "autograded" / "solved" / name / f"{name}.ipynb", as_version=4)
+    errors = [out.ename for cell in graded.cells if cell.source.startswith("import torch\nfrom attncourse.train")
+              for out in cell.outputs if out.output_type == "error"]
+    assert errors == ["UnpreparedRun"], errors
+    assert not list(runs.rglob("*.pt")), "autograde trained"
+    print(f"\nautograde with one endless answer and one unprepared run: {seconds:.1f} s")

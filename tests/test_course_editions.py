@@ -78,7 +78,7 @@ def test_student_notebook_keeps_statements_stubs_and_checks(chapter):
     assert not re.search(r"\{solution(-start|-end)?\}", text)
     rewriter = Rewriter(read_bibliography(), {p.stem for p in CHAPTERS})
     for ex in exercises:
-        # the label is the instructor's name for the exercise (issue 51): not shown here
+        # the label is the instructor's name for the exercise: not shown here
         assert f"({ex.label})" not in text and rewriter.markdown(ex.statement) in text
         if ex.kind == "coding":
             stub = nb.cells[ex.stub_cell].source
@@ -130,7 +130,7 @@ def test_citations_read_author_year():
 
 
 def test_references_read_as_titles_and_student_headings_carry_no_label():
-    """Issue 51, item 1: a ``{ref}`` read "(see decoder-positions)", a heading "(ex-a)".
+    """A ``{ref}`` once read "(see decoder-positions)", a heading "(ex-a)".
 
     The label a reference points at is the book's internal name; the learner reads the
     title it stands for. The instructor edition keeps the label in the heading, where it
@@ -231,6 +231,13 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert (out / "student" / "04_self_attention.md").exists()
     assert (out / "instructor" / "04_self_attention.ipynb").exists()
     assert (out / "nbgrader" / "source" / "04_self_attention" / "04_self_attention.ipynb").exists()
+    # Issue 50: the licence files the notice and the README name are there, as the course's.
+    root = Path(__file__).resolve().parents[1]
+    readme = (out / "README.md").read_text()
+    for folder in (out, out / "nbgrader" / "source" / "04_self_attention"):
+        for name in ("LICENSE", "LICENSE-CONTENT"):
+            assert f"`{name}`" in readme
+            assert (folder / name).read_bytes() == (root / name).read_bytes(), folder / name
     # Instructor edition only: rubrics and slides, offline (no script or style from the web).
     rubrics = (out / "instructor" / "rubrics.md").read_text()
     assert "ex-sa-scale" in rubrics and "ex-sa-cost" in rubrics and "Partial credit" in rubrics
@@ -248,6 +255,15 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert err.count("\n") == 1 and "--overwrite" in err
     assert (out / "README.md").read_text() == "mine"
     assert main([str(out), "--chapter", "04_self_attention", "--overwrite", "--no-nbgrader"]) == 0
+
+
+def test_licence_files_missing_from_the_course_are_refused_not_named(tmp_path):
+    from attncourse.course.notice import write_licences
+
+    (tmp_path / "LICENSE").write_text("MIT")
+    with pytest.raises(ValueError, match="LICENSE-CONTENT is missing"):
+        write_licences(tmp_path / "out", root=tmp_path)
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -309,7 +325,7 @@ def test_every_written_exercise_has_a_rubric_in_the_instructor_edition_only():
 
 
 def test_every_handed_out_copy_carries_the_licence_notice(tmp_path):
-    # Issue 36: title, authors, CC BY-SA 4.0 with its link for the text, MIT for the code.
+    # A copy handed out travels: title, authors, CC BY-SA 4.0 with its link for the text, MIT for the code.
     import re as _re
 
     from attncourse.course.editions import chapter_editions
@@ -352,7 +368,7 @@ def test_the_nbgrader_source_holds_each_written_answers_rubric():
 
 
 def test_links_between_chapters_point_at_the_sibling_assignment_folders():
-    # Issue 36: in nbgrader releases each chapter sits in its own assignment folder.
+    # In nbgrader releases each chapter sits in its own assignment folder.
     from attncourse.course.exercises import read_chapter
     from attncourse.course.nbgrader_source import LINKS_NOTE, source_notebook
 

@@ -118,7 +118,7 @@ def test_timings_command_merges_a_caches_chapter_times(tmp_path):
 
 
 def test_the_hand_off_table_gives_every_checks_rules():
-    # Issue 36: the guide lists what each check allows and refuses, from the checks' rules.
+    # The guide lists what each check allows and refuses, from the checks' rules.
     from attncourse.checks.hand_offs import HAND_OFFS
 
     found = guide.chapters()

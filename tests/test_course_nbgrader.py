@@ -128,7 +128,7 @@ def test_the_guides_grading_cycle_runs_as_written(tmp_path):
     assert float(grades["bob"]["raw_score"]) == 0.0, grades["bob"]
     # tools/autograde_seconds.py's verdict on a submission: nothing for the reference
     # answers, each unanswered check for the blank one.
-    # The grade of record (issue 50), computed outside the students' kernels, agrees.
+    # The grade of record, computed outside the students' kernels, agrees.
     records = {r["student"]: r for r in json.loads((course / f"record_{CHAPTER}.json").read_text())}
     assert (records["alice"]["score"], records["bob"]["score"]) == (3, 0), records
     from nbgrader.api import Gradebook

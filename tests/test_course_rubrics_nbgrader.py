@@ -1,4 +1,4 @@
-"""The formgrader shows each written answer's rubric; the student never sees it (issue 36).
+"""The formgrader shows each written answer's rubric; the student never sees it.
 
 The nbgrader source puts the reference answer and rubric of every written exercise in a
 read-only cell after the answer, inside nbgrader's mark-scheme region. This test runs

@@ -1,4 +1,4 @@
-"""The slide decks show the chapter's figures when built from its executed notebook (issue 36).
+"""The slide decks show the chapter's figures when built from its executed notebook.
 
 The book build leaves each executed chapter in ``_build/jupyter_execute/notebooks/``; a
 deck built with it puts each section's first figure after the section's slide, embedded
@@ -129,7 +129,7 @@ def test_decks_show_the_defining_equations_a_chapter_writes_inline():
 @pytest.mark.parametrize("chapter", sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.md")),
                          ids=lambda p: p.stem)
 def test_the_title_slide_says_its_title_once_and_no_slide_ends_on_a_colon(chapter):
-    # Issue 50 item 6: the title slide repeated "The Transformer" (the title, then the opening
+    # The title slide once repeated "The Transformer" (the title, then the opening
     # cell with the title again, its introduction and prerequisites) and overflowed; slides
     # ended on a sentence announcing code the slide does not show.
     student, _ = chapter_editions(chapter)

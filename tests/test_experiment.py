@@ -74,7 +74,7 @@ def test_transformer_presets():
         0.1, 0.1, "noam", (0.9, 0.98), 1e-9)
     gpu = transformer_preset("gpu", task="dates", epochs=3)
     # The paper's batch (~25,000 target tokens) but a run of minutes, not 100,000 steps: the
-    # warm-up scaled down to 400 steps, its peak rate kept by lr_scale (issue 22).
+    # warm-up scaled down to 400 steps, its peak rate kept by lr_scale.
     assert (gpu.d_model, gpu.num_heads, gpu.num_layers, gpu.d_ff, gpu.warmup) == (512, 8, 6, 2048, 400)
     assert (gpu.amp, gpu.fused, gpu.optimizer, gpu.weight_decay, gpu.clip_norm) == ("bf16", True, "adamw", 0.0, None)
     assert gpu.epochs == 3 and gpu.task == "dates" and gpu.n_train + gpu.n_valid + gpu.n_test <= 36_525

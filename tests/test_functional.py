@@ -727,7 +727,7 @@ def test_causal_mask_rejects_empty(n):
     ids=["all dims 3", "batch 2"],
 )
 def test_numpy_sdpa_batched_input_is_correct_or_rejected_at_the_boundary(q_shape, k_shape, v_shape):
-    # BUG: check_attention_shapes accepts (..., src_len, d_k), but the NumPy path computes
+    # BUG: validate_attention_shapes accepts (..., src_len, d_k), but the NumPy path computes
     # q @ k.T, which reverses *all* axes of a 3-D k. Square shapes give silently wrong numbers,
     # others a bare matmul error. Either batch correctly or raise a ValueError naming the shape.
     q, k, v = randn(*q_shape, seed=1), randn(*k_shape, seed=2), randn(*v_shape, seed=3)
@@ -740,7 +740,7 @@ def test_numpy_sdpa_batched_input_is_correct_or_rejected_at_the_boundary(q_shape
 
 
 def test_numpy_trace_batched_input_is_correct_or_rejected_at_the_boundary():
-    # BUG: check_projection_shapes accepts x (..., seq_len, d_model), but self_attention_trace
+    # BUG: validate_projection_shapes accepts x (..., seq_len, d_model), but self_attention_trace
     # takes n = x.shape[0] and uses k.T; a batched x gives wrong numbers without an error.
     x, w = randn(2, 2, 2, seed=4), randn(2, 2, seed=5)
     try:

@@ -105,7 +105,7 @@ def test_mask_density_counts_kept_scores():
         strided_mask(4, 0)
 
 
-# ----------------------------------------------------------------------------- one window definition (issue 23)
+# ----------------------------------------------------------------------------- one window definition
 
 from attncourse.functional import fixed_mask  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The instructor's guide lists every private reference a check carries (issue 23, item 13)."""
+"""The instructor's guide lists every private reference a check carries."""
 
 import re
 from pathlib import Path

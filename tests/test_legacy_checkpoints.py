@@ -1,4 +1,4 @@
-"""Checkpoints written before issue 25 (commit 370b458) load, and their runs resume.
+"""Checkpoints written before the engine was split into attncourse/train/ (commit 370b458) load, and their runs resume.
 
 The files in tests/fixtures/legacy/ were written by that commit's code
 (tests/fixtures/write_legacy_checkpoints.py says how): a ``fit`` run of an RNN

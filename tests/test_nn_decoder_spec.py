@@ -23,9 +23,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from attncourse.nn.causal_attention import CausalSelfAttention, GQAOptions
 from attncourse.nn.ffn import SwiGLU
 from attncourse.nn.gpt import GPT
-from attncourse.nn.gqa import CausalSelfAttention, GQAOptions
 from attncourse.nn.mla import MLAOptions
 from attncourse.nn.norm import RMSNorm
 from attncourse.nn.rope import apply_rope

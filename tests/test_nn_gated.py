@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from attncourse.nn.attention import merge_heads
+from attncourse.nn.causal_attention import CausalSelfAttention
 from attncourse.nn.gated import GatedOptions, GatedSelfAttention
 from attncourse.nn.gpt import GPT
-from attncourse.nn.gqa import CausalSelfAttention
 from attncourse.nn.spec import (
     ATTENTION_VARIANTS,
     AttentionSpec,

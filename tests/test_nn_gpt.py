@@ -87,7 +87,7 @@ def test_next_token_probs_top_k_and_temperature():
         next_token_probs(logits, temperature=0.0)
 
 
-# ----------------------------------------------------------------------------- issue 23: bad input, one line
+# ----------------------------------------------------------------------------- bad input, one line
 
 
 @pytest.mark.parametrize("tokens", [torch.tensor([[0, 1, 10]]), torch.tensor([[-1, 2]])])

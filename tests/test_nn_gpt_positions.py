@@ -1,4 +1,4 @@
-"""GPT.forward's ``positions`` (issue 34, item 1): absolute positions of the tokens, default as before.
+"""GPT.forward's ``positions``: absolute positions of the tokens, default as before.
 
 The default, passed explicitly, gives bit-identical logits; cached decoding one
 token at a time with explicit positions equals the full forward; the positions

@@ -79,7 +79,7 @@ def test_alibi_bias_hand_computed():
     torch.testing.assert_close(alibi_bias(8, 1, 5)[0, 0], -0.5 * torch.tensor([4.0, 3, 2, 1, 0]))
 
 
-# ----------------------------------------------------------------------------- issue 23: alibi_bias dtype and errors
+# ----------------------------------------------------------------------------- alibi_bias dtype and errors
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
@@ -99,7 +99,7 @@ def test_alibi_bias_refuses_more_queries_than_keys():
 
 
 def test_alibi_model_in_float64_uses_a_float64_bias():
-    from attncourse.nn.gqa import CausalSelfAttention
+    from attncourse.nn.causal_attention import CausalSelfAttention
 
     torch.manual_seed(1)
     attn = CausalSelfAttention(24, 6, positional="alibi").double()   # 6 heads: slopes not exact in float32

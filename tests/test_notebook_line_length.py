@@ -1,4 +1,4 @@
-"""Code lines of the chapters fit the book's code column: 88 characters (issue 23, item 18).
+"""Code lines of the chapters fit the book's code column: 88 characters.
 
 The book's CSS (book/_ext/static/attncourse.css) makes a code column 88 characters wide at
 1280 x 800, and tests/browser checks that nothing scrolls sideways there. Every chapter in

@@ -458,3 +458,17 @@ def test_a_name_that_is_not_llamas_is_refused():
     assert course_name("token_embd.weight") == "embedding.weight"
     with pytest.raises(KeyError, match="blk.0.attn_qkv.weight"):
         course_name("blk.0.attn_qkv.weight")
+
+
+def test_reading_a_model_shows_its_tensors_only_when_it_is_slow(tiny, monkeypatch, capsys):
+    import attncourse.runtime as runtime
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    path, _ = tiny
+    opened = open_gguf(path)
+    opened.tensors()
+    assert capsys.readouterr().err == ""                       # quick: nothing printed
+    monkeypatch.setattr(runtime, "QUIET_PROGRESS_DELAY_S", 0.0)  # as on a slow laptop
+    count = len(opened.tensors())
+    err = capsys.readouterr().err
+    assert f"/{count} [" in err and "reading the model" in err and "tensor/s" in err, err

@@ -237,7 +237,7 @@ def test_a_number_character_after_a_space_is_split_as_llama_cpp_does(tokenizer):
 
 
 def test_a_digit_after_a_newline_and_a_space_is_split_as_llama_cpp_does(tokenizer):
-    # Issue 47, item 25. llama.cpp's smollm pre-tokenizer cuts the digits off first, so
+    # llama.cpp's smollm pre-tokenizer cuts the digits off first, so
     # "\n " stays one piece (ĊĠ); GPT-2's split alone, which transformers' GGUF loader
     # applies (it ignores tokenizer.ggml.pre), gives "\n", " 1" -> Ċ, Ġ, 1.
     assert [tokenizer.token(i) for i in tokenizer.encode("\n 1")] == ["ĊĠ", "1"]
@@ -247,7 +247,7 @@ def test_a_digit_after_a_newline_and_a_space_is_split_as_llama_cpp_does(tokenize
 
 @needs_transformers
 def test_transformers_gguf_loader_splits_a_digit_after_a_newline_otherwise(tokenizer, hf_tokenizer):
-    # The course follows llama.cpp; transformers does not (issue 47, item 25): one token more.
+    # The course follows llama.cpp; transformers does not: one token more.
     theirs = hf_tokenizer("\n 1", add_special_tokens=False)["input_ids"]
     assert [tokenizer.token(i) for i in theirs] == ["Ċ", "Ġ", "1"]
     assert len(theirs) == len(tokenizer.encode("\n 1")) + 1

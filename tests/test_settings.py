@@ -1,10 +1,10 @@
-"""One source for a run's settings (issue 25, item 3): adding a setting is one edit.
+"""One source for a run's settings : adding a setting is one edit.
 
 A setting is a field made with :func:`attncourse.train.config.setting`. These
 tests hold every such field, present and future, to what the one edit must
 give: an option of ``train`` with the same name, default, help, check and
 limit; a field of :class:`Experiment` and of :class:`FitConfig` when it is part
-of the training recipe; a FitConfig derived from an Experiment that carries it.
+of the training settings; a FitConfig derived from an Experiment that carries it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from attncourse.recipes.experiment import Experiment, transformer_preset
 from attncourse.train.config import (
     FitConfig,
     Limit,
-    Recipe,
+    TrainingSettings,
     fit_config_from,
     format_number,
     setting,
@@ -61,10 +61,10 @@ def test_every_setting_is_a_train_option_with_its_default_help_check_and_limit(f
         assert action.help.endswith(f"[at most {format_number(meta['limit'].high)}]")
 
 
-def test_the_recipe_is_in_experiment_and_fitconfig_and_reaches_fit():
+def test_the_training_settings_are_in_experiment_and_fitconfig_and_reaches_fit():
     experiment_fields = {f.name: f for f in dataclasses.fields(Experiment)}
     config_fields = {f.name for f in dataclasses.fields(FitConfig)}
-    for f in dataclasses.fields(Recipe):
+    for f in dataclasses.fields(TrainingSettings):
         assert f.name in experiment_fields and f.name in config_fields
         assert experiment_fields[f.name].metadata == f.metadata  # help and limit too
     # a value away from its default in an Experiment reaches the engine
@@ -72,13 +72,13 @@ def test_the_recipe_is_in_experiment_and_fitconfig_and_reaches_fit():
                "betas": (0.8, 0.9), "eps": 1e-6, "weight_decay": 0.1, "label_smoothing": 0.2, "clip_norm": None,
                "amp": "bf16", "fused": True, "compile": True, "time_budget": 9.0, "length_buckets": 2,
                "patience": 2, "seed": 5, "schedule": "noam"}
-    assert set(changed) == {f.name for f in dataclasses.fields(Recipe)}
+    assert set(changed) == {f.name for f in dataclasses.fields(TrainingSettings)}
     config = Experiment(**changed).fit_config()
     assert {name: getattr(config, name) for name in changed} == changed
 
 
 def test_the_command_line_defaults_are_the_dataclasses():
-    # the RNN defaults of `train`, as they were written by hand before (issue 28)
+    # the RNN defaults of `train`, as they were written by hand before the fields made them
     assert RNN_DEFAULTS == {
         "emb_dim": 64, "hidden_dim": 128, "dropout": 0.0, "epochs": 10, "batch_size": 64, "lr": 1e-3,
         "clip_norm": 1.0, "label_smoothing": 0.0, "schedule": None, "warmup": 4000, "lr_scale": 1.0,

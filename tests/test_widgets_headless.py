@@ -1,7 +1,7 @@
 """Explorers under a kernel with no front end (nbgrader, nbval, ``jupyter execute``).
 
 Autograding froze now and then after a cell that displays an explorer, until the cell's
-time limit ran out (issue 36). The cause: the explorer drew its figure with
+time limit ran out. The cause: the explorer drew its figure with
 ``with self.out: display(fig)``. That capture asks the front end to route the cell's
 outputs into the Output widget; nbclient stands in for the front end and answers every
 captured output with a ``comm_msg`` on the shell channel while it awaits the cell's

@@ -1,14 +1,18 @@
-"""Seconds nbgrader's ``autograde`` takes per submission of each chapter, first and later.
+"""Seconds ``prepare`` takes per chapter, and nbgrader's ``autograde`` per submission.
 
-Issue 36 asks the instructors' guide to say how long grading one submission takes. This
+The instructors' guide says how long grading one submission takes. This
 does what the guide tells an instructor to do, timed: write the course folder with the
 chapters given (whole, training included), ``nbgrader generate_assignment``, then for each
 chapter in the order given submit the reference answers for student ``first`` and run
 ``nbgrader autograde <chapter> --student first --create --force``, then the same for
-student ``later``. The first submission finds no trained model in ``ATTNCOURSE_RUNS`` (a
-new folder, shared by the chapters of this run in their order) and trains them; the later
-one loads them. Every cell must finish within its limit and every automatic check must
-score (:func:`attncourse.course.grading.grading_problems`), or the run exits 1.
+student ``later``. Since grading never trains (the course's config sets
+``ATTNCOURSE_NO_TRAINING`` for autograde), each chapter is first prepared, timed
+(``python -m attncourse prepare``'s :func:`~attncourse.course.prepare.prepare`, into
+``ATTNCOURSE_RUNS``, a new folder shared by the chapters of this run in their order); both
+submissions then load the trained models. (The guide's table was measured before ``prepare``
+existed: its first submission trained the models.) Every cell must finish within its limit
+and every automatic check must score (:func:`attncourse.course.grading.grading_problems`), or
+the run exits 1.
 
 Run it from the repository root; it prints one Markdown table row per chapter as it goes,
 with the load average (``/proc/loadavg``, 1 minute) before each autograde::
@@ -21,6 +25,7 @@ with the load average (``/proc/loadavg``, 1 minute) before each autograde::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -38,6 +43,8 @@ from attncourse.course.grading import (  # noqa: E402
 from attncourse.course.nbgrader_source import (  # noqa: E402
     write_course,
 )
+from attncourse.course.prepare import prepare  # noqa: E402
+from attncourse.runtime import runs_dir  # noqa: E402
 
 STUDENTS = ("first", "later")
 
@@ -57,11 +64,16 @@ def time_chapters(chapters: list[Path], course: Path) -> int:
     nbgrader(course, "generate_assignment", "*", "--force")
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, "
           f"{os.cpu_count()} CPUs, course in {course}")
-    print("| chapter | first (s) | load | later (s) | load | problems |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| chapter | prepare (s) | load | first (s) | load | later (s) | load | problems |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     failed = 0
     for chapter in chapters:
         name, cells, problems = chapter.stem, [], []
+        before = load()
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(sys.stderr):  # its progress lines stay out of the table
+            prepare([chapter], runs_dir())
+        cells += [f"{time.perf_counter() - start:.1f}", before]
         for student in STUDENTS:
             submit_solutions(course, name, student)
             before = load()

@@ -1,4 +1,4 @@
-"""Sweep the chapters' claims over variants of the machine: ``make claims`` (issue 46).
+"""Sweep the chapters' claims over variants of the machine: ``make claims``.
 
 Each chapter checks its claims with ``assert`` statements. They pass on the machine that
 built the book; this tool measures by how much they would pass elsewhere. It executes
@@ -94,8 +94,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "2-threads": {"env": {}, "threads": 2, "about": "two threads: another order of sums"},
     "seed+1": {"env": {"ATTNCOURSE_SEED_OFFSET": "1"}, "threads": None,
                "about": "every trained model from another seed, on the same data"},
-    # a learner re-runs cells: every code cell a second time, in order, in the same kernel
-    # (issue 51); the models native trained are loaded, not trained again
+    # a learner re-runs cells: every code cell a second time, in order, in the same kernel;
+    # the models native trained are loaded, not trained again
     "rerun": {"env": {}, "threads": None, "passes": 2, "runs": "native",
               "about": "every cell run a second time, in order, in the same kernel"},
 }
@@ -786,7 +786,7 @@ def summary_line(folder: Path, chapter: str) -> str:
 
 # ---- cells that keep the reader waiting --------------------------------------------------
 
-#: A cell running longer than this must show progress (issue 46: on a machine three times
+#: A cell running longer than this must show progress (on a machine three times
 #: slower, a silent minute looks like a hang).
 SLOW_CELL_SECONDS = 30.0
 #: What a progress bar (tqdm's text, or its widget's text/plain) or a run loaded from its

@@ -1,6 +1,6 @@
 """A hostile run of the command line: many invocations of ``python -m attncourse``, each in a
 temporary folder, with forged run files, special files, random options, interrupts and
-concurrent runs; every outcome classified (issue 49).
+concurrent runs; every outcome classified.
 
     python tools/hostile_cli.py --workers 2 --json hostile.json           # the full run (1,000+)
     python tools/hostile_cli.py --limit 60 --workers 1 --json h.json       # a quick look

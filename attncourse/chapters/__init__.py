@@ -9,8 +9,8 @@ chapter's folder imports. No library part imports a chapter's folder and no fold
 another's (``tests/test_layers.py``); :mod:`attncourse.course` finds the rubrics through
 :func:`modules`. Adding a chapter is its notebook, its folder and a line in ``_toc.yml``.
 
-``python tools/move_chapters.py --check`` fails if a module that one chapter alone uses
-has been left in a library part.
+``tests/test_layers.py`` fails if a module that one chapter alone uses has been left in a
+library part.
 """
 
 from __future__ import annotations

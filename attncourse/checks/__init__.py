@@ -20,6 +20,7 @@ from attncourse.lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(__name__, {
     "core": ("Case", "CheckResult", "run_cases", "to_numpy"),
     "graded": ("graded",),
+    "guard": ("written",),
     "self_attention": ("check_causal_mask", "check_scaled_dot_product", "check_softmax"),
     "seq2seq": ("check_additive_score", "check_gru_cell", "check_masked_softmax", "check_padding_mask"),
 })
@@ -37,4 +38,5 @@ __all__ = [
     "graded",
     "run_cases",
     "to_numpy",
+    "written",
 ]

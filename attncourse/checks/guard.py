@@ -133,7 +133,7 @@ EXERCISE_FUNCTIONS = frozenset({
 #: Library functions that compute a softmax: no exercise that asks for one may call them.
 SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:special_softmax",
            "torch:Softmax", "scipy:softmax", "scipy:log_softmax", "scipy:logsumexp",
-           # missed until issue 50: each computes a softmax too (or attention, its weights)
+           # easy to miss: each computes a softmax too (or attention, its weights)
            "torch:logsumexp", "torch:_log_softmax", "torch:special_log_softmax", "torch:_masked_softmax",
            "torch:scaled_dot_product_attention")
 #: Library attention: no exercise about attention weights or outputs may call it.
@@ -313,5 +313,35 @@ def is_stub(fn: Any) -> bool:
     return True
 
 
+
+
+def written(*functions: Any) -> bool:
+    """Whether the learner has written every one of ``functions`` (none is still a stub).
+
+    The student edition wraps a cell that runs the learner's functions in ``if
+    written(...):`` (:mod:`attncourse.course.waiting`), so that before the exercise is
+    answered the cell prints one line saying what it waits for, instead of failing on
+    the stub's ``None``. A written function that is wrong still runs, and its errors
+    show.
+
+    Parameters
+    ----------
+    *functions : callable
+        The learner's functions the cell calls.
+
+    Returns
+    -------
+    bool
+        True when none of them is a stub (:func:`is_stub`); otherwise False, after
+        printing which ones the cell waits for.
+    """
+    missing = [getattr(unwrap(fn), "__name__", "?") for fn in functions if is_stub(fn)]
+    if missing:
+        names = " and ".join(f"`{name}`" for name in missing)
+        print(f"This cell runs your {names}: it waits until you write "
+              f"{'them' if len(missing) > 1 else 'it'} above (the check says "
+              "'not passed yet' until then).")
+    return not missing
+
 __all__ = ["ATTENTION", "EXERCISE_FUNCTIONS", "SOFTMAX", "HandOff", "HandOffs", "ReferenceCalled", "is_reference",
-           "is_stub", "reference_name", "refused", "unwrap", "watching"]
+           "is_stub", "reference_name", "refused", "unwrap", "watching", "written"]

@@ -15,12 +15,16 @@ and section 3.2.3 (masking in the decoder).
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from attncourse.checks.core import Case, CheckResult, run_cases, same_values
+from attncourse.checks.guard import unwrap
 from attncourse.functional import (
     attention,
     causal_mask,
@@ -426,8 +430,29 @@ def check_scaled_dot_product(fn: Callable[..., Any]) -> CheckResult:
     >>> check_scaled_dot_product(my_attention)
     ✔ check_scaled_dot_product: all 5 hidden cases pass
     """
-    return run_cases("check_scaled_dot_product", fn, scaled_dot_product_cases(),
-                     references=(scaled_dot_product_attention, attention))
+    result = run_cases("check_scaled_dot_product", fn, scaled_dot_product_cases(),
+                       references=(scaled_dot_product_attention, attention))
+    if result.passed and _replaces_nan(fn):
+        result = replace(result, message=f"{result.message}. {SDP_NAN_REPLACED_NOTE}")
+    return result
+
+
+SDP_NAN_REPLACED_NOTE = (
+    "A note: your function lets the fully masked row become 0 / 0 = NaN and then replaces "
+    "the NaN. The result is right, but in a model the backward pass goes through that 0 / 0 "
+    "too: with the mask added to the scores (an additive -inf), NaN reaches the gradients "
+    "of q and k and spoils training. Giving such a row zero weights without dividing by "
+    "zero avoids NaN in both passes."
+)
+
+
+def _replaces_nan(fn: Callable[..., Any]) -> bool:
+    """Whether the learner's source replaces NaN after the fact (``nan_to_num``, ``isnan``)."""
+    try:
+        source = inspect.getsource(unwrap(fn))
+    except (OSError, TypeError):  # no source to read (a builtin, a lambda made by exec)
+        return False
+    return re.search(r"\b(nan_to_num|isnan)\b", source) is not None
 
 
 # --------------------------------------------------------------------------- causal mask
@@ -487,8 +512,9 @@ def _diagnose_causal_mask(got: Any, case: Case) -> str | None:
     return None
 
 
-def causal_mask_cases() -> list[Case]:
-    """The hidden cases of :func:`check_causal_mask`."""
+def causal_mask_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_causal_mask`; with ``seed`` (the grade of record's),
+    two more lengths drawn from it."""
     def case(description: str, seq_len: int, hint: str) -> Case:
         return Case(
             description=description,
@@ -506,7 +532,8 @@ def causal_mask_cases() -> list[Case]:
         case("seq_len=4", 4, lower),
         case("a single position, seq_len=1", 1, MASK_SINGLE_HINT),
         case("seq_len=7", 7, lower),
-    ]
+    ] + ([] if seed is None else [case(f"drawn when graded: seq_len={int(n)}", int(n), lower)
+                                  for n in np.random.default_rng(seed).integers(2, 40, size=2)])
 
 
 def check_causal_mask(fn: Callable[[int], Any]) -> CheckResult:

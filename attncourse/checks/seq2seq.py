@@ -355,8 +355,9 @@ def _diagnose_padding_mask(got: Any, case: Case) -> str | None:
     return None
 
 
-def padding_mask_cases() -> list[Case]:
-    """The hidden cases of :func:`check_padding_mask`."""
+def padding_mask_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_padding_mask`; with ``seed`` (the grade of record's),
+    two more batches of lengths drawn from it."""
     def case(description: str, lengths: list[int], max_len: int, hint: str = PAD_RULE) -> Case:
         lengths_array = np.asarray(lengths, dtype=np.int64)
         return Case(
@@ -382,7 +383,20 @@ def padding_mask_cases() -> list[Case]:
             "real tokens (a row of True). " + PAD_RULE,
         ),
         case("one sequence of one token: lengths [1], max_len=1", [1], 1, PAD_SHAPE_HINT),
-    ]
+    ] + [case(f"drawn when graded: lengths {lengths}, max_len={max_len}", lengths, max_len)
+         for lengths, max_len in _drawn_lengths(seed)]
+
+
+def _drawn_lengths(seed: int | None) -> list[tuple[list[int], int]]:
+    """Two ``(lengths, max_len)`` drawn from the grading seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(2):
+        max_len = int(rng.integers(1, 12))
+        drawn.append(([int(v) for v in rng.integers(0, max_len + 1, size=int(rng.integers(1, 6)))], max_len))
+    return drawn
 
 
 def check_padding_mask(fn: Callable[..., Any]) -> CheckResult:

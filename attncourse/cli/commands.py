@@ -18,7 +18,7 @@ and the pretrained model of chapter 11 generates with ``generate`` (:mod:`attnco
 
     python -m attncourse generate --chat "What is the capital of France?"
 
-Every command's options are the fields of dataclasses (:mod:`attncourse.cli.spec`).
+Every command's options are the fields of dataclasses (:mod:`attncourse.cli.option_fields`).
 
 Several GPUs (or CPU processes) train one model together under ``torchrun``::
 
@@ -73,25 +73,25 @@ from typing import Any
 
 import torch
 
-from attncourse.cli.generate import check_generate_args, run_generate
-from attncourse.cli.gpu_report import check_gpu_report_args, run_gpu_report
-from attncourse.cli.limits import check_limits
-from attncourse.cli.lm import LM_COMMANDS, check_lm_args, run_sample, run_train_lm
+from attncourse.cli.generate import run_generate, validate_generate_args
+from attncourse.cli.gpu_report import run_gpu_report, validate_gpu_report_args
+from attncourse.cli.limits import validate_limits
+from attncourse.cli.lm import LM_COMMANDS, run_sample, run_train_lm, validate_lm_args
 from attncourse.cli.options import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     UsageError,
     build_parser,
-    check_evaluate_args,
-    check_train_args,
     out_dir_problem,
+    validate_evaluate_args,
+    validate_train_args,
 )
 from attncourse.cli.outputs import RunLocked, os_reason
 from attncourse.cli.train_evaluate import run_evaluate, run_train
 from attncourse.train.fit import CHECKPOINT_NAME
 
 #: Kept under its old name for callers of the command line's internals.
-_check_train_args = check_train_args
+_check_train_args = validate_train_args
 
 
 def _one_line(err: BaseException) -> str:
@@ -126,18 +126,18 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     try:
         args = parser.parse_args(None if argv is None else list(argv))
         if args.command == "train":
-            check_train_args(args)
+            validate_train_args(args)
         elif args.command in LM_COMMANDS:
-            check_lm_args(args, UsageError, out_dir_problem)
+            validate_lm_args(args, UsageError, out_dir_problem)
         elif args.command == "gpu-report":
-            problem = check_limits(args)
+            problem = validate_limits(args)
             if problem:
                 raise UsageError(problem)
-            check_gpu_report_args(args, UsageError)
+            validate_gpu_report_args(args, UsageError)
         elif args.command == "generate":
-            check_generate_args(args, UsageError)
+            validate_generate_args(args, UsageError)
         else:
-            check_evaluate_args(args)
+            validate_evaluate_args(args)
     except SystemExit as done:  # --help, --version and usage errors
         return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_USAGE)
     except UsageError as err:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from attncourse.cli.limits import check_limits
+from attncourse.cli.limits import validate_limits
 from attncourse.decode.speculative import speculative_generate
 from attncourse.nn.gpt import GPT
 from attncourse.pretrained.locate import MODELS, gguf_path
@@ -65,9 +65,9 @@ def _is_utf8(text: str | None) -> bool:
     return True
 
 
-def check_generate_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
+def validate_generate_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     """Raise ``usage_error`` for a ``generate`` command that would fail after loading the model."""
-    problem = check_limits(args)
+    problem = validate_limits(args)
     if problem:
         raise usage_error(problem)
     # the tokenizer takes only a str that encodes: refuse before loading the model

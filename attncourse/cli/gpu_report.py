@@ -109,10 +109,10 @@ def _written_by_report(path: Path) -> bool:
         return False
 
 
-def check_gpu_report_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
+def validate_gpu_report_args(args: argparse.Namespace, usage_error: type[Exception]) -> None:
     """Raise ``usage_error`` before any stage runs: CUDA asked for on a machine without it, or an OUT
     that holds files this command did not write (nothing is overwritten). The options' ranges are
-    checked before, from their fields (:func:`attncourse.cli.limits.check_limits`)."""
+    checked before, from their fields (:func:`attncourse.cli.limits.validate_limits`)."""
     if args.device == "cuda":
         import torch
 
@@ -450,4 +450,4 @@ def _finish(args: argparse.Namespace, out: Path, results: dict[str, Any], stages
 
 
 __all__ = ["DEFAULT_BUDGET", "OUT_FILES", "Stage", "benchmark_commands",
-           "check_gpu_report_args", "report_markdown", "run_gpu_report", "run_stage"]
+           "validate_gpu_report_args", "report_markdown", "run_gpu_report", "run_stage"]

@@ -6,9 +6,9 @@ value each of them either allocates more memory than any machine has, overflows
 float32 (3.4e38) or int64, or runs for years; before this module such values
 ended in a traceback or an out-of-memory kill. :data:`LIMITS` states one range
 per option, with the reason, gathered from the ``limit`` each option's field
-declares (:data:`attncourse.cli.spec.COMMANDS`; :func:`~attncourse.cli.parsing.add_fields`
-writes the ranges into ``--help``); :func:`check_limits` checks a parsed command
-against its fields (one line naming the option), and :func:`check_model_config` holds a checkpoint's
+declares (:data:`attncourse.cli.option_fields.COMMANDS`; :func:`~attncourse.cli.parsing.add_fields`
+writes the ranges into ``--help``); :func:`validate_limits` checks a parsed command
+against its fields (one line naming the option), and :func:`validate_model_config` holds a checkpoint's
 model sizes to the same ceilings *before* the model is built, so that an
 untrusted file cannot choose how much memory is allocated.
 
@@ -23,8 +23,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from attncourse.cli.option_fields import COMMANDS, MAX_PROMPT_CHARS, command_fields
 from attncourse.cli.parsing import option_name
-from attncourse.cli.spec import COMMANDS, MAX_PROMPT_CHARS, command_fields
 from attncourse.train.config import NORM_EPS, ROPE_BASE, Limit
 
 
@@ -43,12 +43,12 @@ def _all_limits() -> dict[str, Limit]:
 LIMITS: dict[str, Limit] = _all_limits()
 
 
-def check_limits(
+def validate_limits(
     args: argparse.Namespace, flag: Callable[[str], str] | None = None
 ) -> str | None:
     """The first option of a parsed command out of its field's range, as one line; or None.
 
-    The command's fields (:func:`~attncourse.cli.spec.command_fields`) give each
+    The command's fields (:func:`~attncourse.cli.option_fields.command_fields`) give each
     option's range and flag (``train`` writes ``num_heads`` as ``--heads``);
     ``flag``, if given, spells an option instead.
     """
@@ -107,7 +107,7 @@ _CONFIG_NUMBERS = {
 }
 
 
-def check_model_config(config: Any, where: str) -> None:
+def validate_model_config(config: Any, where: str) -> None:
     """Raise ValueError unless a checkpoint's model config sizes stay within :data:`LIMITS`.
 
     Parameters
@@ -160,7 +160,7 @@ def check_model_config(config: Any, where: str) -> None:
                 f"{where} asks for a model with {key} {value:,}, which {problem}; "
                 "refused before allocating it"
             )
-    check_memory(4 * estimate_parameters(config), f"the model of {where}")
+    validate_memory(4 * estimate_parameters(config), f"the model of {where}")
 
 
 def _flat_spec(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -180,7 +180,7 @@ def _flat_spec(config: Mapping[str, Any]) -> Mapping[str, Any]:
     return flat
 
 
-def check_finite(model: Any, where: Any) -> None:
+def validate_finite(model: Any, where: Any) -> None:
     """Raise ValueError naming the file and the first weight that holds NaN or an infinity.
 
     Such a checkpoint (a diverged training, a damaged file) would otherwise end
@@ -196,7 +196,7 @@ def guard_logits(model: Any, where: Any) -> None:
     """Make every forward pass of ``model`` raise ValueError naming ``where`` if its logits are not finite.
 
     Finite weights can still overflow float32 on the way to the logits (weights of
-    1e38 pass :func:`check_finite`); sampling from such logits would end in torch's
+    1e38 pass :func:`validate_finite`); sampling from such logits would end in torch's
     "probability tensor contains either inf, nan or element < 0". The check is one
     reduction per step, next to nothing beside the forward pass itself.
     """
@@ -259,7 +259,7 @@ def memory_problem(needed: int, what: str) -> str | None:
     return None
 
 
-def check_memory(needed: int, what: str) -> None:
+def validate_memory(needed: int, what: str) -> None:
     """Raise MemoryError with :func:`memory_problem`'s line if ``needed`` bytes do not fit."""
     problem = memory_problem(needed, what)
     if problem:

@@ -27,20 +27,20 @@ from typing import Any
 
 import torch
 
-from attncourse.cli.generate import check_generate_args, run_generate
+from attncourse.cli.generate import run_generate, validate_generate_args
 from attncourse.cli.limits import (
     LIMITS,
-    check_finite,
-    check_limits,
-    check_memory,
-    check_model_config,
     guard_logits,
     training_memory_problem,
+    validate_finite,
+    validate_limits,
+    validate_memory,
+    validate_model_config,
 )
+from attncourse.cli.option_fields import MAX_PROMPT_CHARS
 from attncourse.cli.options import out_dir_problem, special_file
 from attncourse.cli.outputs import locked_run_dir
 from attncourse.cli.rundir import remove_recorded, unstarted_run, write_json
-from attncourse.cli.spec import MAX_PROMPT_CHARS
 from attncourse.data.text import char_corpus, course_text, read_utf8, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.decode.generation import SUPPRESSED_IDS, generate
@@ -74,9 +74,9 @@ VOCAB_NAME = "vocab.json"
 LM_RUN_FILES = ("config.json", VOCAB_NAME, CHECKPOINT_NAME, "history.json")
 
 
-def check_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_dir_problem: Any) -> None:
+def validate_lm_args(args: argparse.Namespace, usage_error: type[Exception], out_dir_problem: Any) -> None:
     """Raise ``usage_error`` for a ``train-lm``/``sample`` command that would fail later; nothing is written."""
-    problem = check_limits(args)
+    problem = validate_limits(args)
     if problem:
         raise usage_error(problem)
     if args.command == "sample" and args.model is not None:
@@ -147,7 +147,7 @@ def pretrained_sample_args(args: argparse.Namespace, usage_error: type[Exception
         command="generate", prompt=args.prompt, model=args.model, chat=False, temperature=args.temperature,
         top_p=1.0, top_k=args.top_k, max_tokens=args.length, seed=args.seed, draft=draft,
         draft_tokens=args.draft_tokens, device=args.device)
-    check_generate_args(pretrained, usage_error)
+    validate_generate_args(pretrained, usage_error)
     return pretrained
 
 
@@ -177,7 +177,7 @@ def _read_vocab(path: Path) -> Vocabulary:
         raise ValueError(f"{path} is not a vocabulary written by train-lm ({reason})") from None
 
 
-def _check_resume(out: Path, config: LMConfig, vocab: Vocabulary) -> None:
+def _validate_resume(out: Path, config: LMConfig, vocab: Vocabulary) -> None:
     """Raise ValueError unless ``out``'s checkpoint continues with ``config`` and ``vocab``; before any write.
 
     A run continues with more ``--steps`` (as ``train --epochs N``); any other
@@ -229,7 +229,7 @@ def run_train_lm(args: argparse.Namespace) -> int:
 def _train_lm(args: argparse.Namespace, out: Path) -> int:
     text = _read_text(args.text, args.max_chars)
     # the text (1-4 bytes a character), its ids (2 or 4 bytes) and the encoding's chunks
-    check_memory(TEXT_BYTES_PER_CHAR * len(text), f"--text ({len(text):,} characters)")
+    validate_memory(TEXT_BYTES_PER_CHAR * len(text), f"--text ({len(text):,} characters)")
     digest = text_digest(text)
     n_chars = len(text)
     corpus = char_corpus(text, args.valid_fraction, compact=True)
@@ -240,12 +240,12 @@ def _train_lm(args: argparse.Namespace, out: Path) -> int:
     fields = {f.name for f in dataclasses.fields(LMConfig)}
     config = LMConfig(**{k: v for k, v in vars(args).items() if k in fields and k != "corpus"})
     config = dataclasses.replace(config, corpus=digest)
-    check_memory(lm_training_bytes(config, len(corpus.vocab)),
+    validate_memory(lm_training_bytes(config, len(corpus.vocab)),
                  f"training with --batch-size {config.batch_size} and --context {config.context} "
                  f"(a vocabulary of {len(corpus.vocab):,} characters; logits and activations)")
     fresh_start = unstarted_run(out, temporaries(out, LM_RUN_FILES))
     if args.resume:
-        _check_resume(out, config, corpus.vocab)
+        _validate_resume(out, config, corpus.vocab)
     # checked: now write
     out.mkdir(parents=True, exist_ok=True)
     remove_temporaries(out, LM_RUN_FILES)
@@ -267,7 +267,8 @@ def _train_lm(args: argparse.Namespace, out: Path) -> int:
 
 #: Bytes a character of --text may cost while train-lm holds it: the string (1-4 bytes), the training
 #: part's int16 ids, the held-out part's int64 ids, the encoding's bounded chunks. Measured on a 50 MB
-#: text: 2.6 bytes a character above the imports (main before issue 38: 24.5); checked with margin.
+#: text: 2.6 bytes a character above the imports (24.5 when the whole text was held as int64 ids); checked
+#: with margin.
 TEXT_BYTES_PER_CHAR = 8
 
 
@@ -289,7 +290,7 @@ def run_sample(args: argparse.Namespace) -> int:
     """The ``sample`` sub-command; prints the prompt and its continuation.
 
     The checkpoint's model sizes are checked before the model is built
-    (:func:`~attncourse.cli.limits.check_model_config`); characters the model
+    (:func:`~attncourse.cli.limits.validate_model_config`); characters the model
     never saw are refused, and it never generates ``<unk>``.
     """
     if getattr(args, "generate", None) is not None:  # sample --model: a pretrained model
@@ -335,8 +336,8 @@ def _load_lm(run: Path, device, rope_scaling: str | None = None,
     run's training length (its config.json's ``context``); ValueError if it has no RoPE.
     """
     path = run / CHECKPOINT_NAME
-    model, _ = load_model(path, map_location=device, check_config=lambda c: check_model_config(c, str(path)))
-    check_finite(model, path)
+    model, _ = load_model(path, map_location=device, validate_config=lambda c: validate_model_config(c, str(path)))
+    validate_finite(model, path)
     guard_logits(model, path)
     if not isinstance(model, GPT):
         raise ValueError(f"{path} holds a {type(model).__name__}, not a model of train-lm")

@@ -1,7 +1,7 @@
 """The options of ``python -m attncourse``: the argument parser, and every check made before any work.
 
-:func:`build_parser` reads the command line; :func:`check_train_args` and
-:func:`check_evaluate_args` then check what argparse cannot see alone (options
+:func:`build_parser` reads the command line; :func:`validate_train_args` and
+:func:`validate_evaluate_args` then check what argparse cannot see alone (options
 that do not go together, files to read, places to write) and fill in the
 defaults that depend on the model. Every problem is a :class:`UsageError`,
 printed by :func:`attncourse.cli.commands.main` as one line naming the option,
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import attncourse
-from attncourse.cli.limits import check_limits, training_memory_problem
+from attncourse.cli.limits import training_memory_problem, validate_limits
+from attncourse.cli.option_fields import COMMANDS, MODELS, TRAIN_MAX_TOKENS
 from attncourse.cli.outputs import (
     is_stdout,
     json_written_by,
@@ -36,7 +37,6 @@ from attncourse.cli.rundir import (
     run_command,
     unstarted_run,
 )
-from attncourse.cli.spec import COMMANDS, MODELS, TRAIN_MAX_TOKENS
 from attncourse.recipes.experiment import Experiment, transformer_preset
 from attncourse.train.checkpoint import temporaries
 from attncourse.train.config import FitConfig, settings
@@ -87,7 +87,7 @@ def add_settings(group: Any, name: str, of: tuple[Field, ...] = SETTINGS) -> Non
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``attncourse`` argument parser: every sub-command of :data:`~attncourse.cli.spec.COMMANDS`.
+    """The ``attncourse`` argument parser: every sub-command of :data:`~attncourse.cli.option_fields.COMMANDS`.
 
     Each sub-command's options are generated from its classes' setting fields
     (:func:`~attncourse.cli.parsing.add_fields`), in ``--help`` sections where it has them.
@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "attention), the Transformer, the decoder-only language model (train-lm, sample), "
                     "and generate with a pretrained model (generate).",
         epilog="Instructors: 'attncourse student-edition OUT' writes the chapters' student editions "
-               "(see 'attncourse student-edition --help'); 'attncourse grade SUBMISSIONS' grades "
+               "(see 'attncourse student-edition --help'); 'attncourse prepare [CHAPTER...]' trains the "
+               "chapters' cached models once, before grading; 'attncourse grade SUBMISSIONS' grades "
                "collected submissions outside the students' kernels (see 'attncourse grade --help').",
     )
     parser.add_argument("--version", action="version", version=f"attncourse {attncourse.__version__}",
@@ -117,22 +118,22 @@ class UsageError(Exception):
     """A combination of options that argparse cannot check by itself."""
 
 
-def check_train_args(args: argparse.Namespace) -> None:
+def validate_train_args(args: argparse.Namespace) -> None:
     """Raise UsageError for options that do not go together or files that cannot be read; fill in defaults.
 
     The run directory is checked later, by :func:`out_dir_problem`, on one process only.
     """
     if args.resume and args.overwrite:
         raise UsageError("give --resume (continue the run in --out) or --overwrite (start it again), not both")
-    # before check_writable: the folder itself is wrong, writable or not
+    # before validate_writable: the folder itself is wrong, writable or not
     if shared_folder(args.out):
         raise UsageError(out_dir_problem(args.out, False, False))
-    check_writable(args.out, "--out", directory=True)
+    validate_writable(args.out, "--out", directory=True)
     if args.task is None:
         if args.train is None or args.valid is None:
             raise UsageError("give --task, or both --train and --valid")
-        check_readable(args.train, "--train")
-        check_readable(args.valid, "--valid")
+        validate_readable(args.train, "--train")
+        validate_readable(args.valid, "--valid")
         args.max_tokens = TRAIN_MAX_TOKENS if args.max_tokens is None else args.max_tokens
         args.too_long = args.too_long or "error"
         for name in ("n_train", "n_valid", "n_test", "max_value"):
@@ -205,13 +206,13 @@ def _resolve(args: argparse.Namespace) -> None:
         raise UsageError(f"--d-model {args.d_model} is not divisible by --heads {args.num_heads}")
     if env_world_size() > 1 and args.teacher_forcing < 1.0:
         raise UsageError("--teacher-forcing below 1 cannot run on several processes (torchrun)")
-    problem = check_limits(args, flag) or training_memory_problem(args)
+    problem = validate_limits(args, flag) or training_memory_problem(args)
     if problem:
         raise UsageError(problem)
 
 
 
-def check_readable(path: Path, option: str) -> None:
+def validate_readable(path: Path, option: str) -> None:
     """Raise UsageError unless ``path`` is a file this process can read."""
     if path.is_dir():
         raise UsageError(f"{option} {str(path)!r} is a directory, not a TSV file")
@@ -230,7 +231,7 @@ def special_file(path: Path, option: str) -> str:
             "give a file")
 
 
-def check_writable(path: Path, option: str, directory: bool = False) -> None:
+def validate_writable(path: Path, option: str, directory: bool = False) -> None:
     """Raise UsageError unless ``path`` can be written: a file (or, with ``directory``, a directory to create or fill).
 
     Checked before any work, so that hours of decoding or training do not end
@@ -256,7 +257,7 @@ def check_writable(path: Path, option: str, directory: bool = False) -> None:
         raise UsageError(f"{option} {str(path)!r}: not writable (permission denied)")
 
 
-def check_evaluate_args(args: argparse.Namespace) -> None:
+def validate_evaluate_args(args: argparse.Namespace) -> None:
     """Raise UsageError for an ``evaluate`` command that would fail after decoding; fill in ``args.json``.
 
     The run directory must exist, the test file be readable, and every file
@@ -266,8 +267,8 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
     if not args.dir.is_dir():
         raise UsageError(f"DIR {str(args.dir)!r}: no such directory (a run written by 'attncourse train', "
                          f"holding {BEST_NAME})")
-    check_readable(args.test, "--test")
-    problem = check_limits(args, flag)
+    validate_readable(args.test, "--test")
+    problem = validate_limits(args, flag)
     if problem:
         raise UsageError(problem)
     default_json = args.json is None
@@ -284,7 +285,7 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         if problem:
             raise UsageError(problem)
         if not is_stdout(path) and not path.is_char_device():
-            check_writable(path, option)
+            validate_writable(path, option)
         if replaces_foreign(path, ours):
             args.replaced.append(path)
     if args.predictions is not None and (
@@ -293,7 +294,7 @@ def check_evaluate_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--predictions and the metrics (--json) would both be written to {str(args.json)!r}")
     results = args.dir / "results.json"
     if results.is_file():
-        check_writable(results, "DIR")
+        validate_writable(results, "DIR")
 
 
 def shared_folder(out: Path) -> str | None:

@@ -2,11 +2,11 @@
 
 Every option of every command is a dataclass field made with
 :func:`~attncourse.train.config.setting` (the commands' fields are listed in
-:data:`attncourse.cli.spec.COMMANDS`). :func:`add_fields` turns such fields
+:data:`attncourse.cli.option_fields.COMMANDS`). :func:`add_fields` turns such fields
 into argparse arguments: the flag, default, help, choices or value check
 (:data:`CHECKS`) and the range (:class:`~attncourse.train.config.Limit`,
 appended to the help as ``[at most N]`` and checked after parsing by
-:func:`attncourse.cli.limits.check_limits`) all come from the field, so that
+:func:`attncourse.cli.limits.validate_limits`) all come from the field, so that
 adding an option is adding a field. Errors are one line (:class:`Parser`).
 """
 

@@ -3,6 +3,7 @@
 Writes into ``OUT/``::
 
     README.md                      what is where, and how to grade
+    LICENSE, LICENSE-CONTENT       the licences the notice in every notebook names
     student/<chapter>.ipynb        no solutions, no outputs (+ .md with --markdown)
     instructor/<chapter>.ipynb     the whole chapter, no outputs
     nbgrader/nbgrader_config.py    an nbgrader course directory ...
@@ -30,7 +31,7 @@ from attncourse.cli.parsing import add_fields
 from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises, read_chapter
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
-from attncourse.course.notice import NOTICE
+from attncourse.course.notice import NOTICE, write_licences
 from attncourse.course.rubrics import rubrics_markdown
 from attncourse.course.slides import EXECUTED, executed_notebooks, write_decks
 from attncourse.train.config import setting, settings
@@ -67,17 +68,22 @@ whole cycle with the exchange, command by command):
 
     nbgrader generate_assignment 04_self_attention     # writes release/04_self_attention/
     # hand out release/..., put submissions into submitted/<student>/04_self_attention/
+    python -m attncourse prepare 04_self_attention      # trains the chapter's models, once
     ls submitted | xargs -P 2 -I{{}} nbgrader autograde 04_self_attention --student {{}}
     # grade the written answers: jupyter lab, menu Nbgrader > Formgrader
     nbgrader generate_feedback 04_self_attention       # feedback/<student>/04_self_attention/
     nbgrader export                                    # grades.csv
 
 The kernel that grades needs the course's package (`pip install -e` of the course, or
-PYTHONPATH), and the environment's `bin/` on PATH. Chapters: {chapters} ({n_ex} exercises:
+PYTHONPATH), and the environment's `bin/` on PATH. Grading never trains: `nbgrader_config.py`
+sets `ATTNCOURSE_NO_TRAINING=1` for `nbgrader autograde`, which then loads the models that
+`prepare` trained (use the same `ATTNCOURSE_RUNS` for both). Chapters: {chapters} ({n_ex} exercises:
 {n_coding} coding, {n_written} written).
 
 Licence: {notice} Every notebook here starts with this notice and every deck's title slide
-shows it: keep them in what you hand out.
+shows it: keep them in what you hand out. `LICENSE` (MIT, the code) and `LICENSE-CONTENT`
+(CC BY-SA 4.0, the text and figures) are in this folder, and in each nbgrader assignment's
+source folder, so a release hands them out with the notebook.
 """
 
 
@@ -170,8 +176,11 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
               "figures: no executed notebook found (run `make book` first, or pass --executed)",
               file=sys.stderr)
     written += write_decks(students, out / "instructor" / "slides", executed)
+    written += write_licences(out)
     if not args.no_nbgrader:
         written += write_course(chapters, out / "nbgrader")
+        for path in chapters:  # nbgrader's release copies an assignment's other files with it
+            written += write_licences(out / "nbgrader" / "source" / path.stem)
     coding = sum(ex.kind == "coding" for ex in exercises)
     readme = README.format(
         source=args.notebooks, chapters=", ".join(p.stem for p in chapters), n_ex=len(exercises),

@@ -21,6 +21,7 @@ from attncourse.course.exercises import Part, read_chapter, split_notebook
 from attncourse.course.notice import notice_cell
 from attncourse.course.plain import plain_cells
 from attncourse.course.rubrics import RUBRICS
+from attncourse.course.waiting import wait_for_answers
 
 
 def _bare(nb: NotebookNode, cells: list[NotebookNode],
@@ -60,6 +61,9 @@ def _whole_cells(nb: NotebookNode, parts: list[Part]) -> set[int]:
 def student_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
     """``nb`` without any solution (code or text), outputs cleared.
 
+    Cells that run a learner's function still to be written wait for it
+    (:func:`attncourse.course.waiting.wait_for_answers`).
+
     Raises
     ------
     ValueError
@@ -68,7 +72,7 @@ def student_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
     parts, _ = split_notebook(nb, chapter)
     whole = _whole_cells(nb, parts)
     cells = [cell_from_part(nb, p, p.cell in whole) for p in parts if not p.solution]
-    return _bare(nb, cells, labels=False)
+    return _bare(nb, wait_for_answers(cells), labels=False)
 
 
 def instructor_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:

@@ -27,6 +27,7 @@ from nbformat import NotebookNode
 _OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>exercise|solution|solution-start|solution-end)\}"
                    r"\s*(?P<arg>.*)$")
 _LABEL = re.compile(r"^:label:\s*(\S+)\s*$")
+_TIMEOUT = re.compile(r"^:timeout:\s*(.*?)\s*$")
 #: The stub a coding exercise leaves for the learner.
 STUB_MARK = "# your code here"
 
@@ -58,6 +59,12 @@ class Exercise:
         Source of the exercise's ``solution`` code cells.
     solution_text : list of str
         Markdown of its solution (the ``{solution}`` body, or the text of the region).
+    timeout : int or None
+        The directive's ``:timeout:`` option: seconds the exercise's answer and check may
+        run when graded (nbgrader's cells and the grade of record), for an exercise whose
+        check runs the learner's own training; None: the grader's default. The book
+        registers the option with sphinx-exercise (``book/_ext/attncourse_book.py``), so
+        ``-W`` builds accept it, and the editions drop it like every option.
     """
 
     chapter: str
@@ -70,6 +77,7 @@ class Exercise:
     stub_cell: int | None = None
     solution_code: list[str] = field(default_factory=list)
     solution_text: list[str] = field(default_factory=list)
+    timeout: int | None = None
 
 
 @dataclass
@@ -113,6 +121,22 @@ def _directive_body(lines: list[str]) -> tuple[str, str | None]:
         in_options = False
         body.append(line)
     return "\n".join(body).strip(), label
+
+
+def _timeout(lines: list[str], where: str) -> int | None:
+    """A directive's ``:timeout:`` option (seconds, a positive integer), or None."""
+    for line in lines:
+        stripped = line.strip()
+        if not stripped.startswith(":"):
+            break  # the options end where the body begins
+        match = _TIMEOUT.match(stripped)
+        if match:
+            value = match.group(1)
+            if not (value.isascii() and value.isdigit() and int(value) > 0):
+                raise ValueError(f"{where}: :timeout: must be a positive whole number of seconds, "
+                                 f"got {value!r}")
+            return int(value)
+    return None
 
 
 def _stub_names(source: str) -> tuple[str | None, str | None]:
@@ -200,7 +224,8 @@ def split_notebook(nb: NotebookNode, chapter: str = "") -> tuple[list[Part], lis
                 statement, label = _directive_body(body)
                 if label is None:
                     raise ValueError(f"{chapter}: the exercise {arg!r} has no :label:")
-                exercises[label] = Exercise(chapter, label, arg, statement)
+                exercises[label] = Exercise(chapter, label, arg, statement,
+                                            timeout=_timeout(body, f"{chapter}: {label}"))
                 last = label
                 kept.extend(lines[i:end + 1])
             elif name == "solution":

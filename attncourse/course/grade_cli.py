@@ -62,14 +62,26 @@ def _submissions(paths: list[Path]) -> list[Path]:
     return found
 
 
-def _chapter(path: Path, chapter: str | None, notebooks: Path) -> Path:
+def _chapters(notebooks: Path) -> dict[str, Path]:
     names = {p.stem: p for p in notebooks.glob("*.md")}
     if not names:
         raise ValueError(f"--notebooks {str(notebooks)!r} holds no chapter (*.md)")
+    return names
+
+
+def chapter_path(name: str, notebooks: Path, option: str = "") -> Path:
+    """The MyST source of chapter ``name`` in ``notebooks``; a ValueError names ``option`` and the chapters."""
+    names = _chapters(notebooks)
+    if name not in names:
+        raise ValueError(f"{option + ' ' if option else ''}{name!r} is not a chapter (chapters: "
+                         f"{', '.join(sorted(names))})")
+    return names[name]
+
+
+def _chapter(path: Path, chapter: str | None, notebooks: Path) -> Path:
     if chapter is not None:
-        if chapter not in names:
-            raise ValueError(f"--chapter {chapter!r} is not a chapter (chapters: {', '.join(sorted(names))})")
-        return names[chapter]
+        return chapter_path(chapter, notebooks, "--chapter")
+    names = _chapters(notebooks)
     for guess in (path.stem, path.parent.name):
         if guess in names:
             return names[guess]
@@ -121,4 +133,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "chapter_path", "main"]

@@ -20,6 +20,8 @@ import nbformat
 from nbformat import NotebookNode
 
 from attncourse.course.nbgrader_source import paste_solutions, write_course
+from attncourse.course.prepare import prepare
+from attncourse.runtime import runs_dir
 
 
 @contextlib.contextmanager
@@ -123,7 +125,7 @@ def grade_chapter(chapter: Path, course: Path,
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Grade every chapter given (blank and solved submissions) and print a table."""
+    """Grade every chapter given (blank and solved submissions, after preparing it) and print a table."""
     parser = argparse.ArgumentParser(prog="python -m attncourse.course.grading")
     parser.add_argument("chapters", nargs="+", type=Path, help="notebooks/*.md files")
     args = parser.parse_args(argv)
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| --- | --- | --- | --- | --- |")
     for chapter in args.chapters:
         course = Path(tempfile.mkdtemp(prefix="attncourse-nbgrader-"))
+        with contextlib.redirect_stdout(sys.stderr):  # grading never trains: prepare first
+            prepare([chapter], runs_dir())
         start = time.perf_counter()
         try:
             scores = grade_chapter(chapter, course)

@@ -34,22 +34,23 @@ from nbformat import NotebookNode
 from attncourse.course.editions import _bare, _whole_cells, cell_from_part
 from attncourse.course.exercises import Exercise, read_chapter, split_notebook
 from attncourse.course.rubrics import RUBRICS
+from attncourse.runtime import NO_TRAINING_ENV
 
 CHECK_POINTS = 1
 WRITTEN_POINTS = 1
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
-#: nbgrader_config.py of the course directory the command writes.
 #: Seconds an answer or test cell may run: the checks run small hidden cases in well under a
-#: second, so this only ends an endless loop early.
+#: second, so this only ends an endless loop early. An exercise whose check runs the
+#: learner's own training declares its own limit (its ``:timeout:`` option, see
+#: :func:`exercise_limit`).
 EXERCISE_LIMIT = 60
-#: Exercises whose check trains a model: chapter 7b's runs the learner's training loop for
-#: 300 steps (35-70 s on a loaded 2-core machine, more with torch's plain kernels).
-TRAINING_LIMITS = {"ex-build-train": 300}
 
 
-def exercise_limit(label: str) -> int:
-    """Seconds the answer and test cells of exercise ``label`` may run."""
-    return TRAINING_LIMITS.get(label, EXERCISE_LIMIT)
+def exercise_limit(ex: Exercise) -> int:
+    """Seconds the answer and test cells of ``ex`` may run: its ``:timeout:``, else :data:`EXERCISE_LIMIT`."""
+    return ex.timeout if ex.timeout is not None else EXERCISE_LIMIT
+
+
 #: A chapter's other cells may run this many times the chapter's measured execution time
 #: (book/chapter_timings.json, first run with training, 2 CPU cores; an upper bound on
 #: its slowest cell), and at least :data:`MINIMUM_LIMIT` seconds.
@@ -85,6 +86,16 @@ def cell_limit(cell):
 
 
 c.Execute.timeout_func = cell_limit
+
+# Grading never trains: `python -m attncourse prepare CHAPTER` trained and cached the
+# chapter's models beforehand (same $ATTNCOURSE_RUNS); under autograde a cached model that is
+# missing or unfinished fails its cell at once instead of training in every submission.
+# The kernels autograde starts inherit this process's environment.
+import os  # noqa: E402
+import sys  # noqa: E402
+
+if sys.argv[1:2] == ["autograde"]:
+    os.environ["{no_training}"] = "1"
 '''
 
 
@@ -209,7 +220,7 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
             test.metadata["nbgrader"] = _meta(f"{ex.label}-check", solution=False, grade=True,
                                               points=CHECK_POINTS)
             for cell in (answer, test):
-                cell.metadata["attncourse"] = {"timeout": exercise_limit(ex.label)}
+                cell.metadata["attncourse"] = {"timeout": exercise_limit(ex)}
             cells += [answer, test]
         elif part.solution and part.role == "block":
             # nbgrader's release replaces the whole answer cell with "YOUR ANSWER HERE"; the
@@ -272,8 +283,8 @@ def write_course(chapters: list[Path], root: Path) -> list[Path]:
     root.mkdir(parents=True, exist_ok=True)
     config = root / "nbgrader_config.py"
     default = max(chapter_limit(path.stem) for path in chapters) if chapters else UNMEASURED_LIMIT
-    config.write_text(CONFIG.format(default=default, exercise=EXERCISE_LIMIT, factor=LIMIT_FACTOR),
-                      encoding="utf-8")
+    config.write_text(CONFIG.format(default=default, exercise=EXERCISE_LIMIT, factor=LIMIT_FACTOR,
+                                    no_training=NO_TRAINING_ENV), encoding="utf-8")
     written = [config]
     for path in chapters:
         target = root / "source" / path.stem / f"{path.stem}.ipynb"

@@ -4,9 +4,15 @@ The course's text and figures are licensed under CC BY-SA 4.0 and its code under
 (``LICENSE``, ``LICENSE-CONTENT``); both ask that a copy keep the title, the authors and
 the licences. Student, instructor and nbgrader notebooks start with :func:`notice_cell`,
 the class README ends with :data:`NOTICE`, and every slide deck's title slide shows it.
+The notice names the licence files: :func:`write_licences` puts them beside what
+``student-edition`` writes (the class folder, and each nbgrader assignment, whose release
+then hands them out with the notebook).
 """
 
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
@@ -29,6 +35,28 @@ NOTICE_TEXT = (NOTICE.replace(f"[CC BY-SA 4.0]({CC_BY_SA})", f"CC BY-SA 4.0 (`{C
                .replace(f"[MIT licence]({MIT})", f"MIT licence (`{MIT}`)"))
 
 
+#: The licence files the notice names, in the course's checkout (code: MIT; text: CC BY-SA).
+LICENCE_FILES = ("LICENSE", "LICENSE-CONTENT")
+COURSE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_licences(folder: Path, root: Path = COURSE_ROOT) -> list[Path]:
+    """Copy the course's :data:`LICENCE_FILES` from ``root`` into ``folder``; the files written.
+
+    Raises
+    ------
+    ValueError
+        If ``root`` lacks one of them (an installed package without its checkout): a copy
+        must not name a licence file it does not carry.
+    """
+    missing = [name for name in LICENCE_FILES if not (root / name).is_file()]
+    if missing:
+        raise ValueError(f"the course's {' and '.join(missing)} is missing from {str(root)!r}: the "
+                         "editions name it; run student-edition from a checkout of the course")
+    folder.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copyfile(root / name, folder / name)) for name in LICENCE_FILES]
+
+
 def notice_cell() -> NotebookNode:
     """A markdown cell holding :data:`NOTICE`, marked ``{"attncourse": {"notice": true}}``."""
     cell = nbformat.v4.new_markdown_cell(NOTICE)
@@ -36,4 +64,5 @@ def notice_cell() -> NotebookNode:
     return cell
 
 
-__all__ = ["AUTHORS", "CC_BY_SA", "MIT", "NOTICE", "NOTICE_TEXT", "TITLE", "notice_cell"]
+__all__ = ["AUTHORS", "CC_BY_SA", "LICENCE_FILES", "MIT", "NOTICE", "NOTICE_TEXT", "TITLE", "notice_cell",
+           "write_licences"]

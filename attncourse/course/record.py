@@ -37,12 +37,9 @@ import attncourse.chapters as chapters
 from attncourse.checks.hand_offs import HAND_OFFS
 from attncourse.checks.plain import plain_results
 from attncourse.course.answers import Answer
-from attncourse.course.nbgrader_source import (
-    CHECK_POINTS,
-    EXERCISE_LIMIT,
-    TRAINING_LIMITS,
-)
+from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
 from attncourse.course.refusals import refusal
+from attncourse.runtime import NO_TRAINING_ENV
 
 # The checks are imported here, before any answer exists: a forked grading process starts
 # with them loaded, and a spawned one imports them by importing this module.
@@ -71,8 +68,11 @@ class Outcome:
 
 def _seed_cases(check: Any, seed: int) -> bool:
     """Make ``check`` draw its random cases with ``seed``: every ``*_cases`` function of its
-    module that takes a ``seed`` gets it. Whether any did (run in the grading process only)."""
+    module that takes a ``seed`` gets it. Whether the check itself calls one of them (run in
+    the grading process only): chapter 7b's training check shares a module with seeded
+    checks, and its one case is not drawn."""
     space = getattr(check, "__globals__", {})
+    called = set(getattr(getattr(check, "__code__", None), "co_names", ()))
     fresh = False
     for name, value in list(space.items()):
         if name.endswith("_cases") and callable(value):
@@ -82,7 +82,7 @@ def _seed_cases(check: Any, seed: int) -> bool:
                 continue
             if takes_seed:
                 space[name] = functools.partial(value, seed=seed)
-                fresh = True
+                fresh |= name in called
     return fresh
 
 
@@ -96,6 +96,7 @@ def _run_answer(conn: Any, check_name: str, function: str, source: str, seed: in
         import torch
 
         torch.set_num_threads(1)  # fair on a shared grader, and safe after fork
+        os.environ[NO_TRAINING_ENV] = "1"  # a check loads no model that is not prepared (none does)
         check = chapters.check(check_name)
         fresh = _seed_cases(check, seed)
         filename = f"<answer {function}>"
@@ -139,8 +140,8 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
     why = refusal(answer.source, ex.check)
     if why:
         return outcome("refused", f"not accepted: {why}")
-    if ex.label in TRAINING_LIMITS:  # an exercise that trains gets its own, at least
-        limit = max(limit, TRAINING_LIMITS[ex.label])
+    if ex.timeout is not None:  # an exercise that runs the learner's training declares its own
+        limit = max(limit, ex.timeout)
     context = _context()
     receive, send = context.Pipe(duplex=False)
     process = context.Process(target=_run_answer, args=(send, ex.check, ex.function, answer.source, seed),

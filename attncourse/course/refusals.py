@@ -93,8 +93,8 @@ SOFTMAX_CHECKS = ("check_masked_softmax", "check_local_p_weights", "check_temper
                   "check_causal_linear_attention", "check_causal_early_exit")
 EXTRA = {name: SOFTMAX_EXTRA for name in SOFTMAX_CHECKS}
 #: Names the chapters import from the course package that stand for a library.
-ALIASES = {"attncourse.kernels.runtime.tl": "triton.language", "attncourse.kernels.runtime.jit": "triton.jit",
-           "attncourse.kernels.runtime.triton": "triton"}
+ALIASES = {"attncourse.kernels.triton_setup.tl": "triton.language", "attncourse.kernels.triton_setup.jit": "triton.jit",
+           "attncourse.kernels.triton_setup.triton": "triton"}
 #: Callables whose second argument (or first, for ``operator``'s) is an attribute name.
 _BY_NAME = {"getattr": 1, "hasattr": 1, "operator.attrgetter": 0, "operator.methodcaller": 0}
 _DUNDER = re.compile(r"^__\w+__$")

@@ -8,7 +8,8 @@
   scikit-learn's bundled 8x8 digits (:mod:`.canvases`);
 - character-level text for language models, by default the course's own chapters 1-6
   (:mod:`.text`).
-- associative recall, N (key, value) pairs and a query (:mod:`.recall`).
+- associative recall, N (key, value) pairs and a query (:mod:`.recall`), and its multi-query
+  form (MQAR, :mod:`.mqar`).
 
 ``tokenize`` here is the toy sentences' word splitter; the pairs' level-aware
 splitter is :func:`attncourse.data.pairs.tokenize`.
@@ -25,6 +26,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "dates": ("date_task",),
     "numbers": ("number_pairs", "number_task", "number_words"),
     "pairs": ("PairDataset", "Splits", "TSVError", "detokenize", "load_tsv", "read_tsv", "save_tsv"),
+    "mqar": ("MQARBatch", "multi_query_recall"),
     "recall": ("RecallBatch", "associative_recall"),
     "text": ("CharCorpus", "bigram_bits_per_char", "char_corpus", "course_text", "random_windows"),
     "toy": ("SENTENCES", "embed", "projections", "tokenize"),
@@ -40,6 +42,8 @@ __all__ = [
     "random_windows",
     "RecallBatch",
     "associative_recall",
+    "MQARBatch",
+    "multi_query_recall",
     "CanvasDataset",
     "CanvasSplits",
     "RELATIONS",

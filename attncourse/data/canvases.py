@@ -173,7 +173,7 @@ class CanvasSplits:
     pools: dict
 
 
-def _check_counts(n_train: int, n_valid: int, n_test: int) -> tuple[int, int, int]:
+def _validate_counts(n_train: int, n_valid: int, n_test: int) -> tuple[int, int, int]:
     counts = []
     for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
         if int(value) != value or value < 0:
@@ -182,7 +182,7 @@ def _check_counts(n_train: int, n_valid: int, n_test: int) -> tuple[int, int, in
     return counts[0], counts[1], counts[2]
 
 
-def _check_fractions(pool_fractions) -> np.ndarray:
+def _validate_fractions(pool_fractions) -> np.ndarray:
     fractions = np.asarray(pool_fractions, dtype=np.float64)
     if fractions.shape != (3,) or not np.all(fractions > 0):
         raise ValueError(
@@ -214,7 +214,7 @@ def source_pools(seed: int = 0, pool_fractions=(0.6, 0.2, 0.2)) -> dict[str, np.
     ValueError
         If ``pool_fractions`` is not three positive numbers.
     """
-    fractions = _check_fractions(pool_fractions)
+    fractions = _validate_fractions(pool_fractions)
     _, labels = _load_digits()
     rng = np.random.default_rng([int(seed), 1797])
     parts: dict[str, list[np.ndarray]] = {name: [] for name in _SPLIT_NAMES}
@@ -284,7 +284,7 @@ def _render(sources: np.ndarray, positions: np.ndarray, height: int, width: int,
     return canvases
 
 
-def _check_canvas(height: int, width: int, min_width: int, what: str) -> None:
+def _validate_canvas(height: int, width: int, min_width: int, what: str) -> None:
     if int(height) != height or int(width) != width:
         raise ValueError(f"height and width must be ints, got ({height!r}, {width!r})")
     if height < DIGIT_SIZE or width < min_width:
@@ -367,12 +367,12 @@ def digit_canvas_task(
     Xu et al. (2015), section 5 (attention follows the words of the caption);
     Mnih et al. (2014), section 4.1 (translated and cluttered digits).
     """
-    counts = _check_counts(n_train, n_valid, n_test)
+    counts = _validate_counts(n_train, n_valid, n_test)
     if int(k) != k or k < 1:
         raise ValueError(f"k (digits per canvas) must be a positive int, got {k!r}")
     if int(clutter) != clutter or clutter < 0:
         raise ValueError(f"clutter must be a non-negative int, got {clutter!r}")
-    _check_canvas(height, width, k * DIGIT_SIZE, f"k={k} digits of {DIGIT_SIZE}x{DIGIT_SIZE}")
+    _validate_canvas(height, width, k * DIGIT_SIZE, f"k={k} digits of {DIGIT_SIZE}x{DIGIT_SIZE}")
     pools = source_pools(seed, pool_fractions)
     splits = {}
     for index, (name, n) in enumerate(zip(_SPLIT_NAMES, counts)):
@@ -461,7 +461,7 @@ def digit_relation_task(
     Wang et al. (2018), section 1 (long-range dependencies need many local
     layers); Zhang et al. (2019), section 3.
     """
-    counts = _check_counts(n_train, n_valid, n_test)
+    counts = _validate_counts(n_train, n_valid, n_test)
     if relation not in RELATIONS:
         raise ValueError(f"relation must be one of {RELATIONS}, got {relation!r}")
     if min_gap is None:
@@ -469,7 +469,7 @@ def digit_relation_task(
     if int(min_gap) != min_gap or min_gap < 0:
         raise ValueError(f"min_gap must be a non-negative int, got {min_gap!r}")
     min_gap = int(min_gap)
-    _check_canvas(height, width, 2 * DIGIT_SIZE + min_gap, f"two digits {min_gap} columns apart")
+    _validate_canvas(height, width, 2 * DIGIT_SIZE + min_gap, f"two digits {min_gap} columns apart")
     height, width = int(height), int(width)
     pools = source_pools(seed, pool_fractions)
     splits = {}

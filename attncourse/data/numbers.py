@@ -59,12 +59,12 @@ _GERMAN_PART = re.compile("|".join(sorted(GERMAN_MORPHEMES, key=len, reverse=Tru
 _FAST_LIMIT = 10**12
 
 
-def _check_lang(lang: str) -> None:
+def _validate_lang(lang: str) -> None:
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {LANGS}, got {lang!r}")
 
 
-def _check_number(n: int) -> int:
+def _validate_number(n: int) -> int:
     try:
         n = index(n)  # accepts int and numpy integers, refuses floats
     except TypeError:
@@ -112,8 +112,8 @@ def number_text(n: int, lang: str) -> str:
     TypeError
         If ``n`` is not an integer.
     """
-    n = _check_number(n)
-    _check_lang(lang)
+    n = _validate_number(n)
+    _validate_lang(lang)
     if n < 1000:
         return _small_text(lang, n)
     if n >= _FAST_LIMIT:
@@ -223,7 +223,7 @@ def number_pairs(lang: str, numbers: Iterable[int], name: str | None = None) -> 
     ValueError
         If ``lang`` is unknown or a number is negative.
     """
-    _check_lang(lang)
+    _validate_lang(lang)
     pairs = tuple((tuple(number_words(n, "en")), tuple(number_words(n, lang))) for n in numbers)
     return PairDataset(pairs, level="word", name=f"numbers-en-{lang}" if name is None else name)
 
@@ -344,7 +344,7 @@ def number_task(
     ValueError
         If ``lang`` is unknown or the range holds fewer numbers than asked for.
     """
-    _check_lang(lang)
+    _validate_lang(lang)
     for arg, v in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):
         if v < 0:
             raise ValueError(f"{arg} must be >= 0, got {v}")

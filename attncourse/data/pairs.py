@@ -26,7 +26,7 @@ Tokens = tuple[str, ...]
 Pair = tuple[Tokens, Tokens]
 
 
-def _check_level(level: str) -> None:
+def _validate_level(level: str) -> None:
     if level not in LEVELS:
         raise ValueError(f"level must be 'word' or 'char', got {level!r}")
 
@@ -50,7 +50,7 @@ def tokenize(text: str, level: str) -> list[str]:
     ValueError
         If ``level`` is not ``"word"`` or ``"char"``.
     """
-    _check_level(level)
+    _validate_level(level)
     return text.split() if level == "word" else list(text)
 
 
@@ -64,7 +64,7 @@ def detokenize(tokens: list[str] | tuple[str, ...], level: str) -> str:
     ValueError
         If ``level`` is not ``"word"`` or ``"char"``.
     """
-    _check_level(level)
+    _validate_level(level)
     return (" " if level == "word" else "").join(tokens)
 
 
@@ -92,7 +92,7 @@ class PairDataset:
     name: str = "pairs"
 
     def __post_init__(self) -> None:
-        _check_level(self.level)
+        _validate_level(self.level)
         # Store tuples whatever sequences came in, so the dataset stays hashable and immutable.
         pairs = tuple((tuple(src), tuple(tgt)) for src, tgt in self.pairs)
         for i, (src, tgt) in enumerate(pairs):
@@ -237,7 +237,7 @@ def read_tsv(
         and the 1-based line number (``TSVError.lineno``). Also if the file
         holds no pairs at all (``lineno`` None).
     """
-    _check_level(level)
+    _validate_level(level)
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"{str(path)!r} is a directory, not a TSV file")

@@ -116,7 +116,7 @@ class BlockPool:
         self.ref_counts[block] = 1
         return block
 
-    def check_block(self, block: int, action: str = "use") -> int:
+    def validate_block(self, block: int, action: str = "use") -> int:
         """``block`` as an int if it is one of the pool's blocks and held; else a one-line ValueError.
 
         A negative id would index the storage from its end (another sequence's block)
@@ -136,28 +136,28 @@ class BlockPool:
                              "or never allocated)")
         return block
 
-    def check_table(self, table: list[int]) -> None:
+    def validate_table(self, table: list[int]) -> None:
         """A block table's ids: each held in this pool, none twice (one-line ValueError)."""
         for block in table:
-            self.check_block(block, "read or write through")
+            self.validate_block(block, "read or write through")
         if len(set(table)) != len(table):
             raise ValueError(f"block table {table} holds a block twice: its sequences would "
                              "overwrite each other")
 
     def share(self, block: int) -> None:
         """One more sequence uses ``block`` (a held block)."""
-        self.ref_counts[self.check_block(block, "share")] += 1
+        self.ref_counts[self.validate_block(block, "share")] += 1
 
     def release(self, block: int) -> None:
         """One sequence fewer uses ``block``; at 0 it returns to the free list (twice: ValueError)."""
-        block = self.check_block(block, "release")
+        block = self.validate_block(block, "release")
         self.ref_counts[block] -= 1
         if self.ref_counts[block] == 0:
             self._free.append(block)
 
     def copy(self, block: int) -> int:
         """Copy-on-write: a new block holding ``block``'s keys and values (every layer), released once."""
-        self.check_block(block, "copy")
+        self.validate_block(block, "copy")
         new = self.allocate()
         self.k[:, new] = self.k[:, block]
         self.v[:, new] = self.v[:, block]
@@ -224,7 +224,7 @@ class PagedSequence:
 
     def _reserve(self, start: int, count: int) -> None:
         """Blocks for positions start .. start + count - 1: allocated if missing, copied if shared."""
-        self.pool.check_table(self.block_table)
+        self.pool.validate_table(self.block_table)
         size = self.pool.block_size
         while len(self.block_table) * size < start + count:
             self.block_table.append(self.pool.allocate())
@@ -246,7 +246,7 @@ class PagedSequence:
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values of ``layer`` gathered through the table: ``(1, num_kv_heads, len, d_k)`` each."""
         n = self.lengths[layer]
-        self.pool.check_table(self.block_table)
+        self.pool.validate_table(self.block_table)
         table = torch.tensor(self.block_table, dtype=torch.long, device=self.pool.k.device)
 
         def gather(store: torch.Tensor) -> torch.Tensor:

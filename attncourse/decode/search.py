@@ -53,7 +53,7 @@ def _inference(model: torch.nn.Module):
         model.train(was_training)
 
 
-def _check_inputs(src: torch.Tensor, src_mask: torch.Tensor, max_len: int) -> None:
+def _validate_inputs(src: torch.Tensor, src_mask: torch.Tensor, max_len: int) -> None:
     if src.dim() != 2 or src_mask.shape != src.shape:
         raise ValueError(
             f"src (batch, src_len) and src_mask must have the same 2-D shape, "
@@ -113,7 +113,7 @@ def greedy_decode(
     ValueError
         If ``src`` and ``src_mask`` differ in shape or ``max_len < 1``.
     """
-    _check_inputs(src, src_mask, max_len)
+    _validate_inputs(src, src_mask, max_len)
     device = _model_device(model)
     src, src_mask = src.to(device), src_mask.to(device)
     batch = src.shape[0]
@@ -196,7 +196,7 @@ def beam_search(
     ----------
     Wu et al. (2016), section 7; Vaswani et al. (2017), section 6.1.
     """
-    _check_inputs(src, src_mask, max_len)
+    _validate_inputs(src, src_mask, max_len)
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
     if length_penalty < 0:
@@ -325,7 +325,7 @@ def sequence_log_probs(
     ValueError
         If ``len(hyps)`` differs from the batch size.
     """
-    _check_inputs(src, src_mask, 1)
+    _validate_inputs(src, src_mask, 1)
     if len(hyps) != src.shape[0]:
         raise ValueError(f"got {len(hyps)} hypotheses for a batch of {src.shape[0]} sources {tuple(src.shape)}")
     device = _model_device(model)

@@ -36,11 +36,12 @@ import torch
 
 from attncourse.decode.generation import (
     SUPPRESSED_IDS,
-    _check_prompt,
     _suppress,
+    _validate_prompt,
     next_token_probs,
 )
 from attncourse.nn.gpt import GPT
+from attncourse.runtime import quiet_progress
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -126,7 +127,7 @@ class SpeculativeStats:
         return self.rounds / max(1, self.emitted)
 
 
-def check_draft(target: GPT, draft: GPT, k: int) -> None:
+def validate_draft(target: GPT, draft: GPT, k: int) -> None:
     """ValueError (one line) unless ``draft`` can propose for ``target``: same vocabulary size, k >= 1."""
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
@@ -176,9 +177,9 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
     ValueError
         If ``k < 1``, the vocabularies differ, or the prompt is empty or does not fit.
     """
-    check_draft(target, draft, k)
-    _check_prompt(target, prompt, max_new_tokens + k)
-    _check_prompt(draft, prompt, max_new_tokens + k)
+    validate_draft(target, draft, k)
+    _validate_prompt(target, prompt, max_new_tokens + k)
+    _validate_prompt(draft, prompt, max_new_tokens + k)
     target.eval()
     draft.eval()
     device = next(target.parameters()).device
@@ -192,6 +193,7 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
     def probs(logits: torch.Tensor) -> torch.Tensor:
         return next_token_probs(_suppress(logits.float().cpu(), suppress_ids), temperature, top_k)
 
+    bar = quiet_progress(total=max_new_tokens, desc="speculative decoding", unit="token")
     while len(committed) - n_prompt < max_new_tokens:
         # the draft proposes k tokens, one pass each, starting from what it has not seen
         drafted, q_rows = [], []
@@ -223,14 +225,16 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
         stats.accepted += len(new) - 1  # the last is the redrawn or the free token
         stats.examined += min(len(new), k)
         committed += new
+        bar.update(min(len(new), max_new_tokens - bar.n))
         # keep in each cache only the committed tokens it holds (the last new token is unseen)
         kept = len(committed) - 1
         _truncate(target_caches, min(len(target_caches[0]), kept))
         _truncate(draft_caches, min(len(draft_caches[0]), kept))
+    bar.close()
     out = committed[n_prompt:n_prompt + max_new_tokens]
     stats.emitted = len(out)
     return torch.tensor(out, dtype=torch.long), stats
 
 
-__all__ = ["SpeculativeStats", "check_draft", "emitted_distribution", "residual_distribution",
+__all__ = ["SpeculativeStats", "validate_draft", "emitted_distribution", "residual_distribution",
            "speculative_generate", "speculative_token"]

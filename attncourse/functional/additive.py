@@ -101,7 +101,7 @@ class AdditiveStepTrace:
         return self.v_a.shape[0]
 
 
-def _check_step_shapes(s_prev, h, w_a, u_a, v_a, b, mask) -> None:
+def _validate_step_shapes(s_prev, h, w_a, u_a, v_a, b, mask) -> None:
     if s_prev.ndim != 1:
         raise ValueError(f"s_prev must be one decoder state (query_dim,), got shape {_fmt(s_prev.shape)}")
     if h.ndim != 2:
@@ -181,7 +181,7 @@ def additive_attention_step(
     s_prev, h, w_a, u_a, v_a = (np.asarray(a) for a in (s_prev, h, w_a, u_a, v_a))
     b = None if b is None else np.asarray(b)
     mask = None if mask is None else np.asarray(mask, dtype=bool)
-    _check_step_shapes(s_prev, h, w_a, u_a, v_a, b, mask)
+    _validate_step_shapes(s_prev, h, w_a, u_a, v_a, b, mask)
 
     query_term = w_a @ s_prev  # move 1: score ...
     key_terms = h @ u_a.T

@@ -22,9 +22,9 @@ import math
 
 import torch
 
-from attncourse.functional.tiled_attention import check_block_sizes, key_blocks
+from attncourse.functional.tiled_attention import key_blocks, validate_block_sizes
 from attncourse.functional.torch_attention import _as_mask
-from attncourse.functional.validation import check_attention_shapes
+from attncourse.functional.validation import validate_attention_shapes
 
 
 def _tile_allowed(mask, causal, r0, r1, c0, c1, device) -> torch.Tensor | None:
@@ -170,9 +170,9 @@ def flash_attention(
     ----------
     Dao (2023), "FlashAttention-2", algorithms 1 and 2; Dao et al. (2022), algorithm 1.
     """
-    check_block_sizes(block_q, block_k)
+    validate_block_sizes(block_q, block_k)
     mask = _as_mask(mask, query.device)
-    scores = check_attention_shapes(query.shape, key.shape, value.shape, None if mask is None else tuple(mask.shape))
+    scores = validate_attention_shapes(query.shape, key.shape, value.shape, None if mask is None else tuple(mask.shape))
     if query.ndim < 2 or query.shape[:-2] != key.shape[:-2]:
         raise ValueError(
             f"queries {tuple(query.shape)} and keys {tuple(key.shape)} must have the same leading "

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attncourse.functional.validation import check_attention_shapes
+from attncourse.functional.validation import validate_attention_shapes
 
 
 def elu_feature_map(x: np.ndarray) -> np.ndarray:
@@ -73,7 +73,7 @@ def linear_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool =
     if q.ndim != 2 or k.ndim != 2 or v.ndim != 2:
         raise ValueError(f"expected queries (tgt_len, d_k), keys (src_len, d_k), values (src_len, d_v); "
                          f"got queries {q.shape}, keys {k.shape}, values {v.shape}")
-    check_attention_shapes(q.shape, k.shape, v.shape)
+    validate_attention_shapes(q.shape, k.shape, v.shape)
     phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
     if not causal:
         state = phi_k.T @ v  # (d_k, d_v): sum_j phi(k_j) v_j^T, computed once for every query
@@ -123,7 +123,7 @@ def batched_linear_attention(query: torch.Tensor, key: torch.Tensor, value: torc
     ValueError
         If the shapes do not fit; the message names both.
     """
-    check_attention_shapes(query.shape, key.shape, value.shape)
+    validate_attention_shapes(query.shape, key.shape, value.shape)
     phi_q, phi_k = F.elu(query) + 1, F.elu(key) + 1
     state = phi_k.transpose(-2, -1) @ value  # (..., d_k, d_v), once for all queries
     normaliser = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)  # (..., tgt_len, 1)

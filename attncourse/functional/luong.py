@@ -63,7 +63,7 @@ LUONG_MOVES: tuple[str, ...] = ("position", "window", "score", "align", "context
 # ----------------------------------------------------------------- checks
 
 
-def check_score_and_mode(score: str, mode: str) -> None:
+def validate_score_and_mode(score: str, mode: str) -> None:
     """Raise ``ValueError`` unless ``score`` is in :data:`LUONG_SCORES` and ``mode`` in :data:`LUONG_MODES`."""
     if score not in LUONG_SCORES:
         raise ValueError(f"score must be one of {LUONG_SCORES}, got {score!r}")
@@ -71,7 +71,7 @@ def check_score_and_mode(score: str, mode: str) -> None:
         raise ValueError(f"mode must be one of {LUONG_MODES}, got {mode!r}")
 
 
-def check_window(D: object, mode: str = "local-m") -> int:
+def validate_half_width(D: object, mode: str = "local-m") -> int:
     """Validate the half-width D of a local window and return it as an int.
 
     Raises
@@ -306,7 +306,7 @@ def local_window(p_t: float, D: int, src_len: int) -> np.ndarray:
     ValueError
         If D is not an integer >= 0.
     """
-    D = check_window(D)
+    D = validate_half_width(D)
     return np.abs(np.arange(src_len) - float(p_t)) <= D
 
 
@@ -337,7 +337,7 @@ def gaussian_weights(positions: np.ndarray, p_t: float, D: int) -> np.ndarray:
     ValueError
         If D is not an integer >= 1.
     """
-    D = check_window(D, mode="local-p")
+    D = validate_half_width(D, mode="local-p")
     sigma = D / 2.0
     s = np.asarray(positions, dtype=np.float64)
     return np.exp(-((s - float(p_t)) ** 2) / (2.0 * sigma**2))
@@ -504,7 +504,7 @@ def luong_step(
     ----------
     Luong et al. (2015), sections 3.1-3.2, eqs. (7)-(11).
     """
-    check_score_and_mode(score, mode)
+    validate_score_and_mode(score, mode)
     h_t, h_s = _states(h_t, h_s)
     params = {} if params is None else params
     src_len = h_s.shape[0]
@@ -528,7 +528,7 @@ def luong_step(
     else:
         if D is None:
             raise ValueError(f"mode={mode!r} needs the window half-width D")
-        D = check_window(D, "local-p" if gaussian else "local-m")
+        D = validate_half_width(D, "local-p" if gaussian else "local-m")
         if mode == "local-m":
             if p_t is not None:
                 raise ValueError("local-m sets p_t = t; pass t, not p_t (or use mode='local-p')")

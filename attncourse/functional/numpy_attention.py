@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from attncourse.functional.validation import (
-    check_attention_shapes,
-    check_projection_shapes,
+    validate_attention_shapes,
+    validate_projection_shapes,
 )
 
 #: The six steps of self-attention, in order, as the course names them.
@@ -187,7 +187,7 @@ def scaled_dot_product_attention(
             f"(src_len, d_v); got queries {q.shape}, keys {k.shape}, values {v.shape}. "
             f"For batches use attncourse.functional.attention (torch)"
         )
-    check_attention_shapes(q.shape, k.shape, v.shape, None if mask is None else np.shape(mask))
+    validate_attention_shapes(q.shape, k.shape, v.shape, None if mask is None else np.shape(mask))
     weights = softmax(q @ k.T / np.sqrt(k.shape[-1]), mask=mask)
     return weights @ v, weights
 
@@ -241,11 +241,11 @@ def self_attention_trace(
             f"the NumPy path takes one sequence of embeddings (seq_len, d_model), got shape {x.shape}; "
             f"for batches use attncourse.functional.self_attention (torch)"
         )
-    check_projection_shapes(x.shape, w_q.shape, w_k.shape, w_v.shape)
+    validate_projection_shapes(x.shape, w_q.shape, w_k.shape, w_v.shape)
     n = x.shape[0]
     if mask is not None:
         mask = np.asarray(mask, dtype=bool)
-        check_attention_shapes((n, w_q.shape[1]), (n, w_k.shape[1]), (n, w_v.shape[1]), mask.shape)
+        validate_attention_shapes((n, w_q.shape[1]), (n, w_k.shape[1]), (n, w_v.shape[1]), mask.shape)
         mask = np.broadcast_to(mask, (n, n))
     if query_index is not None:
         if not -n <= query_index < n:

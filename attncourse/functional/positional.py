@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def _check_d_model(d_model: int) -> None:
+def _validate_d_model(d_model: int) -> None:
     if int(d_model) < 2 or int(d_model) % 2 != 0:
         raise ValueError(
             f"d_model must be a positive even number (one sine and one cosine per frequency), got {d_model}"
@@ -61,7 +61,7 @@ def positional_frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
     ----------
     Vaswani et al. (2017), section 3.5.
     """
-    _check_d_model(d_model)
+    _validate_d_model(d_model)
     if base <= 1:
         raise ValueError(f"base must be greater than 1, got {base}")
     two_i = np.arange(0, d_model, 2, dtype=np.float64)

@@ -15,7 +15,7 @@ used by :func:`attncourse.nn.allowed_keys`, hence by ``CausalSelfAttention(windo
 import numpy as np
 
 
-def _check_positive_int(name: str, value) -> int:
+def _validate_positive_int(name: str, value) -> int:
     # bool is an int subclass and 2.0 == 2, but a window of True or 2.5 keys is a mistake.
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -24,11 +24,11 @@ def _check_positive_int(name: str, value) -> int:
 
 def _positions(seq_len: int) -> tuple[np.ndarray, np.ndarray]:
     """Query indices i as a column (n, 1) and key indices j as a row (1, n): a pattern is a rule on (i, j)."""
-    positions = np.arange(_check_positive_int("seq_len", seq_len))
+    positions = np.arange(_validate_positive_int("seq_len", seq_len))
     return positions[:, None], positions[None, :]
 
 
-def check_window(window, causal: bool = True) -> int:
+def validate_sliding_window(window, causal: bool = True) -> int:
     """Validate a window of ``window`` keys per query (the course's one definition).
 
     Parameters
@@ -49,7 +49,7 @@ def check_window(window, causal: bool = True) -> int:
         If ``window`` is not a positive int (``2.5`` and ``True`` included), or is even
         while ``causal`` is False.
     """
-    window = _check_positive_int("window", window)
+    window = _validate_positive_int("window", window)
     if not causal and window % 2 == 0:
         raise ValueError(f"window must be odd when causal=False (a centred window of w keys "
                          f"has (w - 1) / 2 on each side), got {window}")
@@ -89,7 +89,7 @@ def sliding_window_mask(seq_len: int, window: int, causal: bool = True) -> np.nd
         ``causal=False``.
     """
     query, key = _positions(seq_len)
-    window = check_window(window, causal)
+    window = validate_sliding_window(window, causal)
     offset = query - key
     if causal:
         return (offset >= 0) & (offset < window)
@@ -124,7 +124,7 @@ def strided_mask(seq_len: int, stride: int, causal: bool = True) -> np.ndarray:
     ValueError
         If ``seq_len`` or ``stride`` is below 1.
     """
-    stride = _check_positive_int("stride", stride)
+    stride = _validate_positive_int("stride", stride)
     # |i - j| < stride: the stride latest keys, or 2 * stride - 1 centred ones.
     local = sliding_window_mask(seq_len, stride if causal else 2 * stride - 1, causal=causal)
     query, key = _positions(seq_len)
@@ -175,8 +175,8 @@ def fixed_mask(seq_len: int, stride: int, summary: int = 1, causal: bool = True)
     Transformers", section 4.2, "fixed attention pattern".
     """
     query, key = _positions(seq_len)
-    stride = _check_positive_int("stride", stride)
-    summary = _check_positive_int("summary", summary)
+    stride = _validate_positive_int("stride", stride)
+    summary = _validate_positive_int("summary", summary)
     if summary > stride:
         raise ValueError(f"summary must be at most stride={stride}, got {summary}")
     mask = (query // stride == key // stride) | (key % stride >= stride - summary)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attncourse.functional.validation import check_attention_shapes
+from attncourse.functional.validation import validate_attention_shapes
 
 
 def online_softmax_step(
@@ -136,7 +136,7 @@ class TiledAttention:
     src_len: int
 
 
-def check_block_sizes(block_q: int, block_k: int) -> None:
+def validate_block_sizes(block_q: int, block_k: int) -> None:
     """Raise ``ValueError`` naming ``block_q`` or ``block_k`` if it is not a positive integer."""
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if int(size) != size or size < 1:
@@ -245,8 +245,8 @@ def tiled_attention(
             f"(src_len, d_v); got queries {q.shape}, keys {k.shape}, values {v.shape}. "
             f"For batches use attncourse.functional.flash_attention (torch)"
         )
-    check_attention_shapes(q.shape, k.shape, v.shape, None if mask is None else np.shape(mask))
-    check_block_sizes(block_q, block_k)
+    validate_attention_shapes(q.shape, k.shape, v.shape, None if mask is None else np.shape(mask))
+    validate_block_sizes(block_q, block_k)
     if mask is not None:
         mask = np.broadcast_to(np.asarray(mask, dtype=bool), (q.shape[0], k.shape[0]))
     steps = []

@@ -20,8 +20,8 @@ import torch
 
 from attncourse.functional.numpy_attention import SelfAttentionTrace
 from attncourse.functional.validation import (
-    check_attention_shapes,
-    check_projection_shapes,
+    validate_attention_shapes,
+    validate_projection_shapes,
 )
 
 
@@ -97,7 +97,7 @@ def attention(
     Vaswani et al. (2017), section 3.2.1, equation (1).
     """
     mask = _as_mask(mask, query.device)
-    check_attention_shapes(query.shape, key.shape, value.shape, None if mask is None else tuple(mask.shape))
+    validate_attention_shapes(query.shape, key.shape, value.shape, None if mask is None else tuple(mask.shape))
     scores = query @ key.transpose(-2, -1) / math.sqrt(key.shape[-1])
     weights = masked_softmax(scores, mask)
     return weights @ value, weights
@@ -137,10 +137,10 @@ def self_attention(
     ----------
     Vaswani et al. (2017), section 3.2.1, equation (1).
     """
-    check_projection_shapes(x.shape, w_q.shape, w_k.shape, w_v.shape)
+    validate_projection_shapes(x.shape, w_q.shape, w_k.shape, w_v.shape)
     mask = _as_mask(mask, x.device)
     q, k, v = x @ w_q, x @ w_k, x @ w_v
-    check_attention_shapes(q.shape, k.shape, v.shape, None if mask is None else tuple(mask.shape))
+    validate_attention_shapes(q.shape, k.shape, v.shape, None if mask is None else tuple(mask.shape))
     scores = q @ k.transpose(-2, -1)
     scaled = scores / math.sqrt(k.shape[-1])
     weights = masked_softmax(scaled, mask)

@@ -17,7 +17,7 @@ def _fmt(shape: Shape) -> str:
     return "(" + ", ".join(str(int(s)) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def check_positive_ints(**sizes: int) -> None:
+def validate_positive_ints(**sizes: int) -> None:
     """Check that every size given by name is a positive integer (an integral float passes).
 
     Raises
@@ -30,7 +30,7 @@ def check_positive_ints(**sizes: int) -> None:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def check_attention_shapes(q: Shape, k: Shape, v: Shape, mask: Shape | None = None) -> tuple[int, ...]:
+def validate_attention_shapes(q: Shape, k: Shape, v: Shape, mask: Shape | None = None) -> tuple[int, ...]:
     """Check queries ``(..., tgt_len, d_k)``, keys ``(..., src_len, d_k)`` and
     values ``(..., src_len, d_v)``; a 1-D query ``(d_k,)`` is one query.
 
@@ -83,7 +83,7 @@ def check_attention_shapes(q: Shape, k: Shape, v: Shape, mask: Shape | None = No
     return scores
 
 
-def check_projection_shapes(x: Shape, w_q: Shape, w_k: Shape, w_v: Shape) -> None:
+def validate_projection_shapes(x: Shape, w_q: Shape, w_k: Shape, w_v: Shape) -> None:
     """Check embeddings ``(..., seq_len, d_model)`` against projections
     W^Q, W^K ``(d_model, d_k)`` and W^V ``(d_model, d_v)``.
 

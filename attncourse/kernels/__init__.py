@@ -3,7 +3,7 @@
 This is the maths layer, like :mod:`attncourse.functional`: it imports torch and triton
 only. Importing it sets ``TRITON_INTERPRET=1`` on a machine without a CUDA GPU (unless the
 variable is already set), *before* it imports triton, so that the kernels run on the CPU
-under Triton's interpreter; on a GPU they compile. See :mod:`attncourse.kernels.runtime`
+under Triton's interpreter; on a GPU they compile. See :mod:`attncourse.kernels.triton_setup`
 for the rule, and import this package before anything that imports triton.
 
 >>> from attncourse.kernels import triton_flash_attention, describe
@@ -15,7 +15,7 @@ kernel raises a one-line ``RuntimeError``, and :data:`TRITON_AVAILABLE` is False
 """
 
 # Eager, unlike the names below: it sets TRITON_INTERPRET before anything defines a kernel (see above).
-from attncourse.kernels import runtime as _runtime  # noqa: F401
+from attncourse.kernels import triton_setup as _triton_setup  # noqa: F401
 from attncourse.lazy import lazy_exports
 
 # Each public name is imported from its module when first read (PEP 562): importing one module
@@ -23,7 +23,7 @@ from attncourse.lazy import lazy_exports
 __getattr__, __dir__ = lazy_exports(__name__, {
     "flash_attention": ("BLOCK_SIZES", "HEAD_DIMS", "FlashAttentionTriton", "default_blocks",
         "triton_flash_attention"),
-    "runtime": ("INTERPRETED", "TRITON_AVAILABLE", "describe", "kernel_device", "require_triton"),
+    "triton_setup": ("INTERPRETED", "TRITON_AVAILABLE", "describe", "kernel_device", "require_triton"),
     "traffic": ("LSE_BYTES", "forward_hbm_bytes", "keys_visited"),
 })
 

@@ -6,7 +6,7 @@ written the way fused attention kernels are written: one *program* per block of 
 which loads its tiles from the GPU's main memory (HBM) into on-chip memory once, runs the
 online softmax over them, and writes its result once. On a CUDA GPU the kernels compile;
 on a machine without one they run under Triton's interpreter on CPU tensors, a slow and
-exact emulation (see :mod:`attncourse.kernels.runtime`).
+exact emulation (see :mod:`attncourse.kernels.triton_setup`).
 
 Each line of the kernels is tied in a comment to the line of the paper's algorithm it
 implements ("line 8" is line 8 of algorithm 1 in the forward, of algorithm 2 in the
@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from attncourse.kernels.runtime import INTERPRETED, jit, require_triton, tl, triton
+from attncourse.kernels.triton_setup import INTERPRETED, jit, require_triton, tl, triton
 
 #: Head widths d the kernels take: ``tl.arange`` needs a power of two, ``tl.dot`` at least 16.
 HEAD_DIMS = (16, 32, 64, 128)
@@ -217,7 +217,7 @@ class FlashAttentionTriton(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def _check_inputs(query, key, value, block_q, block_k) -> None:
+def _validate_inputs(query, key, value, block_q, block_k) -> None:
     """One-line errors for anything the kernels do not take."""
     tensors = {"query": query, "key": key, "value": value}
     for name, t in tensors.items():
@@ -317,7 +317,7 @@ def triton_flash_attention(
     require_triton()
     if not isinstance(is_causal, bool):  # bool("no") is True: a typo would silently mask
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
-    _check_inputs(query, key, value, block_q, block_k)
+    _validate_inputs(query, key, value, block_q, block_k)
     default_q, default_k = default_blocks(query.shape[-1], query.dtype)
     block_q = default_q if block_q is None else block_q
     block_k = default_k if block_k is None else block_k

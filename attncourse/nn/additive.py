@@ -32,7 +32,7 @@ from torch import nn
 from attncourse.functional.torch_attention import masked_softmax
 
 
-def check_key_mask(mask: torch.Tensor, name: str, keys: torch.Tensor, keys_name: str) -> None:
+def validate_key_mask(mask: torch.Tensor, name: str, keys: torch.Tensor, keys_name: str) -> None:
     """Refuse a mask of the source positions that does not fit ``keys``.
 
     Parameters
@@ -213,7 +213,7 @@ class AdditiveAttention(nn.Module):
                 f"to fit keys {tuple(keys.shape)}, got {tuple(projected_keys.shape)}"
             )
         if mask is not None:
-            check_key_mask(mask, "mask", keys, "keys")
+            validate_key_mask(mask, "mask", keys, "keys")
         hidden = torch.tanh((query @ self.w_a.T).unsqueeze(1) + projected_keys)  # (batch, src_len, attn_dim)
         scores = hidden @ self.v_a  # e_ij: (batch, src_len)
         weights = masked_softmax(scores, mask, dim=-1)  # alpha_ij

@@ -2,7 +2,7 @@
 heads shared by query heads, and the default *attend* step.
 
 A decoder attention (:class:`~attncourse.nn.protocol.DecoderAttention`) is plumbing around
-one step. The plumbing checks the call (:func:`check_call`), splits heads, applies the
+one step. The plumbing checks the call (:func:`validate_call`), splits heads, applies the
 positions, appends to the cache and builds the mask of allowed keys (:func:`allowed_keys`);
 the step turns queries, keys and values into each head's output:
 
@@ -17,7 +17,7 @@ softmax(q k^T / sqrt(d) + bias) v (Vaswani et al. 2017, equation (1)) through
 ``scaled_dot_product_attention`` when the weights are not needed; :func:`softmax_attend`
 is its written-out form with any scale, on which a variant that only changes the
 scores builds (e.g. cosine-similarity attention, a few lines: see
-:class:`~attncourse.nn.gqa.CausalSelfAttention.attend`).
+:class:`~attncourse.nn.causal_attention.CausalSelfAttention.attend`).
 
 References
 ----------
@@ -34,23 +34,23 @@ import math
 import torch
 import torch.nn.functional as F
 
-from attncourse.functional.sparse_masks import check_window
+from attncourse.functional.sparse_masks import validate_sliding_window
 from attncourse.functional.torch_attention import masked_softmax
 
 
-def check_call(mask: torch.Tensor | None, positions: torch.Tensor | None, batch: int, num_heads: int,
+def validate_call(mask: torch.Tensor | None, positions: torch.Tensor | None, batch: int, num_heads: int,
                seq_len: int, offset: int, device) -> torch.Tensor:
     """Check what every decoder attention takes besides ``x`` and its cache; return the positions.
 
-    ``mask`` must broadcast to ``(batch, num_heads, seq_len, offset + seq_len)`` (:func:`check_mask`),
-    ``positions`` be ``(seq_len,)`` integers or None (:func:`check_positions`, which gives the default).
+    ``mask`` must broadcast to ``(batch, num_heads, seq_len, offset + seq_len)`` (:func:`validate_mask`),
+    ``positions`` be ``(seq_len,)`` integers or None (:func:`validate_positions`, which gives the default).
     """
     if mask is not None:
-        check_mask(mask, (batch, num_heads, seq_len, offset + seq_len))
-    return check_positions(positions, seq_len, offset, device)
+        validate_mask(mask, (batch, num_heads, seq_len, offset + seq_len))
+    return validate_positions(positions, seq_len, offset, device)
 
 
-def check_positions(positions: torch.Tensor | None, seq_len: int, offset: int, device) -> torch.Tensor:
+def validate_positions(positions: torch.Tensor | None, seq_len: int, offset: int, device) -> torch.Tensor:
     """The positions of ``seq_len`` new tokens: ``positions`` checked, or ``offset + arange(seq_len)``.
 
     Raises
@@ -67,7 +67,7 @@ def check_positions(positions: torch.Tensor | None, seq_len: int, offset: int, d
     return positions.to(device)
 
 
-def check_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
+def validate_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
     """Raise ValueError unless ``mask`` is a bool tensor broadcastable to ``scores_shape``
     ``(batch, num_heads, seq_len, cache_len + seq_len)``."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
@@ -137,7 +137,7 @@ def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | 
         If ``window`` is not a positive int, or is even with ``causal=False``.
     """
     if window is not None:
-        window = check_window(window, causal)
+        window = validate_sliding_window(window, causal)
         reach = window - 1 if causal else (window - 1) // 2  # largest |i - j| allowed
         if reach >= src_len - 1:
             window = None  # the window holds every key
@@ -226,5 +226,5 @@ def dot_product_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowe
     return sdpa_attend(q, k, v, allowed, bias, is_causal), None
 
 
-__all__ = ["allowed_keys", "check_call", "check_mask", "check_positions", "dot_product_attend", "repeat_kv",
+__all__ = ["allowed_keys", "validate_call", "validate_mask", "validate_positions", "dot_product_attend", "repeat_kv",
            "sdpa_attend", "softmax_attend"]

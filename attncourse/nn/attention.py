@@ -229,7 +229,7 @@ class MultiHeadAttention(nn.Module):
         """(batch, num_heads, seq_len, d_v) -> (batch, seq_len, d_model); see :func:`merge_heads`."""
         return merge_heads(x)
 
-    def _check_inputs(self, name: str, x: torch.Tensor, batch: int | None = None) -> None:
+    def _validate_inputs(self, name: str, x: torch.Tensor, batch: int | None = None) -> None:
         if x.dim() != 3 or x.shape[-1] != self.d_model or (batch is not None and x.shape[0] != batch):
             expected = f"(batch{'=' + str(batch) if batch is not None else ''}, seq_len, d_model={self.d_model})"
             raise ValueError(f"{name} must be {expected}, got {tuple(x.shape)}")
@@ -251,8 +251,8 @@ class MultiHeadAttention(nn.Module):
         ValueError
             If the shapes do not fit ``d_model`` or each other.
         """
-        self._check_inputs("key", key)
-        self._check_inputs("value", value, key.shape[0])
+        self._validate_inputs("key", key)
+        self._validate_inputs("value", value, key.shape[0])
         if key.shape[1] != value.shape[1]:
             raise ValueError(f"key {tuple(key.shape)} and value {tuple(value.shape)} need the same src_len")
         return KVCache(k=self.split_heads(self.w_k(key)), v=self.split_heads(self.w_v(value)))
@@ -264,7 +264,7 @@ class MultiHeadAttention(nn.Module):
         empty = torch.zeros(batch, self.num_heads, 0, self.d_k, dtype=dtype, device=device)
         return KVCache(k=empty, v=empty.clone())
 
-    def _check_mask(self, mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
+    def _validate_mask(self, mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             dtype = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
             raise TypeError(f"mask must be a boolean tensor (True = may attend), got {dtype}")
@@ -332,7 +332,7 @@ class MultiHeadAttention(nn.Module):
         ----------
         Vaswani et al. (2017), section 3.2.2 and equation (1).
         """
-        self._check_inputs("query", query)
+        self._validate_inputs("query", query)
         batch = query.shape[0]
         if (key is None) != (value is None):
             raise ValueError("pass both key and value, or neither (to use kv_cache alone)")
@@ -352,7 +352,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query {tuple(query.shape)} and cached keys {tuple(k.shape)} differ in batch")
         q = self.split_heads(self.w_q(query))  # (batch, num_heads, tgt_len, d_k)
         if mask is not None:
-            self._check_mask(mask, (batch, self.num_heads, q.shape[2], k.shape[2]))
+            self._validate_mask(mask, (batch, self.num_heads, q.shape[2], k.shape[2]))
         p_drop = self.dropout if self.training else 0.0
         if need_weights or not fast:
             heads, weights = attention(q, k, v, mask)  # teaching path: softmax(Q K^T / sqrt(d_k)) V

@@ -33,7 +33,7 @@ from torch import nn
 ABLATIONS: tuple[str, ...] = ("zero", "mean")
 
 
-def _check_head(model: nn.Module, layer: int, head: int) -> None:
+def _validate_head(model: nn.Module, layer: int, head: int) -> None:
     num_layers, num_heads = len(model.blocks), model.blocks[0].attn.num_heads
     if not (0 <= layer < num_layers and 0 <= head < num_heads):
         raise ValueError(f"(layer, head) = ({layer}, {head}) is outside the model's "
@@ -67,7 +67,7 @@ def ov_circuit(model: nn.Module, layer: int, head: int) -> torch.Tensor:
     ValueError
         If ``(layer, head)`` is not in the model.
     """
-    _check_head(model, layer, head)
+    _validate_head(model, layer, head)
     block = model.blocks[layer]
     attn = block.attn
     group = attn.num_heads // attn.num_kv_heads
@@ -88,7 +88,7 @@ def _gain(norm: nn.Module) -> torch.Tensor | float:
 def _head_slices(model: nn.Module, heads: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
-        _check_head(model, int(layer), int(head))
+        _validate_head(model, int(layer), int(head))
         by_layer.setdefault(int(layer), []).append(int(head))
     return by_layer
 

@@ -54,7 +54,7 @@ import torch
 from torch import nn
 
 from attncourse.functional.torch_attention import attention
-from attncourse.functional.validation import check_positive_ints
+from attncourse.functional.validation import validate_positive_ints
 from attncourse.nn.pooling import MaxPool2d
 
 
@@ -175,7 +175,7 @@ class SelfAttention2d(nn.Module):
         super().__init__()
         key_channels = max(1, channels // 8) if key_channels is None else key_channels
         value_channels = channels if value_channels is None else value_channels
-        check_positive_ints(channels=channels, key_channels=key_channels, value_channels=value_channels)
+        validate_positive_ints(channels=channels, key_channels=key_channels, value_channels=value_channels)
         self.channels, self.key_channels, self.value_channels = int(channels), int(key_channels), int(value_channels)
         self.w_q = nn.Conv2d(self.channels, self.key_channels, 1)
         self.w_k = nn.Conv2d(self.channels, self.key_channels, 1)
@@ -279,7 +279,7 @@ class _Classifier(nn.Module):
         self.head = nn.Sequential(nn.Conv2d(channels, channels, 1), nn.ReLU())
         self.classifier = nn.Linear(channels, num_classes)
 
-    def check_images(self, images: torch.Tensor) -> None:
+    def validate_images(self, images: torch.Tensor) -> None:
         """Raise ``ValueError`` unless ``images`` is (batch, in_channels, height >= 4, width >= 4)."""
         if images.dim() != 4 or images.shape[1] != self.in_channels:
             raise ValueError(
@@ -291,7 +291,7 @@ class _Classifier(nn.Module):
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """The feature map after the mixing block, (batch, channels, height // 4, width // 4)."""
-        self.check_images(images)
+        self.validate_images(images)
         return self.mixer(self.stem(images))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -346,7 +346,7 @@ class PlainCNN(_Classifier):
     receptive_field: int = receptive_field(spatial_layers)
 
     def __init__(self, num_classes: int = 2, channels: int = 32, in_channels: int = 1) -> None:
-        check_positive_ints(num_classes=num_classes, channels=channels, in_channels=in_channels)
+        validate_positive_ints(num_classes=num_classes, channels=channels, in_channels=in_channels)
         mixer = nn.Sequential(nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU())
         super().__init__(mixer, int(in_channels), int(channels), int(num_classes))
 
@@ -388,7 +388,7 @@ class AttentionCNN(_Classifier):
         self, num_classes: int = 2, channels: int = 40, key_channels: int | None = None, in_channels: int = 1,
         gamma_init: float = 0.0,
     ) -> None:
-        check_positive_ints(num_classes=num_classes, channels=channels, in_channels=in_channels)
+        validate_positive_ints(num_classes=num_classes, channels=channels, in_channels=in_channels)
         block = SelfAttention2d(int(channels), key_channels, gamma_init=gamma_init)
         super().__init__(block, int(in_channels), int(channels), int(num_classes))
         self.attention = block
@@ -398,5 +398,5 @@ class AttentionCNN(_Classifier):
 
         See :meth:`SelfAttention2d.attention_map`.
         """
-        self.check_images(images)
+        self.validate_images(images)
         return self.attention.attention_map(self.stem(images), query_position)

@@ -14,7 +14,7 @@ weight on a token it does not need, which is their explanation of why the gate
 removes the "attention sink" on the first token and the very large activations
 that come with it, and why it lets training take larger learning rates (their
 sections 4 and 5). With W_g = 0 and a large bias the gate is 1 and the module is
-:class:`~attncourse.nn.gqa.CausalSelfAttention` with the same weights (tested).
+:class:`~attncourse.nn.causal_attention.CausalSelfAttention` with the same weights (tested).
 
 Registered as ``"gated"`` (:mod:`attncourse.nn.spec`), with the options of ``"gqa"``;
 everything else (GQA, windows, RoPE and its scalings, ALiBi, the cache) is inherited.
@@ -35,23 +35,23 @@ import torch
 from torch import nn
 
 from attncourse.nn.attention import merge_heads
-from attncourse.nn.gqa import CausalSelfAttention, GQAOptions
+from attncourse.nn.causal_attention import CausalSelfAttention, GQAOptions
 from attncourse.nn.spec import register_attention
 
 
 @dataclass(frozen=True)
 class GatedOptions(GQAOptions):
     """The options of attention variant ``"gated"``: those of ``"gqa"``
-    (:class:`~attncourse.nn.gqa.GQAOptions`: ``num_kv_heads``, ``window``, ``bias`` on the four
+    (:class:`~attncourse.nn.causal_attention.GQAOptions`: ``num_kv_heads``, ``window``, ``bias`` on the four
     projections; the gate always has one), under their own name."""
 
 
 class GatedSelfAttention(CausalSelfAttention):
-    """:class:`~attncourse.nn.gqa.CausalSelfAttention` with a sigmoid gate on every head's output.
+    """:class:`~attncourse.nn.causal_attention.CausalSelfAttention` with a sigmoid gate on every head's output.
 
     Parameters
     ----------
-    As :class:`~attncourse.nn.gqa.CausalSelfAttention`.
+    As :class:`~attncourse.nn.causal_attention.CausalSelfAttention`.
 
     Attributes
     ----------

@@ -16,13 +16,14 @@ with a final LayerNorm, and the output layer tied to the token embedding
 ``"sinusoidal"`` and ``"learned"`` add a vector to each embedded token
 (:mod:`attncourse.nn.positional`, chapter 5); ``"rope"`` rotates queries and keys
 and ``"alibi"`` biases the scores, inside every attention layer
-(:mod:`attncourse.nn.gqa`). ``num_kv_heads`` selects multi-head, grouped-query
+(:mod:`attncourse.nn.causal_attention`). ``num_kv_heads`` selects multi-head, grouped-query
 or multi-query attention, ``window`` sliding-window attention, ``latent_dim``
 multi-head latent attention (:mod:`attncourse.nn.mla`, chapter 10), and
 ``attention_only`` drops the FFN and the LayerNorms from every block (chapter 9).
 
-Those keywords are one way to write a :class:`~attncourse.nn.spec.DecoderSpec`,
-the model's description as data, and ``GPT(spec=...)`` the other: there each
+Those keywords are chapter 7's shorthand for a :class:`~attncourse.nn.spec.DecoderSpec`,
+the model's one description, read (as the keyword configs its checkpoints store) by
+:mod:`attncourse.nn.old_files`; ``GPT(spec=...)`` takes the spec itself: there each
 part is a spec of its own (the attention by registered name with its own
 options, RMSNorm, SwiGLU, RoPE's base, biases, tying), so that a Llama-style
 model is a spec too. Either way the model is built from the spec alone, with no
@@ -52,10 +53,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from attncourse.functional.sparse_masks import check_window
-from attncourse.nn.gqa import GQAOptions
-from attncourse.nn.mla import MLAOptions, mla_dims
 from attncourse.nn.norm import residual
+from attncourse.nn.old_files import spec_from_config, spec_from_keywords
 from attncourse.nn.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -65,12 +64,7 @@ from attncourse.nn.spec import (
     ADDED_TO_EMBEDDINGS,
     INSIDE_ATTENTION,
     NO_POSITIONS,
-    AttentionSpec,
     DecoderSpec,
-    FFNSpec,
-    NormSpec,
-    PositionSpec,
-    flat_attention,
 )
 
 #: The values of ``GPT(positional=...)``.
@@ -217,7 +211,10 @@ class GPT(nn.Module):
         if spec is None:
             if vocab_size is None:
                 raise TypeError("GPT needs vocab_size (or a whole spec=DecoderSpec(...))")
-            spec, self.config = _spec_from_keywords(
+            if positional not in GPT_POSITIONAL:
+                raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
+            # chapter 7's shorthand, also what its checkpoints store: read where old files are read
+            spec, self.config = spec_from_keywords(
                 vocab_size, d_model, num_heads, num_layers, d_ff, max_len, positional, num_kv_heads, causal,
                 window, dropout, latent_dim, rope_dim, attention_only)
         else:
@@ -250,8 +247,16 @@ class GPT(nn.Module):
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> GPT:
-        """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict."""
-        return cls(**config)
+        """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict.
+
+        Raises
+        ------
+        ValueError
+            If ``config`` is neither ``{"spec": ...}`` nor GPT's keywords
+            (:func:`~attncourse.nn.old_files.spec_from_config`), or describes an invalid model.
+        """
+        described = spec_from_config(config, _KEYWORDS)
+        return cls(spec=described) if isinstance(described, DecoderSpec) else cls(**described)
 
     def init_cache(self, batch: int) -> list[DecoderCache]:
         """One empty cache per block (each attention's ``empty_cache``): :class:`~attncourse.nn.attention.KVCache`
@@ -264,6 +269,22 @@ class GPT(nn.Module):
         i.e. ``2 * layers * num_kv_heads * d_k * bytes``, or with MLA ``layers * (d_c + d_h^R) * bytes``."""
         element = self.embedding.weight.element_size()
         return sum(block.attn.cache_numbers_per_token() for block in self.blocks) * element
+
+    def cache_bytes(self, tokens: int) -> int:
+        """Bytes of every layer's cache for one sequence of ``tokens`` tokens: what grows per token
+        (:meth:`cache_bytes_per_token`) plus a memory attention's fixed state
+        (``state_numbers``, :mod:`attncourse.nn.memory_attention`), whatever the length.
+
+        Raises
+        ------
+        ValueError
+            If ``tokens`` is not a non-negative int.
+        """
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+            raise ValueError(f"tokens must be a non-negative int, got {tokens!r}")
+        element = self.embedding.weight.element_size()
+        fixed = sum(block.attn.state_numbers() for block in self.blocks if hasattr(block.attn, "state_numbers"))
+        return self.cache_bytes_per_token() * tokens + fixed * element
 
     def forward(self, tokens: torch.Tensor, kv_caches: list[DecoderCache] | None = None,
                 mask: torch.Tensor | None = None, need_weights: bool = False,
@@ -316,7 +337,7 @@ class GPT(nn.Module):
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             raise ValueError(f"kv_caches has {len(kv_caches)} entries for {len(self.blocks)} layers")
         offset = 0 if kv_caches is None else len(kv_caches[0])
-        positions = self._check_positions(positions, tokens.shape, offset)
+        positions = self._validate_positions(positions, tokens.shape, offset)
         x = self.embedding(tokens)
         if self.spec.scale_embedding:
             x = x * math.sqrt(self.d_model)
@@ -338,7 +359,7 @@ class GPT(nn.Module):
         return self.output_proj(self.final_norm(x)), all_weights
 
 
-    def _check_positions(self, positions: torch.Tensor | None, shape: torch.Size,
+    def _validate_positions(self, positions: torch.Tensor | None, shape: torch.Size,
                          offset: int) -> torch.Tensor | None:
         """``forward``'s ``positions`` checked (on the embedding's device), or None for the default."""
         if positions is None:
@@ -367,47 +388,6 @@ class GPT(nn.Module):
             raise ValueError(f"ALiBi's distances follow the cache's order: positions must be {offset} .. "
                              f"{offset + seq_len - 1} here, got {rows[0].tolist()[:8]}")
         return positions
-
-
-def _spec_from_keywords(vocab_size, d_model, num_heads, num_layers, d_ff, max_len, positional, num_kv_heads,
-                        causal, window, dropout, latent_dim, rope_dim,
-                        attention_only) -> tuple[DecoderSpec, dict[str, Any]]:
-    """The spec the keyword constructor describes, and its ``config`` (the keywords, as before specs)."""
-    if positional not in GPT_POSITIONAL:
-        raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
-    for name, value in (("vocab_size", vocab_size), ("d_model", d_model), ("num_heads", num_heads),
-                        ("num_layers", num_layers), ("d_ff", d_ff), ("max_len", max_len)):
-        if isinstance(value, bool) or int(value) != value or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-    if isinstance(num_kv_heads, bool) or int(num_kv_heads) != num_kv_heads or num_kv_heads < 1:
-        raise ValueError(f"num_kv_heads must be a positive int, got {num_kv_heads!r}")
-    num_kv_heads = int(num_kv_heads)
-    window = None if window is None else check_window(window, causal)
-    # Which variant and which of its options: the spec's reading of flat options (its rules, once).
-    attention = flat_attention(None, int(num_heads), num_kv_heads=num_kv_heads, window=window,
-                               latent_dim=latent_dim, rope_dim=rope_dim)
-    config: dict[str, Any] = {
-        "vocab_size": int(vocab_size), "d_model": int(d_model), "num_heads": int(num_heads),
-        "num_layers": int(num_layers), "d_ff": int(d_ff), "max_len": int(max_len),
-        "positional": positional, "num_kv_heads": num_kv_heads, "causal": bool(causal),
-        "window": window, "dropout": float(dropout),
-    }
-    if attention.name == "mla":  # its sizes resolved, in the config only when set: older configs keep their keys
-        inside = positional if positional in INSIDE_ATTENTION else None
-        dims = mla_dims(attention.options, int(d_model), int(num_heads), inside)
-        config.update(latent_dim=dims[0], rope_dim=dims[1])
-        attention = AttentionSpec("mla", MLAOptions(*dims))
-    else:
-        attention = AttentionSpec("gqa", GQAOptions(num_kv_heads, window))
-    if attention_only:  # only when set, so that older configs and checkpoints keep their hash
-        config["attention_only"] = True
-    spec = DecoderSpec(
-        config["vocab_size"], config["d_model"], config["num_heads"], config["num_layers"], config["max_len"],
-        config["causal"], config["dropout"], attention, PositionSpec(positional),
-        NormSpec("none" if attention_only else "layernorm"),
-        FFNSpec("none" if attention_only else "relu", config["d_ff"]), tie_output=not attention_only)
-    return spec, config
 
 
 #: The keyword constructor's arguments and defaults (left out when ``spec=`` is given).

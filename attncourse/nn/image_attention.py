@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attncourse.functional.validation import check_positive_ints
+from attncourse.functional.validation import validate_positive_ints
 from attncourse.nn.additive import AdditiveAttention
 from attncourse.nn.pooling import MaxPool2d
 
@@ -124,7 +124,7 @@ class ConvEncoder(nn.Module):
         num_blocks: int = 2, coordinates: bool = True,
     ) -> None:
         super().__init__()
-        check_positive_ints(in_channels=in_channels, feature_dim=feature_dim, channels=channels,
+        validate_positive_ints(in_channels=in_channels, feature_dim=feature_dim, channels=channels,
                             num_blocks=num_blocks)
         if coordinates and feature_dim < 3:
             raise ValueError(f"feature_dim must be at least 3 with coordinates (2 of them), got {feature_dim}")
@@ -148,7 +148,7 @@ class ConvEncoder(nn.Module):
         """(grid rows, grid columns) for an image of ``height x width`` pixels."""
         return height // self.stride, width // self.stride
 
-    def check_images(self, images: torch.Tensor) -> None:
+    def validate_images(self, images: torch.Tensor) -> None:
         """Raise ``ValueError`` unless ``images`` is (batch, in_channels, height, width) and big enough."""
         if images.dim() != 4 or images.shape[1] != self.in_channels:
             raise ValueError(
@@ -181,7 +181,7 @@ class ConvEncoder(nn.Module):
             If ``images`` does not have ``in_channels`` channels or is smaller
             than ``2**num_blocks`` pixels in height or width; the message names the shape.
         """
-        self.check_images(images)
+        self.validate_images(images)
         maps = self.cnn(images)  # (batch, cnn_out, rows, cols)
         batch, _, rows, cols = maps.shape
         features = maps.flatten(2).transpose(1, 2)  # (batch, L, cnn_out)
@@ -347,7 +347,7 @@ class ImageCaptioner(nn.Module):
         if attention not in IMAGE_ATTENTION_KINDS:
             raise ValueError(f"attention must be one of {IMAGE_ATTENTION_KINDS}, got {attention!r}")
         attn_dim = hidden_dim if attn_dim is None else attn_dim
-        check_positive_ints(num_classes=num_classes, hidden_dim=hidden_dim, emb_dim=emb_dim, attn_dim=attn_dim)
+        validate_positive_ints(num_classes=num_classes, hidden_dim=hidden_dim, emb_dim=emb_dim, attn_dim=attn_dim)
         if not tau > 0:
             raise ValueError(f"tau must be positive, got {tau}")
         if not 0.0 <= expectation_prob < 1.0 or (expectation_prob and attention != "hard"):
@@ -551,7 +551,7 @@ class ImageCaptioner(nn.Module):
             hold labels out of range, a missing or inconsistent ``num_steps``,
             or ``locations`` with soft attention or of the wrong shape.
         """
-        self.encoder.check_images(images)
+        self.encoder.validate_images(images)
         batch = images.shape[0]
         if targets is not None:
             if targets.dim() != 2 or targets.shape[0] != batch:
@@ -684,7 +684,7 @@ def doubly_stochastic_penalty(weights: torch.Tensor, target: float | str = "unif
     return ((tau - coverage) ** 2).sum(dim=-1)
 
 
-def _check_targets(out: ImageAttentionOutput, targets: torch.Tensor) -> None:
+def _validate_targets(out: ImageAttentionOutput, targets: torch.Tensor) -> None:
     if tuple(targets.shape) != tuple(out.logits.shape[:2]):
         raise ValueError(
             f"targets must be (batch, steps) = {tuple(out.logits.shape[:2])} to fit logits "
@@ -729,7 +729,7 @@ def soft_attention_loss(
     ----------
     Xu et al. (2015), section 4.2.1, equation (14).
     """
-    _check_targets(out, targets)
+    _validate_targets(out, targets)
     if doubly_stochastic < 0:
         raise ValueError(f"doubly_stochastic (lambda) must be >= 0, got {doubly_stochastic}")
     nll = F.cross_entropy(out.logits.flatten(0, 1), targets.flatten())
@@ -878,7 +878,7 @@ def hard_attention_loss(
     if out.log_probs is None or out.sampled is None:
         raise ValueError("hard_attention_loss needs the sampled locations of hard attention; "
                          "this output comes from soft attention (use soft_attention_loss)")
-    _check_targets(out, targets)
+    _validate_targets(out, targets)
     if reward not in REWARD_KINDS:
         raise ValueError(f"reward must be one of {REWARD_KINDS}, got {reward!r}")
     if entropy_weight < 0 or reward_weight < 0:

@@ -52,19 +52,19 @@ from torch import nn
 from attncourse.functional.luong import (
     LUONG_MODES,
     LUONG_SCORES,
-    check_score_and_mode,
-    check_window,
+    validate_half_width,
+    validate_score_and_mode,
 )
 from attncourse.functional.torch_attention import masked_softmax
-from attncourse.nn.additive import check_key_mask
+from attncourse.nn.additive import validate_key_mask
 from attncourse.nn.protocol import EncoderDecoder
 from attncourse.nn.rnn import (
     PAD_ID,
     Encoder,
     EncoderState,
     Seq2SeqOutput,
-    check_target_inputs,
     reorder_batch,
+    validate_target_inputs,
 )
 
 #: Uniform initialisation range of Luong et al. (2015), section 4.1.
@@ -165,7 +165,7 @@ class LuongAttention(nn.Module):
         gaussian: bool | None = None,
     ) -> None:
         super().__init__()
-        check_score_and_mode(score, mode)
+        validate_score_and_mode(score, mode)
         key_dim = hidden_dim if key_dim is None else key_dim
         attn_dim = hidden_dim if attn_dim is None else attn_dim
         for name, value in (("hidden_dim", hidden_dim), ("key_dim", key_dim), ("attn_dim", attn_dim)):
@@ -175,7 +175,7 @@ class LuongAttention(nn.Module):
             gaussian = mode == "local-p"
         if gaussian and mode == "global":
             raise ValueError("global attention has no aligned position p_t, so no Gaussian; use gaussian=None or False")
-        self.window = check_window(window, "local-p" if gaussian else "local-m")
+        self.window = validate_half_width(window, "local-p" if gaussian else "local-m")
         if score == "dot" and key_dim != hidden_dim:
             raise ValueError(
                 f"the dot score compares h_t and h̄_s directly, so they need one width: "
@@ -216,7 +216,7 @@ class LuongAttention(nn.Module):
         return (f"hidden_dim={self.hidden_dim}, key_dim={self.key_dim}, score={self.score!r}, "
                 f"mode={self.mode!r}{window}{extra}")
 
-    def _check_keys(self, h_s: torch.Tensor) -> None:
+    def _validate_keys(self, h_s: torch.Tensor) -> None:
         if h_s.dim() != 3 or h_s.shape[-1] != self.key_dim:
             raise ValueError(
                 f"h_s must be the encoder states (batch, src_len, key_dim={self.key_dim}), got {tuple(h_s.shape)}"
@@ -241,7 +241,7 @@ class LuongAttention(nn.Module):
         ValueError
             If ``h_s`` is not ``(batch, src_len, key_dim)``.
         """
-        self._check_keys(h_s)
+        self._validate_keys(h_s)
         if self.score == "general":
             return h_s @ self.w_a.T
         if self.score == "concat":
@@ -334,14 +334,14 @@ class LuongAttention(nn.Module):
         """
         if h_t.dim() != 2 or h_t.shape[-1] != self.hidden_dim:
             raise ValueError(f"h_t must be (batch, hidden_dim={self.hidden_dim}), got {tuple(h_t.shape)}")
-        self._check_keys(h_s)
+        self._validate_keys(h_s)
         batch, src_len = h_s.shape[0], h_s.shape[1]
         if h_t.shape[0] != batch:
             raise ValueError(f"h_t {tuple(h_t.shape)} and h_s {tuple(h_s.shape)} have different batch sizes")
         if src_mask is None:
             src_mask = torch.ones(batch, src_len, dtype=torch.bool, device=h_s.device)
         else:
-            check_key_mask(src_mask, "src_mask", h_s, "h_s")
+            validate_key_mask(src_mask, "src_mask", h_s, "h_s")
         if self.score == "location" and src_len > self.max_src_len:
             raise ValueError(
                 f"score='location' covers max_src_len={self.max_src_len} positions, but h_s "
@@ -620,7 +620,7 @@ class LuongSeq2Seq(nn.Module, EncoderDecoder):
             Also ``positions`` (batch, tgt_len), the aligned positions p_t of
             local-p attention, or ``None``.
         """
-        check_target_inputs(src, tgt_in)
+        validate_target_inputs(src, tgt_in)
         enc = self.encode(src, src_mask)
         state = self.init_state(enc)
         logits, weights, positions = [], [], []

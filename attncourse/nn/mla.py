@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attncourse.functional.torch_attention import masked_softmax
-from attncourse.nn.attend import allowed_keys, check_call
+from attncourse.nn.attend import allowed_keys, validate_call
 from attncourse.nn.attention import merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
 from attncourse.nn.rope import apply_rope
@@ -295,7 +295,7 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
             raise ValueError(f"kv_cache must hold (batch={batch}, cache_len, d_c={self.latent_dim}) latents "
                              f"and (batch, cache_len, d_h^R={self.rope_dim}) keys, got "
                              f"{tuple(kv_cache.c_kv.shape)} and {tuple(kv_cache.k_rope.shape)}")
-        positions = check_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
+        positions = validate_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
         q, q_rope = self._queries(x, positions)
         c_kv, k_rope = self._latents(x, positions)
         if kv_cache is not None:

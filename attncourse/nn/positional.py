@@ -23,7 +23,7 @@ from torch import nn
 from attncourse.functional.positional import sinusoidal_encoding
 
 
-def _check_input(x: torch.Tensor, offset: int, max_len: int, d_model: int) -> None:
+def _validate_input(x: torch.Tensor, offset: int, max_len: int, d_model: int) -> None:
     if x.dim() != 3 or x.shape[-1] != d_model:
         raise ValueError(f"x must be (batch, seq_len, d_model={d_model}), got {tuple(x.shape)}")
     if offset < 0 or offset + x.shape[1] > max_len:
@@ -89,7 +89,7 @@ class SinusoidalPositionalEncoding(nn.Module):
             If ``x`` is not ``(batch, seq_len, d_model)`` or a position is outside
             ``[0, max_len)``; the message names both.
         """
-        _check_input(x, offset, self.max_len, self.d_model)
+        _validate_input(x, offset, self.max_len, self.d_model)
         return x + self.pe[offset : offset + x.shape[1]]
 
 
@@ -137,5 +137,5 @@ class LearnedPositionalEncoding(nn.Module):
         (``x (batch, seq_len, d_model)``, the first position ``offset``), and raises
         the same ValueError for a wrong shape or a position outside ``[0, max_len)``.
         """
-        _check_input(x, offset, self.max_len, self.d_model)
+        _validate_input(x, offset, self.max_len, self.d_model)
         return x + self.embedding.weight[offset : offset + x.shape[1]]

@@ -20,7 +20,7 @@ one self-attention each and never looks inside it: any module implementing
 :class:`DecoderAttention` can be plugged in by name
 (:mod:`attncourse.nn.spec`). Multi-head, grouped-query and multi-query
 attention with a window, RoPE or ALiBi
-(:class:`~attncourse.nn.gqa.CausalSelfAttention`) and multi-head latent
+(:class:`~attncourse.nn.causal_attention.CausalSelfAttention`) and multi-head latent
 attention (:class:`~attncourse.nn.mla.MultiHeadLatentAttention`) implement it;
 the attention-only Transformer of chapter 9 is a model spec (no FFN, no norms,
 untied output) around the first. Each keeps its own cache
@@ -28,6 +28,12 @@ untied output) around the first. Each keeps its own cache
 token. tests/test_nn_decoder_attention.py holds every registered variant to the
 contract written here: cached decoding equals the full forward, shapes, masks,
 gradients.
+
+A memory attention (:mod:`attncourse.nn.memory_attention`: linear attention, DeltaNet, Gated
+DeltaNet) says so with a class attribute ``fixed_state = True``: its cache is a state of fixed
+size (``cache_numbers_per_token()`` is 0, ``state_numbers()`` its size), so it returns weights
+only without a cache, their rows need not sum to 1, and its mask may hide keys but not choose
+them per query. The rest of the contract holds as written.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ layer turns the context vector into scores over the value symbols. Softmax atten
 (Vaswani et al. 2017, eq. 1) can make the weight of the matching key close to 1; linear
 attention (Katharopoulos et al. 2020, eqs. 5-7) reads everything through a
 ``d_k x d_model`` state, whatever the number of pairs.
+
+:func:`memory_recall` and :func:`recall_against_pairs` ask the same of the closed-form
+memories of :mod:`attncourse.functional.memory_recall` on multi-query recall
+(:mod:`attncourse.data.mqar`), with no training: the keys a fixed codebook of unit vectors.
 """
 
 from __future__ import annotations
@@ -15,8 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attncourse.data.mqar import MQARBatch, multi_query_recall
 from attncourse.data.recall import RecallBatch
 from attncourse.functional.linear_attention import batched_linear_attention
+from attncourse.functional.memory_recall import (
+    key_codebook,
+    memory_reads,
+    recall_accuracy,
+)
 
 #: The attention kinds :class:`RecallModel` knows.
 RECALL_ATTENTIONS: tuple[str, ...] = ("softmax", "linear")
@@ -66,4 +76,57 @@ class RecallModel(nn.Module):
         return self.readout(context[:, 0])
 
 
-__all__ = ["RECALL_ATTENTIONS", "RecallModel"]
+def memory_recall(rule: str, batch: MQARBatch, codebook: torch.Tensor, **options) -> float:
+    """Recall of one closed-form memory on an MQAR batch: the share of queries answered.
+
+    Parameters
+    ----------
+    rule : str
+        One of :data:`~attncourse.functional.memory_recall.MEMORY_RULES`.
+    batch : MQARBatch
+    codebook : (n_keys, d_k)
+        The key symbols' vectors (:func:`~attncourse.functional.memory_recall.key_codebook`);
+        values are one-hot over ``batch.n_values``.
+    **options
+        ``passes``, ``decay``, ``scale`` of :func:`~attncourse.functional.memory_recall.memory_reads`.
+
+    Raises
+    ------
+    ValueError
+        If the codebook has fewer rows than ``batch.n_keys``, or as ``memory_reads``.
+    """
+    if codebook.dim() != 2 or codebook.shape[0] < batch.n_keys:
+        raise ValueError(f"codebook must be (n_keys >= {batch.n_keys}, d_k), got {tuple(codebook.shape)}")
+    values = F.one_hot(batch.values, batch.n_values).to(codebook.dtype)
+    reads = memory_reads(rule, codebook[batch.keys], values, codebook[batch.queries], **options)
+    return recall_accuracy(reads, batch.answers)
+
+
+def recall_against_pairs(rules: dict[str, dict], pair_counts: list[int], d_k: int, n_keys: int = 512,
+                         n_values: int = 64, batch: int = 64, seed: int = 0) -> dict[str, list[float]]:
+    """Each memory's MQAR recall at each number of pairs, every query of the context asked.
+
+    Parameters
+    ----------
+    rules : dict
+        Label -> ``{"rule": name, **options}`` (e.g. ``{"delta x4": {"rule": "delta", "passes": 4}}``).
+    pair_counts : list of int
+        N, each at most ``n_keys``.
+    d_k : int
+        The width of the keys, hence of every fixed-size state.
+    n_keys, n_values, batch, seed : int
+        The vocabularies, contexts per N, and the seed of the codebook (random unit keys) and data.
+
+    Returns
+    -------
+    dict
+        Label -> recall at each N, in ``pair_counts``' order.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    codebook = key_codebook(n_keys, d_k, generator=generator)
+    batches = [multi_query_recall(batch, n, n, n_keys, n_values, generator) for n in pair_counts]
+    return {label: [memory_recall(spec["rule"], b, codebook, **{k: v for k, v in spec.items() if k != "rule"})
+                    for b in batches] for label, spec in rules.items()}
+
+
+__all__ = ["RECALL_ATTENTIONS", "RecallModel", "memory_recall", "recall_against_pairs"]

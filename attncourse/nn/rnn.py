@@ -47,7 +47,7 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 ATTENTION_KINDS: tuple[str | None, ...] = (None, "bahdanau")
 
 
-def _check_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+def _validate_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
     """Validate a padded source batch and return its lengths (batch,) on the CPU."""
     if src.dim() != 2:
         raise ValueError(f"src must be token ids (batch, src_len), got shape {tuple(src.shape)}")
@@ -66,7 +66,7 @@ def _check_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
     return lengths.cpu()
 
 
-def check_target_inputs(src: torch.Tensor, tgt_in: torch.Tensor) -> None:
+def validate_target_inputs(src: torch.Tensor, tgt_in: torch.Tensor) -> None:
     """Raise ValueError unless ``tgt_in`` is (batch, tgt_len) with the batch of ``src`` (batch, src_len)."""
     if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
         raise ValueError(
@@ -171,7 +171,7 @@ class Encoder(nn.Module):
         TypeError
             If ``src_mask`` is not boolean.
         """
-        lengths = _check_source(src, src_mask)
+        lengths = _validate_source(src, src_mask)
         embedded = self.dropout(self.embedding(src))
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         packed_states, h_n = self.rnn(packed)
@@ -390,7 +390,7 @@ class Seq2Seq(nn.Module, EncoderDecoder):
         Seq2SeqOutput
             ``attention`` is None without attention.
         """
-        check_target_inputs(src, tgt_in)
+        validate_target_inputs(src, tgt_in)
         enc = self.encode(src, src_mask)
         state = self.init_state(enc)
         logits, weights = [], []

@@ -27,7 +27,7 @@ imports none: :data:`ATTENTION_VARIANTS` imports that package the first time it 
 (as do the modules named in the environment variable ``ATTNCOURSE_VARIANTS``,
 comma-separated: a variant defined outside the package, e.g. in a test, reaches a
 fresh process such as ``python -m attncourse train-lm --attention NAME``). A variant
-whose only change is the score subclasses :class:`~attncourse.nn.gqa.CausalSelfAttention`
+whose only change is the score subclasses :class:`~attncourse.nn.causal_attention.CausalSelfAttention`
 and replaces its ``attend`` step (:mod:`attncourse.nn.attend`).
 
 A Llama-style model (chapter 11's SmolLM2-135M) reads::
@@ -167,7 +167,7 @@ class AttentionSpec:
         A key of :data:`ATTENTION_VARIANTS` (``"gqa"``: MHA, GQA, MQA, windows; ``"mla"``;
         ``"gated"``: ``"gqa"`` with a sigmoid gate on each head's output).
     options : dataclass instance, dict or None
-        The variant's own options (e.g. :class:`~attncourse.nn.gqa.GQAOptions`); a dict
+        The variant's own options (e.g. :class:`~attncourse.nn.causal_attention.GQAOptions`); a dict
         of its fields or None (its defaults) is converted.
 
     Raises
@@ -182,7 +182,7 @@ class AttentionSpec:
     options: Any = None
 
     def __post_init__(self) -> None:
-        _check_kind("attention", self.name, ATTENTION_VARIANTS)
+        _validate_kind("attention", self.name, ATTENTION_VARIANTS)
         options = _options(ATTENTION_VARIANTS[self.name].options, self.options, f"attention {self.name!r}")
         object.__setattr__(self, "options", options)
 
@@ -236,7 +236,7 @@ def flat_attention(name: str | None, num_heads: int, **options: Any) -> Attentio
     given = {k: v for k, v in options.items() if v is not None}
     chosen = name
     name = name or ("mla" if "latent_dim" in given else "gqa")
-    _check_kind("attention", name, ATTENTION_VARIANTS)
+    _validate_kind("attention", name, ATTENTION_VARIANTS)
     if "num_kv_heads" not in _option_names(ATTENTION_VARIANTS[name].options) and given.get("num_kv_heads") == num_heads:
         del given["num_kv_heads"]
     try:
@@ -277,7 +277,7 @@ class PositionSpec:
     original_len: int | None = None
 
     def __post_init__(self) -> None:
-        _check_kind("positions", self.kind, dict.fromkeys(ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION + NO_POSITIONS))
+        _validate_kind("positions", self.kind, dict.fromkeys(ADDED_TO_EMBEDDINGS + INSIDE_ATTENTION + NO_POSITIONS))
         if not float(self.base) > 1:
             raise ValueError(f"RoPE's base must be > 1, got {self.base!r}")
         object.__setattr__(self, "base", float(self.base))
@@ -322,7 +322,7 @@ class NormSpec:
     eps: float = 1e-5
 
     def __post_init__(self) -> None:
-        _check_kind("norm", self.kind, NORMS)
+        _validate_kind("norm", self.kind, NORMS)
         if not float(self.eps) > 0:
             raise ValueError(f"norm eps must be > 0, got {self.eps!r}")
 
@@ -349,8 +349,8 @@ class FFNSpec:
     bias: bool = True
 
     def __post_init__(self) -> None:
-        _check_kind("ffn", self.kind, FFNS)
-        _check_size("d_ff", self.d_ff)
+        _validate_kind("ffn", self.kind, FFNS)
+        _validate_size("d_ff", self.d_ff)
 
     def build(self, d_model: int) -> nn.Module | None:
         """One FFN sublayer ``(batch, seq_len, d_model)`` -> same shape, or None for ``"none"``."""
@@ -358,14 +358,14 @@ class FFNSpec:
         return None if build is None else build(d_model, self.d_ff, self.bias)
 
 
-def _check_kind(what: str, kind: str, table: Mapping[str, Any]) -> None:
+def _validate_kind(what: str, kind: str, table: Mapping[str, Any]) -> None:
     if kind not in table:
         more = ("; a variant defined outside attncourse is named by its module in ATTNCOURSE_VARIANTS"
                 if table is ATTENTION_VARIANTS else "")
         raise ValueError(f"{what} must be one of {tuple(table)}, got {kind!r}{more}")
 
 
-def _check_size(name: str, value: Any) -> None:
+def _validate_size(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
 
@@ -418,7 +418,7 @@ class DecoderSpec:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
-            _check_size(name, getattr(self, name))
+            _validate_size(name, getattr(self, name))
         if self.d_model % self.num_heads:
             raise ValueError(f"d_model={self.d_model} must be divisible by num_heads={self.num_heads}")
         if not 0.0 <= float(self.dropout) < 1.0:
@@ -434,9 +434,9 @@ class DecoderSpec:
             if not isinstance(value, cls):
                 raise TypeError(f"{name} must be a {cls.__name__} or a dict, got {type(value).__name__}")
             object.__setattr__(self, name, value)
-        self._check_attention()
+        self._validate_attention()
 
-    def _check_attention(self) -> None:
+    def _validate_attention(self) -> None:
         """Build one attention module on the meta device (no memory, no random numbers drawn): the
         variant's builder checks its options against these sizes and positions, so that a clash is
         refused here, whatever described the model. An error other than ValueError (an operation

@@ -493,7 +493,7 @@ class Transformer(nn.Module, EncoderDecoder):
 
     # ----- teacher forcing -----
 
-    def _check_batch(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor | None = None) -> None:
+    def _validate_batch(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor | None = None) -> None:
         if src.dim() != 2:
             raise ValueError(f"src must be token ids (batch, src_len), got shape {tuple(src.shape)}")
         if src_mask.dtype != torch.bool:
@@ -521,7 +521,7 @@ class Transformer(nn.Module, EncoderDecoder):
         TypeError
             If ``src_mask`` is not boolean.
         """
-        self._check_batch(src, src_mask, tgt_in)
+        self._validate_batch(src, src_mask, tgt_in)
         memory, _ = self.encode_embedded(self.embed_source(src), src_mask)
         hidden, _, cross = self.decode_embedded(self.embed_target(tgt_in), memory, src_mask)
         return Seq2SeqOutput(logits=self.output_proj(hidden), attention=cross[-1].mean(dim=1))
@@ -552,7 +552,7 @@ class Transformer(nn.Module, EncoderDecoder):
         ValueError, TypeError
             As :meth:`forward`.
         """
-        self._check_batch(src, src_mask, tgt_in)
+        self._validate_batch(src, src_mask, tgt_in)
         was_training = self.training
         self.eval()
         try:
@@ -573,7 +573,7 @@ class Transformer(nn.Module, EncoderDecoder):
         As :meth:`EncoderDecoder.encode`; returns a
         :class:`TransformerEncoderState`.
         """
-        self._check_batch(src, src_mask)
+        self._validate_batch(src, src_mask)
         memory, _ = self.encode_embedded(self.embed_source(src), src_mask)
         cross_kv = [layer.cross_attn.project_kv(memory, memory) for layer in self.decoder_layers]
         return TransformerEncoderState(memory=memory, mask=src_mask, cross_kv=cross_kv)

@@ -25,8 +25,8 @@ import os
 
 import torch
 
+from attncourse.nn.causal_attention import GQAOptions
 from attncourse.nn.gpt import GPT
-from attncourse.nn.gqa import GQAOptions
 from attncourse.nn.spec import (
     AttentionSpec,
     DecoderSpec,

@@ -48,7 +48,7 @@ SUPPORTED_TYPES = tuple(TYPE_BYTES)
 
 def bits_per_weight(type_name: str) -> float:
     """Storage per weight in bits: 32 (F32), 16 (F16), 5 (Q4_1), 8.5 (Q8_0)."""
-    _check_type(type_name)
+    _validate_type(type_name)
     return 8 * TYPE_BYTES[type_name] / WEIGHTS_PER_BLOCK[type_name]
 
 
@@ -77,7 +77,7 @@ class BlockParts:
         return scaled if self.minimum is None else scaled + self.minimum
 
 
-def _check_type(type_name: str) -> None:
+def _validate_type(type_name: str) -> None:
     if type_name not in TYPE_BYTES:
         raise ValueError(
             f"tensor type {type_name!r} is not read here: supported types are "
@@ -182,7 +182,7 @@ def dequantize(raw: torch.Tensor, type_name: str) -> torch.Tensor:
     llama.cpp, ``ggml/src/ggml-quants.c``: ``dequantize_row_q4_1``, ``dequantize_row_q8_0``;
     ``gguf-py/gguf/quants.py``: ``Q4_1.dequantize_blocks``, ``Q8_0.dequantize_blocks``.
     """
-    _check_type(type_name)
+    _validate_type(type_name)
     if type_name in ("F32", "F16"):
         _blocks(raw, type_name)
         return (

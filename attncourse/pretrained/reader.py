@@ -36,6 +36,7 @@ from attncourse.pretrained.quants import (
     WEIGHTS_PER_BLOCK,
     dequantize,
 )
+from attncourse.runtime import quiet_progress
 
 MAGIC = b"GGUF"
 #: The pinned gguf package, for the message when it is missing.
@@ -170,7 +171,8 @@ class GGUFFile:
                     f"{self.path.name}: tensor {name} has shape {self.tensors_info[name].shape}, "
                     f"its configuration implies {shape}"
                 )
-        return {name: self.tensor(name) for name in shapes}
+        names = quiet_progress(shapes, desc="reading the model", unit="tensor")
+        return {name: self.tensor(name) for name in names}
 
     def _info(self, name: str) -> TensorInfo:
         if name not in self.tensors_info:

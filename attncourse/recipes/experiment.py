@@ -41,7 +41,7 @@ from attncourse.train.config import (
     WIDTH,
     FitConfig,
     Limit,
-    Recipe,
+    TrainingSettings,
     fit_config_from,
     redefault,
     setting,
@@ -116,7 +116,7 @@ def shorter_than(dataset: PairDataset, max_src_len: int) -> PairDataset:
 
 
 @dataclass(frozen=True)
-class Experiment(Recipe):
+class Experiment(TrainingSettings):
     """One training run, fully described (and hashed into its folder name).
 
     Attributes
@@ -150,7 +150,7 @@ class Experiment(Recipe):
         Transformer: pre-norm instead of the paper's post-norm; ``"sinusoidal"``
         or learned positions; shared target embedding and output weights.
     label_smoothing, schedule, warmup, lr_scale, optimizer, betas, eps, weight_decay, clip_norm, amp, fused, compile
-        Training recipe, see :class:`~attncourse.train.fit.FitConfig`.
+        Training settings, see :class:`~attncourse.train.fit.FitConfig`.
     score, mode, window, input_feeding, bidirectional
         Luong models: score function (``"dot"``, ``"general"``, ``"concat"``,
         ``"location"``), ``"global"``, ``"local-m"`` or ``"local-p"`` attention,
@@ -168,7 +168,7 @@ class Experiment(Recipe):
     only when they differ from their defaults, so runs described before they
     existed keep their folders (and their trained checkpoints).
 
-    The training recipe's fields are :class:`~attncourse.train.config.Recipe`'s
+    The training settings' fields are :class:`~attncourse.train.config.TrainingSettings`'s
     (inherited, with ``epochs`` 12 and ``lr`` 3e-3 by default); the fields made
     with :func:`~attncourse.train.config.setting` are also options of the
     ``train`` command.
@@ -188,8 +188,8 @@ class Experiment(Recipe):
     hidden_dim: int = setting(
         128, "rnn/bahdanau: width of the GRU states and of the attention MLP (default 128)", check="positive_int",
         limit=WIDTH, group="model", metavar="D", preset=True, only="rnn")
-    epochs: int = redefault(Recipe, "epochs", 12)
-    lr: float = redefault(Recipe, "lr", 3e-3)
+    epochs: int = redefault(TrainingSettings, "epochs", 12)
+    lr: float = redefault(TrainingSettings, "lr", 3e-3)
     data_seed: int = setting(
         0, "seed of the generated data and of how pairs are grouped into batches (default 0)", check="seed",
         group="data", metavar="S")

@@ -35,6 +35,7 @@ from attncourse.data.text import CharCorpus, random_windows, text_digest
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gated import GatedOptions
 from attncourse.nn.gpt import GPT, GPT_POSITIONAL
+from attncourse.nn.old_files import SAVED_FIELDS
 from attncourse.nn.rope import ROPE_SCALINGS
 from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
 from attncourse.recipes.lm_options import (  # importable from here too
@@ -230,13 +231,8 @@ class LMConfig:
         return f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}{variant}-{mask}{window}-seed{self.seed}"
 
 
-#: The fields every run's settings hold: :class:`LMConfig`'s before ``latent_dim``. A field added after
-#: runs existed (``latent_dim``, ``rope_dim`` and any later one) is in the settings only when it is not at
-#: its default, so that adding a setting (one field, one option of train-lm) keeps earlier runs' folders.
-SAVED_FIELDS = ("positional", "num_kv_heads", "causal", "window", "d_model", "num_heads", "num_layers", "d_ff",
-                "max_len", "context", "batch_size", "steps", "steps_per_epoch", "lr", "warmup", "weight_decay",
-                "clip_norm", "dropout", "seed", "corpus")
-#: Fields of :class:`LMConfig` added after runs existed: in the settings only when set.
+#: Fields of :class:`LMConfig` added after runs existed (not in
+#: :data:`~attncourse.nn.old_files.SAVED_FIELDS`): in the settings only when set.
 OPTIONAL_FIELDS = tuple(f.name for f in dataclasses.fields(LMConfig) if f.name not in SAVED_FIELDS)
 
 

@@ -3,7 +3,7 @@
 :func:`fit` (the encoder-decoder loop: AMP, compile, data parallelism, resume,
 early stopping, progress) and :func:`train_epochs` (the cached, resumable epoch
 loop) in :mod:`~attncourse.train.fit` and :mod:`~attncourse.train.loop`; the
-settings of a run, declared once (:class:`Recipe`, :class:`FitConfig`,
+settings of a run, declared once (:class:`TrainingSettings`, :class:`FitConfig`,
 :func:`setting`: the command line and :class:`~attncourse.recipes.Experiment`
 derive theirs) in :mod:`~attncourse.train.config`;
 atomic, ``weights_only`` checkpoints (:mod:`~attncourse.train.checkpoint`);
@@ -20,7 +20,7 @@ from attncourse.lazy import lazy_exports
 # of the package loads no other.
 __getattr__, __dir__ = lazy_exports(__name__, {
     "checkpoint": ("load_checkpoint", "load_model", "save_checkpoint"),
-    "config": ("FitConfig", "Recipe", "setting"),
+    "config": ("FitConfig", "TrainingSettings", "setting"),
     "fit": ("FitResult", "fit"),
     "loop": ("EpochRun", "train_epochs"),
     "metrics": ("bucket_labels", "corpus_bleu", "corpus_chrf", "evaluate_by_bucket", "exact_match", "format_table",
@@ -33,7 +33,7 @@ __all__ = [
     "EpochRun",
     "FitConfig",
     "FitResult",
-    "Recipe",
+    "TrainingSettings",
     "bucket_labels",
     "corpus_bleu",
     "corpus_chrf",

@@ -53,7 +53,11 @@ from attncourse.train.checkpoint_checks import (  # differences: callers import 
     state_problems,
     structure_problem,
 )
-from attncourse.train.runfiles import check_run_digest, check_run_file, note_written
+from attncourse.train.runfiles import (
+    note_written,
+    validate_run_digest,
+    validate_run_file,
+)
 
 FORMAT = "attncourse-checkpoint"
 VERSION = 1
@@ -68,7 +72,7 @@ MODEL_CLASSES: dict[str, tuple[str, str]] = {
 }
 
 
-def _check_plain(obj: Any, where: str) -> None:
+def _validate_plain(obj: Any, where: str) -> None:
     """Raise TypeError unless ``obj`` holds only tensors and plain Python values."""
     # Exact types: a str or float subclass (numpy.float64, torch's TorchVersion) pickles as
     # its own class, which weights_only=True refuses to load.
@@ -78,11 +82,11 @@ def _check_plain(obj: Any, where: str) -> None:
         for key, value in obj.items():
             if not isinstance(key, (str, int)):
                 raise TypeError(f"{where} has a key of type {type(key).__name__}; use str or int keys")
-            _check_plain(value, f"{where}[{key!r}]")
+            _validate_plain(value, f"{where}[{key!r}]")
         return
     if isinstance(obj, (list, tuple)):
         for i, value in enumerate(obj):
-            _check_plain(value, f"{where}[{i}]")
+            _validate_plain(value, f"{where}[{i}]")
         return
     raise TypeError(
         f"{where} is a {type(obj).__name__}; a checkpoint holds only tensors, numbers, strings, "
@@ -330,7 +334,7 @@ def save_checkpoint(
         "torch_version": str(torch.__version__),
     }
     for key in ("model_config", "history", "extra", "trainer", "optimizer_state", "scheduler_state"):
-        _check_plain(payload[key], key)
+        _validate_plain(payload[key], key)
     return atomic_torch_save(payload, path)
 
 
@@ -382,8 +386,8 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
     path = Path(path)
     if not os.path.lexists(path):
         raise FileNotFoundError(f"no such checkpoint file: {str(path)!r}")
-    check_run_file(path)  # a FIFO would block torch.load, a device read forever
-    check_run_digest(path)  # bytes changed since the run wrote them: refused before unpickling
+    validate_run_file(path)  # a FIFO would block torch.load, a device read forever
+    validate_run_digest(path)  # bytes changed since the run wrote them: refused before unpickling
     try:
         with warnings.catch_warnings():  # torch warns about some files before refusing them: the error says it
             warnings.simplefilter("ignore")
@@ -407,7 +411,7 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
     return data
 
 
-def check_compatible(
+def validate_compatible(
     checkpoint: Mapping[str, Any],
     model: torch.nn.Module,
     extra: Mapping[str, Any] | None = None,
@@ -469,7 +473,7 @@ def model_class(name: str) -> type[torch.nn.Module]:
     return getattr(module, class_name)
 
 
-def _check_shapes(cls: type[torch.nn.Module], checkpoint: Mapping[str, Any], path: Any) -> None:
+def _validate_shapes(cls: type[torch.nn.Module], checkpoint: Mapping[str, Any], path: Any) -> None:
     """Raise ValueError if the saved weights' shapes differ from those of the model the config describes.
 
     The model is built on the ``meta`` device (shapes, no memory), so that a
@@ -494,7 +498,7 @@ def _check_shapes(cls: type[torch.nn.Module], checkpoint: Mapping[str, Any], pat
 
 def load_model(
     path: str | PathLike, map_location: str | torch.device | None = "cpu",
-    check_config: Callable[[Any], None] | None = None,
+    validate_config: Callable[[Any], None] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Rebuild the model a checkpoint was written from and load its weights.
 
@@ -508,10 +512,10 @@ def load_model(
     path : str or path-like
         E.g. ``out_dir / "best.pt"``.
     map_location : str or torch.device, optional
-    check_config : callable(model_config), optional
+    validate_config : callable(model_config), optional
         Called on the checkpoint's ``model_config`` before the model is built:
         it raises (ValueError, MemoryError) to refuse sizes a file should not
-        choose, e.g. :func:`attncourse.cli.limits.check_model_config`.
+        choose, e.g. :func:`attncourse.cli.limits.validate_model_config`.
 
     Returns
     -------
@@ -540,9 +544,9 @@ def load_model(
     problem = config_problem(cls, checkpoint["model_config"])
     if problem:
         raise ValueError(f"{path} is not a readable attncourse checkpoint: {problem}")
-    if check_config is not None:
-        check_config(checkpoint["model_config"])
-    _check_shapes(cls, checkpoint, path)
+    if validate_config is not None:
+        validate_config(checkpoint["model_config"])
+    _validate_shapes(cls, checkpoint, path)
     try:
         model = cls.from_config(checkpoint["model_config"])
         model.load_state_dict(checkpoint["model_state"])

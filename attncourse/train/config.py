@@ -1,20 +1,20 @@
-"""The settings of a training run, written once: :class:`Recipe`, :class:`FitConfig`, :func:`setting`.
+"""The settings of a training run, written once: :class:`TrainingSettings`, :class:`FitConfig`, :func:`setting`.
 
 A setting is a dataclass field made with :func:`setting`: its name, type and
 default, and in its ``metadata`` the command line's help text, flag and
 argument check, and the range (:class:`Limit`) its value must lie in. Three
 things are derived from these fields, so that adding a setting is one edit:
 
-- :class:`~attncourse.recipes.experiment.Experiment` inherits :class:`Recipe`
-  (the training recipe), adds the task and the model, and derives its
+- :class:`~attncourse.recipes.experiment.Experiment` inherits :class:`TrainingSettings`
+  (the training settings), adds the task and the model, and derives its
   :class:`FitConfig` from its fields of the same names (:func:`fit_config_from`);
 - :class:`FitConfig` (how :func:`~attncourse.train.fit.fit` trains) is
-  :class:`Recipe` plus what only the engine needs;
+  :class:`TrainingSettings` plus what only the engine needs;
 - the ``train`` command's options are made from the fields of both
   (:func:`attncourse.cli.parsing.add_fields`), with their limits; the other
   commands' options are made the same way from their own dataclasses
   (:class:`~attncourse.recipes.lm.LMConfig` for ``train-lm``, and
-  :data:`attncourse.cli.spec.COMMANDS`).
+  :data:`attncourse.cli.option_fields.COMMANDS`).
 
 References
 ----------
@@ -98,7 +98,7 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
 
     The command line's parsers are generated from these fields
     (:func:`attncourse.cli.parsing.add_fields`; the commands' fields are listed in
-    :data:`attncourse.cli.spec.COMMANDS`): adding an option is adding a field.
+    :data:`attncourse.cli.option_fields.COMMANDS`): adding an option is adding a field.
 
     Parameters
     ----------
@@ -156,8 +156,8 @@ def settings(*classes: type) -> Iterator[Field]:
 
 
 @dataclass(frozen=True)
-class Recipe:
-    """The training recipe: what an :class:`~attncourse.recipes.experiment.Experiment` and :class:`FitConfig` share.
+class TrainingSettings:
+    """The training settings: what an :class:`~attncourse.recipes.experiment.Experiment` and :class:`FitConfig` share.
 
     The fields are documented in :class:`FitConfig`.
     """
@@ -221,8 +221,8 @@ class Recipe:
 
 
 @dataclass(frozen=True)
-class FitConfig(Recipe):
-    """How :func:`fit` trains: the :class:`Recipe` and what only the engine needs.
+class FitConfig(TrainingSettings):
+    """How :func:`fit` trains: the :class:`TrainingSettings` and what only the engine needs.
 
     Attributes
     ----------

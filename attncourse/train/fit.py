@@ -81,13 +81,13 @@ from attncourse.data.batching import Batch, pad_to_buckets
 from attncourse.runtime import pick_device, training_seed
 from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import (
-    check_compatible,
     differences,
     load_checkpoint,
     save_checkpoint,
+    validate_compatible,
 )
 from attncourse.train.config import FitConfig
-from attncourse.train.loop import Loop, Record, check_amp, run_epochs
+from attncourse.train.loop import Loop, Record, run_epochs, validate_amp
 from attncourse.train.schedule import noam_lambda
 from attncourse.train.seq2seq import seq2seq_epoch, validate
 
@@ -248,7 +248,7 @@ def _saved_replay_settings(trainer: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in defaults.items() if k not in _FIRST_REPLAY_FIELDS}, **saved}
 
 
-def check_resume(
+def validate_resume(
     out_dir: str | PathLike,
     model: torch.nn.Module,
     train_batches: Sequence[Batch],
@@ -297,7 +297,7 @@ def check_resume(
     if not path.is_file():
         raise FileNotFoundError(f"nothing to resume: no {CHECKPOINT_NAME} in {str(out_dir)!r}")
     saved = load_checkpoint(path, map_location="cpu")
-    check_compatible(saved, model, {} if extra is None else extra, path)
+    validate_compatible(saved, model, {} if extra is None else extra, path)
     trainer = saved["trainer"]
     world_size = dist_utils.current().world_size
     problems = differences(_saved_replay_settings(trainer), _replay_settings(config, world_size), "setting")
@@ -344,7 +344,7 @@ def _training_device(config: FitConfig, world: dist_utils.DistInfo) -> torch.dev
     return device
 
 
-def _check_fit_args(train_batches: Sequence[Batch], valid_batches: Sequence[Batch], config: FitConfig,
+def _validate_fit_args(train_batches: Sequence[Batch], valid_batches: Sequence[Batch], config: FitConfig,
                     out_dir: str | PathLike | None, resume: bool) -> None:
     if len(train_batches) == 0:
         raise ValueError("no training batches: give at least one")
@@ -384,7 +384,7 @@ def _restore_rng(trainer: dict[str, Any], device: torch.device) -> None:
 
 def _resume(saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
             generator: torch.Generator, device: torch.device) -> Record:
-    """Load a checked checkpoint (:func:`check_resume`) into the run's objects; the run so far."""
+    """Load a checked checkpoint (:func:`validate_resume`) into the run's objects; the run so far."""
     trainer = saved["trainer"]
     model.load_state_dict(saved["model_state"])
     optimizer.load_state_dict(saved["optimizer_state"])
@@ -500,7 +500,7 @@ def fit(
     ValueError
         If there are no training or validation batches, a batch is larger than
         ``config.batch_size``, ``resume`` is set without ``out_dir``, or the
-        checkpoint is unreadable or belongs to another run (:func:`check_resume`
+        checkpoint is unreadable or belongs to another run (:func:`validate_resume`
         names what differs). Also for ``schedule="noam"`` without a known
         d_model, ``amp`` on a device that cannot do it, and ``teacher_forcing < 1``
         with several processes.
@@ -509,11 +509,11 @@ def fit(
     KeyboardInterrupt
         Passed on; the checkpoint of the last finished epoch stays on disk.
     """
-    _check_fit_args(train_batches, valid_batches, config, out_dir, resume)
+    _validate_fit_args(train_batches, valid_batches, config, out_dir, resume)
     start_time = time.perf_counter()
     world = dist_utils.current()
     device = _training_device(config, world)
-    check_amp(device, config.amp)
+    validate_amp(device, config.amp)
     out = None if out_dir is None else Path(out_dir)
     if out is not None and world.is_main:
         out.mkdir(parents=True, exist_ok=True)
@@ -528,7 +528,7 @@ def fit(
             seed = training_seed(config.seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
             generator = torch.Generator().manual_seed(seed)
             if resume:
-                saved = check_resume(out, model, train_batches, config, extra, fingerprint)
+                saved = validate_resume(out, model, train_batches, config, extra, fingerprint)
                 record = _resume(saved, model, optimizer, scheduler, generator, device)
             else:
                 torch.manual_seed(seed + world.rank)
@@ -539,7 +539,8 @@ def fit(
             save = _saver(out, model, optimizer, scheduler, generator, device, extra,
                           _replay_settings(config, world.world_size), fingerprint)
             run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device),
-                       _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save)
+                       _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save,
+                       cached=out)
             if world.distributed:
                 torch.distributed.barrier()  # rank 0's files are written before any rank returns
         finally:

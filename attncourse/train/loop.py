@@ -53,16 +53,17 @@ import torch
 from attncourse.runtime import (
     pick_device,
     progress_bar,
+    refuse_cached_training,
     run_lock,
     runs_dir,
     training_seed,
 )
 from attncourse.train import distributed as dist_utils
 from attncourse.train.checkpoint import (
-    check_compatible,
     differences,
     load_checkpoint,
     save_checkpoint,
+    validate_compatible,
 )
 from attncourse.train.schedule import TimeBudget
 
@@ -266,7 +267,7 @@ def autocast(device: torch.device, amp: str | None) -> contextlib.AbstractContex
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def check_amp(device: torch.device, amp: str | None) -> None:
+def validate_amp(device: torch.device, amp: str | None) -> None:
     """Raise ValueError if ``device`` cannot run ``amp``."""
     if amp is None:
         return
@@ -344,6 +345,7 @@ def run_epochs(
     scheduler: Any = None,
     save: Callable[[int, Record, bool], None] | None = None,
     begin_epoch: Callable[[int], None] | None = None,
+    cached: str | Path | None = None,
 ) -> Record:
     """Train ``model`` from the epoch after ``record``'s last up to ``loop.epochs``.
 
@@ -369,6 +371,9 @@ def run_epochs(
         ``improved`` True when the epoch is the best so far: writes checkpoints.
     begin_epoch : callable(epoch), optional
         Called before each epoch, e.g. to seed it.
+    cached : path, optional
+        The run's folder, if it is kept on disk (the trained-model cache): while grading
+        (:func:`~attncourse.runtime.refuse_cached_training`) it must be finished already.
 
     Returns
     -------
@@ -384,7 +389,7 @@ def run_epochs(
     record = Record() if record is None else record
     state = {} if state is None else state
     world = dist_utils.current()
-    check_amp(device, loop.amp)
+    validate_amp(device, loop.amp)
     forward = training_forward(model, device, loop.compile, loop.static_shapes)
     budget = None
     if loop.time_budget is not None:
@@ -395,6 +400,8 @@ def run_epochs(
     shown = loop.progress and world.is_main
     start = len(record.history)
     finished = start >= loop.epochs or (start > 0 and record.out_of_patience(start + 1, loop.patience))
+    if cached is not None and not finished:  # grading loads prepared runs, never trains one
+        refuse_cached_training(str(cached), start, loop.epochs)
     if shown and finished:  # a bar frozen at its end would look like a stalled run
         unit = "steps" if loop.steps_per_epoch else "epochs"
         print(f"{loop.desc}: trained already ({start * (loop.steps_per_epoch or 1)} {unit}), "
@@ -496,7 +503,7 @@ def _resume_cached(path: Path, config: dict, model: torch.nn.Module, optimizer: 
         raise ValueError(f"{path} holds a run of another config ({'; '.join(problems)}); "
                          "delete the folder to train this one afresh")
     # the model class, its config and every weight's name, shape and dtype, before loading any
-    check_compatible(saved, model, path=path)
+    validate_compatible(saved, model, path=path)
     if saved["optimizer_state"] is None:
         raise ValueError(f"{path} holds no optimizer state to resume from (is it a best.pt?)")
     model.load_state_dict(saved["model_state"])
@@ -618,7 +625,8 @@ def train_epochs(
                             extra={"config": config, "name": name}, trainer=trainer)
 
         run_epochs(model, optimizer, train_epoch, evaluate, loop, record, device=device, state=state,
-                   save=save, begin_epoch=lambda epoch: torch.manual_seed(_epoch_seed(seed, epoch, rank)))
+                   save=save, begin_epoch=lambda epoch: torch.manual_seed(_epoch_seed(seed, epoch, rank)),
+                   cached=out)
         model.eval()
         return EpochRun(model=model, history=record.history, state=state, out_dir=out,
                         seconds=sum(row["seconds"] for row in record.history), best_epoch=record.best_epoch,

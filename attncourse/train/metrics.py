@@ -45,7 +45,7 @@ def _text(x: Text) -> str:
     return " ".join(x.split()) if isinstance(x, str) else " ".join(str(t) for t in x)
 
 
-def _check_pair(hyps: Sequence[Text], refs: Sequence[Text]) -> None:
+def _validate_pair(hyps: Sequence[Text], refs: Sequence[Text]) -> None:
     if len(hyps) != len(refs):
         raise ValueError(f"got {len(hyps)} hypotheses but {len(refs)} references; they must pair up")
     if len(hyps) == 0:
@@ -69,7 +69,7 @@ def exact_match(hyps: Sequence[Text], refs: Sequence[Text]) -> float:
     ValueError
         If the two lists differ in length or are empty.
     """
-    _check_pair(hyps, refs)
+    _validate_pair(hyps, refs)
     return sum(_tokens(h) == _tokens(r) for h, r in zip(hyps, refs)) / len(refs)
 
 
@@ -97,7 +97,7 @@ def token_accuracy(hyps: Sequence[Text], refs: Sequence[Text]) -> float:
     ValueError
         If the two lists differ in length or are empty.
     """
-    _check_pair(hyps, refs)
+    _validate_pair(hyps, refs)
     correct = total = 0
     for h, r in zip(hyps, refs):
         h, r = _tokens(h), _tokens(r)
@@ -137,7 +137,7 @@ def corpus_bleu(
     ValueError
         If the two lists differ in length or are empty.
     """
-    _check_pair(hyps, refs)
+    _validate_pair(hyps, refs)
     bleu = sacrebleu.BLEU(tokenize=tokenize, effective_order=effective_order)
     return float(bleu.corpus_score([_text(h) for h in hyps], [[_text(r) for r in refs]]).score)
 
@@ -165,11 +165,11 @@ def corpus_chrf(hyps: Sequence[Text], refs: Sequence[Text]) -> float:
     ----------
     Popović (2015).
     """
-    _check_pair(hyps, refs)
+    _validate_pair(hyps, refs)
     return float(sacrebleu.corpus_chrf([_text(h) for h in hyps], [[_text(r) for r in refs]]).score)
 
 
-def _check_edges(edges: Sequence[int]) -> list[int]:
+def _validate_edges(edges: Sequence[int]) -> list[int]:
     edges = [int(e) for e in edges]
     if not edges or any(b <= a for a, b in zip(edges, edges[1:])):
         raise ValueError(f"edges must be a non-empty, strictly increasing list of ints, got {edges}")
@@ -183,7 +183,7 @@ def bucket_labels(edges: Sequence[int]) -> list[str]:
     lengths in [edges[k], edges[k+1]), the last is open-ended. A bucket of one
     length is labelled by that length alone (``"7"``).
     """
-    edges = _check_edges(edges)
+    edges = _validate_edges(edges)
     labels = [f"{a}" if b - a == 1 else f"{a}-{b - 1}" for a, b in zip(edges, edges[1:])]
     return labels + [f"{edges[-1]}+"]
 
@@ -207,7 +207,7 @@ def length_buckets(lengths: Sequence[int], edges: Sequence[int]) -> list[str]:
     ValueError
         If ``edges`` is not strictly increasing or a length lies below ``edges[0]``.
     """
-    edges = _check_edges(edges)
+    edges = _validate_edges(edges)
     labels = bucket_labels(edges)
     lengths = np.asarray(lengths, dtype=int).reshape(-1)
     if lengths.size and lengths.min() < edges[0]:
@@ -263,7 +263,7 @@ def evaluate_by_bucket(
     ValueError
         If the three lists differ in length, are empty, or a length lies below ``edges[0]``.
     """
-    _check_pair(hyps, refs)
+    _validate_pair(hyps, refs)
     if len(src_lengths) != len(hyps):
         raise ValueError(f"got {len(src_lengths)} source lengths for {len(hyps)} hypotheses")
     labels = length_buckets(src_lengths, edges)

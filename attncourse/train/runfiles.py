@@ -64,7 +64,7 @@ def read_run_bytes(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
     return data
 
 
-def check_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
+def validate_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
     """Raise ValueError as :func:`read_run_bytes` does, without reading (checkpoints).
 
     ``torch.load`` opens the file itself; a FIFO or a device must never reach it.
@@ -79,7 +79,7 @@ def check_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
         raise ValueError(f"{path} is larger than {limit:,} bytes: not a run file")
 
 
-def check_run_digest(path: Path) -> None:
+def validate_run_digest(path: Path) -> None:
     """Raise ValueError if ``path``'s folder has a manifest recording another digest for it.
 
     A checkpoint whose bytes changed since the run wrote it (a flipped bit on the

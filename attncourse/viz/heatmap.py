@@ -39,7 +39,7 @@ def to_numpy(array: Any) -> np.ndarray:
     return np.asarray(array, dtype=float)
 
 
-def _check_labels(labels: Sequence[str] | None, size: int, what: str, shape: tuple[int, ...]) -> list[str] | None:
+def _validate_labels(labels: Sequence[str] | None, size: int, what: str, shape: tuple[int, ...]) -> list[str] | None:
     if labels is None:
         return None
     labels = [str(label) for label in labels]
@@ -142,8 +142,8 @@ def heatmap(
             "select a single head or batch element first"
         )
     n_rows, n_cols = values.shape
-    row_labels = _check_labels(row_labels, n_rows, "row", values.shape)
-    col_labels = _check_labels(col_labels, n_cols, "column", values.shape)
+    row_labels = _validate_labels(row_labels, n_rows, "row", values.shape)
+    col_labels = _validate_labels(col_labels, n_cols, "column", values.shape)
 
     if ax is None:
         _, ax = plt.subplots(figsize=(1.0 + 0.6 * n_cols, 0.8 + 0.5 * n_rows), layout="constrained")

@@ -111,6 +111,62 @@ def _schematic_fontsize(n: int) -> float:
     return 6.5
 
 
+def _step_weights(weights: Any, step: int | None, src: list[str], tgt: list[str]) -> tuple[Any, int | None]:
+    """Row ``step`` (1-based) of ``weights`` (tgt_len, src_len) and the step as an int; (None, None) without weights.
+
+    Raises
+    ------
+    ValueError
+        If ``weights`` has another shape, comes without ``step`` or ``step`` without it,
+        or ``step`` lies outside 1..tgt_len.
+    """
+    if weights is None:
+        if step is not None:
+            raise ValueError("step was given without weights: pass weights=(tgt_len, src_len) as well")
+        return None, None
+    values = weights_2d(weights, src, tgt)
+    if step is None:
+        raise ValueError(f"weights were given without step: pass step=t with t in 1..{len(tgt)}")
+    if not 1 <= int(step) <= len(tgt):
+        raise ValueError(f"step must lie in 1..tgt_len = 1..{len(tgt)} (it is 1-based), got {step}")
+    return values[int(step) - 1], int(step)
+
+
+def _draw_context(ax: Axes, row: Any, step: int | None, x_enc: np.ndarray, x_dec: np.ndarray, size: float) -> str:
+    """The context between encoder and decoder, and the default title.
+
+    Without attention (``row`` None) one fixed box c fed by h_S and read by every s_t; with
+    it, c_step joined to every h_j by a line as wide and opaque as alpha_(step, j).
+    """
+    if row is None:
+        x_c = 0.0
+        _box(ax, x_c, _Y_CTX, "$c$", _CTX_COLOUR, fontsize=size + 1, lw=2.5, edge=_HIGHLIGHT)
+        ax.text(x_c - _BOX_W / 2 - 0.15, _Y_CTX, "fixed-size context c\n(the last encoder state)",
+                ha="right", va="center", fontsize=size - 1, color=_HIGHLIGHT)
+        _arrow(ax, (x_enc[-1], _Y_ENC + _BOX_H / 2), (x_c + 0.1, _Y_CTX - _BOX_H / 2), colour=_HIGHLIGHT, lw=1.5)
+        for x in x_dec:
+            _arrow(ax, (x_c, _Y_CTX + _BOX_H / 2), (x, _Y_DEC - _BOX_H / 2), colour=_HIGHLIGHT, lw=1.2)
+        default = "Without attention: every decoder step reads the same context c"
+    else:
+        x_c = x_dec[step - 1]
+        top = max(float(row.max()), 1e-12)
+        for x, a in zip(x_enc, row):
+            start = np.array([x, _Y_ENC + _BOX_H / 2])
+            end = np.array([x_c, _Y_CTX - _BOX_H / 2])
+            ax.plot(*zip(start, end), color=_ATTN_COLOUR, linewidth=0.4 + 5.0 * a,
+                    alpha=0.15 + 0.85 * a / top, solid_capstyle="round", gid="attention")
+            at = start + 0.28 * (end - start)
+            ax.text(at[0], at[1], f"{a:.2f}", ha="center", va="center", fontsize=size - 2,
+                    color=_ATTN_COLOUR, bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
+                                                   edgecolor="none", alpha=0.85))
+        _box(ax, x_c, _Y_CTX, f"$c_{{{step}}}$", _CTX_COLOUR, fontsize=size + 1, lw=2.0, edge=_ATTN_COLOUR)
+        ax.text(x_c - _BOX_W / 2 - 0.1, _Y_CTX, rf"$c_{{{step}}} = \sum_j \alpha_{{{step}j}}\, h_j$",
+                ha="right", va="center", fontsize=size - 1, color=_ATTN_COLOUR)
+        _arrow(ax, (x_c, _Y_CTX + _BOX_H / 2), (x_c, _Y_DEC - _BOX_H / 2), colour=_ATTN_COLOUR, lw=1.5)
+        default = f"With attention: step {step} reads its own context $c_{{{step}}}$, a weighted sum of the $h_j$"
+    return default
+
+
 def plot_encoder_decoder(
     src_tokens: Sequence[str],
     tgt_tokens: Sequence[str],
@@ -179,17 +235,7 @@ def plot_encoder_decoder(
     if not src or not tgt:
         raise ValueError(f"give at least one source and one target token, got {len(src)} and {len(tgt)}")
     n_src, n_tgt = len(src), len(tgt)
-    row = None
-    if weights is not None:
-        values = weights_2d(weights, src, tgt)
-        if step is None:
-            raise ValueError(f"weights were given without step: pass step=t with t in 1..{n_tgt}")
-        if not 1 <= int(step) <= n_tgt:
-            raise ValueError(f"step must lie in 1..tgt_len = 1..{n_tgt} (it is 1-based), got {step}")
-        step = int(step)
-        row = values[step - 1]
-    elif step is not None:
-        raise ValueError("step was given without weights: pass weights=(tgt_len, src_len) as well")
+    row, step = _step_weights(weights, step, src, tgt)
 
     widest = max(n_src, n_tgt)
     if ax is None:
@@ -222,32 +268,7 @@ def plot_encoder_decoder(
         if t < n_tgt:
             _arrow(ax, (x + _BOX_W / 2, _Y_DEC), (x_dec[t] - _BOX_W / 2, _Y_DEC), alpha=alpha)
 
-    if row is None:
-        x_c = 0.0
-        _box(ax, x_c, _Y_CTX, "$c$", _CTX_COLOUR, fontsize=size + 1, lw=2.5, edge=_HIGHLIGHT)
-        ax.text(x_c - _BOX_W / 2 - 0.15, _Y_CTX, "fixed-size context c\n(the last encoder state)",
-                ha="right", va="center", fontsize=size - 1, color=_HIGHLIGHT)
-        _arrow(ax, (x_enc[-1], _Y_ENC + _BOX_H / 2), (x_c + 0.1, _Y_CTX - _BOX_H / 2), colour=_HIGHLIGHT, lw=1.5)
-        for x in x_dec:
-            _arrow(ax, (x_c, _Y_CTX + _BOX_H / 2), (x, _Y_DEC - _BOX_H / 2), colour=_HIGHLIGHT, lw=1.2)
-        default = "Without attention: every decoder step reads the same context c"
-    else:
-        x_c = x_dec[step - 1]
-        top = max(float(row.max()), 1e-12)
-        for x, a in zip(x_enc, row):
-            start = np.array([x, _Y_ENC + _BOX_H / 2])
-            end = np.array([x_c, _Y_CTX - _BOX_H / 2])
-            ax.plot(*zip(start, end), color=_ATTN_COLOUR, linewidth=0.4 + 5.0 * a,
-                    alpha=0.15 + 0.85 * a / top, solid_capstyle="round", gid="attention")
-            at = start + 0.28 * (end - start)
-            ax.text(at[0], at[1], f"{a:.2f}", ha="center", va="center", fontsize=size - 2,
-                    color=_ATTN_COLOUR, bbox=dict(boxstyle="round,pad=0.15", facecolor="white",
-                                                   edgecolor="none", alpha=0.85))
-        _box(ax, x_c, _Y_CTX, f"$c_{{{step}}}$", _CTX_COLOUR, fontsize=size + 1, lw=2.0, edge=_ATTN_COLOUR)
-        ax.text(x_c - _BOX_W / 2 - 0.1, _Y_CTX, rf"$c_{{{step}}} = \sum_j \alpha_{{{step}j}}\, h_j$",
-                ha="right", va="center", fontsize=size - 1, color=_ATTN_COLOUR)
-        _arrow(ax, (x_c, _Y_CTX + _BOX_H / 2), (x_c, _Y_DEC - _BOX_H / 2), colour=_ATTN_COLOUR, lw=1.5)
-        default = f"With attention: step {step} reads its own context $c_{{{step}}}$, a weighted sum of the $h_j$"
+    default = _draw_context(ax, row, step, x_enc, x_dec, size)
 
     ax.set_xlim(left - 2.4, right + 0.3)
     ax.set_ylim(_Y_SRC - 0.4, _Y_OUT + 0.4)

@@ -113,7 +113,7 @@ def plot_positional_encoding(
     return ax
 
 
-def _check_index(name: str, value: int, size: int, what: str) -> int:
+def _validate_index(name: str, value: int, size: int, what: str) -> int:
     if not 0 <= int(value) < size:
         raise ValueError(f"{name} must lie in 0..{size - 1} (the table has {size} {what}), got {value}")
     return int(value)
@@ -131,7 +131,7 @@ def dimension_wavelength(dimension: int, d_model: int, base: float = 10000.0) ->
         If ``dimension`` is outside 0..d_model-1 or ``d_model`` is not even.
     """
     omega = positional_frequencies(d_model, base)
-    _check_index("dimension", dimension, int(d_model), "dimensions")
+    _validate_index("dimension", dimension, int(d_model), "dimensions")
     return float(2 * math.pi / omega[int(dimension) // 2])
 
 
@@ -183,8 +183,8 @@ def plot_positional_detail(
     if values.ndim != 2 or values.shape[1] % 2:
         raise ValueError(f"pe must be a (max_len, d_model) table with an even d_model, got shape {values.shape}")
     max_len, d_model = values.shape
-    pos = _check_index("position", position, max_len, "positions")
-    dim = _check_index("dimension", dimension, d_model, "dimensions")
+    pos = _validate_index("position", position, max_len, "positions")
+    dim = _validate_index("dimension", dimension, d_model, "dimensions")
     pair = dim // 2
     omega = positional_frequencies(d_model, base)[pair]
     wavelength = 2 * math.pi / omega
@@ -225,7 +225,7 @@ def plot_positional_detail(
     return fig
 
 
-def _check_tokens(tokens: Sequence[str], size: int, what: str, shape: tuple[int, ...]) -> list[str]:
+def _validate_tokens(tokens: Sequence[str], size: int, what: str, shape: tuple[int, ...]) -> list[str]:
     tokens = [_show(t) for t in tokens]
     if len(tokens) != size:
         raise ValueError(
@@ -290,8 +290,8 @@ def plot_head_maps(
             "layer first"
         )
     num_heads, q_len, k_len = values.shape
-    rows_labels = _check_tokens(q_tokens, q_len, "query", values.shape)
-    cols_labels = _check_tokens(k_tokens, k_len, "key", values.shape)
+    rows_labels = _validate_tokens(q_tokens, q_len, "query", values.shape)
+    cols_labels = _validate_tokens(k_tokens, k_len, "key", values.shape)
     numbers = list(range(1, num_heads + 1)) if heads is None else [int(h) for h in heads]
     if len(numbers) != num_heads:
         raise ValueError(f"{len(numbers)} head numbers were given for {num_heads} heads")
@@ -409,8 +409,8 @@ def plot_attention_maps(
     n_rows, n_cols = len(q_tokens), len(k_tokens)
     fig, ax = plt.subplots(figsize=(max(4.5, 1.8 + 0.55 * n_cols), max(3.2, 1.4 + 0.45 * n_rows)),
                            layout="constrained")
-    heatmap(example[int(head)], _check_tokens(q_tokens, n_rows, "query", example.shape),
-            _check_tokens(k_tokens, n_cols, "key", example.shape), ax=ax, annotate=annotate, cmap="Blues",
+    heatmap(example[int(head)], _validate_tokens(q_tokens, n_rows, "query", example.shape),
+            _validate_tokens(k_tokens, n_cols, "key", example.shape), ax=ax, annotate=annotate, cmap="Blues",
             vmin=0.0, vmax=1.0, xlabel=xlabel, ylabel=ylabel, colorbar=True,
             title=f"{where}, head {int(head) + 1} of {num_heads}" if title is None else title)
     return fig

@@ -1,6 +1,6 @@
 """Sphinx extension of the course's book: pages that work without a kernel or a network.
 
-Four jobs, all for the reader of the static HTML book:
+Four jobs, all for the reader of the static HTML book, and one for the graders:
 
 - Jupyter Book executes the chapters in kernels started by this Sphinx process,
   and a kernel inherits its environment. Setting ``ATTNCOURSE_STATIC_EXPLORERS=1``
@@ -27,6 +27,8 @@ Four jobs, all for the reader of the static HTML book:
   ``static/attncourse.css`` gives links on tinted admonition backgrounds a blue
   with enough contrast (WCAG AA), and makes a code cell 88 characters wide at 1280 px
   (longer lines wrap rather than scroll sideways).
+- An ``{exercise}`` may carry a ``:timeout:`` (seconds) for the graders
+  (:data:`EXERCISE_OPTIONS`); sphinx-exercise is taught the option so the book accepts it.
 """
 
 from __future__ import annotations
@@ -126,8 +128,30 @@ def apply_cell_timeout(app: Any, config: Any) -> None:
     config.nb_execution_timeout = cell_timeout(config.nb_execution_timeout)
 
 
+#: Options the course adds to sphinx-exercise's ``{exercise}``: ``:timeout:`` (seconds) is
+#: the time limit of an exercise whose check runs the learner's own training, read by the
+#: nbgrader source and the grade of record (``attncourse.course.exercises``). It is a
+#: directive option, next to the ``:label:`` the graders key on, rather than a MyST comment
+#: or cell metadata: one place states it, and the book validates it (a positive integer).
+#: sphinx-exercise 1.2 rejects options it does not know (a MyST ``directive_option``
+#: warning, an error under ``-W``), so the option is registered here; the page shows nothing
+#: of it.
+EXERCISE_OPTIONS = {"timeout": "positive_int"}
+
+
+def register_exercise_options() -> None:
+    """Add :data:`EXERCISE_OPTIONS` to sphinx-exercise's ``exercise`` and ``exercise-start``."""
+    from docutils.parsers.rst import directives
+    from sphinx_exercise.directive import ExerciseDirective, ExerciseStartDirective
+
+    for directive in (ExerciseDirective, ExerciseStartDirective):
+        directive.option_spec = {**directive.option_spec,
+                                 **{name: getattr(directives, kind) for name, kind in EXERCISE_OPTIONS.items()}}
+
+
 def setup(app: Any) -> dict[str, Any]:
     os.environ[BOOK_ENV] = "1"
+    register_exercise_options()
     app.connect("config-inited", apply_cell_timeout)
     app.connect("builder-inited", add_static)
     app.add_css_file("attncourse.css")

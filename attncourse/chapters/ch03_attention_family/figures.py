@@ -38,7 +38,11 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.patches import Rectangle
 
-from attncourse.functional.luong import check_window, gaussian_weights, local_window
+from attncourse.functional.luong import (
+    gaussian_weights,
+    local_window,
+    validate_half_width,
+)
 from attncourse.functional.numpy_attention import softmax
 from attncourse.functional.temperature import entropy, hardmax, softmax_with_temperature
 from attncourse.viz.heatmap import to_numpy
@@ -92,7 +96,7 @@ class LocalWeights:
     sigma: float | None
 
 
-def _check_mode(mode: str) -> None:
+def _validate_mode(mode: str) -> None:
     if mode not in LOCAL_MODES:
         raise ValueError(f"mode must be one of {LOCAL_MODES}, got {mode!r}")
 
@@ -126,11 +130,11 @@ def local_weights(scores: Any, p_t: float, D: int, mode: str = "local-p") -> Loc
         If ``scores`` is not one non-empty vector, ``mode`` is unknown, or D is
         not a valid window half-width.
     """
-    _check_mode(mode)
+    _validate_mode(mode)
     values = to_numpy(scores)
     if values.ndim != 1 or values.size == 0:
         raise ValueError(f"scores must be one non-empty vector (src_len,), got shape {values.shape}")
-    D = check_window(D, mode)
+    D = validate_half_width(D, mode)
     src_len = values.shape[0]
     window = local_window(p_t, D, src_len)
     align = softmax(values, mask=window)
@@ -203,7 +207,7 @@ def plot_local_window(
     src_len = len(labels)
     if src_len == 0:
         raise ValueError("give at least one source token")
-    _check_mode(mode)
+    _validate_mode(mode)
     if scores is None:
         values = np.zeros(src_len)
     else:
@@ -312,7 +316,7 @@ def plot_alignment_windows(
         raise ValueError(
             f"positions must be (tgt_len,) = ({n_tgt},), one p_t per row of weights {values.shape}, got shape {p.shape}"
         )
-    D = check_window(D)
+    D = validate_half_width(D)
     if ax is None:
         _, ax = plt.subplots(figsize=(max(4.5, 2.0 + 0.55 * n_src), 1.5 + 0.45 * n_tgt), layout="constrained")
     title = f"Local attention: windows [p$_t$ - D, p$_t$ + D], D = {D}; dots mark p$_t$" if title is None else title
@@ -509,7 +513,7 @@ def plot_cost(src_lens: Sequence[int], D: int | Sequence[int], ax: Axes | None =
     lengths = np.asarray(src_lens)
     if lengths.ndim != 1 or lengths.size == 0 or (lengths < 1).any():
         raise ValueError(f"src_lens must be a non-empty list of lengths >= 1, got {src_lens!r}")
-    halves = [check_window(d) for d in (D if isinstance(D, Sequence) else [D])]
+    halves = [validate_half_width(d) for d in (D if isinstance(D, Sequence) else [D])]
     if ax is None:
         _, ax = plt.subplots(figsize=(5.0, 3.2), layout="constrained")
     ax.plot(lengths, lengths, "o-", color="black", markersize=3, label="global")

@@ -47,7 +47,7 @@ from functools import lru_cache
 import torch
 
 from attncourse.data.canvases import CanvasSplits, digit_canvas_task
-from attncourse.functional.validation import check_positive_ints
+from attncourse.functional.validation import validate_positive_ints
 from attncourse.nn.image_attention import (
     IMAGE_ATTENTION_KINDS,
     REWARD_KINDS,
@@ -140,7 +140,7 @@ class CaptionConfig:
             raise ValueError(f"attention must be one of {IMAGE_ATTENTION_KINDS}, got {self.attention!r}")
         if self.reward not in REWARD_KINDS:
             raise ValueError(f"reward must be one of {REWARD_KINDS}, got {self.reward!r}")
-        check_positive_ints(**{name: getattr(self, name) for name in (
+        validate_positive_ints(**{name: getattr(self, name) for name in (
             "k", "height", "width", "n_train", "n_valid", "feature_dim", "hidden_dim", "emb_dim",
             "channels", "num_blocks", "epochs", "batch_size")})
         if not self.lr > 0:

@@ -457,8 +457,17 @@ def _rf_case(description: str, layers: list[tuple[int, int]], hint: str = RF_RUL
                 expected=receptive_field(layers), hint=hint, diagnose=_diagnose_receptive_field)
 
 
-def receptive_field_cases() -> list[Case]:
-    """The hidden cases of :func:`check_receptive_field`."""
+def _drawn_stack(seed: int | None) -> list[list[tuple[int, int]]]:
+    """Two stacks of ``(kernel, stride)`` layers drawn from the grade of record's seed."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [[(int(rng.choice([1, 2, 3, 5, 7])), int(rng.choice([1, 1, 2]))) for _ in range(int(rng.integers(1, 9)))]
+            for _ in range(2)]
+
+
+def receptive_field_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_receptive_field`; with ``seed``, two more stacks drawn from it."""
     vgg16_conv5_3 = [(3, 1)] * 2 + [(2, 2)] + [(3, 1)] * 2 + [(2, 2)] + ([(3, 1)] * 3 + [(2, 2)]) * 2 + [(3, 1)] * 3
     return [
         _rf_case("one 3x3 convolution", [(3, 1)],
@@ -473,7 +482,7 @@ def receptive_field_cases() -> list[Case]:
                  "A 1x1 kernel adds nothing to the window, but its stride still spaces out the "
                  "units after it. " + RF_RULE),
         _rf_case("a deeper stack, VGG-16 up to conv5_3", vgg16_conv5_3),
-    ]
+    ] + [_rf_case("drawn when graded", layers) for layers in _drawn_stack(seed)]
 
 
 def check_receptive_field(fn: Callable[..., Any]) -> CheckResult:

@@ -41,7 +41,7 @@ from attncourse.viz.images import as_image
 _QUERY_COLOR = "cyan"
 
 
-def _check_grid(canvas: np.ndarray, weights: np.ndarray, grid_stride: int, shown_shape: tuple[int, ...]) -> None:
+def _validate_grid(canvas: np.ndarray, weights: np.ndarray, grid_stride: int, shown_shape: tuple[int, ...]) -> None:
     if int(grid_stride) != grid_stride or grid_stride < 1:
         raise ValueError(f"grid_stride must be a positive int, got {grid_stride!r}")
     height, width = canvas.shape
@@ -53,7 +53,7 @@ def _check_grid(canvas: np.ndarray, weights: np.ndarray, grid_stride: int, shown
         )
 
 
-def _check_query(query_position: Sequence[int], grid_shape: tuple[int, int]) -> tuple[int, int]:
+def _validate_query(query_position: Sequence[int], grid_shape: tuple[int, int]) -> tuple[int, int]:
     if len(query_position) != 2:
         raise ValueError(f"query_position must be (row, col), got {query_position!r}")
     row, col = int(query_position[0]), int(query_position[1])
@@ -114,8 +114,8 @@ def plot_pixel_attention(
     """
     canvas = as_image(image)
     weights = to_numpy(attention_map)
-    _check_grid(canvas, weights, grid_stride, tuple(np.shape(attention_map)))
-    row, col = _check_query(query_position, weights.shape)
+    _validate_grid(canvas, weights, grid_stride, tuple(np.shape(attention_map)))
+    row, col = _validate_query(query_position, weights.shape)
     if ax is None:
         height, width = canvas.shape
         fig, ax = plt.subplots(figsize=(min(1.5 + 2.4 * width / height, 12.0), 2.6), layout="constrained")

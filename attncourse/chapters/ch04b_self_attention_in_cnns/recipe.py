@@ -64,7 +64,7 @@ from attncourse.data.canvases import (
     digit_canvas_task,
     digit_relation_task,
 )
-from attncourse.functional.validation import check_positive_ints
+from attncourse.functional.validation import validate_positive_ints
 from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, conv_stem
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
@@ -145,7 +145,7 @@ class RelationConfig:
             raise ValueError(f"model must be one of {RELATION_MODELS}, got {self.model!r}")
         if self.relation not in RELATIONS:
             raise ValueError(f"relation must be one of {RELATIONS}, got {self.relation!r}")
-        check_positive_ints(**{name: getattr(self, name) for name in (
+        validate_positive_ints(**{name: getattr(self, name) for name in (
             "epochs", "batch_size", "n_train", "n_valid", "channels", "key_channels", "pretrain_batch_size")})
         if self.freeze_stem and self.pretrain_epochs == 0:
             raise ValueError("freeze_stem=True needs pretrain_epochs > 0: a frozen random stem learns nothing")

@@ -127,8 +127,16 @@ def _input(shape: tuple[int, ...], seed: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g, dtype=torch.float64)
 
 
-def split_heads_cases() -> list[Case]:
-    """The hidden cases of :func:`check_split_heads`."""
+def _drawn_sizes(seed: int) -> list[tuple[int, int, int, int, int]]:
+    """Two ``(batch, seq_len, num_heads, d_k, tensor_seed)`` drawn from the grading seed."""
+    rng = np.random.default_rng(seed)
+    return [(int(rng.integers(1, 4)), int(rng.integers(1, 7)), int(rng.integers(1, 6)),
+             int(rng.integers(1, 5)), int(rng.integers(2**31))) for _ in range(2)]
+
+
+def split_heads_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_split_heads`; with ``seed`` (the grade of record's),
+    two more whose sizes and values are drawn from it."""
     def case(description: str, shape: tuple[int, int, int], num_heads: int, seed: int) -> Case:
         x = _input(shape, seed)
         return Case(
@@ -150,11 +158,13 @@ def split_heads_cases() -> list[Case]:
         case("one head: nothing to cut, batch=2, seq_len=3, d_model=4", (2, 3, 4), 1, 2),
         case("seq_len equal to num_heads, batch=1, seq_len=4, d_model=8", (1, 4, 8), 4, 3),
         case("d_k = 1, batch=3, seq_len=2, d_model=6, num_heads=6", (3, 2, 6), 6, 4),
-    ]
+    ] + ([] if seed is None else [
+        case(f"drawn when graded: batch={b}, seq_len={n}, d_model={h * d}, num_heads={h}", (b, n, h * d), h, g)
+        for b, n, h, d, g in _drawn_sizes(seed)])
 
 
-def merge_heads_cases() -> list[Case]:
-    """The hidden cases of :func:`check_merge_heads`."""
+def merge_heads_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_merge_heads`; with ``seed``, two more drawn from it."""
     def case(description: str, shape: tuple[int, int, int, int], seed: int) -> Case:
         x = _input(shape, seed)
         return Case(
@@ -175,7 +185,9 @@ def merge_heads_cases() -> list[Case]:
         case("batch=2, num_heads=3, seq_len=5, d_v=4", (2, 3, 5, 4), 1),
         case("one head, batch=2, num_heads=1, seq_len=3, d_v=4", (2, 1, 3, 4), 2),
         case("seq_len equal to num_heads, batch=1, num_heads=4, seq_len=4, d_v=2", (1, 4, 4, 2), 3),
-    ]
+    ] + ([] if seed is None else [
+        case(f"drawn when graded: batch={b}, num_heads={h}, seq_len={n}, d_v={d}", (b, h, n, d), g)
+        for b, n, h, d, g in _drawn_sizes(seed)])
 
 
 def check_split_heads(fn: Callable[[torch.Tensor, int], Any]) -> CheckResult:

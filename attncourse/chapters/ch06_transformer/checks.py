@@ -49,10 +49,17 @@ def _schedule_diagnose(got: Any, case: Case) -> str | None:
     return None
 
 
-def schedule_cases() -> list[Case]:
-    """Hidden cases of :func:`check_noam_schedule`."""
+def schedule_cases(seed: int | None = None) -> list[Case]:
+    """Hidden cases of :func:`check_noam_schedule`; with ``seed`` (the grade of record's), one
+    more width, warm-up and steps drawn from it."""
+    settings = [(512, 4000, [1, 100, 4000, 4001, 20000]), (128, 400, [1, 2, 399, 400, 401, 5000])]
+    if seed is not None:
+        rng = np.random.default_rng(seed)
+        warmup = int(rng.integers(2, 10_000))
+        drawn = sorted({1, warmup, warmup + 1, *(int(s) for s in rng.integers(1, 50_000, size=5))})
+        settings.append((int(rng.choice([64, 128, 256, 512, 768, 1024])), warmup, drawn))
     cases = []
-    for d_model, warmup, steps in ((512, 4000, [1, 100, 4000, 4001, 20000]), (128, 400, [1, 2, 399, 400, 401, 5000])):
+    for d_model, warmup, steps in settings:
         expected = np.array([warmup_inverse_sqrt(s, d_model, warmup) for s in steps])
         cases.append(Case(f"d_model={d_model}, warmup={warmup}", {"steps": np.array(steps), "d_model": d_model,
                           "warmup": warmup}, expected, rtol=1e-6, atol=0.0, hint=SCHEDULE_HINT,

@@ -105,8 +105,9 @@ def _diagnose_mask(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
-def left_padded_mask_cases() -> list[Case]:
-    """The hidden cases of :func:`check_left_padded_causal_mask`."""
+def left_padded_mask_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_left_padded_causal_mask`; with ``seed`` (the grade of
+    record's), two more batches of prompt lengths drawn from it."""
     def case(description: str, lengths: list[int], seq_len: int) -> Case:
         is_real = _padding(lengths, seq_len)
         return Case(description=description, args={"is_real": is_real}, expected=_mask_reference(is_real),
@@ -117,7 +118,20 @@ def left_padded_mask_cases() -> list[Case]:
         case("no padding: the plain causal mask, batch=1, seq_len=5", [5], 5),
         case("three prompts of lengths 1, 3, 6, seq_len=6", [1, 3, 6], 6),
         case("one real token, seq_len=3", [1], 3),
-    ]
+    ] + [case(f"drawn when graded: prompts of lengths {lengths}, seq_len={n}", lengths, n)
+         for lengths, n in _drawn_lengths(seed)]
+
+
+def _drawn_lengths(seed: int | None) -> list[tuple[list[int], int]]:
+    """Two ``(lengths, seq_len)`` drawn from the grading seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(2):
+        n = int(rng.integers(2, 9))
+        drawn.append(([int(v) for v in rng.integers(1, n + 1, size=int(rng.integers(1, 5)))], n))
+    return drawn
 
 
 def check_left_padded_causal_mask(fn: Callable[[np.ndarray], Any]) -> CheckResult:
@@ -160,8 +174,9 @@ def _diagnose_rope(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
-def rope_cases() -> list[Case]:
-    """The hidden cases of :func:`check_rope`."""
+def rope_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_rope`; with ``seed`` (the grade of record's), two more
+    whose width, positions and values are drawn from it."""
     def case(description: str, seq_len: int, d: int, positions: list[int], seed: int) -> Case:
         x = torch.randn(seq_len, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
         pos = torch.tensor(positions)
@@ -174,7 +189,17 @@ def rope_cases() -> list[Case]:
         case("d=8, positions 0..4", 5, 8, [0, 1, 2, 3, 4], 1),
         case("a query at position 7 and a key at position 3 (d=4)", 2, 4, [7, 3], 2),
         case("far positions 100, 1000 (d=16)", 2, 16, [100, 1000], 3),
-    ]
+    ] + [case(f"drawn when graded: d={d}, positions {positions}", len(positions), d, positions, g)
+         for d, positions, g in _drawn_positions(seed)]
+
+
+def _drawn_positions(seed: int | None) -> list[tuple[int, list[int], int]]:
+    """Two ``(d, positions, tensor_seed)`` drawn from the grading seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [(2 * int(rng.integers(1, 9)), [int(p) for p in rng.integers(0, 2048, size=int(rng.integers(1, 6)))],
+             int(rng.integers(2**31))) for _ in range(2)]
 
 
 def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> CheckResult:
@@ -203,8 +228,9 @@ def _diagnose_repeat(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
-def repeat_kv_cases() -> list[Case]:
-    """The hidden cases of :func:`check_repeat_kv`."""
+def repeat_kv_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_repeat_kv`; with ``seed`` (the grade of record's), two
+    more whose head counts and sizes are drawn from it."""
     def case(description: str, shape: tuple[int, int, int, int], num_heads: int, seed: int) -> Case:
         x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
         return Case(description=description, args={"x": x, "num_heads": num_heads},
@@ -216,7 +242,16 @@ def repeat_kv_cases() -> list[Case]:
         case("1 kv head (multi-query) for 8 query heads, batch=2, seq_len=2, d=4", (2, 1, 2, 4), 8, 1),
         case("as many kv heads as query heads: nothing to repeat", (1, 4, 3, 2), 4, 2),
         case("3 kv heads for 6 query heads, batch=2, seq_len=4, d=3", (2, 3, 4, 3), 6, 3),
-    ]
+    ] + [case(f"drawn when graded: {kv} kv heads for {kv * group} query heads, batch={b}, seq_len={n}, d={d}",
+              (b, kv, n, d), kv * group, g) for b, kv, group, n, d, g in _drawn_heads(seed)]
+
+
+def _drawn_heads(seed: int | None) -> list[tuple[int, ...]]:
+    """Two ``(batch, kv_heads, group, seq_len, d, tensor_seed)`` drawn from the grading seed."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [tuple(int(v) for v in (*rng.integers(1, 5, size=5), rng.integers(2**31))) for _ in range(2)]
 
 
 def check_repeat_kv(fn: Callable[[torch.Tensor, int], Any]) -> CheckResult:

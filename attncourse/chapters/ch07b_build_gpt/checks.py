@@ -347,8 +347,20 @@ def _diagnose_attention(got: Any, case: Case) -> str | None:
     return variant_hint(got, _variants(recipes), np.asarray(case.expected), case)
 
 
-def attention_cases() -> list[Case]:
-    """The hidden cases of :func:`check_causal_attention`: package attention layers."""
+def _drawn(seed: int | None) -> list[dict[str, int]]:
+    """With the grade of record's ``seed``, one layer's sizes and weights' seed drawn from it."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    heads, d_k = int(rng.choice([1, 2, 4])), int(rng.choice([2, 4, 8]))
+    return [{"batch": int(rng.integers(1, 3)), "n": int(rng.integers(1, 17)), "d_model": heads * d_k,
+             "heads": heads, "d_ff": int(rng.integers(4, 33)), "layers": int(rng.integers(1, 3)),
+             "vocab": int(rng.integers(5, 41)), "seed": int(rng.integers(10, 2**20))}]
+
+
+def attention_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_causal_attention`: package attention layers (with
+    ``seed``, one more of sizes and weights drawn from it)."""
     def case(description: str, batch: int, n: int, d_model: int, heads: int, seed: int) -> Case:
         model = package_gpt(11, seed, d_model=d_model, num_heads=heads, num_layers=1, d_ff=4)
         _randomise(model, seed)
@@ -365,7 +377,9 @@ def attention_cases() -> list[Case]:
         case("2 heads of d_k=8, batch 2, 6 positions", 2, 6, 16, 2, 1),
         case("the chapter's layer: 8 heads of d_k=8, 16 positions", 2, 16, D_MODEL, NUM_HEADS, 2),
         case("a single position (it attends to itself only)", 1, 1, 16, 4, 3),
-    ]
+    ] + [case(f"drawn when graded: {d['heads']} head(s), d_model={d['d_model']}, batch {d['batch']}, "
+              f"{d['n']} positions", d["batch"], d["n"], d["d_model"], d["heads"], d["seed"])
+         for d in _drawn(seed)]
 
 
 def check_causal_attention(fn: Callable[..., Any]) -> CheckResult:
@@ -399,8 +413,9 @@ def _diagnose_block(got: Any, case: Case) -> str | None:
     return variant_hint(got, _variants(recipes), np.asarray(case.expected), case)
 
 
-def block_cases() -> list[Case]:
-    """The hidden cases of :func:`check_block`: package pre-norm blocks."""
+def block_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_block`: package pre-norm blocks (with ``seed``, one
+    more drawn from it)."""
     def case(description: str, batch: int, n: int, d_model: int, heads: int, d_ff: int, seed: int) -> Case:
         model = package_gpt(11, seed, d_model=d_model, num_heads=heads, num_layers=1, d_ff=d_ff)
         _randomise(model, seed)
@@ -416,7 +431,9 @@ def block_cases() -> list[Case]:
         case("the chapter's block: 8 heads, d_model=64, d_ff=256, batch 2, 12 positions",
              2, 12, D_MODEL, NUM_HEADS, D_FF, 1),
         case("one head, d_model=16, d_ff=8, 7 positions", 3, 7, 16, 1, 8, 2),
-    ]
+    ] + [case(f"drawn when graded: {d['heads']} head(s), d_model={d['d_model']}, d_ff={d['d_ff']}, "
+              f"{d['n']} positions", d["batch"], d["n"], d["d_model"], d["heads"], d["d_ff"], d["seed"])
+         for d in _drawn(seed)]
 
 
 def check_block(fn: Callable[..., Any]) -> CheckResult:
@@ -448,8 +465,9 @@ def _diagnose_gpt(got: Any, case: Case) -> str | None:
     return variant_hint(got, _variants(recipes), np.asarray(case.expected), case)
 
 
-def gpt_cases() -> list[Case]:
-    """The hidden cases of :func:`check_gpt`: package GPTs with learned positions."""
+def gpt_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_gpt`: package GPTs with learned positions (with
+    ``seed``, one more drawn from it)."""
     def case(description: str, batch: int, n: int, vocab: int, d_model: int, heads: int, layers: int,
              d_ff: int, seed: int) -> Case:
         model = package_gpt(vocab, seed, d_model=d_model, num_heads=heads, num_layers=layers, d_ff=d_ff)
@@ -465,7 +483,9 @@ def gpt_cases() -> list[Case]:
         case("the chapter's model: 2 blocks of 8 heads, d_model=64, batch 2, 64 positions",
              2, CONTEXT, 100, D_MODEL, NUM_HEADS, NUM_LAYERS, D_FF, 1),
         case("3 blocks of 4 heads, d_model=16, fewer positions than the table", 2, 9, 20, 16, 4, 3, 32, 2),
-    ]
+    ] + [case(f"drawn when graded: vocabulary {d['vocab']}, {d['layers']} block(s) of {d['heads']} head(s), "
+              f"d_model={d['d_model']}, {d['n']} positions", d["batch"], d["n"], d["vocab"], d["d_model"],
+              d["heads"], d["layers"], d["d_ff"], d["seed"]) for d in _drawn(seed)]
 
 
 def check_gpt(fn: Callable[..., Any]) -> CheckResult:

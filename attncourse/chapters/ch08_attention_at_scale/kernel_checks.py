@@ -79,8 +79,9 @@ def _diagnose_bytes(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, case.expected, case)
 
 
-def hbm_bytes_cases() -> list[Case]:
-    """Hidden cases of :func:`check_flash_hbm_bytes`."""
+def hbm_bytes_cases(seed: int | None = None) -> list[Case]:
+    """Hidden cases of :func:`check_flash_hbm_bytes`; with ``seed`` (the grade of record's), two
+    more sizes and tiles drawn from it."""
     from attncourse.kernels import forward_hbm_bytes
 
     settings = [
@@ -91,6 +92,14 @@ def hbm_bytes_cases() -> list[Case]:
         ("float32, n = 200, tiles of 32 x 32", 200, 32, 32, 32, 4),
         ("one query block longer than the sequence", 50, 16, 64, 16, 4),
     ]
+    if seed is not None:
+        rng = np.random.default_rng(seed)
+        for _ in range(2):
+            n, d = int(rng.integers(1, 5000)), int(rng.choice([16, 32, 64, 128]))
+            block_q, block_k, size = (int(rng.choice([16, 32, 64, 128])), int(rng.choice([16, 32, 64, 128])),
+                                      int(rng.choice([2, 4])))
+            settings.append((f"drawn when graded: n = {n}, d = {d}, tiles of {block_q} x {block_k}, "
+                             f"{size} bytes an element", n, d, block_q, block_k, size))
     cases = []
     for description, n, d, block_q, block_k, size in settings:
         args = {"n": n, "d": d, "block_q": block_q, "block_k": block_k, "bytes_per_element": size}
@@ -209,7 +218,7 @@ def check_causal_early_exit(kernel) -> CheckResult:
 
     Without triton (Linux x86_64 only) the check does not run and says so.
     """
-    from attncourse.kernels.runtime import MISSING_MESSAGE, TRITON_AVAILABLE
+    from attncourse.kernels.triton_setup import MISSING_MESSAGE, TRITON_AVAILABLE
 
     name = "check_causal_early_exit"
     if not TRITON_AVAILABLE:

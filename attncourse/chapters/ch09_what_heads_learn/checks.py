@@ -78,8 +78,10 @@ def _causal_weights(n: int, seed: int) -> np.ndarray:
     return w / w.sum(-1, keepdims=True)
 
 
-def prefix_matching_cases() -> list[Case]:
-    """The hidden cases of :func:`check_prefix_matching_score`."""
+def prefix_matching_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_prefix_matching_score`; with ``seed`` (the grade of
+    record's), two more sequences of few distinct tokens (so that some repeat) and weights
+    drawn from it."""
     def case(description: str, tokens: list[int], weights: np.ndarray) -> Case:
         t = np.array(tokens)
         expected = float(prefix_matching_score(torch.as_tensor(weights), torch.as_tensor(t)))
@@ -97,7 +99,17 @@ def prefix_matching_cases() -> list[Case]:
              np.tril(np.ones((7, 7))) / np.arange(1, 8)[:, None]),
         case("a token repeated three times among others, 8 positions", [2, 9, 2, 5, 2, 9, 1, 5],
              _causal_weights(8, 1)),
-    ]
+    ] + [case(f"drawn when graded: tokens {tokens}, random causal weights", tokens,
+              _causal_weights(len(tokens), weights_seed)) for tokens, weights_seed in _drawn_tokens(seed)]
+
+
+def _drawn_tokens(seed: int | None) -> list[tuple[list[int], int]]:
+    """Two ``(tokens, weights_seed)`` drawn from the grading seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [([int(t) for t in rng.integers(0, int(rng.integers(2, 5)), size=int(rng.integers(4, 13)))],
+             int(rng.integers(10, 2**31))) for _ in range(2)]
 
 
 def check_prefix_matching_score(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
@@ -126,8 +138,9 @@ def _diagnose_copy(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
-def copying_cases() -> list[Case]:
-    """The hidden cases of :func:`check_copying_score`."""
+def copying_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_copying_score`; with ``seed`` (the grade of record's),
+    two more OV matrices drawn from it."""
     def case(description: str, ov: np.ndarray) -> Case:
         return Case(description=description, args={"ov": ov}, expected=float(copying_score(torch.as_tensor(ov))),
                     atol=1e-9, rtol=1e-7, hint=COPY_EXPLAIN, diagnose=_diagnose_copy)
@@ -139,7 +152,16 @@ def copying_cases() -> list[Case]:
         case("diag(2, -1, -1)", np.diag([2.0, -1.0, -1.0])),
         case("a rotation by 60 degrees and a copy", np.array([[0.5, -0.866, 0], [0.866, 0.5, 0], [0, 0, 1.0]])),
         case("2 x identity plus a random rank-2 matrix, 6 x 6", low_rank),
-    ]
+    ] + [case(f"drawn when graded: a random {len(ov)} x {len(ov)} matrix", ov) for ov in _drawn_ov(seed)]
+
+
+def _drawn_ov(seed: int | None) -> list[np.ndarray]:
+    """Two OV matrices, random plus a random multiple of the identity, drawn from the grading seed."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(2, 9, size=2)
+    return [rng.normal(size=(n, n)) + rng.uniform(-2, 2) * np.eye(n) for n in sizes]
 
 
 def check_copying_score(fn: Callable[[np.ndarray], Any]) -> CheckResult:

@@ -55,8 +55,9 @@ def _bytes_diagnose(got: Any, case: Case) -> str | None:
     return BYTES_NO_VALUES_HINT if same_values(got, np.array(half), case) else None
 
 
-def cache_bytes_cases() -> list[Case]:
-    """The hidden cases of :func:`check_cache_bytes`."""
+def cache_bytes_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_cache_bytes`; with ``seed`` (the grade of record's), a
+    grouped-query and an MLA model of sizes drawn from it."""
     def case(description: str, **config) -> Case:
         return Case(description=description, args={"config": config},
                     expected=np.array(reference_cache_bytes(config)), atol=0, rtol=0, hint=BYTES_HINT,
@@ -71,7 +72,21 @@ def cache_bytes_cases() -> list[Case]:
              num_heads=128, d_head=128, num_kv_heads=None, latent_dim=512, rope_dim=64, bytes=2),
         case("MLA without a rotary part, 2 layers, d_c = 16, float32", num_layers=2, num_heads=8, d_head=8,
              num_kv_heads=None, latent_dim=16, rope_dim=0, bytes=4),
-    ]
+    ] + [case(f"drawn when graded: {config}", **config) for config in _drawn_configs(seed)]
+
+
+def _drawn_configs(seed: int | None) -> list[dict]:
+    """A grouped-query and an MLA config drawn from the grading seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    kv = int(2 ** rng.integers(0, 4))
+    shared = {"num_layers": int(rng.integers(1, 81)), "d_head": int(2 ** rng.integers(4, 9)),
+              "bytes": int(rng.choice([1, 2, 4]))}
+    return [{**shared, "num_heads": kv * int(2 ** rng.integers(0, 4)), "num_kv_heads": kv, "latent_dim": None,
+             "rope_dim": 0},
+            {**shared, "num_heads": int(rng.integers(1, 129)), "num_kv_heads": None,
+             "latent_dim": int(rng.integers(16, 1025)), "rope_dim": int(rng.choice([0, 32, 64]))}]
 
 
 def check_cache_bytes(fn: Callable[[dict], Any]) -> CheckResult:
@@ -107,8 +122,9 @@ def _lookup_diagnose(got: Any, case: Case) -> str | None:
     return None
 
 
-def block_lookup_cases() -> list[Case]:
-    """The hidden cases of :func:`check_block_lookup`."""
+def block_lookup_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_block_lookup`; with ``seed`` (the grade of record's),
+    two more tables, positions and block sizes drawn from it."""
     def case(description: str, table: list[int], position: int, size: int) -> Case:
         block, slot = block_lookup(table, position, size)
         return Case(description=description, args={"block_table": table, "position": position,
@@ -122,7 +138,21 @@ def block_lookup_cases() -> list[Case]:
         case("second block, slot 1", [3, 0, 5], 5, 4),
         case("block size 16, token 40", [9, 2, 7, 1], 40, 16),
         case("block size 1: one token per block", [4, 2, 0], 2, 1),
-    ]
+    ] + [case(f"drawn when graded: table {table}, token {position}, block size {size}", table, position, size)
+         for table, position, size in _drawn_tables(seed)]
+
+
+def _drawn_tables(seed: int | None) -> list[tuple[list[int], int, int]]:
+    """Two ``(block_table, position, block_size)`` drawn from the grading seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(2):
+        blocks, size = int(rng.integers(1, 9)), int(rng.choice([1, 2, 4, 8, 16, 32]))
+        table = [int(b) for b in rng.permutation(4 * blocks)[:blocks]]
+        drawn.append((table, int(rng.integers(0, blocks * size)), size))
+    return drawn
 
 
 def check_block_lookup(fn: Callable[[list, int, int], Any]) -> CheckResult:
@@ -148,8 +178,9 @@ def _channel_diagnose(got: Any, case: Case) -> str | None:
     return CHANNEL_PER_TOKEN_HINT if same_values(got, per_token, case) else None
 
 
-def per_channel_cases() -> list[Case]:
-    """The hidden cases of :func:`check_per_channel_int8`."""
+def per_channel_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_per_channel_int8`; with ``seed`` (the grade of record's),
+    two more matrices, one channel of each an outlier, drawn from it."""
     def case(description: str, x: torch.Tensor) -> Case:
         return Case(description=description, args={"x": x}, expected=reference_per_channel_int8(x).numpy(),
                     atol=1e-12, rtol=0, hint=CHANNEL_HINT, diagnose=_channel_diagnose)
@@ -163,7 +194,20 @@ def per_channel_cases() -> list[Case]:
         case("6 tokens, 4 channels, channel 2 an outlier", outlier),
         case("a channel of zeros", zero),
         case("one token", torch.randn(1, 5, generator=g, dtype=torch.float64)),
-    ]
+    ] + [case(f"drawn when graded: {x.shape[0]} tokens, {x.shape[1]} channels", x) for x in _drawn_keys(seed)]
+
+
+def _drawn_keys(seed: int | None) -> list[torch.Tensor]:
+    """Two ``(seq_len, d)`` float64 matrices, one channel scaled up, drawn from the grading seed."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(2):
+        x = rng.normal(size=(int(rng.integers(1, 10)), int(rng.integers(1, 9))))
+        x[:, int(rng.integers(x.shape[1]))] *= rng.uniform(5, 60)
+        drawn.append(torch.from_numpy(x))
+    return drawn
 
 
 def check_per_channel_int8(fn: Callable[[torch.Tensor], Any]) -> CheckResult:
@@ -193,8 +237,9 @@ def _residual_diagnose(got: Any, case: Case) -> str | None:
     return None
 
 
-def residual_cases() -> list[Case]:
-    """The hidden cases of :func:`check_residual_distribution`."""
+def residual_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_residual_distribution`; with ``seed`` (the grade of
+    record's), two more pairs of distributions drawn from it."""
     def case(description: str, p: list, q: list) -> Case:
         p_t, q_t = torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64)
         return Case(description=description, args={"p": p_t, "q": q_t},
@@ -205,7 +250,16 @@ def residual_cases() -> list[Case]:
         case("3 tokens", [0.5, 0.3, 0.2], [0.2, 0.3, 0.5]),
         case("the draft never proposes token 0", [0.1, 0.6, 0.3], [0.0, 0.5, 0.5]),
         case("p = q: no residual", [0.25, 0.25, 0.5], [0.25, 0.25, 0.5]),
-    ]
+    ] + [case(f"drawn when graded: a vocabulary of {len(p)}", p, q) for p, q in _drawn_distributions(seed)]
+
+
+def _drawn_distributions(seed: int | None) -> list[tuple[list[float], list[float]]]:
+    """Two ``(p, q)`` of a drawn vocabulary size (Dirichlet draws), from the grading seed."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(2, 12, size=2)
+    return [(rng.dirichlet(np.ones(n)).tolist(), rng.dirichlet(np.ones(n)).tolist()) for n in sizes]
 
 
 def check_residual_distribution(fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> CheckResult:

@@ -78,8 +78,9 @@ def _fold_diagnose(got: Any, case: Case) -> str | None:
     return None
 
 
-def fold_gain_cases() -> list[Case]:
-    """The hidden cases of :func:`check_fold_gain`."""
+def fold_gain_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_fold_gain`; with ``seed`` (the grade of record's), two
+    more gains and matrices of sizes drawn from it."""
     rng = np.random.default_rng(11)
 
     def case(description: str, gamma: np.ndarray, W: np.ndarray) -> Case:
@@ -109,7 +110,20 @@ def fold_gain_cases() -> list[Case]:
             rng.normal(1.0, 0.3, 16),
             rng.normal(size=(16, 48)),
         ),
-    ]
+    ] + [case(f"drawn when graded: d = {len(gamma)} into n = {W.shape[1]}", gamma, W)
+         for gamma, W in _drawn_gains(seed)]
+
+
+def _drawn_gains(seed: int | None) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Two ``(gamma (d,), W (d, n))`` drawn from the grading seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    drawn = []
+    for _ in range(2):
+        d, n = (int(v) for v in rng.integers(1, 40, size=2))
+        drawn.append((rng.normal(1.0, 0.3, d), rng.normal(size=(d, n))))
+    return drawn
 
 
 def check_fold_gain(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
@@ -305,8 +319,9 @@ def _q4_1_weights(seed: int) -> dict[str, np.ndarray]:
     }
 
 
-def q4_1_encode_cases() -> list[Case]:
-    """The hidden cases of :func:`check_quantize_q4_1`."""
+def q4_1_encode_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_quantize_q4_1`; with ``seed`` (the grade of record's),
+    two more blocks of 32 weights drawn from it."""
     drawn = _q4_1_weights(41)
     halves = np.r_[0.0, 15.0, 0.5, 1.5, 2.5, 7.5, 14.5, np.arange(25) % 15].astype(
         np.float32
@@ -339,7 +354,9 @@ def q4_1_encode_cases() -> list[Case]:
             np.full(32, 0.375, np.float32),
             hint=Q4_1_CONSTANT_HINT,
         ),
-    ]
+    ] + ([] if seed is None else [
+        case(f"drawn when graded: {name} weights", weights)
+        for name, weights in _q4_1_weights(seed).items()])
 
 
 def check_quantize_q4_1(fn: Callable[[np.ndarray], Any]) -> CheckResult:
@@ -486,8 +503,9 @@ def _min_p_diagnose(got: Any, case: Case) -> str | None:
     return None
 
 
-def min_p_cases() -> list[Case]:
-    """The hidden cases of :func:`check_min_p`."""
+def min_p_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_min_p`; with ``seed`` (the grade of record's), two more
+    vocabularies, temperatures and thresholds drawn from it."""
     rng = np.random.default_rng(7)
     vocabulary = rng.normal(0.0, 2.0, 50)
 
@@ -526,7 +544,17 @@ def min_p_cases() -> list[Case]:
             1.0,
         ),
         case("logits near 1000, T = 0.8", 1000.0 + rng.normal(0.0, 1.0, 20), 0.8, 0.3),
-    ]
+    ] + [case(f"drawn when graded: {len(logits)} tokens, T = {t:g}, p_min = {p:g}", logits, t, p)
+         for logits, t, p in _drawn_logits(seed)]
+
+
+def _drawn_logits(seed: int | None) -> list[tuple[np.ndarray, float, float]]:
+    """Two ``(logits, temperature, p_min)`` drawn from the grading seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(0.0, 2.0, int(rng.integers(2, 80))), round(float(rng.uniform(0.3, 2.0)), 2),
+             round(float(rng.uniform(0.01, 0.9)), 2)) for _ in range(2)]
 
 
 def check_min_p(fn: Callable[[np.ndarray, float, float], Any]) -> CheckResult:

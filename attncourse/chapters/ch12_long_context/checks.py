@@ -61,8 +61,18 @@ def _diagnose_stretch(got: Any, case: Case) -> str | None:
     return variant_hint(got, _stretch_variants(method, d, base, factor), np.asarray(case.expected), case)
 
 
-def stretched_frequencies_cases() -> list[Case]:
-    """The hidden cases of :func:`check_stretched_frequencies`."""
+def _drawn_rope(seed: int | None) -> list[tuple[int, float, float, int]]:
+    """Two ``(d, base, factor, original_len)`` drawn from the grade of record's seed (none without one)."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [(2 * int(rng.integers(2, 65)), float(rng.choice([10000.0, 500000.0])),
+             round(float(rng.uniform(1.5, 16.0)), 2), int(2 ** rng.integers(5, 14))) for _ in range(2)]
+
+
+def stretched_frequencies_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_stretched_frequencies`; with ``seed`` (the grade of
+    record's), one more of each method with width, base and factor drawn from it."""
     def case(description: str, method: str, d: int, base: float, factor: float) -> Case:
         expected = RopeScaling(method, factor).frequencies(d, base).numpy()
         return Case(description=description, args={"method": method, "d": d, "base": base, "factor": factor},
@@ -75,7 +85,8 @@ def stretched_frequencies_cases() -> list[Case]:
         case("NTK, d=64, s=8", "ntk", 64, 10000.0, 8.0),
         case("NTK, s=1 changes nothing (d=16)", "ntk", 16, 10000.0, 1.0),
         case("NTK, d=128, s=2.5", "ntk", 128, 10000.0, 2.5),
-    ]
+    ] + [case(f"drawn when graded: {method.upper()}, d={d}, base {base:g}, s={factor:g}", method, d, base, factor)
+         for method, (d, base, factor, _) in zip(("pi", "ntk"), _drawn_rope(seed), strict=False)]
 
 
 def check_stretched_frequencies(fn: Callable[[str, int, float, float], Any]) -> CheckResult:
@@ -122,8 +133,9 @@ def _diagnose_yarn(got: Any, case: Case) -> str | None:
     return variant_hint(got, _yarn_variants(*case.args.values()), np.asarray(case.expected), case)
 
 
-def yarn_frequencies_cases() -> list[Case]:
-    """The hidden cases of :func:`check_yarn_frequencies`."""
+def yarn_frequencies_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_yarn_frequencies`; with ``seed`` (the grade of
+    record's), two more drawn from it."""
     def case(description: str, d: int, base: float, factor: float, original_len: int) -> Case:
         expected = RopeScaling("yarn", factor, original_len).frequencies(d, base).numpy()
         return Case(description=description,
@@ -135,7 +147,8 @@ def yarn_frequencies_cases() -> list[Case]:
         case("d=64, L=4096, s=8 (a Llama-like head)", 64, 10000.0, 8.0, 4096),
         case("d=128, base 500000, L=8192, s=4", 128, 500000.0, 4.0, 8192),
         case("s=1 changes nothing (d=16, L=256)", 16, 10000.0, 1.0, 256),
-    ]
+    ] + [case(f"drawn when graded: d={d}, base {base:g}, L={length}, s={factor:g}", d, base, factor, length)
+         for d, base, factor, length in _drawn_rope(seed)]
 
 
 def check_yarn_frequencies(fn: Callable[[int, float, float, int], Any]) -> CheckResult:
@@ -174,8 +187,9 @@ def _diagnose_alibi(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
-def alibi_far_bias_cases() -> list[Case]:
-    """The hidden cases of :func:`check_alibi_far_bias`."""
+def alibi_far_bias_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_alibi_far_bias`; with ``seed`` (the grade of record's),
+    two more head counts (powers of two) and distances drawn from it."""
     def case(description: str, num_heads: int, distance: int) -> Case:
         expected = (-alibi_slopes(num_heads) * distance).numpy()
         return Case(description=description, args={"num_heads": num_heads, "distance": distance},
@@ -187,7 +201,15 @@ def alibi_far_bias_cases() -> list[Case]:
         case("4 heads, distance 100", 4, 100),
         case("16 heads, distance 0", 16, 0),
         case("2 heads, distance 4096", 2, 4096),
-    ]
+    ] + [case(f"drawn when graded: {heads} heads, distance {distance}", heads, distance)
+         for heads, distance in _drawn_alibi(seed)]
+
+
+def _drawn_alibi(seed: int | None) -> list[tuple[int, int]]:
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [(int(2 ** rng.integers(1, 6)), int(rng.integers(1, 100_000))) for _ in range(2)]
 
 
 def check_alibi_far_bias(fn: Callable[[int, int], Any]) -> CheckResult:

@@ -62,8 +62,18 @@ def _diagnose_attention(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
-def bidirectional_attention_cases() -> list[Case]:
-    """The hidden cases of :func:`check_bidirectional_attention`."""
+def _drawing(seed: int | None) -> np.random.Generator | None:
+    """The generator of the cases drawn when graded: None (no drawn case) without a seed."""
+    return None if seed is None else np.random.default_rng(seed)
+
+
+def _inner_seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(10**6))
+
+
+def bidirectional_attention_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_bidirectional_attention`; with ``seed`` (the grade of
+    record's), two more drawn from it."""
     def case(description: str, seq_len: int, d: int, h: int, seed: int) -> Case:
         rng = np.random.default_rng(seed)
         args = {"x": rng.normal(size=(seq_len, d)),
@@ -75,7 +85,16 @@ def bidirectional_attention_cases() -> list[Case]:
     return [case("5 positions, d=8, 2 heads", 5, 8, 2, 0),
             case("one head, d=4", 6, 4, 1, 1),
             case("7 positions, d=16, 4 heads", 7, 16, 4, 2),
-            case("a single position", 1, 8, 2, 3)]
+            case("a single position", 1, 8, 2, 3)] + _drawn_attention(_drawing(seed), case)
+
+
+def _drawn_attention(rng: np.random.Generator | None, case: Callable[..., Case]) -> list[Case]:
+    drawn = []
+    for _ in range(2 if rng is not None else 0):
+        n, h, d_k = int(rng.integers(2, 9)), int(rng.choice([1, 2, 4])), int(rng.integers(2, 5))
+        drawn.append(case(f"drawn when graded: {n} positions, d={h * d_k}, {h} heads", n, h * d_k, h,
+                          _inner_seed(rng)))
+    return drawn
 
 
 def check_bidirectional_attention(fn: Callable[..., Any]) -> CheckResult:
@@ -128,8 +147,8 @@ def _diagnose_mask(got: Any, case: Case) -> str | None:
     return None
 
 
-def bert_mask_cases() -> list[Case]:
-    """The hidden cases of :func:`check_bert_mask`."""
+def bert_mask_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_bert_mask`; with ``seed``, two more drawn from it."""
     def case(description: str, n: int, seed: int, mask_id: int = 0) -> Case:
         rng = np.random.default_rng(seed)
         ids = rng.integers(4, 60, n)
@@ -144,7 +163,16 @@ def bert_mask_cases() -> list[Case]:
 
     return [case("20 positions, every case at its edges", 20, 0),
             case("200 positions", 200, 1),
-            case("mask_id 1", 40, 2, mask_id=1)]
+            case("mask_id 1", 40, 2, mask_id=1)] + [
+        case(f"drawn when graded: {n} positions, mask_id {mask_id}", n, inner, mask_id=mask_id)
+        for n, inner, mask_id in _drawn_sizes(_drawing(seed), 12, 100, 4)]
+
+
+def _drawn_sizes(rng: np.random.Generator | None, low: int, high: int, ids: int) -> list[tuple[int, int, int]]:
+    """Two ``(size in [low, high], inner seed, id in [0, ids))`` (none without a generator)."""
+    if rng is None:
+        return []
+    return [(int(rng.integers(low, high + 1)), _inner_seed(rng), int(rng.integers(ids))) for _ in range(2)]
 
 
 def check_bert_mask(fn: Callable[..., Any]) -> CheckResult:
@@ -182,8 +210,8 @@ def _diagnose_patches(got: Any, case: Case) -> str | None:
                         np.asarray(case.expected), case)
 
 
-def patchify_cases() -> list[Case]:
-    """The hidden cases of :func:`check_patchify`."""
+def patchify_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_patchify`; with ``seed``, two more drawn from it."""
     def case(description: str, b: int, h: int, w: int, p: int) -> Case:
         images = np.arange(b * h * w, dtype=float).reshape(b, h, w)
         expected = patchify(torch.as_tensor(images), p).numpy()
@@ -194,7 +222,17 @@ def patchify_cases() -> list[Case]:
             case("two 8x8 digits, p=2 (the chapter's)", 2, 8, 8, 2),
             case("6x4 images, p=2 (not square)", 3, 6, 4, 2),
             case("8x8, p=4", 1, 8, 8, 4),
-            case("p=1: every pixel a patch", 1, 3, 3, 1)]
+            case("p=1: every pixel a patch", 1, 3, 3, 1)] + _drawn_images(_drawing(seed), case)
+
+
+def _drawn_images(rng: np.random.Generator | None, case: Callable[..., Case]) -> list[Case]:
+    drawn = []
+    for _ in range(2 if rng is not None else 0):
+        b, p = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        rows, columns = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        drawn.append(case(f"drawn when graded: {b} images of {rows * p}x{columns * p}, p={p}", b, rows * p,
+                          columns * p, p))
+    return drawn
 
 
 def check_patchify(fn: Callable[[np.ndarray, int], Any]) -> CheckResult:
@@ -230,8 +268,8 @@ def _diagnose_rollout(got: Any, case: Case) -> str | None:
     return variant_hint(got, _rollout_variants(case.args["weights"]), np.asarray(case.expected), case)
 
 
-def rollout_cases() -> list[Case]:
-    """The hidden cases of :func:`check_rollout`."""
+def rollout_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_rollout`; with ``seed``, two more drawn from it."""
     def case(description: str, layers: int, h: int, n: int, seed: int) -> Case:
         logits = torch.randn(layers, h, n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
         weights = logits.softmax(-1)
@@ -242,7 +280,16 @@ def rollout_cases() -> list[Case]:
     return [case("2 layers, 1 head, 3 tokens", 2, 1, 3, 0),
             case("2 layers, 4 heads, 5 tokens", 2, 4, 5, 1),
             case("3 layers, 2 heads, 4 tokens", 3, 2, 4, 2),
-            case("one layer", 1, 2, 4, 3)]
+            case("one layer", 1, 2, 4, 3)] + _drawn_rollouts(_drawing(seed), case)
+
+
+def _drawn_rollouts(rng: np.random.Generator | None, case: Callable[..., Case]) -> list[Case]:
+    drawn = []
+    for _ in range(2 if rng is not None else 0):
+        layers, h, n = int(rng.integers(1, 5)), int(rng.integers(1, 4)), int(rng.integers(2, 7))
+        drawn.append(case(f"drawn when graded: {layers} layers, {h} heads, {n} tokens", layers, h, n,
+                          _inner_seed(rng)))
+    return drawn
 
 
 def check_rollout(fn: Callable[[np.ndarray], Any]) -> CheckResult:
@@ -264,8 +311,8 @@ def _diagnose_pool(got: Any, case: Case) -> str | None:
                         case)
 
 
-def mean_pool_cases() -> list[Case]:
-    """The hidden cases of :func:`check_mean_pool`."""
+def mean_pool_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_mean_pool`; with ``seed``, two more drawn from it."""
     def case(description: str, lengths: list[int], t: int, d: int, seed: int) -> Case:
         rng = np.random.default_rng(seed)
         states = rng.normal(size=(len(lengths), t, d))
@@ -276,7 +323,16 @@ def mean_pool_cases() -> list[Case]:
 
     return [case("two sequences, lengths 3 and 5", [3, 5], 5, 4, 0),
             case("no padding", [4, 4], 4, 2, 1),
-            case("a sequence of one real position", [1, 6, 2], 6, 3, 2)]
+            case("a sequence of one real position", [1, 6, 2], 6, 3, 2)] + _drawn_pools(_drawing(seed), case)
+
+
+def _drawn_pools(rng: np.random.Generator | None, case: Callable[..., Case]) -> list[Case]:
+    drawn = []
+    for _ in range(2 if rng is not None else 0):
+        t, d = int(rng.integers(1, 8)), int(rng.integers(1, 6))
+        lengths = [int(v) for v in rng.integers(1, t + 1, size=int(rng.integers(1, 5)))]
+        drawn.append(case(f"drawn when graded: lengths {lengths}, T={t}", lengths, t, d, _inner_seed(rng)))
+    return drawn
 
 
 def check_mean_pool(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
@@ -305,8 +361,8 @@ def _diagnose_share(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
-def high_norm_share_cases() -> list[Case]:
-    """The hidden cases of :func:`check_high_norm_share`."""
+def high_norm_share_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_high_norm_share`; with ``seed``, two more drawn from it."""
     def case(description: str, n: int, d: int, outliers: list[float], factor: float, seed: int) -> Case:
         rng = np.random.default_rng(seed)
         states = rng.normal(size=(n, d))
@@ -319,7 +375,19 @@ def high_norm_share_cases() -> list[Case]:
     return [case("40 tokens, 3 of them 10 times larger", 40, 16, [10, 12, 9], 2.0, 0),
             case("no outlier", 30, 8, [], 2.0, 1),
             case("one huge token among 17, factor 1.2", 17, 32, [25], 1.2, 2),
-            case("half of the tokens 3 times larger, factor 1.5", 20, 8, [3] * 10, 1.5, 3)]
+            case("half of the tokens 3 times larger, factor 1.5", 20, 8, [3] * 10, 1.5, 3)] + _drawn_norms(
+                _drawing(seed), case)
+
+
+def _drawn_norms(rng: np.random.Generator | None, case: Callable[..., Case]) -> list[Case]:
+    drawn = []
+    for _ in range(2 if rng is not None else 0):
+        n, d = int(rng.integers(10, 41)), int(rng.integers(4, 17))
+        outliers = [float(v) for v in rng.uniform(4, 15, size=int(rng.integers(0, 4)))]
+        factor = float(rng.choice([1.5, 2.0, 3.0]))
+        drawn.append(case(f"drawn when graded: {n} tokens, {len(outliers)} large, factor {factor}", n, d,
+                          outliers, factor, _inner_seed(rng)))
+    return drawn
 
 
 def check_high_norm_share(fn: Callable[[np.ndarray, float], Any]) -> CheckResult:

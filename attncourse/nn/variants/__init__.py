@@ -21,7 +21,12 @@ ImportError
 import importlib
 import os
 
-from attncourse.nn import gated, gqa, mla  # noqa: F401 (each registers its variant)
+from attncourse.nn import (  # noqa: F401 (each registers its variant)
+    causal_attention,
+    gated,
+    memory_attention,
+    mla,
+)
 
 #: The environment variable naming the modules of further variants.
 VARIANTS_VARIABLE = "ATTNCOURSE_VARIANTS"

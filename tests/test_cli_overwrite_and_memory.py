@@ -1,8 +1,8 @@
-"""The command line, round 2 (issue 28): no user file replaced even with --overwrite, no traceback
-from any option value, memory bounded for train-lm and sample. One test (or group) per item.
+"""The command line: no user file replaced even with --overwrite, no traceback from any option
+value, memory bounded for train-lm and sample.
 
-Round 1's tests are in tests/test_cli_safety.py; the property test over every numeric option is
-tests/test_cli_extremes.py.
+Bad inputs and faults in general are tests/test_cli_safety.py; the property test over every
+numeric option is tests/test_cli_extremes.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file are imported, then named as parameters)
@@ -31,7 +31,7 @@ import attncourse.cli.commands as cli
 import attncourse.cli.train_evaluate as train_evaluate
 import attncourse.recipes.lm as lm
 from attncourse.cli.commands import build_parser, main
-from attncourse.cli.limits import LIMITS, check_model_config
+from attncourse.cli.limits import LIMITS, validate_model_config
 from attncourse.cli.rundir import write_json
 from attncourse.data.text import char_corpus
 from attncourse.data.vocab import Vocabulary
@@ -92,7 +92,7 @@ def test_overwrite_deletes_only_what_the_earlier_run_recorded(tmp_path, capsys):
         "test.tsv",
     }
     (out / "notes.txt").write_text("mine", encoding="utf-8")
-    # issue 49: a file the tool did not write makes --overwrite refuse, deleting nothing
+    # a file the tool did not write makes --overwrite refuse, deleting nothing
     assert main(["train", *TASK, "--out", str(out), "--overwrite", "--n-test", "0"]) == 2
     assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
     assert (out / "test.tsv").exists()
@@ -118,7 +118,7 @@ def test_overwrite_help_says_what_is_deleted():
     sub = build_parser()._subparsers._group_actions[0].choices
     for command in ("train", "train-lm"):
         text = " ".join(sub[command].format_help().split())
-        assert "recorded with their digests in its .attncourse-run.json" in text  # issue 49
+        assert "recorded with their digests in its .attncourse-run.json" in text
 
 
 # --- 2. train-lm onto a train run: every condition checked before writing -----------------------
@@ -140,7 +140,7 @@ def test_train_lm_onto_a_train_run(tmp_path, text_file, capsys):  # noqa: F811
         "config.json",
         "history.json",
         ".attncourse-run.json",
-    }  # no best.pt, results.json; the manifest (issue 49)
+    }  # no best.pt, results.json; the manifest
 
 
 # --- 3. train-lm's corpus: compact encoding, a stated cap --------------------------------------
@@ -184,7 +184,7 @@ def test_checkpoint_asking_for_huge_sizes_is_refused(lm_run, capsys):
     line = one_error_line(capsys)
     assert "max_len" in line and "1,000,000,000" in line
     with pytest.raises(ValueError, match="not a whole number"):
-        check_model_config({"d_model": "64"}, "x")
+        validate_model_config({"d_model": "64"}, "x")
 
 
 def test_memory_error_is_one_line(lm_run, capsys, monkeypatch):
@@ -449,7 +449,7 @@ def test_checkpoint_and_vocab_messages(lm_run, tmp_path, capsys):
     whole = path.read_bytes()
     for content in (whole[: len(whole) // 2], b"hello, I am a text file\n" * 10):
         path.write_bytes(content)
-        note_written(path)  # recorded: torch's own reason is tested (round 4 checks the digest)
+        note_written(path)  # recorded: torch's own reason is tested (tests/test_cli_forged_files.py checks the digest)
         assert main(["sample", str(lm_run)]) == 2
         line = one_error_line(capsys)  # one line: no torch warning before it
         assert "Errno" not in line and not line.rstrip().endswith(": 101")
@@ -498,7 +498,7 @@ def test_a_spec_built_config_is_size_checked_too():
     from attncourse.nn.spec import DecoderSpec
 
     config = GPT(spec=DecoderSpec(10, d_model=32, num_heads=4, num_layers=1)).config
-    check_model_config(config, "x")  # a small spec passes
+    validate_model_config(config, "x")  # a small spec passes
     for part, key in ((None, "max_len"), ("ffn", "d_ff"), (None, "num_layers")):
         huge = {**config["spec"]}
         if part is None:
@@ -506,4 +506,4 @@ def test_a_spec_built_config_is_size_checked_too():
         else:
             huge[part] = {**huge[part], key: 10**9}
         with pytest.raises(ValueError, match=f"{key} 1,000,000,000"):
-            check_model_config({"spec": huge}, "x")
+            validate_model_config({"spec": huge}, "x")

@@ -8,7 +8,7 @@ the classes :data:`COMMANDS` lists for it: the run's own configuration
 options that belong to the command alone (where it writes, what it reads, the
 machine). The parsers are generated from them
 (:func:`attncourse.cli.options.build_parser`), the ranges checked from them
-(:func:`attncourse.cli.limits.check_limits`): adding an option is adding a
+(:func:`attncourse.cli.limits.validate_limits`): adding an option is adding a
 field to one of these classes.
 """
 

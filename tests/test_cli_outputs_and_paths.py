@@ -1,8 +1,7 @@
-"""The command line, round 3 (issue 38): no output replaces a file the command did not create, no
+"""The command line's outputs and paths: no output replaces a file the command did not create, no
 traceback on an unwritable or overlong path, memory checked before allocating, no run left stuck.
-One test (or group) per item of the issue, numbered as there.
 
-Rounds 1 and 2 are tests/test_cli_safety.py and tests/test_cli_round2.py.
+See also tests/test_cli_safety.py and tests/test_cli_overwrite_and_memory.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file are imported, then named as parameters)
@@ -28,7 +27,7 @@ from test_cli_lm import text_file  # noqa: F401 (the fixture)
 import attncourse.cli.commands as cli
 import attncourse.cli.train_evaluate as train_evaluate
 from attncourse.cli.commands import main
-from attncourse.cli.gpu_report import Stage, check_gpu_report_args, run_stage
+from attncourse.cli.gpu_report import Stage, run_stage, validate_gpu_report_args
 from attncourse.cli.options import UsageError
 from attncourse.cli.outputs import run_lock
 from attncourse.course.cli import main as edition_main
@@ -170,7 +169,7 @@ def test_overwrite_keeps_lookalike_temporaries_and_ignores_a_forged_list(lm_run,
     ours = lm_run / ".checkpoint.pt.k1ll3d_x.tmp"
     ours.write_bytes(b"partial")
     argv = ["train-lm", "--text", str(text_file), "--out", str(lm_run), *LM_SMALL, "--overwrite"]
-    # issue 49: files the tool did not write make --overwrite refuse, and nothing is deleted
+    # files the tool did not write make --overwrite refuse, and nothing is deleted
     assert main(argv) == 2
     assert "holds .checkpoint.pt.mine.tmp, .config.json.notes.tmp, model.pt, notes.txt that no run wrote" \
         in one_error_line(capsys)
@@ -240,17 +239,17 @@ def test_gpu_report_overwrites_only_an_earlier_report(tmp_path):
                        ("metrics.json", '{"bleu": 1}'), ("benchmarks.json", "[]")):
         (tmp_path / name).write_text(text)
         with pytest.raises(UsageError, match=f"holds {name} that gpu-report did not write"):
-            check_gpu_report_args(args, UsageError)
+            validate_gpu_report_args(args, UsageError)
         (tmp_path / name).unlink()
     (tmp_path / "report.md").write_text("# GPU report of attncourse (smoke run)\n")
     (tmp_path / "results.json").write_text('{"stages": [], "machine": {}, "budget": 1, "smoke": true}')
     (tmp_path / "metrics.json").write_text('{"greedy": {}}')
     (tmp_path / "benchmarks.json").write_text('{"attention": {"error": "x"}}')
-    check_gpu_report_args(args, UsageError)
+    validate_gpu_report_args(args, UsageError)
     (tmp_path / "report.md").unlink()
     (tmp_path / "report.md").symlink_to(tmp_path / "results.json")
     with pytest.raises(UsageError, match="report.md that gpu-report did not write"):
-        check_gpu_report_args(args, UsageError)
+        validate_gpu_report_args(args, UsageError)
 
 
 # --- 5. unwritable or overlong paths: one line naming the path and the reason -----------------

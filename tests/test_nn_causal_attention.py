@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from attncourse.nn.alibi import alibi_bias
 from attncourse.nn.attention import MultiHeadAttention
-from attncourse.nn.gqa import CausalSelfAttention, allowed_keys, repeat_kv
+from attncourse.nn.causal_attention import CausalSelfAttention, allowed_keys, repeat_kv
 from attncourse.nn.rope import apply_rope
 
 
@@ -149,7 +149,7 @@ def test_fast_and_written_out_paths_have_the_same_gradients(positional):
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-10)
 
 
-# ----------------------------------------------------------------------------- issue 23: one window, clear errors
+# ----------------------------------------------------------------------------- one window, clear errors
 
 
 @pytest.mark.parametrize("n, w", [(9, 3), (8, 5), (6, 1), (5, 9)])

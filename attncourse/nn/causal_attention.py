@@ -47,15 +47,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attncourse.functional.sparse_masks import check_window
+from attncourse.functional.sparse_masks import validate_sliding_window
 from attncourse.nn.alibi import alibi_bias
 from attncourse.nn.attend import (  # allowed_keys ... repeat_kv: re-exported, chapters import them from here
     allowed_keys,
-    check_call,
-    check_mask,
-    check_positions,
     dot_product_attend,
     repeat_kv,
+    validate_call,
+    validate_mask,
+    validate_positions,
 )
 from attncourse.nn.attention import KVCache, merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
@@ -150,7 +150,7 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         if positional not in ATTENTION_POSITIONAL:
             raise ValueError(f"positional must be one of {ATTENTION_POSITIONAL}, got {positional!r}")
         if window is not None:
-            window = check_window(window, causal)
+            window = validate_sliding_window(window, causal)
         self.d_model, self.num_heads, self.num_kv_heads = int(d_model), int(num_heads), int(num_kv_heads)
         self.d_k = self.d_model // self.num_heads
         if positional == "rope" and self.d_k % 2:
@@ -235,7 +235,7 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
                 raise ValueError(f"kv_cache must hold (batch={batch}, num_kv_heads={self.num_kv_heads}, "
                                  f"cache_len, d_k={self.d_k}) keys and values, got keys {cached} "
                                  f"and values {tuple(kv_cache.v.shape)}")
-        positions = check_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
+        positions = validate_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
         q = split_heads(self.w_q(x), self.num_heads)  # (batch, h, seq_len, d_k)
         k = split_heads(self.w_k(x), self.num_kv_heads)  # (batch, g, seq_len, d_k)
         v = split_heads(self.w_v(x), self.num_kv_heads)
@@ -308,5 +308,5 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
 
 register_attention("gqa", GQAOptions, CausalSelfAttention.from_options)
 
-__all__ = ["ATTENTION_POSITIONAL", "CausalSelfAttention", "GQAOptions", "allowed_keys", "check_call", "check_mask",
-           "check_positions", "repeat_kv"]
+__all__ = ["ATTENTION_POSITIONAL", "CausalSelfAttention", "GQAOptions", "allowed_keys", "repeat_kv", "validate_call",
+           "validate_mask", "validate_positions"]

@@ -1,6 +1,7 @@
-"""The command line, round 4, second part (issue 49 items 3, 4, 5, 8, 9): forged checkpoints
-and run files refused before use, logits checked, Ctrl-C always 130, the smaller items.
-Numbered as in the issue; items 1, 2, 6 and 7 are in tests/test_cli_round4.py.
+"""The command line on forged files: forged checkpoints and run files refused before use,
+logits checked, Ctrl-C always 130, and smaller faults.
+
+Run folders owned by content: tests/test_cli_run_folders.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file: imported, then parameters)
@@ -20,7 +21,7 @@ import torch
 from test_cli import one_error_line, tsv  # noqa: F401 (tsv: the fixture)
 from test_cli_lm import SMALL as LM_SMALL
 from test_cli_lm import text_file  # noqa: F401 (the fixture)
-from test_cli_round3 import (  # noqa: F401 (fixtures)
+from test_cli_outputs_and_paths import (  # noqa: F401 (fixtures)
     ROOT,
     end,
     lm_run,
@@ -31,7 +32,7 @@ from test_cli_round3 import (  # noqa: F401 (fixtures)
 from attncourse.cli.commands import main
 from attncourse.course.cli import main as edition_main
 from attncourse.train.checkpoint import load_checkpoint
-from attncourse.train.runfiles import check_run_digest, note_written
+from attncourse.train.runfiles import note_written, validate_run_digest
 
 
 def forge(path: Path, change) -> None:
@@ -245,7 +246,7 @@ def test_sigint_during_transformer_training_exits_130(tmp_path, tsv, moment, sig
         assert [line for line in err.splitlines() if line.startswith("attncourse:")][-1].startswith(
             "attncourse: interrupted")
         if (out / "checkpoint.pt").exists():  # whole, and as recorded: --resume can continue it
-            check_run_digest(out / "checkpoint.pt")
+            validate_run_digest(out / "checkpoint.pt")
             assert load_checkpoint(out / "checkpoint.pt")["epoch"] >= 1
     finally:
         end(proc)  # 1,000 epochs: never left running

@@ -1,8 +1,7 @@
-"""The command line, round 4 (issue 49): a run folder the tool owns by content,
-run files read only if they are regular files, a prompt that is not UTF-8. One
-test (or group) per item of the issue, numbered as there.
+"""The command line's run folders: a run folder the tool owns by content, run files read
+only if they are regular files, a prompt that is not UTF-8.
 
-Rounds 1 to 3: tests/test_cli_safety.py, test_cli_round2.py, test_cli_round3.py.
+Forged checkpoints and run files: tests/test_cli_forged_files.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file: imported, then parameters)
@@ -19,7 +18,10 @@ import pytest
 from test_cli import one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
 from test_cli_lm import SMALL as LM_SMALL
 from test_cli_lm import text_file  # noqa: F401 (the fixture)
-from test_cli_round3 import lm_run, run  # noqa: E402, F401 (the same run folders)
+from test_cli_outputs_and_paths import (  # noqa: E402, F401 (the same run folders)
+    lm_run,
+    run,
+)
 
 from attncourse.cli.commands import main
 from attncourse.train.runfiles import MANIFEST_NAME, read_manifest, read_run_bytes
@@ -168,7 +170,7 @@ def test_a_folder_of_other_things_is_refused(tmp_path, tsv, text_file, capsys, k
 
 
 def test_generate_refuses_a_prompt_that_is_not_utf8(capsys):
-    # refused by check_generate_args, which runs before any model is loaded
+    # refused by validate_generate_args, which runs before any model is loaded
     prompt = b"\xff\xfe".decode(sys.getfilesystemencoding(), "surrogateescape")
     assert main(["generate", prompt]) == 2
     assert one_error_line(capsys).startswith(
@@ -282,7 +284,7 @@ def test_a_huge_checkpoint_is_refused_before_loading(lm_run, capsys, monkeypatch
     import attncourse.train.runfiles as runfiles
 
     monkeypatch.setattr(runfiles, "MAX_CHECKPOINT_BYTES", 10)
-    monkeypatch.setattr(runfiles.check_run_file, "__defaults__", (10,))
+    monkeypatch.setattr(runfiles.validate_run_file, "__defaults__", (10,))
     assert main(["sample", str(lm_run), "--length", "5"]) == 2
     assert one_error_line(capsys).startswith(
         f"attncourse: error: {lm_run / 'checkpoint.pt'} is larger than 10 bytes: "

@@ -1,0 +1,165 @@
+"""``python -m attncourse prepare [CHAPTER...]``: train every cached model the chapters need, once.
+
+Grading never trains. An instructor runs this once, before any submission of a chapter
+arrives: each chapter's notebook (its MyST source, solutions included) runs top to bottom
+in a kernel, so that every model it trains through the course's trained-model cache
+(:func:`attncourse.train.loop.train_epochs`, a ``fit`` with an ``out_dir``: chapter 7's
+language models, chapter 8's recall models, chapter 12's context-extension runs, ...) is
+in ``$ATTNCOURSE_RUNS`` (``--runs``), finished. Running the chapter itself, rather than a
+list of its models kept here, leaves one statement of what a chapter trains: its notebook.
+
+Grading then only loads: the course's ``nbgrader_config.py`` sets
+``ATTNCOURSE_NO_TRAINING=1`` for ``nbgrader autograde`` (see
+:func:`attncourse.runtime.refuse_cached_training`), so a cached run that is missing or
+unfinished fails its cell at once, naming the run, instead of training inside every
+submission's time limit. The grade of record (``python -m attncourse grade``) loads no
+model at all; the one exercise whose check trains (chapter 7b's, the learner's own loop)
+declares its time limit with its ``:timeout:``.
+
+An interrupted preparation leaves nothing half-cached: the cache writes each checkpoint to
+a temporary file and renames it into place (:func:`attncourse.train.checkpoint.save_checkpoint`),
+so a run holds its last finished epoch and the next ``prepare`` resumes it; and a
+chapter is listed in ``prepared.json`` (in the runs folder, written the same way) only
+once its notebook ran to the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from attncourse.cli.options import EXIT_USAGE
+from attncourse.course.grade_cli import NOTEBOOKS, chapter_path
+from attncourse.runtime import NO_TRAINING_ENV, runs_dir
+
+COMMAND = "prepare"
+#: The list of prepared chapters, in the runs folder.
+PREPARED = "prepared.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``prepare`` command's parser."""
+    parser = argparse.ArgumentParser(
+        prog=f"attncourse {COMMAND}",
+        description="Run each chapter once so that every model it trains is in the trained-model "
+                    "cache; grading (nbgrader autograde) then loads them and never trains.")
+    parser.add_argument("chapters", nargs="*", metavar="CHAPTER",
+                        help="chapters to prepare, e.g. 06_transformer (default: every chapter)")
+    parser.add_argument("--runs", type=Path, metavar="DIR",
+                        help="the trained-model cache to fill (default: $ATTNCOURSE_RUNS, else the "
+                             "course's _build/runs); grade with the same $ATTNCOURSE_RUNS")
+    parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS, metavar="DIR",
+                        help="folder of the chapters' MyST sources (default: the course's notebooks/)")
+    return parser
+
+
+def source_digest(chapter: Path) -> str:
+    """SHA-256 of a chapter's MyST source: a prepared chapter whose source changed is prepared again."""
+    return hashlib.sha256(chapter.read_bytes()).hexdigest()
+
+
+def read_prepared(runs: Path) -> dict[str, dict]:
+    """``{chapter: {"sha256", "seconds", "at"}}`` of the chapters prepared into ``runs``."""
+    path = runs / PREPARED
+    if not path.is_file():
+        return {}
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError):
+        raise ValueError(f"{str(path)!r} is not the JSON that prepare writes; delete it") from None
+    return found if isinstance(found, dict) else {}
+
+
+def _write_prepared(runs: Path, prepared: dict[str, dict]) -> None:
+    """Write ``prepared.json`` atomically (a temporary file renamed over it)."""
+    fd, tmp = tempfile.mkstemp(dir=runs, prefix=f".{PREPARED}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(prepared, handle, indent=1, sort_keys=True)
+        os.replace(tmp, runs / PREPARED)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def run_chapter(chapter: Path) -> float:
+    """Execute a chapter's notebook top to bottom in a fresh kernel; its seconds.
+
+    The kernel inherits this process's environment (``$ATTNCOURSE_RUNS``), without
+    :data:`~attncourse.runtime.NO_TRAINING_ENV`: here training is the point.
+
+    Raises
+    ------
+    RuntimeError
+        If a cell fails: the chapter, the cell's number and its error, in one line.
+    """
+    import nbclient
+    from nbclient.exceptions import CellExecutionError
+
+    from attncourse.course.exercises import read_chapter
+
+    nb = read_chapter(chapter)
+    start = time.perf_counter()
+    client = nbclient.NotebookClient(nb, timeout=None, kernel_name="python3",
+                                     resources={"metadata": {"path": str(chapter.parent)}})
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        lines = [line for line in str(err).splitlines() if line.strip()]
+        raise RuntimeError(f"{chapter.stem}: a cell failed: {lines[-1] if lines else err}") from None
+    return time.perf_counter() - start
+
+
+def prepare(chapters: list[Path], runs: Path) -> dict[str, dict]:
+    """Prepare each chapter into ``runs`` (see the module's docstring); what ``prepared.json`` holds after.
+
+    A chapter already prepared from the same source is skipped: its runs load.
+    """
+    runs.mkdir(parents=True, exist_ok=True)
+    prepared = read_prepared(runs)
+    for chapter in chapters:
+        digest = source_digest(chapter)
+        if prepared.get(chapter.stem, {}).get("sha256") == digest:
+            print(f"{chapter.stem}: prepared already ({runs})", flush=True)
+            continue
+        print(f"{chapter.stem}: running the chapter to train its cached models ...", flush=True)
+        seconds = run_chapter(chapter)
+        prepared = read_prepared(runs)  # another prepare may have written meanwhile
+        prepared[chapter.stem] = {"sha256": digest, "seconds": round(seconds, 1),
+                                  "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+        _write_prepared(runs, prepared)
+        print(f"{chapter.stem}: prepared in {seconds:.0f} s", flush=True)
+    return prepared
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``prepare``; return the exit status (0; 1 if a chapter failed; 2 with a one-line usage error)."""
+    try:
+        args = build_parser().parse_args(None if argv is None else list(argv))
+    except SystemExit as done:
+        return done.code if isinstance(done.code, int) else EXIT_USAGE
+    try:
+        names = args.chapters or sorted(p.stem for p in args.notebooks.glob("*.md"))
+        chapters = [chapter_path(name, args.notebooks) for name in names]
+        if args.runs is not None:
+            os.environ["ATTNCOURSE_RUNS"] = str(args.runs.resolve())
+        os.environ.pop(NO_TRAINING_ENV, None)
+        prepare(chapters, runs_dir())
+    except (ValueError, OSError) as err:
+        print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return EXIT_USAGE
+    except RuntimeError as err:
+        print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 1
+    return 0
+
+
+__all__ = ["PREPARED", "build_parser", "main", "prepare", "read_prepared", "run_chapter", "source_digest"]
