@@ -1,4 +1,4 @@
-"""Tests of attncourse.checks.seq2seq: the GRU step, padding mask, Bahdanau score and
+"""Tests of attncourse.checks.seq2seq and attncourse.checks.masks: the GRU step, padding mask, Bahdanau score and
 masked softmax checks.
 
 Each typical learner bug is written out as a small function, and the check must
@@ -19,15 +19,18 @@ from check_helpers import (
     own_copy,
 )
 
+from attncourse.checks.masks import (
+    check_masked_softmax,
+    check_padding_mask,
+    draw_lengths,
+    masked_softmax_cases,
+)
 from attncourse.checks.seq2seq import (
     GRU_LAYOUT_HINT,
     additive_score_cases,
     check_additive_score,
     check_gru_cell,
-    check_masked_softmax,
-    check_padding_mask,
     gru_cell_cases,
-    masked_softmax_cases,
 )
 from attncourse.functional import (
     additive_attention_step,
@@ -561,3 +564,13 @@ def test_failing_gru_result_reproduces_with_its_args():
     expected = gru_cell_cases()[0].expected
     assert not np.allclose(gru_z_swapped(*result.args), expected)
     np.testing.assert_allclose(gru_numpy(*result.args), expected, atol=1e-12)
+
+
+def test_drawn_lengths_stay_in_their_ranges_and_follow_the_seed():
+    assert draw_lengths(None) == []
+    for seed in range(50):
+        for lengths, n in draw_lengths(seed, max_len=(2, 8), shortest=1, batch=(1, 4)):
+            assert 2 <= n <= 8 and 1 <= len(lengths) <= 4 and all(1 <= v <= n for v in lengths)
+        for lengths, n in draw_lengths(seed):
+            assert 1 <= n <= 11 and 1 <= len(lengths) <= 5 and all(0 <= v <= n for v in lengths)
+    assert draw_lengths(3) == draw_lengths(3) != draw_lengths(4)

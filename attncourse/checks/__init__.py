@@ -22,7 +22,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "graded": ("graded",),
     "guard": ("written",),
     "self_attention": ("check_causal_mask", "check_scaled_dot_product", "check_softmax"),
-    "seq2seq": ("check_additive_score", "check_gru_cell", "check_masked_softmax", "check_padding_mask"),
+    "masks": ("check_masked_softmax", "check_padding_mask"),
+    "seq2seq": ("check_additive_score", "check_gru_cell"),
 })
 
 __all__ = [

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+from attncourse.checks.masks import draw_lengths
 from attncourse.nn.attend import allowed_keys, repeat_kv
 from attncourse.nn.rope import apply_rope
 
@@ -119,19 +120,7 @@ def left_padded_mask_cases(seed: int | None = None) -> list[Case]:
         case("three prompts of lengths 1, 3, 6, seq_len=6", [1, 3, 6], 6),
         case("one real token, seq_len=3", [1], 3),
     ] + [case(f"drawn when graded: prompts of lengths {lengths}, seq_len={n}", lengths, n)
-         for lengths, n in _drawn_lengths(seed)]
-
-
-def _drawn_lengths(seed: int | None) -> list[tuple[list[int], int]]:
-    """Two ``(lengths, seq_len)`` drawn from the grading seed (none without one)."""
-    if seed is None:
-        return []
-    rng = np.random.default_rng(seed)
-    drawn = []
-    for _ in range(2):
-        n = int(rng.integers(2, 9))
-        drawn.append(([int(v) for v in rng.integers(1, n + 1, size=int(rng.integers(1, 5)))], n))
-    return drawn
+         for lengths, n in draw_lengths(seed, max_len=(2, 8), shortest=1, batch=(1, 4))]
 
 
 def check_left_padded_causal_mask(fn: Callable[[np.ndarray], Any]) -> CheckResult:
