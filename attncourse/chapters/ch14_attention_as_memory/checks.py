@@ -23,7 +23,11 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
-from attncourse.functional.delta_rule import delta_rule_chunkwise, delta_rule_recurrent, wy_representation
+from attncourse.functional.delta_rule import (
+    delta_rule_chunkwise,
+    delta_rule_recurrent,
+    wy_representation,
+)
 from attncourse.functional.fast_weights import decay_matrix, linear_attention_parallel
 from attncourse.functional.memory_recall import memory_reads
 from attncourse.nn.memory_attention import DeltaNetAttention
