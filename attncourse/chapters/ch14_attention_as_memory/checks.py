@@ -240,7 +240,14 @@ def _diagnose_wy(got: Any, case: Case) -> str | None:
     good = eye + beta[:, None] * np.tril(gram, -1)
     variants = [(WY_FULL_TRIANGLE_HINT, _wy_solve(k, v, beta, with_diagonal)),
                 (WY_NO_BETA_HINT, (np.linalg.solve(good, k), np.linalg.solve(good, v)))]
-    return variant_hint(got, variants, case.expected, case)
+    if not (isinstance(got, tuple) and len(got) == 2):
+        return None
+    try:  # w and u side by side: one array to compare, whatever d_k and d_v
+        joined = np.concatenate([np.asarray(g, dtype=np.float64) for g in got], axis=-1)
+    except ValueError:
+        return None
+    return variant_hint(joined, [(hint, np.concatenate(pair, axis=-1)) for hint, pair in variants],
+                        np.concatenate(case.expected, axis=-1), case)
 
 
 def wy_cases(seed: int = 0) -> list[Case]:
