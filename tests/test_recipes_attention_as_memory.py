@@ -5,7 +5,11 @@ import dataclasses
 import pytest
 import torch
 
-from attncourse.chapters.ch14_attention_as_memory.recipe import MQARConfig, mqar_accuracy, train_mqar
+from attncourse.chapters.ch14_attention_as_memory.recipe import (
+    MQARConfig,
+    mqar_accuracy,
+    train_mqar,
+)
 from attncourse.data.mqar import multi_query_recall
 from attncourse.nn.recall import MQARModel
 
