@@ -7,9 +7,12 @@ values. A run is cached under ``runs_dir("mqar/{attention}-seed{seed}-{hash}")``
 trained model of the course, so a second run of the chapter loads it.
 
 Measured with the defaults (d_model 32, one head: a 32 x 32 state; 128 key and 64 value
-symbols; 960 steps of 64 contexts; one CPU thread): softmax attention recalls all but a
-few queries up to 64 pairs; the three memories recall nearly everything at 4 pairs and
-fall as the pairs outgrow the state (chapter 14 asserts the figures).
+symbols; 960 steps of 64 contexts; one CPU thread; about 70 CPU-seconds for the four on a
+busy 2-core machine), recall at 4, 8, 16, 32, 64 and 128 pairs, seeds 0 and 1: softmax
+attention 1.00 everywhere; linear attention 0.99-1.00, 0.98, 0.92-0.93, 0.78-0.79,
+0.53, 0.28; DeltaNet 1.00, 1.00, 0.99, 0.89-0.91, 0.62-0.66, 0.34-0.37; Gated DeltaNet
+0.93-1.00, 0.90-1.00, 0.85-0.98, 0.75-0.89, 0.54-0.64, 0.29-0.36 (chapter 14 asserts
+bounds on these).
 
 References
 ----------
