@@ -140,6 +140,17 @@ HAND_OFFS: dict[str, HandOffs] = {
     "check_mean_pool": HandOffs("NumPy operations: products, sums and division."),
     "check_high_norm_share": HandOffs("NumPy operations: np.linalg.norm (or squares and np.sqrt), "
                                       "np.median, comparisons and means."),
+    # Chapter 14
+    "check_delta_step": HandOffs("NumPy operations: np.outer, matrix products (@) and arithmetic."),
+    "check_gated_delta_step": HandOffs(
+        "NumPy operations: np.outer, np.eye, matrix products (@) and arithmetic."),
+    "check_decay_matrix": HandOffs(
+        "NumPy operations such as np.cumsum, np.log, np.exp, np.prod, np.tril and loops."),
+    "check_wy_factors": HandOffs(
+        "NumPy operations: matrix products, np.tril, np.eye, np.linalg.solve or a loop."),
+    "check_delta_recall": HandOffs(
+        "NumPy operations: np.zeros, np.outer, matrix products (@) and a loop over the pairs."),
+    "check_state_bytes": HandOffs("Python arithmetic."),
 }
 
 __all__ = ["HAND_OFFS", "TRANSFORMER_LAYERS", "TRITON_LAUNCH"]

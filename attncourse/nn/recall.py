@@ -8,6 +8,10 @@ layer turns the context vector into scores over the value symbols. Softmax atten
 attention (Katharopoulos et al. 2020, eqs. 5-7) reads everything through a
 ``d_k x d_model`` state, whatever the number of pairs.
 
+:class:`MQARModel` is the same kind of model for multi-query recall
+(:mod:`attncourse.data.mqar`), with any registered causal attention (softmax, linear
+attention, DeltaNet, Gated DeltaNet) reading one token per pair and then one per query.
+
 :func:`memory_recall` and :func:`recall_against_pairs` ask the same of the closed-form
 memories of :mod:`attncourse.functional.memory_recall` on multi-query recall
 (:mod:`attncourse.data.mqar`), with no training: the keys a fixed codebook of unit vectors.
@@ -27,6 +31,7 @@ from attncourse.functional.memory_recall import (
     memory_reads,
     recall_accuracy,
 )
+from attncourse.nn.spec import AttentionSpec, PositionSpec
 
 #: The attention kinds :class:`RecallModel` knows.
 RECALL_ATTENTIONS: tuple[str, ...] = ("softmax", "linear")
@@ -74,6 +79,49 @@ class RecallModel(nn.Module):
         else:
             context = batched_linear_attention(query, keys, values)
         return self.readout(context[:, 0])
+
+
+class MQARModel(nn.Module):
+    """Embeddings, one causal attention layer of a registered variant and a read-out, for MQAR.
+
+    The context is one token per pair, ``E_key[a_j] + E_value[b_j]``, then one token per
+    query, ``E_key[a]``; the layer reads them in order (causal, no positions: recall needs
+    none) and the read-out turns its output at each query into scores over the value symbols.
+    With a fixed-size memory (``"linear"``, ``"deltanet"``, ``"gated-deltanet"``) every query
+    is answered from the state the pairs (and the queries before it) wrote; with ``"gqa"``
+    (softmax attention) from all the tokens.
+
+    Parameters
+    ----------
+    attention : str
+        A registered variant (:data:`~attncourse.nn.spec.ATTENTION_VARIANTS`) that builds causal.
+    n_keys, n_values : int
+        Vocabulary sizes.
+    d_model, num_heads : int
+        Width of the tokens and heads; a memory's state per head is ``d_model / num_heads``
+        square.
+
+    Raises
+    ------
+    ValueError
+        If ``attention`` is not registered or refuses these sizes.
+    """
+
+    def __init__(self, attention: str, n_keys: int, n_values: int, d_model: int = 32,
+                 num_heads: int = 1) -> None:
+        super().__init__()
+        self.key_embedding = nn.Embedding(n_keys, d_model)
+        self.value_embedding = nn.Embedding(n_values, d_model)
+        self.attention = AttentionSpec(attention).build(d_model, num_heads, True, PositionSpec("none"))
+        self.readout = nn.Linear(d_model, n_values)
+
+    def forward(self, batch: MQARBatch) -> torch.Tensor:
+        """Scores over the value symbols at each query, ``(batch, n_queries, n_values)``."""
+        n_pairs = batch.keys.shape[1]
+        pairs = self.key_embedding(batch.keys) + self.value_embedding(batch.values)
+        tokens = torch.cat([pairs, self.key_embedding(batch.queries)], dim=1)
+        out, _ = self.attention(tokens)
+        return self.readout(out[:, n_pairs:])
 
 
 def memory_recall(rule: str, batch: MQARBatch, codebook: torch.Tensor, **options) -> float:
@@ -129,4 +177,4 @@ def recall_against_pairs(rules: dict[str, dict], pair_counts: list[int], d_k: in
                     for b in batches] for label, spec in rules.items()}
 
 
-__all__ = ["RECALL_ATTENTIONS", "RecallModel", "memory_recall", "recall_against_pairs"]
+__all__ = ["RECALL_ATTENTIONS", "MQARModel", "RecallModel", "memory_recall", "recall_against_pairs"]
