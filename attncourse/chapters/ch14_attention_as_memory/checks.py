@@ -357,8 +357,9 @@ def _diagnose_cache(got: Any, case: Case) -> str | None:
     return variant_hint(got, variants, np.asarray(expected), case) if conv > 1 else None
 
 
-def state_bytes_cases() -> list[Case]:
-    """The hidden cases of :func:`check_state_bytes`."""
+def state_bytes_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_state_bytes`; with ``seed`` (the grade of record's),
+    two more drawn from it."""
     def case(description: str, layers: int, heads: int, d_head: int, conv: int, size: int) -> Case:
         return Case(description, {"num_layers": layers, "num_heads": heads, "d_head": d_head,
                                   "conv_size": conv, "bytes_per_number": size},
@@ -368,7 +369,18 @@ def state_bytes_cases() -> list[Case]:
     return [case("the chapter's size: 2 layers, 1 head of 32, no convolution, float32", 2, 1, 32, 0, 4),
             case("4 layers, 4 heads of 16, conv 4, float32", 4, 4, 16, 4, 4),
             case("48 layers, 16 heads of 128, conv 4, bfloat16", 48, 16, 128, 4, 2),
-            case("1 layer, conv 1 (no tail)", 1, 2, 8, 1, 4)]
+            case("1 layer, conv 1 (no tail)", 1, 2, 8, 1, 4)] + [
+        case(f"drawn when graded: {layers} layers, {heads} heads of {d_head}, conv {conv}, {size} bytes",
+             layers, heads, d_head, conv, size) for layers, heads, d_head, conv, size in _drawn_shapes(seed)]
+
+
+def _drawn_shapes(seed: int | None) -> list[tuple[int, int, int, int, int]]:
+    """Two ``(layers, heads, d_head, conv_size, bytes_per_number)`` drawn from the grading seed."""
+    if seed is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return [(int(rng.integers(1, 33)), int(rng.integers(1, 17)), int(rng.choice([8, 16, 32, 64, 128])),
+             int(rng.integers(0, 5)), int(rng.choice([1, 2, 4]))) for _ in range(2)]
 
 
 def check_state_bytes(fn: Callable[[int, int, int, int, int], Any]) -> CheckResult:
