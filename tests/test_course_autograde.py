@@ -181,7 +181,7 @@ train_epochs("unprepared/linear", {}, build, lambda epoch: {}, lambda model: {},
 
 def test_under_autograde_a_cell_past_its_limit_or_needing_training_costs_only_its_exercise(tmp_path,
                                                                                               monkeypatch):
-    # Issue 50: grading never trains (the course's config sets ATTNCOURSE_NO_TRAINING for
+    # Grading never trains (the course's config sets ATTNCOURSE_NO_TRAINING for
     # autograde), and a cell stopped by its limit costs its exercise, never the submission.
     runs = tmp_path / "runs"
     monkeypatch.setenv("ATTNCOURSE_RUNS", str(runs))

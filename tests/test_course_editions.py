@@ -231,7 +231,7 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert (out / "student" / "04_self_attention.md").exists()
     assert (out / "instructor" / "04_self_attention.ipynb").exists()
     assert (out / "nbgrader" / "source" / "04_self_attention" / "04_self_attention.ipynb").exists()
-    # Issue 50: the licence files the notice and the README name are there, as the course's.
+    # The licence files the notice and the README name are there, as the course's.
     root = Path(__file__).resolve().parents[1]
     readme = (out / "README.md").read_text()
     for folder in (out, out / "nbgrader" / "source" / "04_self_attention"):

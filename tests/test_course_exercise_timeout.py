@@ -1,7 +1,6 @@
 """An exercise's own time limit: the ``:timeout:`` option of its ``{exercise}`` directive.
 
-Issue 50: the limit of chapter 7b's training exercise was a table keyed by its label in
-the nbgrader source. It is now stated on the exercise, read by the nbgrader source and the
+The limit of chapter 7b's training exercise is stated on the exercise, read by the nbgrader source and the
 grade of record, and the book (sphinx-exercise under ``-W``) accepts the option.
 """
 

@@ -178,8 +178,11 @@ def test_prepare_runs_each_chapter_once_and_autograde_then_loads(tmp_path):
     assert unprepared.returncode != 0 and "UnpreparedRun" in unprepared.stderr
 
 
-def test_prepare_names_a_failing_chapter_in_one_line(tmp_path, capsys):
+def test_prepare_names_a_failing_chapter_in_one_line(tmp_path, capsys, monkeypatch):
     from attncourse.course.prepare import main
+
+    # main() sets $ATTNCOURSE_RUNS for its kernels: undone after the test, as for a command
+    monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path / "runs"))
 
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
@@ -198,9 +201,12 @@ def test_the_course_config_forbids_training_under_autograde_only(tmp_path, monke
 
     write_course([], tmp_path)
     source = (tmp_path / "nbgrader_config.py").read_text()
+    # Recorded by monkeypatch whether or not it was set, so that what the config sets is
+    # undone after the test (delenv of an unset variable records nothing).
+    monkeypatch.setenv(NO_TRAINING_ENV, "0")
     for argv, expected in ((["nbgrader", "autograde", "06_transformer"], "1"),
                            (["nbgrader", "generate_assignment", "06_transformer"], None)):
-        monkeypatch.delenv(NO_TRAINING_ENV, raising=False)
+        os.environ.pop(NO_TRAINING_ENV, None)
         monkeypatch.setattr(sys, "argv", argv)
         exec(compile(source, "nbgrader_config.py", "exec"), {"get_config": lambda: _Config()})  # noqa: S102
         assert os.environ.get(NO_TRAINING_ENV) == expected, argv

@@ -57,21 +57,22 @@ def _recurrent_state(S: np.ndarray, k: np.ndarray, v: np.ndarray, beta: float,
 # --------------------------------------------------------------------------- the delta step
 
 DELTA_EXPLAIN = (
-    "Read the memory at the key first (k S, a row of d_v numbers), subtract that from the new "
-    "value, and write the difference at the key with strength beta: S + beta * outer(k, v - k S)."
+    "Read the memory at the key first (the key times the state: a row of d_v numbers), "
+    "subtract that read from the new value, and add the difference back at the key, as the outer "
+    "product of the key and the difference, scaled by beta."
 )
 DELTA_SIGN_HINT = (
-    "The correction has the wrong sign: the delta rule writes v - k S (what is missing), "
-    "not v + k S."
+    "The correction has the wrong sign: the delta rule writes the new value minus what "
+    "the memory reads at the key (what is missing), not the two added."
 )
 DELTA_NO_BETA_HINT = "beta is missing: the difference is written with strength beta, not 1."
 DELTA_LINEAR_HINT = (
-    "That is linear attention's write, S + outer(k, v): the delta rule first subtracts what the "
-    "memory already holds at k."
+    "That is linear attention's write, the outer product of the key and the value itself: "
+    "the delta rule first subtracts what the memory already holds at the key."
 )
 DELTA_TRANSPOSED_HINT = (
-    "The outer product is the wrong way round: S is d_k x d_v, so the write is outer(k, v - k S) "
-    "(a column k times a row)."
+    "The outer product is the wrong way round: the state is d_k x d_v, so the write is "
+    "the key as a column times the difference as a row."
 )
 
 
@@ -119,8 +120,9 @@ def check_delta_step(fn: Callable[[np.ndarray, np.ndarray, np.ndarray, float], A
 # --------------------------------------------------------------------------- the gated step
 
 GATED_EXPLAIN = (
-    "Decay the whole state first, then apply the delta rule to the decayed state: "
-    "a (I - beta k^T k) S + beta k^T v. The decay multiplies what is read back too."
+    "Decay the whole state first (multiply it by a), then apply the delta rule to the "
+    "decayed state: read it at the key, and write the difference with strength beta. The decay "
+    "multiplies what is read back too."
 )
 GATED_DECAY_WRITE_HINT = (
     "The decay also shrank the new write: a multiplies the old state (and so what the delta rule "
@@ -169,14 +171,17 @@ def check_gated_delta_step(fn: Callable[..., Any]) -> CheckResult:
 # --------------------------------------------------------------------------- the decay matrix
 
 DECAY_EXPLAIN = (
-    "Entry (t, j) is the product of the decays of the steps after j up to t included, "
-    "a_{j+1} ... a_t: 1 on the diagonal (an empty product) and 0 above it (the future)."
+    "Entry (t, j) is the product of the decays of the steps after j up to t included: "
+    "1 on the diagonal (an empty product) and 0 above it (the future)."
 )
 DECAY_INCLUSIVE_HINT = (
-    "The product includes a_j: the write of step j is not decayed at step j itself, so "
-    "L[t, j] = a_{j+1} ... a_t, and the diagonal is 1."
+    "The product includes the decay of step j itself: the write of step j is not "
+    "decayed at step j, so the product starts at the step after j, and the diagonal is 1."
 )
-DECAY_UPPER_HINT = "The matrix is transposed: a query t reads keys j <= t, so L is lower triangular."
+DECAY_UPPER_HINT = (
+    "The matrix is transposed: a query at step t reads the writes of steps up to t, so "
+    "the matrix is lower triangular."
+)
 DECAY_NO_MASK_HINT = "The entries above the diagonal must be 0: a step does not read later writes."
 
 
@@ -219,14 +224,19 @@ def check_decay_matrix(fn: Callable[[np.ndarray], Any]) -> CheckResult:
 # --------------------------------------------------------------------------- the WY factors
 
 WY_EXPLAIN = (
-    "Build A = I + diag(beta) strictly_lower(K K^T) (C x C, unit lower triangular), then solve "
-    "A W = diag(beta) K and A U = diag(beta) V, by forward substitution or np.linalg.solve."
+    "Build the C x C matrix A: the identity plus, below the diagonal only, the keys' dot "
+    "products scaled row by row by beta (unit lower triangular). Then solve two systems with A: "
+    "for W the keys scaled by beta, for U the values scaled by beta, by forward substitution or "
+    "np.linalg.solve."
 )
 WY_FULL_TRIANGLE_HINT = (
     "The system used the diagonal (or the whole) of K K^T: only the strictly lower triangle "
     "couples a position to the earlier ones; the diagonal of A is 1."
 )
-WY_NO_BETA_HINT = "beta is missing on the right-hand side: solve A W = diag(beta) K, A U = diag(beta) V."
+WY_NO_BETA_HINT = (
+    "beta is missing on the right-hand side: both systems solve for the keys and the "
+    "values scaled row by row by beta."
+)
 
 
 def _wy_solve(k, v, beta, system) -> tuple[np.ndarray, np.ndarray]:
@@ -280,8 +290,8 @@ def check_wy_factors(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) ->
 # --------------------------------------------------------------------------- recall of a memory
 
 RECALL_EXPLAIN = (
-    "Start from S = 0 (d_k x d_v), write every pair in order with the delta rule and beta = 1, "
-    "S <- S + outer(k, v - k S), then read every query at once: queries @ S."
+    "Start from a zero state (d_k x d_v), write every pair in order with the delta rule "
+    "and beta = 1, then read every query from the final state with one matrix product."
 )
 RECALL_LINEAR_HINT = (
     "That is linear attention's memory (a sum of outer products): write with the delta rule, "
