@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from tqdm.std import tqdm as text_tqdm
 
 #: The device types the course's training and decoding run on.
 DEVICE_TYPES = ("cpu", "cuda", "mps")
@@ -214,13 +216,61 @@ def run_lock(out_dir: str | Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+#: Environment variable set for the kernels that execute the book's chapters (the book's
+#: Sphinx extension, ``book/_ext/attncourse_book.py``, sets it): explorers then add their
+#: static rendering, and progress bars print their final state instead of a widget.
+BOOK_ENV = "ATTNCOURSE_STATIC_EXPLORERS"
+
+
+def book_build() -> bool:
+    """Whether this process executes a chapter for the static book (``ATTNCOURSE_STATIC_EXPLORERS=1``)."""
+    return os.environ.get(BOOK_ENV, "") not in ("", "0")
+
+
+class _Nowhere:
+    """A file that drops what is written: where a book-build bar draws while it runs."""
+
+    def write(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
+class BookBar(text_tqdm):
+    """A text bar that draws nothing while it runs and prints its final state once, on stdout.
+
+    A static page keeps a cell's outputs as they were when the cell ended. A widget bar
+    leaves only its first frame there (its text fallback, ``0/300 [00:00<?, ?step/s]``),
+    and a text bar's redraws would each become a line; this bar's one line is the state
+    the reader needs: the steps done, the time taken and the rate. A bar that would vanish
+    when done (``leave=False``) prints nothing.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["file"] = _Nowhere()
+        kwargs.setdefault("ascii", False)    # a page shows the blocks of a terminal's bar
+        super().__init__(*args, **kwargs)
+
+    def close(self) -> None:
+        """Close the bar, printing its final state first if it is left on the page."""
+        if self.disable:
+            return
+        final = str(self) if self.leave else ""
+        super().close()
+        if final:
+            print(final, file=sys.stdout, flush=True)
+
+
 def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
     """A ``tqdm.auto`` bar (a widget in a notebook, text in a terminal), off when ``progress`` is False.
 
     With ``progress=True`` the environment still decides: ``TQDM_DISABLE=1``
     turns every bar of the course off, and ``TQDM_MININTERVAL`` sets how often
     they redraw (tqdm reads both, when it is imported). ``make test`` sets
-    ``TQDM_DISABLE=1`` for the notebooks: nobody watches the bars there.
+    ``TQDM_DISABLE=1`` for the notebooks: nobody watches the bars there. While the
+    static book is built (:func:`book_build`) the bar is a :class:`BookBar`, whose
+    one line of final state is what the page shows.
 
     Parameters
     ----------
@@ -233,7 +283,8 @@ def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
     """
     if not progress:
         kwargs["disable"] = True
-    return tqdm(iterable, **kwargs)
+    bar = BookBar if book_build() else tqdm
+    return bar(iterable, **kwargs)
 
 
 #: Seconds a loop runs before :func:`quiet_progress` shows its bar.

@@ -6,7 +6,7 @@ import torch
 from attncourse.chapters.ch10_serving_attention.explorer import PagedCacheExplorer
 from attncourse.decode.paged import BlockPool, Served, serve_greedy
 from attncourse.nn.gpt import GPT
-from attncourse.widgets.static import BOOK_ENV
+from attncourse.runtime import BOOK_ENV
 
 
 def _served():

@@ -50,9 +50,9 @@ from attncourse.chapters.ch05_multihead_positional.explorer import (  # noqa: E4
 from attncourse.chapters.ch08_attention_at_scale.explorer import (  # noqa: E402
     FlashAttentionExplorer,
 )
+from attncourse.runtime import BOOK_ENV  # noqa: E402
 from attncourse.widgets import AttentionExplorer  # noqa: E402
 from attncourse.widgets.static import (  # noqa: E402
-    BOOK_ENV,
     BookAxis,
     figure_data_uri,
     render_player,

@@ -37,9 +37,9 @@ from IPython import get_ipython
 from IPython.display import display
 from matplotlib.figure import Figure
 
+from attncourse.runtime import book_build
 from attncourse.widgets.static import (
     BookAxis,
-    book_build,
     figure_data_uri,
     render_player,
 )

@@ -30,7 +30,6 @@ import hashlib
 import html
 import io
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,10 +41,6 @@ from matplotlib.figure import Figure
 from matplotlib.layout_engine import ConstrainedLayoutEngine, TightLayoutEngine
 from PIL import Image
 
-#: Environment variable that makes explorers add their book rendering (``text/html``)
-#: to what they display. The book's Sphinx extension (``book/_ext/attncourse_book.py``)
-#: sets it, so every kernel that ``jupyter-book build`` starts inherits it.
-BOOK_ENV = "ATTNCOURSE_STATIC_EXPLORERS"
 #: Resolution of the frames, dots per inch: the book's column is about 800 pixels wide.
 FRAME_DPI = 72
 #: Widest frame, in pixels: about the book's column, so that wider figures get a lower dpi
@@ -56,11 +51,6 @@ FRAME_MAX_WIDTH = 800
 FRAME_COLORS = 64
 #: Margin around a frame's content, inches: matplotlib's ``pad_inches`` of a tight box.
 PAD_INCHES = 0.1
-
-
-def book_build() -> bool:
-    """Whether explorers should add their static book rendering (``ATTNCOURSE_STATIC_EXPLORERS=1``)."""
-    return os.environ.get(BOOK_ENV, "") not in ("", "0")
 
 
 @dataclass(frozen=True)
@@ -412,4 +402,4 @@ def render_player(
     )
 
 
-__all__ = ["BOOK_ENV", "BookAxis", "book_build", "figure_data_uri", "render_player"]
+__all__ = ["BookAxis", "figure_data_uri", "render_player"]

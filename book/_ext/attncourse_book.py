@@ -38,7 +38,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-#: The variable :mod:`attncourse.widgets.static` reads (``BOOK_ENV`` there); written
+#: The variable :mod:`attncourse.runtime` reads (``BOOK_ENV`` there); written
 #: out here so that the book's configuration does not import the course's package.
 BOOK_ENV = "ATTNCOURSE_STATIC_EXPLORERS"
 
@@ -58,7 +58,8 @@ def drop_scripts(app: Any, pagename: str, templatename: str, context: dict, doct
     """Remove the scripts a static page has no use for: sphinx-thebe's, and the widget state.
 
     No Thebe launcher is configured. The widget state (myst-nb embeds the saved
-    state of every ipywidget the notebook made: explorers, progress bars) is
+    state of every ipywidget the notebook made: the explorers; progress bars are
+    text in a book build, :class:`attncourse.runtime.BookBar`) is
     read only by the ipywidgets HTML manager, which the book does not load;
     the explorers show their static rendering instead.
     """

@@ -185,3 +185,18 @@ def test_no_code_cell_or_output_scrolls_sideways_at_1280_by_800(driver, book_htm
         assert not wide, f"{page}: {len(wide)} boxes scroll sideways at 1280 x 800: {wide[:5]}"
     finally:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+#: A tqdm bar's first frame, which a widget bar left on the page as its text fallback.
+FROZEN_BAR = re.compile(r"\b0%\|\s*\| 0/\d+ \[00:00<\?")
+#: A finished bar in steps, as a book-build bar prints it (attncourse.runtime.BookBar).
+FINISHED_BAR = re.compile(r"100%\|█+\| (\d+)/\1 \[[^\]]*(step/s|s/step)\]")
+
+
+def test_training_cells_show_their_finished_bar_never_a_frozen_first_frame(book_html):
+    import html
+
+    text = {page: html.unescape((book_html / f"{page}.html").read_text(encoding="utf-8"))
+            for page in CHAPTERS}
+    assert not [page for page, body in text.items() if FROZEN_BAR.search(body)]
+    assert [page for page, body in text.items() if FINISHED_BAR.search(body)]

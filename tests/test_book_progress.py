@@ -1,0 +1,55 @@
+"""Progress bars in the static book: one line of final state, never a frozen first frame.
+
+A page keeps a cell's outputs as they were when the cell ended. A tqdm widget left only
+its text fallback there, its first frame (``0%| | 0/300 [00:00<?, ?step/s]``), under every
+training cell of the book. While the book is built (``ATTNCOURSE_STATIC_EXPLORERS=1``) a
+bar of :func:`attncourse.runtime.progress_bar` prints its final state once instead.
+"""
+
+import re
+
+import pytest
+
+import attncourse.runtime as runtime
+from attncourse.runtime import BOOK_ENV, BookBar, progress_bar, quiet_progress
+
+FINISHED = re.compile(r"^train: 100%\|█+\| 30/30 \[\d\d:\d\d<00:00, +[\d.]+(step/s|s/step)\]$")
+
+
+@pytest.fixture
+def book(monkeypatch):
+    monkeypatch.setenv(BOOK_ENV, "1")
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+
+
+def test_a_book_bar_prints_its_final_state_once_on_stdout(book, capsys):
+    bar = progress_bar(total=30, desc="train", unit="step")
+    assert isinstance(bar, BookBar)
+    for _ in range(30):
+        bar.update(1)
+    assert capsys.readouterr().out == ""              # nothing drawn while it runs
+    bar.close()
+    bar.close()                                       # a second close prints nothing more
+    out = capsys.readouterr()
+    assert out.err == "" and len(out.out.splitlines()) == 1, out
+    assert FINISHED.match(out.out.strip()), out.out
+
+
+def test_a_book_bar_over_an_iterable_closes_itself(book, capsys):
+    assert sum(progress_bar(range(30), desc="train", unit="step")) == 435
+    assert FINISHED.match(capsys.readouterr().out.strip())
+
+
+def test_a_bar_that_vanishes_when_done_or_is_off_prints_nothing_in_the_book(book, capsys):
+    list(quiet_progress(range(5)))
+    list(progress_bar(range(5), progress=False))
+    assert capsys.readouterr() == ("", "")
+
+
+def test_outside_the_book_the_bar_is_tqdm_auto(monkeypatch, capsys):
+    monkeypatch.delenv(BOOK_ENV, raising=False)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    bar = progress_bar(range(3), desc="train")
+    assert type(bar) is runtime.tqdm and not isinstance(bar, BookBar)
+    list(bar)
+    assert "3/3" in capsys.readouterr().err            # a terminal's bar, on stderr
