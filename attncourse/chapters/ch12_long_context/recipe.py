@@ -21,6 +21,7 @@ first token's share of attention; Mohtashami and Jaggi (2023) for the passkey ta
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,7 @@ from attncourse.recipes.lm import (
 )
 from attncourse.runtime import progress_bar, training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
+from attncourse.train.once import train_once
 
 
 def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: PositionSpec | None = None,
@@ -216,30 +218,42 @@ class PasskeyConfig:
 def train_passkey(config: PasskeyConfig, progress: bool = True) -> GPT:
     """Train ``config``'s model (a learned table gets ``length`` rows: it cannot go further).
 
-    ``progress``: a bar over the steps (chapter 12 trains ten of these in one cell).
+    ``progress``: a bar over the steps (chapter 12 trains ten of these in one cell). The
+    weights are kept (:func:`~attncourse.train.once.train_once`, run
+    ``passkey/{positional}-seed{seed}``): a second run of the chapter, or grading after
+    ``python -m attncourse prepare``, loads them instead of training again.
 
     Returns
     -------
     GPT
         In eval mode; trained with cross-entropy on the passkey at the query only.
+
+    Raises
+    ------
+    attncourse.runtime.UnpreparedRun
+        Untrained, while ``$ATTNCOURSE_NO_TRAINING`` says grading does not train.
     """
     torch.manual_seed(training_seed(config.seed))  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
     model = GPT(passkey_vocab_size(config.n_filler, config.n_keys), d_model=config.d_model,
                 num_heads=config.num_heads, num_layers=config.num_layers, d_ff=config.d_ff,
                 max_len=config.length if config.positional == "learned" else 8 * config.length,
                 positional=config.positional)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    generator = torch.Generator().manual_seed(config.seed)
-    for _ in progress_bar(range(config.steps), progress=progress, leave=False, unit="step",
-                          desc=f"passkey, {config.positional}, seed {config.seed}"):
-        batch = passkey_batch(config.batch_size, config.length, n_filler=config.n_filler,
-                              n_keys=config.n_keys, generator=generator)
-        logits, _ = model(batch.tokens)
-        loss = F.cross_entropy(logits[:, -1], batch.answer)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+
+    def train(model: GPT) -> None:
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        generator = torch.Generator().manual_seed(config.seed)
+        for _ in progress_bar(range(config.steps), progress=progress, leave=False, unit="step",
+                              desc=f"passkey, {config.positional}, seed {config.seed}"):
+            batch = passkey_batch(config.batch_size, config.length, n_filler=config.n_filler,
+                                  n_keys=config.n_keys, generator=generator)
+            logits, _ = model(batch.tokens)
+            loss = F.cross_entropy(logits[:, -1], batch.answer)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+    name = f"passkey/{config.positional}-seed{config.seed}"
+    return train_once(name, dataclasses.asdict(config), model, train, announce=progress).eval()
 
 
 @torch.no_grad()
