@@ -51,6 +51,11 @@ def reverse_pairs(n: int, seed: int, name: str) -> PairDataset:
 
 @pytest.fixture(scope="module")
 def data():
+    return make_data()
+
+
+def make_data() -> dict:
+    """Reversal pairs, their vocabularies and batches (tests/test_fit_cache.py uses them too)."""
     train, valid = reverse_pairs(96, 0, "train"), reverse_pairs(24, 1, "valid")
     src_vocab, tgt_vocab = build_vocabs(train)
     return {

@@ -5,7 +5,9 @@ arrives: each chapter's notebook (its MyST source, solutions included) runs top 
 in a kernel, so that every model it trains through the course's trained-model cache
 (:func:`attncourse.train.loop.train_epochs`, a ``fit`` with an ``out_dir``: chapter 7's
 language models, chapter 8's recall models, chapter 12's context-extension runs, ...) is
-in ``$ATTNCOURSE_RUNS`` (``--runs``), finished. Running the chapter itself, rather than a
+in ``$ATTNCOURSE_RUNS`` (``--runs``), finished; so is every model a chapter trains in
+memory with :func:`~attncourse.train.fit.fit` (chapters 5 and 6), through
+:mod:`attncourse.train.fit_cache`. Running the chapter itself, rather than a
 list of its models kept here, leaves one statement of what a chapter trains: its notebook.
 
 Grading then only loads: the course's ``nbgrader_config.py`` sets
@@ -39,6 +41,7 @@ from pathlib import Path
 from attncourse.cli.options import EXIT_USAGE
 from attncourse.course.grade_cli import NOTEBOOKS, chapter_path
 from attncourse.runtime import NO_TRAINING_ENV, runs_dir
+from attncourse.train.fit_cache import FIT_CACHE_ENV
 
 COMMAND = "prepare"
 #: The list of prepared chapters, in the runs folder.
@@ -152,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.runs is not None:
             os.environ["ATTNCOURSE_RUNS"] = str(args.runs.resolve())
         os.environ.pop(NO_TRAINING_ENV, None)
+        os.environ[FIT_CACHE_ENV] = "1"  # in-memory fits (chapters 5, 6) kept for grading too
         prepare(chapters, runs_dir())
     except (ValueError, OSError) as err:
         print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)

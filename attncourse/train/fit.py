@@ -66,7 +66,6 @@ Loshchilov, Hutter (2019), "Decoupled Weight Decay Regularization" (AdamW).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -87,6 +86,7 @@ from attncourse.train.checkpoint import (
     validate_compatible,
 )
 from attncourse.train.config import FitConfig
+from attncourse.train.fit_cache import batches_fingerprint, graded_fit_dir
 from attncourse.train.loop import Loop, Record, run_epochs, validate_amp
 from attncourse.train.schedule import noam_lambda
 from attncourse.train.seq2seq import seq2seq_epoch, validate
@@ -223,17 +223,6 @@ def make_scheduler(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(int(d_model), config.warmup, config.lr_scale))
 
 
-def _fingerprint(batches: Sequence[Batch]) -> str:
-    """A hash of the training batches' token ids, so a resumed run can tell it has the same data."""
-    digest = hashlib.sha256()
-    for batch in batches:
-        for tensor in (batch.src, batch.tgt):
-            t = tensor.detach().to("cpu", torch.int64).contiguous()
-            digest.update(str(tuple(t.shape)).encode())
-            digest.update(t.numpy().tobytes())
-    return digest.hexdigest()
-
-
 def _replay_settings(config: FitConfig, world_size: int = 1) -> dict[str, Any]:
     settings = {name: getattr(config, name) for name in _REPLAY_FIELDS}
     settings["betas"] = list(settings["betas"])
@@ -302,7 +291,7 @@ def validate_resume(
     world_size = dist_utils.current().world_size
     problems = differences(_saved_replay_settings(trainer), _replay_settings(config, world_size), "setting")
     if fingerprint is None:
-        fingerprint = _fingerprint(train_batches)
+        fingerprint = batches_fingerprint(train_batches)
     if trainer.get("data_fingerprint") != fingerprint:
         problems.append("the training batches differ (other data, batch size or data seed)")
     if saved.get("optimizer_state") is None or "generator_state" not in trainer:
@@ -474,7 +463,9 @@ def fit(
         If given (created if missing), every epoch writes ``checkpoint.pt``
         (everything needed to resume) and, when the epoch is the best so far,
         ``best.pt`` (its weights), both atomically; an existing run there is
-        overwritten unless ``resume``.
+        overwritten unless ``resume``. Without it, while a course is prepared or
+        graded, the run gets a folder of the trained-model cache and a finished
+        one there is loaded (:mod:`attncourse.train.fit_cache`).
     resume : bool
         Continue the run saved in ``out_dir/checkpoint.pt`` with the epoch
         after the saved one, restoring weights, optimizer and scheduler state,
@@ -518,7 +509,10 @@ def fit(
     if out is not None and world.is_main:
         out.mkdir(parents=True, exist_ok=True)
     extra = {} if extra is None else dict(extra)
-    fingerprint = _fingerprint(train_batches)
+    fingerprint = batches_fingerprint(train_batches)
+    if out is None and not world.distributed:  # preparing or grading a course: trained once
+        out = graded_fit_dir(model, fingerprint, valid_batches, _cache_settings(config), extra)
+        resume = out is not None and (out / CHECKPOINT_NAME).is_file()
     was_training = model.training
     with _threads(config.num_threads):
         try:
@@ -546,6 +540,12 @@ def fit(
         finally:
             model.train(was_training)
     return _result(record, start_epoch, time.perf_counter() - start_time, device, world)
+
+
+def _cache_settings(config: FitConfig) -> dict[str, Any]:
+    """What decides a fit's result besides its model and data: the key of a graded fit's folder."""
+    return {**_replay_settings(config), "epochs": config.epochs, "patience": config.patience,
+            "restore_best": config.restore_best, "time_budget": config.time_budget}
 
 
 def _loop(config: FitConfig, progress: bool, callback: Callable[[list[dict[str, float]]], None] | None) -> Loop:
