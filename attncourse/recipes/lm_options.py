@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from attncourse.recipes.lm import LMConfig
 
 #: LMConfig's fields that are options of attention variants, passed to a variant whose options have them.
-ATTENTION_OPTIONS = ("num_kv_heads", "window", "latent_dim", "rope_dim")
+ATTENTION_OPTIONS = ("num_kv_heads", "window", "latent_dim", "rope_dim", "chunk_size")
 
 
 def lm_attention(config: LMConfig) -> AttentionSpec:
@@ -83,7 +83,7 @@ def lm_decoder_spec(config: LMConfig, vocab_size: int) -> DecoderSpec:
 
 #: How :func:`in_options` names the spec's fields: train-lm's options (``rope_factor`` -> ``--rope-factor``).
 _FIELD_WORDS = ("num_kv_heads", "latent_dim", "rope_dim", "rope_scaling", "rope_factor", "d_model", "num_heads",
-                "window", "softmax_every", "num_layers")
+                "window", "softmax_every", "num_layers", "chunk_size")
 
 
 def in_options(message: str) -> str:
