@@ -12,9 +12,18 @@ import pytest
 import torch
 
 from attncourse.nn.gpt import GPT
-from attncourse.nn.memory_attention import DeltaNetAttention, GatedDeltaNetAttention, MemoryOptions
+from attncourse.nn.memory_attention import (
+    DeltaNetAttention,
+    GatedDeltaNetAttention,
+    MemoryOptions,
+)
 from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
-from attncourse.train.checkpoint import load_checkpoint, load_model, save_checkpoint, validate_compatible
+from attncourse.train.checkpoint import (
+    load_checkpoint,
+    load_model,
+    save_checkpoint,
+    validate_compatible,
+)
 
 QWEN_LIKE = ("gated-deltanet",) * 3 + ("gqa",)  # three memory blocks, then one softmax block
 
@@ -130,13 +139,16 @@ def test_train_lms_hybrid_option_builds_the_pattern_and_names_its_run(tmp_path, 
     from attncourse.recipes.lm import LMConfig, build_lm, lm_settings, train_lm
 
     config = LMConfig(positional="none", attention="deltanet", softmax_every=2, num_layers=4, d_model=16,
-                      num_heads=2, d_ff=32, context=16, batch_size=4, steps=4, steps_per_epoch=2)
+                      num_heads=2, d_ff=32, context=16, batch_size=4, steps=4, steps_per_epoch=2, chunk_size=5)
     model = build_lm(config, 20)
-    assert model.spec.attentions() == (AttentionSpec("deltanet"), AttentionSpec("gqa")) * 2
-    assert "softmax-every2" in config.run_name and lm_settings(config)["softmax_every"] == 2
-    assert "softmax_every" not in lm_settings(LMConfig())  # earlier runs keep their names
-    for changes, words in ((dict(attention=None, positional="rope"), "needs another attention"),
-                           (dict(softmax_every=3), "--softmax-every 3 must divide --num-layers 4")):
+    deltanet = AttentionSpec("deltanet", MemoryOptions(chunk_size=5))  # the chunk reaches the memory blocks
+    assert model.spec.attentions() == (deltanet, AttentionSpec("gqa")) * 2
+    assert "chunk5-softmax-every2" in config.run_name and lm_settings(config)["softmax_every"] == 2
+    assert not {"softmax_every", "chunk_size"} & set(lm_settings(LMConfig()))  # earlier runs keep their names
+    for changes, words in ((dict(attention=None, positional="rope", chunk_size=None), "needs another attention"),
+                           (dict(softmax_every=3), "--softmax-every 3 must divide --num-layers 4"),
+                           (dict(softmax_every=None, attention=None, positional="rope"),
+                            "--attention gqa has no option '--chunk-size'")):
         with pytest.raises(ValueError, match=words):
             LMConfig(**{**vars(config), **changes})
     monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path))

@@ -197,7 +197,8 @@ class LMConfig:
     attention: str | None = setting(
         None, "the attention variant, any registered by name: gqa, mla, gated, and those of the modules named "
         "in the environment variable ATTNCOURSE_VARIANTS; --num-kv-heads, --window, --latent-dim, "
-        "--rope-dim and --chunk-size set its options of those names (default: gqa; mla with --latent-dim, gated with --gate)",
+        "--rope-dim and --chunk-size set its options of those names (default: gqa; mla with --latent-dim, "
+        "gated with --gate)",
         check="text", group="model", metavar="NAME")
     chunk_size: int | None = setting(
         None, "with --attention linear, deltanet or gated-deltanet: positions per chunk of the delta rules' "
