@@ -159,3 +159,13 @@ def test_train_lms_hybrid_option_builds_the_pattern_and_names_its_run(tmp_path, 
     assert [type(b.attn) for b in again.blocks] == [type(b.attn) for b in trained.blocks]
     for name, tensor in trained.state_dict().items():
         torch.testing.assert_close(again.state_dict()[name], tensor, rtol=0, atol=0)
+
+
+def test_a_forged_hybrid_file_is_held_to_the_limits_by_its_largest_block():
+    from attncourse.cli.limits import validate_model_config
+
+    spec = hybrid_spec(("gqa", "deltanet")).to_dict()
+    validate_model_config({"spec": spec}, "hybrid.pt")  # within the limits
+    spec["layer_attention"][2] = {"name": "gqa", "num_kv_heads": 10**6, "window": None, "bias": False}
+    with pytest.raises(ValueError, match="hybrid.pt asks for a model with num_kv_heads 1,000,000"):
+        validate_model_config({"spec": spec}, "hybrid.pt")
