@@ -123,7 +123,8 @@ def test_limits_are_the_fields_and_train_keeps_its_own():
 
 
 def test_a_new_lmconfig_field_at_its_default_keeps_run_names():
-    assert OPTIONAL_FIELDS == ("latent_dim", "rope_dim", "rope_scaling", "rope_factor", "gate", "attention")
+    assert OPTIONAL_FIELDS == ("latent_dim", "rope_dim", "rope_scaling", "rope_factor", "gate", "attention",
+                               "chunk_size", "softmax_every")
     assert set(lm_settings(LMConfig())) == {f.name for f in dataclasses.fields(LMConfig)} - set(OPTIONAL_FIELDS)
 
 

@@ -199,6 +199,22 @@ def test_gradients_of_the_parallel_forms(gated):
         (q, k, v, beta, decay, state))
 
 
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("chunk_size", [1, 4, 64])
+def test_the_chunkwise_forms_gradients_are_the_loops(gated, chunk_size):
+    # training uses the chunkwise form: its gradients must be the recurrent loop's, in float64
+    inputs = [t.clone().requires_grad_() for t in _inputs(seed=3, n=11)]
+    weights = torch.randn(B, H, 11, DV, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    grads = []
+    for form in (delta_rule_recurrent, lambda *t: delta_rule_chunkwise(*t[:5], chunk_size, t[5])):
+        q, k, v, beta, decay, state = inputs
+        out, final = form(q, k, v, beta, decay if gated else None, state)
+        used = inputs if gated else inputs[:4] + inputs[5:]
+        grads.append(torch.autograd.grad((out * weights).sum() + final.square().sum(), used))
+    for loop, chunked in zip(*grads):
+        torch.testing.assert_close(chunked, loop, rtol=0, atol=1e-12)
+
+
 def test_flops_are_what_torch_counts_plus_the_triangular_solve():
     q, k, v, beta, _, _ = (t[:1, :1] for t in _inputs(n=10))
     for chunk_size in (None, 3, 4, 10):

@@ -167,17 +167,30 @@ def _flat_spec(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """A spec-built GPT's config (``{"spec": {..., "ffn": {"d_ff": ...}}}``) with its sizes on one level.
 
     Its parts' sizes (``d_ff`` in ``ffn``, ``num_kv_heads`` in ``attention``) count as the
-    keyword-built config's do; a part's size never overrides one of the spec's own.
+    keyword-built config's do; a part's size never overrides one of the spec's own. A
+    hybrid's blocks (``layer_attention``, a list of parts) count by their largest size.
     """
     spec = config.get("spec")
     if not isinstance(spec, Mapping):
         return config
-    flat = {key: value for key, value in spec.items() if not isinstance(value, Mapping)}
+    flat = {key: value for key, value in spec.items() if not isinstance(value, (Mapping, list, tuple))}
+    own = set(flat)
     for part in spec.values():
-        if isinstance(part, Mapping):
-            for key, value in part.items():
-                flat.setdefault(key, value)
+        parts = [part] if isinstance(part, Mapping) else (
+            [p for p in part if isinstance(p, Mapping)] if isinstance(part, (list, tuple)) else [])
+        for entry in parts:
+            for key, value in entry.items():
+                if key not in flat or (key not in own and _larger(value, flat[key])):
+                    flat[key] = value
     return flat
+
+
+def _larger(value: Any, than: Any) -> bool:
+    """True if ``value`` is a number above ``than``, or ``than`` is None and ``value`` is not."""
+    if than is None:
+        return value is not None
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (value, than))
+    return numbers and value > than
 
 
 def validate_finite(model: Any, where: Any) -> None:

@@ -139,10 +139,17 @@ def wy_representation(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor,
     Yang et al. (2024), section 3 (WY form, UT transform); Yang et al. (2025), section 3 (with
     the gate).
     """
-    gamma, from_start = _within_chunk_decay(decay, k)
-    c = k.shape[-2]
-    strictly_lower = (gamma * (k @ k.transpose(-2, -1))).tril(-1)
-    system = torch.eye(c, dtype=k.dtype, device=k.device) + beta[..., None] * strictly_lower
+    return _wy(k, v, beta, *_within_chunk_decay(decay, k))
+
+
+def _wy(k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor, gamma: torch.Tensor,
+        from_start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`wy_representation` from the chunk's decays, computed once by the caller.
+
+    The system's unit diagonal and its upper triangle are not formed: a unit-triangular solve
+    reads only the strictly lower triangle (nor does its gradient reach the rest).
+    """
+    system = beta[..., None] * (gamma * (k @ k.transpose(-2, -1)))
     rhs = beta[..., None] * torch.cat([from_start[..., None] * k, v], dim=-1)
     solved = torch.linalg.solve_triangular(system, rhs, upper=False, unitriangular=True)
     return solved[..., :k.shape[-1]], solved[..., k.shape[-1]:]
@@ -152,7 +159,7 @@ def _chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor
            decay: torch.Tensor | None, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One chunk from state S_0: its outputs and S_C (Yang et al. 2024, section 3)."""
     gamma, from_start = _within_chunk_decay(decay, k)
-    w, u = wy_representation(k, v, beta, decay)
+    w, u = _wy(k, v, beta, gamma, from_start)
     corrections = u - w @ state  # U' = U - W S_0, (C, d_v)
     scores = (q @ k.transpose(-2, -1)) * gamma  # causal within the chunk, decayed
     out = from_start[..., None] * (q @ state) + scores @ corrections

@@ -64,6 +64,7 @@ from attncourse.nn.spec import (
     ADDED_TO_EMBEDDINGS,
     INSIDE_ATTENTION,
     NO_POSITIONS,
+    AttentionSpec,
     DecoderSpec,
 )
 
@@ -81,6 +82,8 @@ class DecoderOnlyBlock(nn.Module):
     ----------
     spec : DecoderSpec
         Its attention, norm, FFN, positions, ``causal`` and ``dropout`` (residual dropout).
+    attention : AttentionSpec, optional
+        This block's attention, if not ``spec.attention`` (a hybrid's block: ``spec.attentions()[i]``).
 
     Attributes
     ----------
@@ -95,11 +98,11 @@ class DecoderOnlyBlock(nn.Module):
         None when there is no FFN.
     """
 
-    def __init__(self, spec: DecoderSpec) -> None:
+    def __init__(self, spec: DecoderSpec, attention: AttentionSpec | None = None) -> None:
         super().__init__()
         # The creation order (attention, FFN, norms) fixes the seeded initialisation and the
         # state_dict's order: checkpoints and chapters' numbers depend on it.
-        self.attn = spec.attention.build(spec.d_model, spec.num_heads, spec.causal, spec.positions)
+        self.attn = (attention or spec.attention).build(spec.d_model, spec.num_heads, spec.causal, spec.positions)
         self.ffn = spec.ffn.build(spec.d_model)
         self.attn_norm = spec.norm.build(spec.d_model)
         self.ffn_norm = None if self.ffn is None else spec.norm.build(spec.d_model)
@@ -231,7 +234,7 @@ class GPT(nn.Module):
         nn.init.normal_(self.embedding.weight, std=spec.d_model**-0.5)
         table = _POSITION_TABLES.get(spec.positions.kind)
         self.positional_encoding = None if table is None else table(spec.max_len, spec.d_model)
-        self.blocks = nn.ModuleList(DecoderOnlyBlock(spec) for _ in range(spec.num_layers))
+        self.blocks = nn.ModuleList(DecoderOnlyBlock(spec, attention) for attention in spec.attentions())
         self.final_norm = spec.norm.build(spec.d_model)
         self.dropout = nn.Dropout(spec.dropout)
         self.output_proj = nn.Linear(spec.d_model, spec.vocab_size, bias=False)

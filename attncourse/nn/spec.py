@@ -14,6 +14,12 @@ the sizes, and one spec for each part of a block,
 and whether the output layer is tied to the embedding. The model reads the
 spec and looks each part up by name; it has no branch per variant.
 
+A hybrid gives each block its own attention (``layer_attention``, one
+:class:`AttentionSpec` per block, :meth:`DecoderSpec.layer_pattern` builds it from a
+repeating pattern): the models of 2025 that keep softmax attention in one block of
+four and a fixed-size memory in the others (Qwen3-Next, 2025; Jamba, Lieber et al.
+2024, keeps no positions at all in its attention blocks: positions ``"none"``).
+
 A new attention variant is one module, with a class implementing
 :class:`~attncourse.nn.protocol.DecoderAttention`, an options dataclass and a
 builder ``(options, *, d_model, num_heads, causal, positional, rope_base) ->
@@ -358,6 +364,19 @@ class FFNSpec:
         return None if build is None else build(d_model, self.d_ff, self.bias)
 
 
+def _attention_spec(entry: Any) -> AttentionSpec:
+    """An entry of a per-block attention: an AttentionSpec, a dict of its fields, or a name."""
+    if isinstance(entry, str):
+        return AttentionSpec(entry)
+    if isinstance(entry, Mapping):
+        options = dict(entry)
+        return AttentionSpec(options.pop("name", "gqa"), options)
+    if not isinstance(entry, AttentionSpec):
+        raise TypeError(f"an entry of layer_attention must be an AttentionSpec, a dict or a name, got "
+                        f"{type(entry).__name__}")
+    return entry
+
+
 def _validate_kind(what: str, kind: str, table: Mapping[str, Any]) -> None:
     if kind not in table:
         more = ("; a variant defined outside attncourse is named by its module in ATTNCOURSE_VARIANTS"
@@ -384,7 +403,10 @@ class DecoderSpec:
     dropout : float
         On the embeddings and on every sublayer's output, in [0, 1).
     attention : AttentionSpec
+        The attention of every block, unless ``layer_attention`` is given.
     positions : PositionSpec
+        One scheme for every block (a memory attention refuses RoPE and ALiBi: a hybrid with
+        one uses ``"none"``, ``"learned"`` or ``"sinusoidal"``).
     norm : NormSpec
         Before each sublayer (pre-norm) and after the last block.
     ffn : FFNSpec
@@ -393,13 +415,18 @@ class DecoderSpec:
     scale_embedding : bool
         Multiply the embeddings by sqrt(d_model) (Vaswani et al. 2017, section 3.4; the
         course's models); Llama-style models do not.
+    layer_attention : tuple of AttentionSpec, or None
+        A hybrid: block i's attention is ``layer_attention[i]`` (``attention`` is then
+        unused); each entry may be an AttentionSpec, a dict of its fields or a variant's
+        name. None: every block has ``attention``.
 
     Each part may also be given as a dict of its fields (as :meth:`to_dict` writes them).
 
     Raises
     ------
     ValueError
-        If a size is not a positive int, ``dropout`` is outside [0, 1), or a part is invalid.
+        If a size is not a positive int, ``dropout`` is outside [0, 1), a part is invalid,
+        or ``layer_attention`` does not have one entry per block (one line).
     """
 
     vocab_size: int
@@ -415,6 +442,7 @@ class DecoderSpec:
     ffn: FFNSpec = field(default_factory=FFNSpec)
     tie_output: bool = True
     scale_embedding: bool = True
+    layer_attention: tuple[AttentionSpec, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "d_model", "num_heads", "num_layers", "max_len"):
@@ -434,16 +462,58 @@ class DecoderSpec:
             if not isinstance(value, cls):
                 raise TypeError(f"{name} must be a {cls.__name__} or a dict, got {type(value).__name__}")
             object.__setattr__(self, name, value)
-        self._validate_attention()
+        if self.layer_attention is not None:
+            object.__setattr__(self, "layer_attention", self._per_layer(self.layer_attention))
+        checked: list[AttentionSpec] = []
+        for attention in self.attentions():
+            if attention not in checked:
+                checked.append(attention)
+                self._validate_attention(attention)
 
-    def _validate_attention(self) -> None:
+    def _per_layer(self, given: Any) -> tuple[AttentionSpec, ...]:
+        """``layer_attention`` as a tuple of AttentionSpec, one per block (checked)."""
+        if isinstance(given, (str, Mapping, AttentionSpec)) or not isinstance(given, (tuple, list)):
+            raise TypeError(f"layer_attention must be a tuple with one AttentionSpec per block, got "
+                            f"{type(given).__name__}")
+        if len(given) != self.num_layers:
+            raise ValueError(f"layer_attention has {len(given)} entries for num_layers={self.num_layers}: "
+                             f"give one attention per block")
+        return tuple(_attention_spec(entry) for entry in given)
+
+    def attentions(self) -> tuple[AttentionSpec, ...]:
+        """The attention of each block, in order (``layer_attention``, or ``attention`` repeated)."""
+        return self.layer_attention or (self.attention,) * self.num_layers
+
+    @classmethod
+    def layer_pattern(cls, pattern: Any, num_layers: int) -> tuple[AttentionSpec, ...]:
+        """``layer_attention`` that repeats ``pattern`` over ``num_layers`` blocks.
+
+        Parameters
+        ----------
+        pattern : sequence of AttentionSpec, dict or variant name
+            E.g. ``("deltanet",) * 3 + ("gqa",)``: Qwen3-Next's three memory blocks per softmax
+            block (2025).
+        num_layers : int
+            A multiple of ``len(pattern)``.
+
+        Raises
+        ------
+        ValueError
+            If the pattern is empty or its length does not divide ``num_layers`` (one line).
+        """
+        pattern = tuple(pattern)
+        if not pattern or num_layers % len(pattern):
+            raise ValueError(f"a layer pattern of {len(pattern)} blocks does not tile num_layers={num_layers}")
+        return tuple(_attention_spec(entry) for entry in pattern) * (num_layers // len(pattern))
+
+    def _validate_attention(self, attention: AttentionSpec) -> None:
         """Build one attention module on the meta device (no memory, no random numbers drawn): the
         variant's builder checks its options against these sizes and positions, so that a clash is
         refused here, whatever described the model. An error other than ValueError (an operation
         the meta device lacks) leaves the check to the real build."""
         try:
             with torch.device("meta"):
-                self.attention.build(self.d_model, self.num_heads, self.causal, self.positions)
+                attention.build(self.d_model, self.num_heads, self.causal, self.positions)
         except ValueError:
             raise
         except Exception:  # noqa: BLE001 - not a refusal: the real build will say what it is
@@ -456,6 +526,10 @@ class DecoderSpec:
         out["positions"] = self.positions.to_dict()
         for name in ("norm", "ffn"):
             out[name] = dataclasses.asdict(out[name])
+        if self.layer_attention is None:  # older files' dicts unchanged
+            out.pop("layer_attention")
+        else:
+            out["layer_attention"] = [attention.to_dict() for attention in self.layer_attention]
         return out
 
 

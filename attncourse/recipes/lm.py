@@ -42,6 +42,7 @@ from attncourse.recipes.lm_options import (  # importable from here too
     in_options,
     lm_attention,
     lm_decoder_spec,
+    lm_layer_attention,
 )
 from attncourse.train.config import (
     BATCH,
@@ -109,6 +110,15 @@ class LMConfig:
         (:func:`~attncourse.recipes.lm_options.lm_attention`); None: ``"gqa"``,
         or ``"mla"`` with ``latent_dim``, ``"gated"`` with ``gate``. A name those options already
         imply is stored as None (the same model, the same run).
+    chunk_size : int or None
+        With a memory attention (``"linear"``, ``"deltanet"``, ``"gated-deltanet"``): positions
+        per chunk of the delta rules' chunkwise form (:class:`~attncourse.nn.memory_attention.MemoryOptions`;
+        None: its default, 64). The outputs agree to rounding whatever the size; on a CPU,
+        chunks of 16 train chapter 7's DeltaNet in three quarters of the time of 64.
+    softmax_every : int or None
+        A hybrid (chapter 14): every ``softmax_every``-th block has softmax attention (``"gqa"``),
+        the others ``attention`` (Qwen3-Next, 2025: 4, three Gated DeltaNet blocks per softmax
+        block); ``num_layers`` must be a multiple of it. None: every block has ``attention``.
 
     ``latent_dim`` and the fields after it, unset, stay out of the run's settings
     (:func:`lm_settings`), so earlier runs keep their folders.
@@ -186,9 +196,19 @@ class LMConfig:
         "not with --latent-dim", group="model", negatable=False)
     attention: str | None = setting(
         None, "the attention variant, any registered by name: gqa, mla, gated, and those of the modules named "
-        "in the environment variable ATTNCOURSE_VARIANTS; --num-kv-heads, --window, --latent-dim and "
-        "--rope-dim set its options of those names (default: gqa; mla with --latent-dim, gated with --gate)",
+        "in the environment variable ATTNCOURSE_VARIANTS; --num-kv-heads, --window, --latent-dim, "
+        "--rope-dim and --chunk-size set its options of those names (default: gqa; mla with --latent-dim, "
+        "gated with --gate)",
         check="text", group="model", metavar="NAME")
+    chunk_size: int | None = setting(
+        None, "with --attention linear, deltanet or gated-deltanet: positions per chunk of the delta rules' "
+        "chunkwise form (default 64; the outputs agree to rounding, 16 trains faster on a CPU)",
+        check="positive_int", limit=Limit(1, 8192, "a chunk's matrices grow with its square"), group="model",
+        metavar="C")
+    softmax_every: int | None = setting(
+        None, "a hybrid (chapter 14): every N-th block keeps softmax attention (gqa), the others --attention "
+        "(Qwen3-Next: 4); --num-layers must be a multiple of N", check="positive_int", limit=LAYERS,
+        group="model", metavar="N")
 
     def __post_init__(self) -> None:
         if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
@@ -228,7 +248,10 @@ class LMConfig:
         scaling = "" if self.rope_scaling is None else f"-{self.rope_scaling}{self.rope_factor:g}"
         gate = "-gated" if self.gate else ""
         variant = "" if self.attention is None else f"-{self.attention}"
-        return f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}{variant}-{mask}{window}-seed{self.seed}"
+        hybrid = "" if self.chunk_size is None else f"-chunk{self.chunk_size}"
+        hybrid += "" if self.softmax_every is None else f"-softmax-every{self.softmax_every}"
+        return (f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}{variant}{hybrid}-{mask}{window}"
+                f"-seed{self.seed}")
 
 
 #: Fields of :class:`LMConfig` added after runs existed (not in
@@ -260,7 +283,8 @@ def build_lm(config: LMConfig, vocab_size: int) -> GPT:
     Without ``rope_scaling``, ``gate`` and ``attention`` it is built from the GPT's keywords
     (chapter 7's models, initialised as they always were); with any, from :func:`lm_spec`.
     """
-    if config.rope_scaling is None and not config.gate and config.attention is None:
+    if (config.rope_scaling is None and not config.gate and config.attention is None
+            and config.softmax_every is None):
         return _keyword_lm(config, vocab_size)
     return GPT(spec=lm_spec(config, vocab_size))
 
@@ -300,6 +324,8 @@ def lm_spec(config: LMConfig, vocab_size: int, positions: PositionSpec | None = 
         options = spec.attention.options
         changes["attention"] = AttentionSpec("gated", GatedOptions(options.num_kv_heads, options.window,
                                                                    options.bias))
+    if config.softmax_every is not None:
+        changes["layer_attention"] = lm_layer_attention(config)
     return dataclasses.replace(spec, **changes)
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from attncourse.recipes.lm import LMConfig
 
 #: LMConfig's fields that are options of attention variants, passed to a variant whose options have them.
-ATTENTION_OPTIONS = ("num_kv_heads", "window", "latent_dim", "rope_dim")
+ATTENTION_OPTIONS = ("num_kv_heads", "window", "latent_dim", "rope_dim", "chunk_size")
 
 
 def lm_attention(config: LMConfig) -> AttentionSpec:
@@ -45,6 +45,31 @@ def lm_attention(config: LMConfig) -> AttentionSpec:
     return flat_attention(name, config.num_heads, **{k: getattr(config, k) for k in ATTENTION_OPTIONS})
 
 
+def lm_layer_attention(config: LMConfig) -> tuple[AttentionSpec, ...] | None:
+    """The blocks' attentions of a hybrid (``config.softmax_every``), or None.
+
+    Every ``softmax_every``-th block, counting from 1, has softmax attention (``"gqa"``), the
+    others :func:`lm_attention`'s: with 4 blocks and ``softmax_every=4``, three memory blocks
+    and then a softmax block, Qwen3-Next's order (2025).
+
+    Raises
+    ------
+    ValueError
+        If the other blocks' attention is softmax attention too (no hybrid), or ``num_layers`` is
+        not a multiple of ``softmax_every`` (one line, in the options' names).
+    """
+    if config.softmax_every is None:
+        return None
+    other = lm_attention(config)
+    if other.name == "gqa":
+        raise ValueError(f"softmax_every={config.softmax_every} needs another attention for the other blocks "
+                         f"(e.g. attention 'deltanet')")
+    if config.num_layers % config.softmax_every:
+        raise ValueError(f"softmax_every={config.softmax_every} must divide num_layers={config.num_layers}")
+    pattern = (other,) * (config.softmax_every - 1) + (AttentionSpec("gqa"),)
+    return DecoderSpec.layer_pattern(pattern, config.num_layers)
+
+
 def lm_decoder_spec(config: LMConfig, vocab_size: int) -> DecoderSpec:
     """The :class:`~attncourse.nn.spec.DecoderSpec` of ``config``'s sizes, positions and attention,
     with no model built: what :class:`LMConfig` checks its options with (the spec holds every rule).
@@ -52,12 +77,13 @@ def lm_decoder_spec(config: LMConfig, vocab_size: int) -> DecoderSpec:
     positions = PositionSpec(config.positional, rope_scaling=config.rope_scaling, rope_factor=config.rope_factor,
                              original_len=config.context)
     return DecoderSpec(vocab_size, config.d_model, config.num_heads, config.num_layers, config.max_len,
-                       config.causal, config.dropout, lm_attention(config), positions, ffn=FFNSpec("relu", config.d_ff))
+                       config.causal, config.dropout, lm_attention(config), positions, ffn=FFNSpec("relu", config.d_ff),
+                       layer_attention=lm_layer_attention(config))
 
 
 #: How :func:`in_options` names the spec's fields: train-lm's options (``rope_factor`` -> ``--rope-factor``).
 _FIELD_WORDS = ("num_kv_heads", "latent_dim", "rope_dim", "rope_scaling", "rope_factor", "d_model", "num_heads",
-                "window")
+                "window", "softmax_every", "num_layers", "chunk_size")
 
 
 def in_options(message: str) -> str:
@@ -74,4 +100,4 @@ def in_options(message: str) -> str:
     return re.sub(r"(?<![\w-])attention '([\w.-]+)'", r"--attention \1", message)
 
 
-__all__ = ["ATTENTION_OPTIONS", "in_options", "lm_attention", "lm_decoder_spec"]
+__all__ = ["ATTENTION_OPTIONS", "in_options", "lm_attention", "lm_decoder_spec", "lm_layer_attention"]

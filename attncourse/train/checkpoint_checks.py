@@ -193,16 +193,22 @@ def spec_problem(spec: Mapping[str, Any]) -> str | None:
     problem = _settings_problem(spec, hints, "its model spec")
     if problem:
         return problem
-    for name, part in spec.items():
+    parts = [(name, part) for name, part in spec.items() if name != "layer_attention"]
+    per_layer = spec.get("layer_attention")
+    if per_layer is not None and not isinstance(per_layer, (list, tuple)):
+        return f"its model spec has layer_attention = {_what(per_layer)}, not a list of attentions"
+    parts += [(f"layer_attention[{i}]", part) for i, part in enumerate(per_layer or ())]
+    for name, part in parts:
         if not isinstance(part, dict):
             continue
-        part_type = hints[name]
         part = dict(part)
-        if name == "attention":  # {"name": variant, its options...}
+        if name.startswith(("attention", "layer_attention")):  # {"name": variant, its options...}
             variant = ATTENTION_VARIANTS.get(part.pop("name", "gqa"))
             if variant is None:
                 continue  # the spec refuses an unknown variant in its own words
             part_type = variant.options
+        else:
+            part_type = hints[name]
         problem = _settings_problem(part, typing.get_type_hints(part_type), f"its model spec's {name}")
         if problem:
             return problem
@@ -247,11 +253,20 @@ def differences(saved: Mapping[str, Any], current: Mapping[str, Any], label: str
     -------
     list of str
         One entry per key whose value differs or that only one side has, e.g.
-        ``"model config hidden_dim: 32 in the checkpoint, 64 in this run"``.
+        ``"model config hidden_dim: 32 in the checkpoint, 64 in this run"``; nested dicts (a
+        spec's parts) and equally long lists of dicts (a hybrid's blocks) by their own keys,
+        e.g. ``"model config spec layer_attention[1] name: ..."``.
     """
     out = []
     for key in list(saved) + [k for k in current if k not in saved]:
-        if key not in current:
+        pair = (saved.get(key), current.get(key))
+        if all(isinstance(value, Mapping) for value in pair):
+            out += differences(*pair, f"{label} {key}")
+        elif (all(isinstance(value, (list, tuple)) for value in pair) and len(pair[0]) == len(pair[1])
+              and all(isinstance(value, Mapping) for value in (*pair[0], *pair[1]))):
+            for i, (a, b) in enumerate(zip(*pair)):
+                out += differences(a, b, f"{label} {key}[{i}]")
+        elif key not in current:
             out.append(f"{label} {key}: {_describe(saved[key])} in the checkpoint, absent in this run")
         elif key not in saved:
             out.append(f"{label} {key}: absent in the checkpoint, {_describe(current[key])} in this run")
