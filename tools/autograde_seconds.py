@@ -9,8 +9,8 @@ student ``later``. Since grading never trains (the course's config sets
 ``ATTNCOURSE_NO_TRAINING`` for autograde), each chapter is first prepared, timed
 (``python -m attncourse prepare``'s :func:`~attncourse.course.prepare.prepare`, into
 ``ATTNCOURSE_RUNS``, a new folder shared by the chapters of this run in their order); both
-submissions then load the trained models. (The guide's table was measured before ``prepare``
-existed: its first submission trained the models.) Every cell must finish within its limit
+submissions then load the trained models. (The guide's table was measured with ``--runs``
+from ``make test``'s book build, below.) Every cell must finish within its limit
 and every automatic check must score (:func:`attncourse.course.grading.grading_problems`), or
 the run exits 1.
 
