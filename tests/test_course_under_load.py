@@ -9,14 +9,15 @@ exchange moved into a temporary folder, for each of chapters 6, 10 and 12, whole
 cells included: release and ``prepare``, two students fetching and submitting (``ada`` the
 reference answers, ``bo`` the notebook as released), then collect, ``autograde`` two at a
 time (the guide's ``xargs -P 2``), the grade of record, feedback and export, while busy loops
-(one per core) load the machine. Every submission must have its grade in nbgrader's
-gradebook, the reference answers every automatic point and the blank notebook none, in
-``autograde`` and in the grade of record.
+(one per core) load the machine: they run from ``collect`` to ``export``, where a submission
+could lose its grade; ``prepare`` runs before them, while the students work, as the guide says.
+Every submission must have its grade in nbgrader's gradebook, the reference answers every
+automatic point and the blank notebook none, in ``autograde`` and in the grade of record.
 
 It runs in ``make test``'s stage ``classroom``, after the book build, which trained every
 chapter's models into ``$ATTNCOURSE_RUNS``; the stage passes that folder as
 ``ATTNCOURSE_TRAINED_RUNS`` and the test copies it, so ``prepare`` trains nothing and runs each
-chapter once (without it, ``prepare`` trains from scratch, some 20 minutes). ``pytest tests``
+chapter once (without it, ``prepare`` trains from scratch, about 15 minutes more). ``pytest tests``
 leaves it out (the marker ``under_load``, deselected in ``pyproject.toml``); run it with
 ``pytest -m under_load tests/test_course_under_load.py``. It took 5.7 minutes on 2 shared
 cores (29 November 2026): 1.5 to prepare the three chapters, 3.7 to grade them under load
