@@ -72,6 +72,16 @@ def run_block(body: str, cwd: Path, env: dict, check: bool = True) -> subprocess
     return done
 
 
+def line_seconds(body: str, cwd: Path, env: dict) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run a block as :func:`run_block` does (not stopping on a failure), bash tracing each
+    command with the time it starts; the block's result and each command's seconds."""
+    traced = f"PS4='+ $EPOCHREALTIME '\nset -x\n{body}"
+    done = run_block(traced, cwd, env, check=False)
+    starts = [(float(m[1]), m[2]) for m in re.finditer(r"^\++ (\d+\.\d+) (.*)$", done.stderr, re.M)]
+    ends = [at for at, _ in starts[1:]] + [time.time()]
+    return done, [f"{end - at:6.1f} s  {command[:90]}" for (at, command), end in zip(starts, ends)]
+
+
 def burn(count: int) -> list[subprocess.Popen]:
     """``count`` processes that spin until they are killed: the parallel job loading the machine."""
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
@@ -146,8 +156,8 @@ def grade_under_load(chapter: str, course: Path, blocks: dict[str, str], env: di
     burners = burn(os.cpu_count() or 2)
     start = time.perf_counter()
     try:
-        done = run_block(blocks["instructor: collect, grade, feed back, export"], course.parent.parent, env,
-                         check=False)
+        done, lines = line_seconds(blocks["instructor: collect, grade, feed back, export"],
+                                   course.parent.parent, env)
         seconds = time.perf_counter() - start
         share = [cpu_seconds(p) / seconds for p in burners]
         assert all(p.poll() is None for p in burners), "a busy loop stopped"
@@ -158,6 +168,7 @@ def grade_under_load(chapter: str, course: Path, blocks: dict[str, str], env: di
     load = Path("/proc/loadavg").read_text().split()[0]
     print(f"{chapter}: graded {len(students)} submissions in {seconds:.0f} s, load {load}, "
           f"each busy loop on {min(share):.0%}-{max(share):.0%} of a core", flush=True)
+    print("\n".join(lines), flush=True)
     log = done.stdout + done.stderr
     assert ungraded(course, chapter, students) == [], log
     assert "error processing assignment" not in log, log
