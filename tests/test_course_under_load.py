@@ -19,10 +19,14 @@ chapter's models into ``$ATTNCOURSE_RUNS``; the stage passes that folder as
 ``ATTNCOURSE_TRAINED_RUNS`` and the test copies it, so ``prepare`` trains nothing and runs each
 chapter once (without it, ``prepare`` trains from scratch, about 15 minutes more). ``pytest tests``
 leaves it out (the marker ``under_load``, deselected in ``pyproject.toml``); run it with
-``pytest -m under_load tests/test_course_under_load.py``. It took 5.7 minutes on 2 shared
-cores (29 November 2026): 1.5 to prepare the three chapters, 3.7 to grade them under load
-(70 to 80 s a chapter, autograde of both submissions, the grade of record, feedback and
-export), the rest to write the editions, release, fetch and submit.
+``pytest -m under_load tests/test_course_under_load.py``. It took 5.6 to 7.1 minutes in three
+runs on 2 cores other jobs shared (29 November 2026): about 1.6 to prepare the three
+chapters, 2.7 to 4.7 to grade them under load (42 to 115 s a chapter; in the run that timed
+each line, autograde of the two submissions took 62 s for chapter 6, 22 s for chapter 10 and
+55 s for chapter 12, the grade of record 6 to 9 s, collect, feedback and export about 15 s),
+and half a minute to write the editions, release, fetch and submit. Most of it is the
+chapters' own cells, which every submission runs (chapter 6's copying model and chapter 12's
+passkey models train in memory, some 40 s each); the test prints each line's seconds.
 
 Its check of "every submission graded" is itself tested, in seconds, with the unit tests: a
 submission whose kernel dies is found ungraded (the second test below).
@@ -73,13 +77,14 @@ def run_block(body: str, cwd: Path, env: dict, check: bool = True) -> subprocess
 
 
 def line_seconds(body: str, cwd: Path, env: dict) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Run a block as :func:`run_block` does (not stopping on a failure), bash tracing each
-    command with the time it starts; the block's result and each command's seconds."""
-    traced = f"PS4='+ $EPOCHREALTIME '\nset -x\n{body}"
-    done = run_block(traced, cwd, env, check=False)
-    starts = [(float(m[1]), m[2]) for m in re.finditer(r"^\++ (\d+\.\d+) (.*)$", done.stderr, re.M)]
+    """Run a block as :func:`run_block` does (not stopping on a failure), noting the time each
+    of its lines starts; the block's result and each line's seconds."""
+    lines = [line for line in body.strip().split("\n") if line.strip()]
+    marked = "\n".join(f"echo \"@line {i} $EPOCHREALTIME\" >&2\n{line}" for i, line in enumerate(lines))
+    done = run_block(marked, cwd, env, check=False)
+    starts = [(float(at), lines[int(i)]) for i, at in re.findall(r"^@line (\d+) (\d+\.\d+)$", done.stderr, re.M)]
     ends = [at for at, _ in starts[1:]] + [time.time()]
-    return done, [f"{end - at:6.1f} s  {command[:90]}" for (at, command), end in zip(starts, ends)]
+    return done, [f"{end - at:6.1f} s  {line[:100]}" for (at, line), end in zip(starts, ends)]
 
 
 def burn(count: int) -> list[subprocess.Popen]:
