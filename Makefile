@@ -98,7 +98,7 @@ book-check: $(STAMP)
 # full, two students each, autograded two at a time while one busy loop per core loads the
 # machine: every submission graded, the reference answers full marks, the blank ones none
 # (tests/test_course_under_load.py). It starts from a copy of the models the book build
-# trained, so `prepare` trains nothing. 5.6 to 7.1 minutes on 2 shared cores.
+# trained, so `prepare` trains nothing. 5.5 to 7.1 minutes on 2 shared cores.
 classroom: $(STAMP)
 	ATTNCOURSE_TRAINED_RUNS=$(ATTNCOURSE_RUNS) $(BIN)/python -m pytest -p no:cacheprovider -q -s \
 	  -m under_load tests/test_course_under_load.py
