@@ -9,8 +9,8 @@ student ``later``. Since grading never trains (the course's config sets
 ``ATTNCOURSE_NO_TRAINING`` for autograde), each chapter is first prepared, timed
 (``python -m attncourse prepare``'s :func:`~attncourse.course.prepare.prepare`, into
 ``ATTNCOURSE_RUNS``, a new folder shared by the chapters of this run in their order); both
-submissions then load the trained models. (The guide's table was measured before ``prepare``
-existed: its first submission trained the models.) Every cell must finish within its limit
+submissions then load the trained models. (The guide's table was measured with ``--runs``
+from ``make test``'s book build, below.) Every cell must finish within its limit
 and every automatic check must score (:func:`attncourse.course.grading.grading_problems`), or
 the run exits 1.
 
@@ -20,6 +20,10 @@ with the load average (``/proc/loadavg``, 1 minute) before each autograde::
     OMP_NUM_THREADS=1 .venv/bin/python tools/autograde_seconds.py notebooks/06_transformer.md
 
 ``--keep DIR`` keeps the course folder (and its runs) in ``DIR`` instead of a temporary one.
+``--runs DIR`` starts the course's runs folder as a copy of ``DIR``, a trained-model cache such
+as the one ``make test``'s book build leaves in ``_build/runs``: ``prepare`` then trains nothing
+(it runs each chapter once, loading them), so its column is
+not what a first ``prepare`` costs, while the seconds per submission are the same.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -90,9 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools/autograde_seconds.py")
     parser.add_argument("chapters", nargs="+", type=Path, help="notebooks/*.md files, in order")
     parser.add_argument("--keep", type=Path, help="an empty or new folder for the course")
+    parser.add_argument("--runs", type=Path, help="a trained-model cache to start from (copied)")
     args = parser.parse_args(argv)
     course = (args.keep or Path(tempfile.mkdtemp(prefix="attncourse-autograde-"))) / "course"
     os.environ["ATTNCOURSE_RUNS"] = str(course / "runs")
+    if args.runs is not None:
+        shutil.copytree(args.runs, course / "runs", ignore=shutil.ignore_patterns("prepared.json"))
     os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     return time_chapters([path.resolve() for path in args.chapters], course)
 
