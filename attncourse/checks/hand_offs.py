@@ -82,8 +82,9 @@ HAND_OFFS: dict[str, HandOffs] = {
     "check_gpt": HandOffs(
         "torch operations (indexing, @, F.layer_norm) and your my_block.", library=TRANSFORMER_LAYERS),
     "check_training": HandOffs(
-        "torch: randn, zeros, ones, randint, torch.optim.AdamW, F.cross_entropy; your my_gpt.",
-        library=TRANSFORMER_LAYERS),
+        "torch: randn, zeros, ones, randint, torch.optim.AdamW, F.cross_entropy; your my_gpt; "
+        "a progress bar (tqdm, or the course's progress_bar).",
+        library=TRANSFORMER_LAYERS, allow=("attncourse.runtime.progress_bar",)),
     # Chapter 8
     "check_online_softmax_update": HandOffs(
         "NumPy operations: np.maximum, np.where, np.isfinite, np.exp and np.sum.", library=SOFTMAX),

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from attncourse.runtime import (
+    book_build,
     pick_device,
     progress_bar,
     refuse_cached_training,
@@ -598,8 +599,10 @@ def train_epochs(
     TypeError
         If ``config`` or ``state`` holds values that are not plain data.
     """
+    # a cell trains many runs: in JupyterLab each bar goes when done, on a page each stays
+    # as one line of final state (attncourse.runtime.BookBar)
     loop = Loop(epochs, score=score, patience=patience, restore_best=score is not None, amp=amp,
-                compile=compile, clip_norm=clip_norm, progress=progress, desc=name, leave=False,
+                compile=compile, clip_norm=clip_norm, progress=progress, desc=name, leave=book_build(),
                 steps_per_epoch=steps_per_epoch,
                 seconds="training")
     config = dict(config)
