@@ -9,6 +9,7 @@ bar of :func:`attncourse.runtime.progress_bar` prints its final state once inste
 import re
 
 import pytest
+import torch
 
 import attncourse.runtime as runtime
 from attncourse.runtime import BOOK_ENV, BookBar, progress_bar, quiet_progress
@@ -53,3 +54,27 @@ def test_outside_the_book_the_bar_is_tqdm_auto(monkeypatch, capsys):
     assert type(bar) is runtime.tqdm and not isinstance(bar, BookBar)
     list(bar)
     assert "3/3" in capsys.readouterr().err            # a terminal's bar, on stderr
+
+
+@pytest.mark.parametrize("in_book", [False, True])
+def test_a_training_answers_bar_is_no_hand_off_in_the_book_or_out(in_book, monkeypatch, capsys):
+    # chapter 7b's reference loop runs under check_training's guard in the book build too,
+    # where tqdm calls the BookBar's own methods after progress_bar has returned
+    from attncourse.checks.guard import watching
+    from attncourse.checks.hand_offs import HAND_OFFS
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    if in_book:
+        monkeypatch.setenv(BOOK_ENV, "1")
+    else:
+        monkeypatch.delenv(BOOK_ENV, raising=False)
+
+    def my_train(steps):
+        return [step for step in progress_bar(range(steps), desc="my_train", unit="step")]
+
+    with watching(HAND_OFFS["check_training"], my_train) as seen:
+        assert my_train(5) == list(range(5))
+    assert seen == []
+    with watching(HAND_OFFS["check_training"], my_train) as seen:
+        runtime.describe_device(torch.device("cpu"))       # any other package function
+    assert [hand_off.kind for hand_off in seen] == ["package"]

@@ -21,6 +21,11 @@ TRANSFORMER_LAYERS = ATTENTION + ("torch:TransformerEncoderLayer", "torch:Transf
                                   "torch:Transformer", "torch:TransformerEncoder", "torch:TransformerDecoder")
 _MASK_OPS = "NumPy operations such as np.tril, np.ones, np.arange, comparisons and broadcasting"
 
+#: The methods of a book build's progress bar (:class:`attncourse.runtime.BookBar`) that tqdm
+#: calls while a loop runs, after ``progress_bar`` has returned it.
+BOOK_BAR = ("attncourse.runtime.BookBar.close", "attncourse.runtime._Nowhere.write",
+            "attncourse.runtime._Nowhere.flush")
+
 HAND_OFFS: dict[str, HandOffs] = {
     # Chapter 1
     "check_gru_cell": HandOffs(
@@ -84,7 +89,8 @@ HAND_OFFS: dict[str, HandOffs] = {
     "check_training": HandOffs(
         "torch: randn, zeros, ones, randint, torch.optim.AdamW, F.cross_entropy; your my_gpt; "
         "a progress bar (tqdm, or the course's progress_bar).",
-        library=TRANSFORMER_LAYERS, allow=("attncourse.runtime.progress_bar",)),
+        # the bar and, in a book build, the methods tqdm calls on it while the loop runs
+        library=TRANSFORMER_LAYERS, allow=("attncourse.runtime.progress_bar", *BOOK_BAR)),
     # Chapter 8
     "check_online_softmax_update": HandOffs(
         "NumPy operations: np.maximum, np.where, np.isfinite, np.exp and np.sum.", library=SOFTMAX),
