@@ -618,3 +618,17 @@ def test_invalid_utf8_is_reported_at_its_real_offset(tmp_path, capsys):
     cut = tmp_path / "cut.txt"
     cut.write_bytes("é".encode() * 10)  # a limit inside a character drops it, it is no error
     assert read_utf8(cut, 5) == "éé"
+
+
+def test_the_manifests_temporary_file_of_a_run_being_written_is_no_foreign_file(tmp_path):
+    # a second run that looks while the first writes its manifest sees this file for an instant;
+    # the lock, not a "not empty" refusal, must decide (a race the two-process test once hit)
+    from attncourse.cli.options import out_dir_problem
+    from attncourse.train.runfiles import MANIFEST_TEMPORARY_PREFIX
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / f"{MANIFEST_TEMPORARY_PREFIX}3cx5ce9j.tmp").write_text("{")
+    assert out_dir_problem(out, resume=False, overwrite=False) is None
+    (out / "notes.txt").write_text("mine")
+    assert "is not empty" in out_dir_problem(out, resume=False, overwrite=False)

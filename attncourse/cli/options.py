@@ -42,7 +42,11 @@ from attncourse.train.checkpoint import temporaries
 from attncourse.train.config import FitConfig, settings
 from attncourse.train.distributed import env_world_size
 from attncourse.train.fit import BEST_NAME, CHECKPOINT_NAME
-from attncourse.train.runfiles import MANIFEST_NAME, read_manifest
+from attncourse.train.runfiles import (
+    MANIFEST_NAME,
+    MANIFEST_TEMPORARY_PREFIX,
+    read_manifest,
+)
 
 EXIT_INTERRUPTED = 130
 
@@ -366,8 +370,9 @@ def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str,
         return None
     if unstarted_run(out, leftovers):
         return None
-    names = sorted(p.name for p in out.iterdir()
-                   if p not in leftovers and p.name != MANIFEST_NAME)
+    # the manifest, and its temporary file while another run is writing it (a race)
+    names = sorted(p.name for p in out.iterdir() if p not in leftovers and p.name != MANIFEST_NAME
+                   and not p.name.startswith(MANIFEST_TEMPORARY_PREFIX))
     if not names:
         return None
     listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")

@@ -25,6 +25,7 @@ from typing import Any
 from attncourse.train.checkpoint import atomic_write_text, temporaries
 from attncourse.train.runfiles import (
     MANIFEST_NAME,
+    MANIFEST_TEMPORARY_PREFIX,
     owned_names,
     read_manifest,
     read_run_json,
@@ -137,7 +138,7 @@ def foreign_files(out: Path, writes: Collection[str] = ()) -> list[str]:
     leftovers = {p.name for p in temporaries(out, tuple(runs))}
     return sorted(p.name for p in out.iterdir()
                   if p.name not in own and p.name not in leftovers
-                  and not p.name.startswith(".attncourse-run."))
+                  and not p.name.startswith(MANIFEST_TEMPORARY_PREFIX))
 
 
 def remove_recorded(out: Path) -> list[str]:

@@ -24,6 +24,8 @@ from typing import Any
 
 #: The manifest's name; a leading dot keeps it out of the way of a user's listing.
 MANIFEST_NAME = ".attncourse-run.json"
+#: How the manifest's temporary file starts while it is written (then renamed into place).
+MANIFEST_TEMPORARY_PREFIX = ".attncourse-run."
 #: Largest JSON run file read (config.json, results.json, vocab.json, history.json,
 #: the manifest): real ones are kilobytes, a big vocabulary a few megabytes.
 MAX_JSON_BYTES = 64 * 2**20
@@ -144,7 +146,7 @@ def write_manifest(directory: Path, files: dict[str, str]) -> None:
     text = json.dumps(
         {"format": "attncourse-run", "files": dict(sorted(files.items()))}, indent=2
     )
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".attncourse-run.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=MANIFEST_TEMPORARY_PREFIX, suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text + "\n")
