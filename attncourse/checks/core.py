@@ -395,10 +395,43 @@ def _convert(got: Any, case: Case) -> Any:
     return to_numpy(got)
 
 
+def remote_answer(fn: Any) -> Any:
+    """The answer under ``fn`` when it runs in a process of its own (the grade of record's
+    :class:`attncourse.course.sandbox.process.AnswerProcess`), else ``None``."""
+    inner = unwrap(fn)
+    return inner if getattr(inner, "is_remote", False) is True else None
+
+
+def calling(fn: Any, caller: Callable) -> Callable:
+    """``caller(fn, *args, **kwargs)`` as a function of the case's inputs.
+
+    ``caller`` is how a check calls the learner's function (launch a kernel, backpropagate a
+    loss); for an answer graded in a process of its own it runs there, beside the answer
+    (it must be listed in the exercise's ``HandOffs.calls``).
+    """
+    remote = remote_answer(fn)
+    if remote is not None:
+        return remote.via(caller)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return caller(fn, *args, **kwargs)
+    return call
+
+
 def _call(fn: Callable, case: Case, references: Sequence[Any] = (), hand_offs: HandOffs | None = None,
           learner: Any = None) -> tuple[Any, list[str], list[HandOff]]:
     args = copy.deepcopy(tuple(case.args.values()))
     kwargs = copy.deepcopy(dict(case.kwargs))
+    remote = remote_answer(learner if learner is not None else fn)
+    if remote is not None:  # observed in its own process, which reports the hand-offs
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            try:
+                result = fn(*args, **kwargs)
+            except Exception:
+                if remote.hand_offs:
+                    return None, [], remote.hand_offs
+                raise
+        return result, [], remote.hand_offs
     # Overflow warnings from a learner's exp() would print above the result box;
     # the result already says what went wrong.
     with warnings.catch_warnings(), np.errstate(all="ignore"), refused(references, fn) as calls:
@@ -443,6 +476,9 @@ def _hand_off_refusal(name: str, total: int, hand_off: HandOff, rules: HandOffs)
     elif hand_off.kind == "package":
         why = (f"your function calls `{hand_off.name}` from the course package; this exercise "
                "asks you to write the computation yourself")
+    elif hand_off.kind == "observers":
+        why = ("your function switched off what watches it while it runs (the profiler or the "
+               "torch function mode): the grade of record cannot tell what it called")
     elif hand_off.kind == "namespace":
         why = (f"your function calls `{hand_off.name}`, defined in another cell of your notebook "
                "(a chapter's helper); write the computation in the exercise's own cell")
@@ -603,6 +639,8 @@ __all__ = [
     "GENERAL_NUDGE",
     "NOT_YET",
     "buggy_variants",
+    "calling",
+    "remote_answer",
     "reset_attempts",
     "same_values",
     "variant_hint",

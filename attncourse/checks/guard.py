@@ -170,6 +170,11 @@ class HandOffs:
         launcher of a kernel exercise); empty: nothing required.
     must_call_message : str
         The refusal when none of ``must_call`` ran.
+    calls : tuple of str
+        ``module:qualname`` of the functions through which the check calls the learner's
+        (a kernel's launcher, a loss's backward pass), from a chapter's ``calls`` module:
+        the grade of record runs them beside the answer, in its process
+        (:meth:`attncourse.course.sandbox.process.AnswerProcess.via`).
     """
 
     uses: str
@@ -179,6 +184,12 @@ class HandOffs:
     namespace: bool = True
     must_call: tuple[str, ...] = ()
     must_call_message: str = ""
+    calls: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Built from JSON in the answer's process: lists become the tuples they were.
+        for name in ("library", "allow", "must_call", "calls"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
 
 def _origin(module: str) -> str:
@@ -211,10 +222,11 @@ class HandOff:
 
 
 def _chapter_checks(module: str) -> bool:
-    """Whether ``module`` is a chapter's checks (``attncourse.chapters.ch*.*checks``)."""
+    """Whether ``module`` is a chapter's checks or the callers they run the learner's
+    function through (``attncourse.chapters.ch*.*checks``, ``...calls``)."""
     parts = module.split(".")
     return (len(parts) == 4 and parts[:2] == ["attncourse", "chapters"]
-            and parts[3].endswith("checks"))
+            and parts[3].endswith(("checks", "calls")))
 
 
 @contextlib.contextmanager
@@ -274,7 +286,7 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
             if full in rules.allow:
                 if event == "call":
                     allowed.append(frame)
-            elif rules.package and not (module.startswith("attncourse.checks")
+            elif rules.package and not (module.startswith(("attncourse.checks", "attncourse.course.sandbox"))
                                         or _chapter_checks(module)):
                 seen.append(HandOff("package", full))
         elif (rules.namespace and event == "call" and own_globals is not None
@@ -296,7 +308,13 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
 
 
 def is_stub(fn: Any) -> bool:
-    """Whether ``fn``'s body is only ``...``, ``pass``, a docstring or ``raise NotImplementedError``."""
+    """Whether ``fn``'s body is only ``...``, ``pass``, a docstring or ``raise NotImplementedError``.
+
+    An answer graded in a process of its own says so itself (``answer_is_stub``, read from
+    its source by the grader)."""
+    stub = getattr(unwrap(fn), "answer_is_stub", None) if getattr(unwrap(fn), "is_remote", False) else None
+    if isinstance(stub, bool):
+        return stub
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(unwrap(fn))))
     except (OSError, TypeError, SyntaxError):

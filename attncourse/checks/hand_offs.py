@@ -46,7 +46,9 @@ HAND_OFFS: dict[str, HandOffs] = {
     "check_temperature_softmax": HandOffs("NumPy operations: np.exp, np.max and np.sum.", library=SOFTMAX),
     # Chapter 3b
     "check_doubly_stochastic_penalty": HandOffs("NumPy or PyTorch sums, differences and squares."),
-    "check_reinforce_loss": HandOffs("PyTorch operations on the tensors: sums, means, products, .detach()."),
+    "check_reinforce_loss": HandOffs(
+        "PyTorch operations on the tensors: sums, means, products, .detach().",
+        calls=("attncourse.chapters.ch03b_attention_over_images.calls:reinforce_outputs",)),
     # Chapter 4
     "check_softmax": HandOffs("NumPy operations: np.exp, np.max and np.sum (or the array methods).",
                               library=SOFTMAX),
@@ -106,7 +108,8 @@ HAND_OFFS: dict[str, HandOffs] = {
         library=SOFTMAX + ATTENTION + ("torch:matmul", "torch:bmm", "torch:einsum"),
         must_call=TRITON_LAUNCH,
         must_call_message="no Triton kernel ran: the check launches your kernel as "
-                          "kernel[grid](...), and that launch must run a @jit kernel"),
+                          "kernel[grid](...), and that launch must run a @jit kernel",
+        calls=("attncourse.chapters.ch08_attention_at_scale.calls:launch_forward_kernel",)),
     # Chapter 9
     "check_prefix_matching_score": HandOffs(
         "NumPy operations: comparisons, np.tri or np.tril, sums, any and means."),

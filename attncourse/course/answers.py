@@ -1,27 +1,35 @@
 """The graded answers of a submitted notebook, cut out by their syntax tree.
 
 The grade of record (:mod:`attncourse.course.record`) never runs a submitted notebook: for
-each coding exercise it takes, from the exercise's answer cell, the graded function's
-definition and what that function needs by name, and nothing else:
+each coding exercise it takes the graded name's definition and what it needs by name, from
+the answer cells only, and sends that to a process of its own
+(:mod:`attncourse.course.sandbox`), where it can harm nothing. What is taken:
 
-- the cell's own imports, helper functions and constant assignments that the function
-  (or a helper it needs) reads;
-- an earlier exercise's answer that it calls (``my_softmax`` inside ``my_attention``),
-  cut out the same way from that exercise's cell;
-- for the names still missing, the chapter's own import of that name (read from the
-  course's chapter, not from the submission), else an import of the submission's other
-  cells.
+- from the exercise's answer cell (nbgrader's ``<label>-answer``, else the last cell that
+  defines the name), every top-level statement that binds a name the graded definition
+  needs, directly or through another taken statement: imports, functions, classes,
+  assignments (``my_softmax = lambda x: ...`` too), wherever they sit in the cell, above
+  or below the graded function;
+- names still missing, from the other answer cells (an earlier exercise's ``my_softmax``,
+  a helper written in an earlier answer cell), cut the same way;
+- then the chapter's own imports of those names (read from the course's chapter, not from
+  the submission: a number such as ``NUM_HEADS`` is written in as its value), then an
+  import of the submission's other cells.
 
-Statements that do something (``os.environ.pop(...)``, ``check_softmax = ...``,
-``attncourse.checks.graded = ...``), whatever cell they sit in, are never taken. What is
-taken is analysed before it runs (:mod:`attncourse.course.refusals`).
+Statements that only do something (``print(...)``, ``os.environ.pop(...)``, a check's call)
+are not taken: an answer cell that tries the function on the notebook's data must not fail
+for want of that data. Nothing here is a security boundary any more: the answer's process is
+(:mod:`attncourse.course.sandbox.contain`). A cell that does not parse, or that makes the
+parser fail in any way (a 3,000-term expression: ``RecursionError``), is that exercise's
+"missing" reason, never an error of the grading run.
 """
 
 from __future__ import annotations
 
 import ast
 import functools
-from dataclasses import dataclass
+import importlib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbformat import NotebookNode
@@ -29,7 +37,15 @@ from nbformat import NotebookNode
 from attncourse.course.exercises import Exercise, chapter_exercises, read_chapter
 
 #: Top-level statements that may be taken from an answer cell: they bind names.
-_BINDING = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+_BINDING = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+            ast.Assign, ast.AnnAssign)
+#: Longest cell read, characters: a larger one is refused before it is parsed.
+MAX_CELL = 200_000
+#: What the parser may raise on a hostile cell besides ``SyntaxError``.
+_PARSE_ERRORS = (SyntaxError, RecursionError, MemoryError, ValueError, TypeError, OverflowError)
+#: Modules of the course an answer may import (besides an exercise's ``allow``): Triton's
+#: names as the chapters import them.
+PRELOADABLE = ("attncourse.kernels.triton_setup",)
 
 
 @dataclass
@@ -41,36 +57,94 @@ class Answer:
     exercise : Exercise
         The chapter's exercise (its label, check and function name).
     source : str
-        The extracted module: imports, then helpers, then the graded function. Empty
-        when ``problem`` is set.
+        The extracted module: imports, then the cells' taken statements. Empty when
+        ``problem`` is set.
     problem : str or None
-        Why there is nothing to run: no answer cell, no such function, a syntax error.
+        Why there is nothing to run: no answer cell, no such name, a cell that does not parse.
+    course_imports : tuple of str
+        The course's modules the source imports (the answer's process imports those it
+        may use before its limits, :mod:`attncourse.course.record`).
     """
 
     exercise: Exercise
     source: str = ""
     problem: str | None = None
+    course_imports: tuple[str, ...] = field(default=())
 
 
 def _code(cell: NotebookNode) -> str:
     """A code cell's Python: IPython's ``%magic`` and ``!shell`` lines blanked (line numbers kept)."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line
-                     for line in cell.source.split("\n"))
+    source = cell.get("source", "")
+    if isinstance(source, list):
+        source = "".join(str(s) for s in source)
+    if not isinstance(source, str):
+        raise ValueError("a cell whose source is not text")
+    if len(source) > MAX_CELL:
+        raise ValueError(f"a cell of more than {MAX_CELL:,} characters")
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
+
+
+def parse(source: str) -> ast.Module:
+    """``ast.parse``; any failure of the parser is a ``SyntaxError`` (with a line when known)."""
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        raise
+    except _PARSE_ERRORS as err:
+        raise SyntaxError(f"the parser gave up ({type(err).__name__})") from None
 
 
 def _bound(node: ast.stmt) -> set[str]:
     """Names a top-level statement binds."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
-    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return {node.name}
     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
-def _read(node: ast.AST) -> set[str]:
-    """Names a statement reads (a superset: its own local names too, which bind nothing outside)."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+def _names(node: ast.AST) -> set[str]:
+    """Every name a statement mentions (read, written, or declared ``global``)."""
+    found = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            found.add(n.id)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            found.update(n.names)
+    return found
+
+
+def _segment(source: str, node: ast.stmt) -> str:
+    """A top-level statement's lines, a function's decorators (a Triton kernel's ``@jit``) included."""
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    return "\n".join(source.split("\n")[first - 1:node.end_lineno])
+
+
+@dataclass
+class _Cell:
+    """A parsed answer cell: its source and top-level statements."""
+
+    source: str
+    body: list[ast.stmt]
+
+    def binding(self, name: str) -> list[int]:
+        return [i for i, node in enumerate(self.body) if isinstance(node, _BINDING) and name in _bound(node)]
+
+
+def _cut(cell: _Cell, wanted: set[str], keep: set[int]) -> set[str]:
+    """Add to ``keep`` the statements of ``cell`` that bind a name in ``wanted``, following what
+    they mention to a fixed point; return ``wanted`` grown by those names."""
+    wanted = set(wanted)
+    changed = True
+    while changed:
+        changed = False
+        for i, node in enumerate(cell.body):
+            if i not in keep and isinstance(node, _BINDING) and _bound(node) & wanted:
+                keep.add(i)
+                wanted |= _names(node)
+                changed = True
+    return wanted
 
 
 @functools.cache
@@ -90,63 +164,41 @@ def chapter_imports(chapter: Path) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _answer_cell(nb: NotebookNode, ex: Exercise) -> NotebookNode | None:
-    """The exercise's answer cell: nbgrader's ``<label>-answer``, else the last cell defining the function."""
-    code = [cell for cell in nb.cells if cell.cell_type == "code"]
-    for cell in code:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == f"{ex.label}-answer":
-            return cell
-    defining = []
-    for cell in code:
-        try:
-            tree = ast.parse(_code(cell))
-        except SyntaxError:
-            continue
-        if any(isinstance(n, ast.FunctionDef) and n.name == ex.function for n in tree.body):
-            defining.append(cell)
-    return defining[-1] if defining else None
-
-
-def _cut(tree: ast.Module, function: str) -> tuple[list[ast.stmt], set[str]]:
-    """The statements of a cell ``function`` needs (in the cell's order) and the names still missing."""
-    body = tree.body
-    graded = [i for i, n in enumerate(body) if isinstance(n, ast.FunctionDef) and n.name == function]
-    if not graded:
-        raise LookupError(function)
-    keep = {graded[-1]}
-    wanted = _read(body[graded[-1]])
-    changed = True
-    while changed:  # helpers read other helpers: follow them to a fixed point
-        changed = False
-        for i, node in enumerate(body[:graded[-1]]):
-            if i not in keep and isinstance(node, _BINDING) and _bound(node) & wanted:
-                keep.add(i)
-                wanted |= _read(node)
-                changed = True
-    taken = [body[i] for i in sorted(keep)]
-    bound = set().union(*(_bound(node) for node in taken))
-    return taken, wanted - bound
-
-
-def _segment(source: str, node: ast.stmt) -> str:
-    """A top-level statement's lines, a function's decorators (a Triton kernel's ``@jit``) included."""
-    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-    return "\n".join(source.split("\n")[first - 1:node.end_lineno])
+def _constant(value: object) -> bool:
+    """A value written into an answer as its literal: numbers, strings, and tuples of them."""
+    if type(value) in (int, float, str, bool) or value is None:
+        return True
+    return type(value) is tuple and all(_constant(v) for v in value)
 
 
 def _imports_binding(sources: list[str], names: set[str]) -> list[str]:
-    """Import statements among ``sources`` that bind one of ``names`` (the last for each), cut to
-    those names: ``from m import a, b`` read for ``b`` gives ``from m import b``."""
-    chosen: dict[str, ast.stmt] = {}
+    """Statements binding ``names`` from the import statements ``sources`` (the last for each),
+    cut to those names: ``from m import a, b`` read for ``b`` gives ``from m import b``; a
+    course constant is written as an assignment of its value instead."""
+    chosen: dict[str, str] = {}
     for source in sources:
-        node = ast.parse(source).body[0]
+        try:
+            node = ast.parse(source).body[0]
+        except (*_PARSE_ERRORS, IndexError):
+            continue
         for alias in node.names:
             name = (alias.asname or alias.name).split(".")[0]
-            if name in names:
-                chosen[name] = type(node)(names=[alias], module=getattr(node, "module", None),
-                                          level=getattr(node, "level", 0)) \
-                    if isinstance(node, ast.ImportFrom) else ast.Import(names=[alias])
-    return list(dict.fromkeys(ast.unparse(node) for node in chosen.values()))
+            if name not in names:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                module = node.module or ""
+                if module.startswith("attncourse") and not node.level:
+                    try:
+                        value = getattr(importlib.import_module(module), alias.name)
+                    except (ImportError, AttributeError):
+                        value = ...
+                    if _constant(value):
+                        chosen[name] = f"{name} = {value!r}"
+                        continue
+                chosen[name] = ast.unparse(ast.ImportFrom(module=node.module, names=[alias], level=node.level))
+            else:
+                chosen[name] = ast.unparse(ast.Import(names=[alias]))
+    return list(dict.fromkeys(chosen.values()))
 
 
 @functools.cache
@@ -159,53 +211,80 @@ def coding_exercises(chapter: Path) -> tuple[Exercise, ...]:
     return tuple(coding.values())
 
 
+def _grade_id(cell: NotebookNode) -> str:
+    metadata = cell.get("metadata")
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+    grade_id = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
+    return grade_id if isinstance(grade_id, str) else ""
+
+
 def extract(nb: NotebookNode, chapter: Path) -> list[Answer]:
-    """Every coding exercise's answer in ``nb``, a submission of the chapter ``chapter`` (``notebooks/*.md``)."""
-    coding = {ex.label: ex for ex in coding_exercises(chapter)}
-    by_function = {ex.function: ex for ex in coding.values()}
-    other_imports = []
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            try:
-                tree = ast.parse(_code(cell))
-            except SyntaxError:
-                continue
-            other_imports += [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    return [_answer(nb, ex, by_function, chapter_imports(chapter), other_imports) for ex in coding.values()]
+    """Every coding exercise's answer in ``nb``, a submission of the chapter ``chapter`` (``notebooks/*.md``).
 
-
-def _answer(nb: NotebookNode, ex: Exercise, by_function: dict[str, Exercise],
-            trusted: tuple[str, ...], other_imports: list[str]) -> Answer:
-    """One exercise's :class:`Answer` (see :func:`extract`)."""
-    parts: list[str] = []
-    missing: set[str] = set()
-    done: set[str] = set()
-    todo = [ex]
-    while todo:  # this answer, then the earlier answers it calls
-        current = todo.pop()
-        done.add(current.function)
-        cell = _answer_cell(nb, current)
-        if cell is None:
-            return Answer(ex, problem=f"no answer cell defines `{current.function}`")
-        source = _code(cell)
+    Raises
+    ------
+    ValueError
+        If ``nb`` is not a notebook (its cells are not a list of cells).
+    """
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+        raise ValueError("its cells are not a list of cells")
+    code = [c for c in cells if c.get("cell_type") == "code"]
+    coding = coding_exercises(chapter)
+    functions = {ex.function for ex in coding}
+    parsed: dict[int, _Cell | str] = {}  # a cell's parse, or why it has none
+    for i, cell in enumerate(code):
         try:
-            taken, needs = _cut(ast.parse(source), current.function)
-        except SyntaxError as err:
-            return Answer(ex, problem=f"the answer cell of `{current.function}` is not valid Python "
-                                      f"(line {err.lineno}: {err.msg})")
-        except LookupError:
-            return Answer(ex, problem=f"no answer cell defines `{current.function}`")
-        parts = [_segment(source, node) for node in taken] + parts
-        missing |= needs
-        for name in sorted(needs):
-            if name in by_function and name not in done:
-                todo.append(by_function[name])
-    defined = {name for part in parts for node in ast.parse(part).body for name in _bound(node)}
-    missing -= defined
+            source = _code(cell)
+            parsed[i] = _Cell(source, parse(source).body)
+        except (SyntaxError, ValueError) as err:
+            line = f"line {err.lineno}: " if isinstance(err, SyntaxError) and err.lineno else ""
+            parsed[i] = f"not valid Python ({line}{getattr(err, 'msg', None) or err})"
+    answers_cells = [i for i, cell in enumerate(code) if _grade_id(cell).endswith("-answer")
+                     or (isinstance(parsed[i], _Cell) and any(parsed[i].binding(f) for f in functions))]
+    other_imports = [ast.unparse(n) for c in parsed.values() if isinstance(c, _Cell)
+                     for n in c.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return [_answer(ex, code, parsed, answers_cells, chapter_imports(chapter), other_imports) for ex in coding]
+
+
+def _answer(ex: Exercise, code: list, parsed: dict, answer_cells: list[int], trusted: tuple[str, ...],
+            other_imports: list[str]) -> Answer:
+    """One exercise's :class:`Answer` (see the module's docstring)."""
+    own = next((i for i, cell in enumerate(code) if _grade_id(cell) == f"{ex.label}-answer"), None)
+    if own is None:
+        defining = [i for i in answer_cells if isinstance(parsed[i], _Cell) and parsed[i].binding(ex.function)]
+        own = defining[-1] if defining else None
+    if own is None:
+        return Answer(ex, problem=f"no answer cell defines `{ex.function}`")
+    cell = parsed[own]
+    if isinstance(cell, str):
+        return Answer(ex, problem=f"the answer cell of `{ex.function}` is {cell}")
+    if not cell.binding(ex.function):
+        return Answer(ex, problem=f"no answer cell defines `{ex.function}`")
+    keep: dict[int, set[int]] = {own: set()}
+    wanted = _cut(cell, {ex.function}, keep[own])
+    # Names still missing: from the other answer cells, the latest first.
+    for i in sorted((i for i in answer_cells if i != own), reverse=True):
+        other = parsed[i]
+        if not isinstance(other, _Cell):
+            continue
+        defined = {n for j, ks in keep.items() for k in ks for n in _bound(parsed[j].body[k])}
+        missing = wanted - defined
+        if any(other.binding(name) for name in missing):
+            keep[i] = set()
+            wanted |= _cut(other, {n for n in missing if other.binding(n)}, keep[i])
+    parts = [_segment(parsed[i].source, parsed[i].body[k]) for i in sorted(keep) for k in sorted(keep[i])]
+    defined = {n for i, ks in keep.items() for k in ks for n in _bound(parsed[i].body[k])}
+    missing = wanted - defined
     imports = _imports_binding(list(trusted), missing)
     still = missing - {name for s in imports for name in _bound(ast.parse(s).body[0])}
     imports += _imports_binding(other_imports, still)
-    return Answer(ex, source="\n".join(imports + [""] + parts) + "\n")
+    source = "\n".join(imports + [""] + parts) + "\n"
+    course = tuple(dict.fromkeys(
+        (n.module or "") if isinstance(n, ast.ImportFrom) else a.name
+        for s in imports + parts for n in ast.walk(parse(s)) if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names if ((n.module or "") if isinstance(n, ast.ImportFrom) else a.name).startswith("attncourse")))
+    return Answer(ex, source=source, course_imports=course)
 
 
-__all__ = ["Answer", "chapter_imports", "coding_exercises", "extract"]
+__all__ = ["MAX_CELL", "PRELOADABLE", "Answer", "chapter_imports", "coding_exercises", "extract", "parse"]

@@ -1,58 +1,54 @@
-"""The grade of record: each answer run alone, after the checks, in a process of its own.
+"""The grade of record: each answer runs in a process that holds nothing of the grade.
 
 ``python -m attncourse grade SUBMISSIONS...`` scores collected submissions (``nbgrader
 collect``'s ``submitted/<student>/<chapter>/<chapter>.ipynb``, or any ``.ipynb``) without
 running them. For every coding exercise of the chapter:
 
 1. the answer is cut out of the notebook by its syntax tree (:mod:`attncourse.course.answers`):
-   the graded function and what it needs by name, nothing that does something;
-2. it is refused if it is what :mod:`attncourse.course.refusals` forbids (the interpreter's
-   machinery, frames, dunders, the exercise's hand-offs by any name or path);
-3. otherwise it runs in a fresh process, forked from this one after every check was
-   imported and before any answer existed (spawned, importing the checks first, where
-   forking is not safe: see :func:`_context`): the answer's definitions are executed there, then its check runs on
-   hidden cases drawn with this grading's seed (a check whose cases take a seed gets fresh
-   random ones), with the check's runtime guard on and every result required to be a plain
-   number, array or tensor (:mod:`attncourse.checks.plain`). A process past its time limit
-   is killed: that exercise scores zero, the others are graded as usual.
+   the graded name and what it needs by name, from the answer cells;
+2. it runs in a fresh interpreter of its own (:mod:`attncourse.course.sandbox`), contained by
+   the operating system (:mod:`attncourse.course.sandbox.contain`), which receives the
+   answer's source and then, case by case, the inputs, and sends back the outputs as plain
+   data (:mod:`attncourse.course.sandbox.wire`) with the hand-offs its observers saw;
+3. here, in the grading process, the exercise's own check draws its hidden cases with this
+   grading's seed (a check whose cases take a seed gets fresh random ones), computes the
+   expected values, compares and decides. The answer's process never holds a case
+   generator, a seed, an expected value, a check or a channel that can say "passed".
 
-The notebook's own test cells, its ``NBGRADER_EXECUTION``, whatever it patches or redefines:
-none of it runs here. The in-notebook checks stay the learner's instant feedback.
+An exercise whose process dies, sends what is not an answer, or runs past its time limit
+scores zero with the reason; the others are graded as usual. The notebook's own test
+cells, its ``NBGRADER_EXECUTION``, whatever it patches or redefines: none of it runs here.
+The in-notebook checks stay the learner's instant feedback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-import linecache
-import multiprocessing
 import os
-import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import attncourse.chapters as chapters
 from attncourse.checks.hand_offs import HAND_OFFS
-from attncourse.checks.plain import plain_results
-from attncourse.course.answers import Answer
+from attncourse.course.answers import PRELOADABLE, Answer
 from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
-from attncourse.course.refusals import refusal
+from attncourse.course.sandbox.process import AnswerEnded, AnswerProcess
 from attncourse.runtime import NO_TRAINING_ENV
-
-# The checks are imported here, before any answer exists: a forked grading process starts
-# with them loaded, and a spawned one imports them by importing this module.
-CHECK_MODULES = chapters.modules("checks")
 
 
 @dataclass
 class Outcome:
     """One exercise's grade of record.
 
-    ``status``: ``"passed"``, ``"failed"`` (the check said no), ``"refused"`` (the static
-    analysis said no, before running), ``"missing"`` (no answer to run), ``"time limit"``
-    or ``"crashed"`` (the process ended without a result).
+    ``status``: ``"passed"``, ``"failed"`` (the check said no, or the answer's definitions
+    raised), ``"refused"`` (the answer handed the exercise's work to a library or the
+    course's package, named in ``message``), ``"missing"`` (no answer to run), ``"time
+    limit"`` or ``"crashed"`` (the process ended, or sent something that is not an answer).
     """
 
     label: str
@@ -64,16 +60,19 @@ class Outcome:
     message: str
     seconds: float
     fresh_cases: bool = False
+    #: The containment layers the answer's process ran under (:mod:`attncourse.course.sandbox.contain`).
+    layers: list[str] = field(default_factory=list)
 
 
-def _seed_cases(check: Any, seed: int) -> bool:
-    """Make ``check`` draw its random cases with ``seed``: every ``*_cases`` function of its
-    module that takes a ``seed`` gets it. Whether the check itself calls one of them (run in
-    the grading process only): chapter 7b's training check shares a module with seeded
-    checks, and its one case is not drawn."""
+@contextlib.contextmanager
+def seeded(check: Any, seed: int) -> Iterator[bool]:
+    """While inside, ``check`` draws its random cases with ``seed``: every ``*_cases`` function
+    of its module that takes a ``seed`` gets it (put back on exit). Yields whether the check
+    itself calls one of them: chapter 7b's training check shares a module with seeded checks,
+    and its one case is not drawn."""
     space = getattr(check, "__globals__", {})
     called = set(getattr(getattr(check, "__code__", None), "co_names", ()))
-    fresh = False
+    fresh, saved = False, {}
     for name, value in list(space.items()):
         if name.endswith("_cases") and callable(value):
             try:
@@ -81,99 +80,120 @@ def _seed_cases(check: Any, seed: int) -> bool:
             except (TypeError, ValueError):
                 continue
             if takes_seed:
+                saved[name] = value
                 space[name] = functools.partial(value, seed=seed)
                 fresh |= name in called
-    return fresh
-
-
-def _run_answer(conn: Any, check_name: str, function: str, source: str, seed: int) -> None:
-    """The grading process: define the answer, run its check, send ``(passed, message, fresh)``."""
     try:
-        # What the answer prints goes nowhere: it must not write into the grader's report.
-        quiet = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(quiet, 1)
-        os.dup2(quiet, 2)
-        import torch
-
-        torch.set_num_threads(1)  # fair on a shared grader, and safe after fork
-        os.environ[NO_TRAINING_ENV] = "1"  # a check loads no model that is not prepared (none does)
-        check = chapters.check(check_name)
-        fresh = _seed_cases(check, seed)
-        filename = f"<answer {function}>"
-        # The checks (and Triton's @jit) read the answer's source through linecache.
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        namespace: dict[str, Any] = {"__name__": "attncourse_answer"}
-        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - analysed, in its own process
-        fn = namespace[function]
-        kernel = bool(HAND_OFFS.get(check_name) and HAND_OFFS[check_name].must_call)
-        result = check(fn if kernel else plain_results(fn))
-        conn.send((bool(result.passed), " ".join(str(result.message).split())[:300], fresh))
-    except BaseException as err:  # the answer's definitions failed: that answer's fault
-        conn.send((False, f"{type(err).__name__}: {' '.join(str(err).split())[:200]}", False))
+        yield fresh
     finally:
-        conn.close()
+        space.update(saved)
 
 
-def _context() -> Any:
-    """How grading processes start: ``ATTNCOURSE_GRADE_START`` (``fork`` or ``spawn``) if set;
-    else fork on Linux (the checks are loaded already: no import per exercise) without an
-    NVIDIA GPU, spawn elsewhere (macOS and Windows; and where CUDA, which the checks' import
-    asks about, cannot be used again in a forked process)."""
-    method = os.environ.get("ATTNCOURSE_GRADE_START", "").strip()
-    if method not in ("fork", "spawn"):
-        method = "fork" if sys.platform.startswith("linux") and not os.path.exists("/dev/nvidiactl") else "spawn"
-    return multiprocessing.get_context(method)
+def _preload(answer: Answer) -> tuple[str, ...]:
+    """The course's modules the answer imports that its exercise allows (its ``allow``
+    entries' modules and Triton's names): imported in its process before the limits."""
+    rules = HAND_OFFS.get(answer.exercise.check)
+    allowed = {a.rsplit(".", 1)[0] for a in (rules.allow if rules else ())}
+    allowed |= {a.rsplit(".", 2)[0] for a in (rules.allow if rules else ())}  # module.Class.method
+    allowed |= set(PRELOADABLE)
+    return tuple(m for m in answer.course_imports if m in allowed)
 
 
 def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Outcome:
     """The grade of record of one extracted answer (see the module's docstring)."""
     ex = answer.exercise
     start = time.perf_counter()
+    layers: list[str] = []
 
     def outcome(status: str, message: str, fresh: bool = False) -> Outcome:
         points = CHECK_POINTS if status == "passed" else 0
-        return Outcome(ex.label, ex.check, ex.function, status, points, CHECK_POINTS, message,
-                       round(time.perf_counter() - start, 2), fresh)
+        return Outcome(ex.label, ex.check, ex.function, status, points, CHECK_POINTS,
+                       " ".join(str(message).split())[:300], round(time.perf_counter() - start, 2),
+                       fresh, list(layers))
 
     if answer.problem:
         return outcome("missing", answer.problem)
-    why = refusal(answer.source, ex.check)
-    if why:
-        return outcome("refused", f"not accepted: {why}")
     if ex.timeout is not None:  # an exercise that runs the learner's training declares its own
         limit = max(limit, ex.timeout)
-    context = _context()
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(target=_run_answer, args=(send, ex.check, ex.function, answer.source, seed),
-                              daemon=True)
-    sys.stdout.flush()  # a forked process would print what is still buffered a second time
-    sys.stderr.flush()
-    process.start()
-    send.close()
-    try:
-        if not receive.poll(limit):
-            return outcome("time limit", f"stopped after {limit:g} s")
+    check = chapters.check(ex.check)
+    rules = HAND_OFFS.get(ex.check)
+    with seeded(check, seed) as fresh:
+        remote = AnswerProcess(answer.source, ex.function, rules, limit, preload=_preload(answer))
         try:
-            passed, message, fresh = receive.recv()
-        except (EOFError, OSError):
-            return outcome("crashed", f"the grading process ended without a result (exit {process.exitcode})")
-        return outcome("passed" if passed else "failed", message, fresh)
-    finally:
-        if process.is_alive():
-            process.kill()
-        process.join()
-        receive.close()
+            remote.start()
+            layers = remote.layers
+            if remote.definition_hand_offs:
+                return outcome("refused", f"not accepted: running the answer's definitions calls "
+                                          f"`{remote.definition_hand_offs[0].name}`", fresh)
+            result = check(remote)
+        except AnswerEnded as end:
+            layers = remote.layers
+            return outcome(end.status, end.message, fresh)
+        except Exception as err:  # the answer's definitions raised: that answer's fault
+            layers = remote.layers
+            return outcome("failed", f"the answer's definitions raised {type(err).__name__}: {err}", fresh)
+        finally:
+            remote.close()
+    message = str(result.message)
+    status = "passed" if result.passed else "refused" if message.startswith("not accepted") else "failed"
+    return outcome(status, message, fresh)
+
+
+#: Largest submitted notebook read, bytes.
+MAX_NOTEBOOK = 50 * 2**20
+
+
+def read_submission(path: Path) -> Any:
+    """A submitted notebook as nbformat's node, read as data only.
+
+    Raises
+    ------
+    ValueError
+        With one line saying why, if it is not a notebook of nbformat 4 (or one that
+        nbformat converts to 4): too large, not JSON, not an object, no list of cells.
+    OSError
+        If it cannot be read.
+    """
+    import json
+
+    import nbformat
+
+    if path.stat().st_size > MAX_NOTEBOOK:
+        raise ValueError(f"larger than {MAX_NOTEBOOK // 2**20} MB")
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, RecursionError, MemoryError) as err:
+        raise ValueError(f"not JSON ({type(err).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a notebook (its JSON is not an object)")
+    if data.get("nbformat") != 4:
+        try:
+            data = nbformat.convert(nbformat.from_dict(data), 4)
+        except Exception as err:  # nbformat's converters on a forged notebook  # noqa: BLE001
+            raise ValueError(f"not a notebook nbformat can read ({type(err).__name__})") from None
+    return nbformat.from_dict(data)
 
 
 def grade_notebook(path: Path, chapter: Path, seed: int, limit: float = EXERCISE_LIMIT) -> dict:
-    """Grade one submitted notebook of ``chapter`` (``notebooks/*.md``): a JSON-ready record."""
-    import nbformat
+    """Grade one submitted notebook of ``chapter`` (``notebooks/*.md``): a JSON-ready record.
 
-    from attncourse.course.answers import extract
+    A notebook that cannot be read, or whose cells make the extraction fail, scores 0 on
+    every exercise, each with the reason ("missing"); nothing here raises for a bad
+    submission. ``OSError`` only if the file cannot be read at all.
+    """
+    from attncourse.course.answers import coding_exercises, extract
 
+    os.environ[NO_TRAINING_ENV] = "1"  # a check loads no model that is not prepared (none does)
     start = time.perf_counter()
-    nb = nbformat.read(path, as_version=4)
-    outcomes = [grade_answer(answer, seed, limit) for answer in extract(nb, chapter)]
+    try:
+        answers = extract(read_submission(path), chapter)
+    except OSError:
+        raise
+    except Exception as err:  # the extraction of a hostile notebook  # noqa: BLE001
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        answers = [Answer(ex, problem=f"the notebook cannot be graded: {reason}")
+                   for ex in coding_exercises(chapter)]
+    outcomes = [grade_answer(answer, seed, limit) for answer in answers]
     return {
         "submission": str(path),
         "student": student_of(path, chapter.stem),
@@ -182,6 +202,7 @@ def grade_notebook(path: Path, chapter: Path, seed: int, limit: float = EXERCISE
         "score": sum(o.points for o in outcomes),
         "max_score": sum(o.max_points for o in outcomes),
         "seconds": round(time.perf_counter() - start, 2),
+        "containment": sorted({layer for o in outcomes for layer in o.layers}),
         "exercises": [asdict(o) for o in outcomes],
     }
 
@@ -194,4 +215,4 @@ def student_of(path: Path, chapter: str) -> str:
     return path.stem
 
 
-__all__ = ["CHECK_MODULES", "Outcome", "grade_answer", "grade_notebook", "student_of"]
+__all__ = ["MAX_NOTEBOOK", "Outcome", "grade_answer", "grade_notebook", "read_submission", "seeded", "student_of"]

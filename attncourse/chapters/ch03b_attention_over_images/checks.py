@@ -46,10 +46,11 @@ from typing import Any, NoReturn
 import numpy as np
 import torch
 
+from attncourse.chapters.ch03b_attention_over_images.calls import reinforce_outputs
 from attncourse.checks.core import (
     Case,
     CheckResult,
-    describe_value,
+    calling,
     run_cases,
     same_values,
     variant_hint,
@@ -425,46 +426,35 @@ class _NotALoss(Exception):
 class _Graded:
     """Run the learner's loss on fresh leaf tensors and return (loss, gradients).
 
-    What the learner returns is checked before ``backward()`` is called, so a
-    float or a tensor cut off from ``log_probs`` is described in words (kept
-    in :attr:`problem` as message and hint) rather than as the error that
-    ``backward()`` would raise.
+    :func:`~attncourse.chapters.ch03b_attention_over_images.calls.reinforce_outputs` calls
+    it (in the answer's own process under the grade of record); what cannot be
+    backpropagated is described in words (kept in :attr:`problem` as message and hint)
+    rather than as the error that ``backward()`` would raise.
     """
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self.fn = fn
+        self.call = calling(fn, reinforce_outputs)
         self.__wrapped__ = fn  # the learner's function, for the guards (stubs, references)
         self.problem: tuple[str, str] | None = None
 
     def __call__(self, log_probs: torch.Tensor, rewards: torch.Tensor,
                  baseline: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         self.problem = None
-        # Fresh leaves: the gradients read below are this call's alone.
-        log_probs = log_probs.detach().clone().requires_grad_(True)
-        rewards = rewards.detach().clone().requires_grad_(True)
-        loss = self.fn(log_probs, rewards, baseline)
-        if loss is None:
+        loss, grad_log_probs, grad_rewards, problem, detail = self.call(log_probs, rewards, baseline)
+        if problem == "none":
             self._fail("your function returned None; expected a scalar tensor. Did you forget `return`?",
                        RF_RULE)
-        if not isinstance(loss, torch.Tensor):
-            self._fail(f"your function returned {describe_value(loss)}, not a torch tensor: "
+        if problem == "not a tensor":
+            self._fail(f"your function returned a {detail}, not a torch tensor: "
                        "loss.backward() needs the tensor built from log_probs", RF_GRAPH_HINT)
-        if loss.dim() != 0:
-            # Not a scalar: the comparison names the shape; the gradients are never looked at.
-            return loss.detach(), torch.zeros_like(log_probs), torch.zeros_like(rewards)
-        if loss.grad_fn is None:
+        if problem == "no grad_fn":
             self._fail("your function returned a tensor with no gradient history (no grad_fn), so "
                        "loss.backward() cannot reach log_probs", RF_CUT_HINT)
-        try:
-            loss.backward()
-        except RuntimeError as exc:
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            if len(text) > _MESSAGE_LIMIT:
-                text = text[: _MESSAGE_LIMIT - 3] + "..."
+        if problem == "backward":
+            text = detail if len(detail) <= _MESSAGE_LIMIT else detail[: _MESSAGE_LIMIT - 3] + "..."
             self._fail(f"loss.backward() on your result raised RuntimeError: {text}", RF_BACKWARD_HINT)
-        zeros = torch.zeros_like
-        return (loss.detach(), zeros(log_probs) if log_probs.grad is None else log_probs.grad,
-                zeros(rewards) if rewards.grad is None else rewards.grad)
+        return loss, grad_log_probs, grad_rewards
 
     def _fail(self, message: str, hint: str) -> NoReturn:
         self.problem = (message, hint)

@@ -1,0 +1,357 @@
+"""The grader's side of the boundary: a student's answer as a function of another process.
+
+:class:`AnswerProcess` starts :mod:`attncourse.course.sandbox.child` for one exercise and
+stands for the answer's function in the grading process: calling it sends the inputs and
+returns the outputs (:mod:`attncourse.course.sandbox.wire`), so a chapter's check runs
+unchanged here, where the cases are drawn, the expected values computed and the outputs
+compared, and none of that is in reach of the answer. A check that must call the answer in
+a way of its own (launch a Triton kernel, backpropagate a loss) names a caller of its
+``HandOffs.calls``, and :meth:`AnswerProcess.via` runs that caller in the answer's process.
+
+What the grading process does for itself (:func:`protect_grader`, once): it becomes not
+dumpable (no process of the same user opens its descriptors through ``/proc/<pid>/fd`` or
+reads its memory) and a child subreaper (a process the answer started and orphaned is
+re-parented to the grader, which kills it, :meth:`AnswerProcess.close`). Each answer's
+process starts in a session (and process group) of its own, killed whole when its exercise
+ends; its standard output and error go nowhere, so the grader's report is the grader's own.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import contextlib
+import os
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from attncourse.checks.guard import HandOff, HandOffs
+from attncourse.course.sandbox.contain import (
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    prctl,
+)
+from attncourse.course.sandbox.wire import (
+    MAX_BYTES,
+    WireError,
+    decode,
+    encode,
+    write_message,
+)
+
+#: The course's repository: the answer's process may not read beneath it.
+COURSE_ROOT = Path(__file__).resolve().parents[3]
+#: Memory an answer may allocate beyond what its process holds once started, bytes.
+MEMORY = 4 * 2**30
+#: Seconds the answer's process has to start and run the answer's definitions.
+STARTUP_SECONDS = 60.0
+_BOOT = ("import sys; sys.path.insert(0, {root!r}); "
+         "from attncourse.course.sandbox.child import main; main()")
+_LIVE: set[int] = set()
+_PROTECTED = False
+
+
+class AnswerEnded(BaseException):
+    """The answer's process is gone or out of time: the exercise ends here.
+
+    A ``BaseException``, so that no check's ``except Exception`` takes it for a wrong
+    answer. ``status`` is ``"time limit"`` or ``"crashed"``.
+    """
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def protect_grader() -> list[str]:
+    """Make this process not dumpable and a child subreaper (Linux); the layers set."""
+    global _PROTECTED
+    done = []
+    for option, name in ((PR_SET_DUMPABLE, "grader_not_dumpable"), (PR_SET_CHILD_SUBREAPER, "subreaper")):
+        try:
+            prctl(option, 0 if option == PR_SET_DUMPABLE else 1)
+            done.append(name)
+        except (OSError, AttributeError):
+            pass
+    _PROTECTED = True
+    return done
+
+
+def is_stub_source(source: str, function: str) -> bool:
+    """Whether ``function``'s definition in ``source`` is a stub (``...``, ``pass``, a docstring,
+    ``raise NotImplementedError``), as :func:`attncourse.checks.guard.is_stub` reads one."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, RecursionError, MemoryError, ValueError):
+        return False
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    if not defs:
+        return False
+    for statement in defs[-1].body:
+        if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr)
+                                               and isinstance(statement.value, ast.Constant)):
+            continue
+        if isinstance(statement, ast.Raise) and "NotImplementedError" in ast.unparse(statement):
+            continue
+        return False
+    return True
+
+
+def _environment(workdir: str) -> dict[str, str]:
+    """What Python, NumPy, torch and Triton need, and nothing of the grader's."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": workdir, "TMPDIR": workdir,
+           "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+           "ATTNCOURSE_NO_TRAINING": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "TORCHINDUCTOR_CACHE_DIR": os.path.join(workdir, "inductor"),
+           "TRITON_CACHE_DIR": os.path.join(workdir, "triton")}
+    for name in ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "ATEN_CPU_CAPABILITY"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+class AnswerProcess:
+    """One exercise's answer, running in a process of its own (see the module's docstring).
+
+    Parameters
+    ----------
+    source : str
+        The extracted answer (:mod:`attncourse.course.answers`).
+    function : str
+        The name the answer defines and the check calls.
+    rules : HandOffs or None
+        The exercise's hand-off rules, observed in the answer's process.
+    limit : float
+        Seconds for every call of the exercise together, counted once the answer is defined.
+    preload : sequence of str
+        Modules of the course the answer may use, imported before the limits.
+
+    Calling the object calls the answer: inputs and outputs as
+    :mod:`attncourse.course.sandbox.wire` allows. An exception the answer raised is raised
+    again here, as the same built-in type (``RuntimeError`` for any other) with its message
+    and the answer's line. :class:`AnswerEnded` when the process dies, sends something
+    that is not an answer, or runs out of time. ``hand_offs`` holds what the last call
+    handed off.
+    """
+
+    #: Tells the checks that this function runs elsewhere (:func:`attncourse.checks.core.run_cases`).
+    is_remote = True
+
+    def __init__(self, source: str, function: str, rules: HandOffs | None, limit: float,
+                 preload: tuple[str, ...] = ()) -> None:
+        self.source, self.function, self.rules, self.limit = source, function, rules, limit
+        self.preload = tuple(preload)
+        self.answer_is_stub = is_stub_source(source, function)
+        self.__name__ = function
+        self.hand_offs: list[HandOff] = []
+        self.definition_hand_offs: list[HandOff] = []
+        self.layers: list[str] = []
+        self.process: subprocess.Popen | None = None
+        self.deadline = 0.0
+
+    # ----------------------------------------------------------------- lifetime
+    def start(self) -> AnswerProcess:
+        """Start the process and define the answer in it; raises :class:`AnswerEnded`, or
+        the answer's own error at definition (as a call would)."""
+        if not _PROTECTED:
+            protect_grader()
+        self.workdir = tempfile.mkdtemp(prefix="attncourse-answer-")
+        requests_in, self.requests = os.pipe()
+        self.results, results_out = os.pipe()
+        import torch
+
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-c", _BOOT.format(root=str(COURSE_ROOT)), str(results_out)],
+                stdin=requests_in, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(results_out,), close_fds=True, cwd=self.workdir,
+                env=_environment(self.workdir), start_new_session=True)
+        finally:
+            os.close(requests_in)
+            os.close(results_out)
+        _LIVE.add(self.process.pid)
+        fields = _stat(str(self.process.pid))
+        self.started = int(fields[19]) if fields else 0
+        rules = asdict(self.rules) if self.rules is not None else None
+        self.deadline = time.monotonic() + STARTUP_SECONDS + self.limit
+        self._send(None, source=self.source, function=self.function, rules=rules,
+                   preload=list(self.preload), adapters=list(self.rules.calls if self.rules else ()),
+                   course_root=str(COURSE_ROOT), memory=MEMORY,
+                   cpu_seconds=STARTUP_SECONDS + 2 * self.limit,
+                   allow_threads=bool(torch.cuda.is_available()))
+        _, fields = self._receive()
+        self.layers = [str(x) for x in fields.get("layers", [])][:20]
+        self.definition_hand_offs = self._hand_offs(fields)
+        self.deadline = time.monotonic() + self.limit
+        if fields.get("ok") is not True:
+            self._raise(fields)
+        return self
+
+    def close(self) -> None:
+        """Kill the process's whole group, and anything it left re-parented to the grader."""
+        process = self.process
+        if process is None:
+            return
+        for fd in (self.requests, self.results):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait()
+        _LIVE.discard(process.pid)
+        _reap_orphans(process.pid, self.started)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.process = None
+
+    def __enter__(self) -> AnswerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- calls
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(None, args, kwargs)
+
+    def via(self, caller: Callable) -> Callable:
+        """A function that runs ``caller(answer, *args, **kwargs)`` in the answer's process;
+        ``caller`` must be one of the exercise's ``HandOffs.calls``."""
+        name = f"{caller.__module__}:{caller.__qualname__}"
+        if self.rules is None or name not in self.rules.calls:
+            raise ValueError(f"{name} is not among the exercise's callers (HandOffs.calls)")
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, args, kwargs)
+        call.__wrapped__ = self  # the guards' unwrap() finds the answer under it
+        return call
+
+    def _call(self, adapter: str | None, args: tuple, kwargs: dict) -> Any:
+        self.hand_offs = []
+        try:
+            self._send((tuple(args), dict(kwargs)), strict=False, adapter=adapter)
+        except WireError as err:  # the check's own inputs: a bug of ours, not the answer's
+            raise RuntimeError(f"the grader cannot send this case: {err}") from None
+        value, fields = self._receive()
+        self.hand_offs = self._hand_offs(fields)
+        if fields.get("ok") is not True:
+            self._raise(fields)
+        return value
+
+    # ----------------------------------------------------------------- the pipe
+    def _send(self, value: Any, strict: bool = True, **fields: Any) -> None:
+        message = encode(value, strict, **fields)
+        try:
+            write_message(self.requests, message)
+        except (BrokenPipeError, OSError):
+            raise AnswerEnded("crashed", self._ended()) from None
+
+    def _read(self, count: int) -> bytes:
+        chunks = []
+        while count:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise AnswerEnded("time limit", f"stopped after {self.limit:g} s")
+            ready, _, _ = select.select([self.results], [], [], left)
+            if not ready:
+                continue
+            chunk = os.read(self.results, min(count, 1 << 20))
+            if not chunk:
+                raise AnswerEnded("crashed", self._ended())
+            chunks.append(chunk)
+            count -= len(chunk)
+        return b"".join(chunks)
+
+    def _receive(self) -> tuple[Any, dict]:
+        (length,) = struct.unpack("<Q", self._read(8))
+        if length > MAX_BYTES + 64:
+            raise AnswerEnded("crashed", "the answer's process sent more than the grader reads")
+        try:
+            value, fields = decode(self._read(length))
+        except WireError as err:
+            raise AnswerEnded("crashed", f"the answer's process sent something that is not an answer ({err})") from None
+        return value, fields
+
+    def _ended(self) -> str:
+        process = self.process
+        code = process.poll() if process is not None else None
+        if code is None and process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = process.wait(timeout=2)
+        if code is not None and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            why = {"SIGSYS": "a forbidden system call (a new process or thread)",
+                   "SIGXFSZ": "writing a file", "SIGXCPU": "its CPU time",
+                   "SIGKILL": "killed"}.get(name, "")
+            return f"the answer's process ended by {name}" + (f": {why}" if why else "")
+        return f"the answer's process ended without a result (exit {code})"
+
+    @staticmethod
+    def _hand_offs(fields: dict) -> list[HandOff]:
+        found = []
+        for item in fields.get("hand_offs", [])[:50] if type(fields.get("hand_offs")) is list else []:
+            if type(item) is list and len(item) == 2 and all(type(x) is str for x in item):
+                found.append(HandOff(item[0][:20], item[1][:200]))
+        return found
+
+    def _raise(self, fields: dict) -> None:
+        error = fields.get("error")
+        if type(error) is not dict:
+            raise AnswerEnded("crashed", "the answer's process sent an error without its description")
+        name, message, where = (str(error.get(k, ""))[:300] for k in ("type", "message", "where"))
+        kind = getattr(builtins, name, None)
+        text = message + (f" ({where})" if where else "")
+        if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
+            try:
+                raise kind(text)
+            except TypeError:  # a built-in that takes other arguments (UnicodeDecodeError)
+                pass
+        raise RuntimeError(f"{str(error.get('name', name))[:60]}: {text}")
+
+
+def _stat(pid: str) -> list[str] | None:
+    """Fields of ``/proc/<pid>/stat`` after the command's name (state, ppid, pgrp, session...)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _reap_orphans(session: int, started: int) -> None:
+    """Kill what an answer's process left behind, re-parented to the grader (a subreaper):
+    the grader's children in the answer's session ``session``, or in a session of their own
+    started after the answer's process (``started``, in clock ticks since boot)."""
+    me = str(os.getpid())
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return
+    for entry in entries:
+        fields = _stat(entry)
+        if fields is None or fields[1] != me or int(entry) in _LIVE:
+            continue
+        sid, start = int(fields[3]), int(fields[19])
+        if sid == session or (sid == int(entry) and start >= started):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(int(entry), 0)
+
+
+__all__ = ["AnswerEnded", "AnswerProcess", "COURSE_ROOT", "MEMORY", "is_stub_source", "protect_grader"]
