@@ -136,7 +136,10 @@ SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:specia
            "torch:Softmax", "scipy:softmax", "scipy:log_softmax", "scipy:logsumexp",
            # easy to miss: each computes a softmax too (or attention, its weights)
            "torch:logsumexp", "torch:_log_softmax", "torch:special_log_softmax", "torch:_masked_softmax",
-           "torch:scaled_dot_product_attention")
+           "torch:scaled_dot_product_attention", "torch:masked_softmax", "torch:LogSoftmax",
+           "torch:Softmin", "torch:softmin", "torch:gumbel_softmax", "torch:cross_entropy",
+           "torch:CrossEntropyLoss", "torch:logcumsumexp", "numpy:logaddexp",
+           "torch:multi_head_attention_forward", "torch:MultiheadAttention", "torch:flex_attention")
 #: Library attention: no exercise about attention weights or outputs may call it.
 ATTENTION = ("torch:scaled_dot_product_attention", "torch:multi_head_attention_forward",
              "torch:MultiheadAttention", "torch:flex_attention", "torch:_scaled_dot_product_attention_math")
@@ -201,9 +204,11 @@ def _called(frame: Any, event: str, arg: Any) -> tuple[str, str]:
     if event == "call":
         return frame.f_globals.get("__name__") or "", frame.f_code.co_qualname
     module = getattr(arg, "__module__", None)
+    owner = getattr(arg, "__self__", None)
     if not module:  # a method of a C type, e.g. Tensor.softmax: the module of its owner
-        owner = getattr(arg, "__self__", None)
         module = type(owner).__module__ if owner is not None else ""
+    if type(owner).__name__ == "ufunc":  # np.logaddexp.reduce: named by its ufunc
+        return "numpy", f"{getattr(owner, '__name__', 'ufunc')}.{getattr(arg, '__name__', '')}"
     qualname = getattr(arg, "__qualname__", None) or getattr(arg, "__name__", "") or ""
     return module, qualname.replace("_VariableFunctionsClass.", "")
 

@@ -1,22 +1,26 @@
 """The process that runs one student's answer: inputs in, outputs out, nothing else.
 
-Started by :class:`attncourse.course.sandbox.process.AnswerProcess` as a fresh interpreter
-(``python -I``), with an empty working folder, a minimal environment and two descriptors:
-standard input, on which the grader writes, and the result descriptor, on which this
-process answers (standard output and error go nowhere). It never imports a check, a case
-generator or a reference, and never learns the grading's seed or an expected value.
+The grader (:class:`attncourse.course.sandbox.process.AnswerProcess`) starts a fresh
+interpreter (``python -I``, an empty working folder, a minimal environment) that imports
+NumPy, torch and this module, and nothing of the grade: the fork server (:func:`serve`).
+For each exercise it forks one process (:func:`answer`), which keeps two descriptors:
+standard input, on which the grader writes, and the result descriptor, on which it answers
+(standard output and error go nowhere; every other descriptor is closed). Neither ever
+imports a check, a case generator or a reference, or learns the grading's seed or an
+expected value. Forking saves each exercise the second it takes to import torch.
 
 1. It reads the setup: the extracted answer's source, the graded name, the exercise's
    hand-off rules, the modules of the course it may use (imported now, before the limits),
    the limits.
-2. It imports NumPy and torch (one thread), then those modules, then contains itself
+2. It imports those modules, then contains itself
    (:func:`attncourse.course.sandbox.contain.contain`).
-3. It runs the answer's definitions, then each call the grader asks for, under two
+3. It runs the answer's definitions, then each call the grader asks for, under three
    observers: a :class:`torch.overrides.TorchFunctionMode` that records every torch
-   function reached by any route (from C too: ``map``, ``functools.partial``), and
-   :func:`attncourse.checks.guard.watching`, the checks' profiler, for NumPy, SciPy, the
-   course package and the must-call rule of a kernel exercise. After each call it checks
-   that both observers are still in place.
+   function reached by any route (from C too: ``map``, ``functools.partial``), a
+   ``TorchDispatchMode`` that records the operators reaching torch's dispatcher (what
+   ``torch.ops.aten`` calls directly), and :func:`attncourse.checks.guard.watching`, the
+   checks' profiler, for NumPy, SciPy, the course package and the must-call rule of a
+   kernel exercise. After each call it checks that all three are still in place.
 4. It answers each request with one message (:mod:`attncourse.course.sandbox.wire`): the
    outputs, or the exception's type, message and line, and the hand-offs seen.
 
@@ -33,9 +37,8 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-#: The descriptor answers go to (its number is the first argument); requests come on
-#: standard input.
-RESULT_FD = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else 3
+#: The descriptor an answer's process writes its answers to; requests come on standard input.
+RESULT_FD = 3
 
 
 def _read_exact(count: int) -> bytes:
@@ -88,11 +91,12 @@ def _error(err: BaseException, filename: str) -> dict:
 
 
 class Observers:
-    """The two observers of a run (see the module's docstring) and what they saw."""
+    """The three observers of a run (see the module's docstring) and what they saw."""
 
     def __init__(self, rules: Any, learner: Any) -> None:
         import torch
         from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
 
         from attncourse.checks.guard import HandOff
 
@@ -114,13 +118,26 @@ class Observers:
                     seen.append(HandOff("library", f"torch.{owner.replace('_VariableFunctionsClass.', '')}"))
                 return func(*args, **(kwargs or {}))
 
+        class Dispatched(TorchDispatchMode):
+            """Records the exercise's hand-offs among the operators that reach torch's
+            dispatcher: ``torch.ops.aten._softmax`` and any other route below the Python API."""
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = getattr(getattr(func, "overloadpacket", func), "__name__", "") or ""
+                if name.lstrip("_") in stripped:
+                    seen.append(HandOff("library", f"torch.ops.aten.{name}"))
+                return func(*args, **(kwargs or {}))
+
+        stripped = {n.lstrip("_") for n in names}
         self.mode = Recorder()
+        self.dispatch = Dispatched()
         self.torch = torch
 
     def run(self, fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, list]:
         """``fn(*args, **kwargs)`` observed: ``(result, hand-offs)``. An exception propagates;
         the hand-offs seen until then are in ``self.last``."""
         from torch.overrides import _get_current_function_mode_stack
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
 
         from attncourse.checks.guard import HandOff, watching
 
@@ -128,13 +145,14 @@ class Observers:
         seen: list = []
         tampered = False
         try:
-            with watching(self.rules, self.learner) as seen, self.mode:
+            with watching(self.rules, self.learner) as seen, self.dispatch, self.mode:
                 profile = sys.getprofile()
                 try:
                     result = fn(*args, **kwargs)
                 finally:
                     stack = _get_current_function_mode_stack()
-                    tampered = sys.getprofile() is not profile or not stack or stack[-1] is not self.mode
+                    tampered = (sys.getprofile() is not profile or not stack or stack[-1] is not self.mode
+                                or _get_current_dispatch_mode() is not self.dispatch)
         finally:
             self.last = list(self.torch_seen) + list(seen)
             if tampered:
@@ -142,18 +160,128 @@ class Observers:
         return result, self.last
 
 
-def main() -> None:
-    """The answer's process (see the module's docstring)."""
-    import numpy  # noqa: F401 - before the limits: the inputs' format needs it
+def warm_up() -> None:
+    """What every answer's process needs, done once in the fork server: NumPy and torch (one
+    thread), Triton's choice of its interpreter, the observers' first use (entering a dispatch mode imports torch's compiler),
+    the temporary folder and torch's cache folder (asked for on first use; nothing is
+    written later), and tqdm without its monitor thread (no thread may start)."""
+    import tempfile
+
+    import numpy  # noqa: F401 - the inputs' format needs it
     import torch
 
     torch.set_num_threads(1)
+    # Triton chooses its interpreter when triton.language is first imported (torch's
+    # compiler imports it below): the course's choice is made first.
+    import attncourse.kernels.triton_setup  # noqa: F401
+
+    observers = Observers(None, None)
+    observers.run(torch.ones(2).add, 1)
+    tempfile.gettempdir()
+    os.makedirs(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "inductor"), exist_ok=True)
+    with contextlib.suppress(ImportError):
+        import tqdm
+
+        tqdm.tqdm.monitor_interval = 0
+    import attncourse.course.sandbox.contain as contain
+
+    contain._pyseccomp()  # finding libseccomp runs the compiler: not after the limits
+
+
+def serve(control: int) -> None:
+    """The fork server: warm up, then fork one answer's process per request on ``control``
+    (a UNIX socket to the grader, which sends ``fork`` with the process's two pipe ends,
+    and ``kill`` when the exercise ends). It holds nothing of the grade either."""
+    import signal
+    import socket
+    import struct
+
+    from attncourse.course.sandbox.contain import (
+        PR_SET_CHILD_SUBREAPER,
+        PR_SET_DUMPABLE,
+        PR_SET_PDEATHSIG,
+        prctl,
+    )
+
+    for option, value in ((PR_SET_DUMPABLE, 0), (PR_SET_CHILD_SUBREAPER, 1), (PR_SET_PDEATHSIG, 9)):
+        with contextlib.suppress(OSError):
+            prctl(option, value)
+    warm_up()
+    last = 0
+    sock = socket.socket(fileno=control)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 4, 2)
+        except OSError:
+            return
+        if not message:
+            return  # the grader is gone
+        if message == b"fork" and len(fds) == 2:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    sock.close()
+                    os.setsid()  # a session and process group of its own, killed whole
+                    os.dup2(fds[0], 0)
+                    os.dup2(fds[1], RESULT_FD)
+                    keep = {0, 1, 2, RESULT_FD}
+                    for fd in [int(f) for f in os.listdir("/proc/self/fd")]:
+                        if fd not in keep:
+                            with contextlib.suppress(OSError):
+                                os.close(fd)
+                    answer()
+                finally:
+                    os._exit(0)
+            for fd in fds:
+                os.close(fd)
+            last = pid
+            sock.sendall(struct.pack("<q", pid))
+        elif message == b"kill":  # the exercise is over: this process's children, orphans included
+            sock.sendall(struct.pack("<q", _kill_children(signal.SIGKILL, last)))
+        else:
+            for fd in fds:
+                os.close(fd)
+
+
+#: What :func:`_kill_children` reports when it did not see the answer's process end.
+UNKNOWN_STATUS = 1 << 32
+
+
+def _kill_children(sig: int, watched: int) -> int:
+    """Kill and reap every child of this process (an answer's process, and whatever it
+    left re-parented here: the server is a subreaper); return how ``watched`` ended (its
+    exit code, or minus the signal that ended it), or :data:`UNKNOWN_STATUS`."""
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                parent = stat.read().rsplit(")", 1)[1].split()[1]
+        except (OSError, IndexError):
+            continue
+        if parent == me:
+            with contextlib.suppress(OSError):
+                os.kill(int(entry), sig)
+    found = UNKNOWN_STATUS
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return found
+        if pid == watched:
+            found = os.waitstatus_to_exitcode(status)
+
+
+def answer() -> None:
+    """One answer's process, forked from the server: read the setup, import what the
+    exercise may use, contain, define the answer, then serve the grader's calls."""
     from attncourse.checks.guard import HandOffs
     from attncourse.course.sandbox.contain import contain
 
     _, setup = read_request()
-    # The course's modules this exercise may use, and the caller of a kernel or a loss
-    # (an adapter): imported now, since after the limits the course's files are unreadable.
+    # The course's modules this exercise may use, and the caller of a kernel or a loss:
+    # imported now, since after the limits the course's files are unreadable.
     import importlib
 
     for module in setup["preload"]:
@@ -163,16 +291,6 @@ def main() -> None:
         module, _, qualname = name.partition(":")
         adapters[name] = getattr(importlib.import_module(module), qualname)
     rules = HandOffs(**setup["rules"]) if setup["rules"] is not None else None
-    # Folders torch makes on first use (torch.optim imports its compiler, which asks for its
-    # cache folder): made now, in the empty working folder, since nothing is written later.
-    import tempfile
-
-    tempfile.gettempdir()
-    with contextlib.suppress(ImportError):  # tqdm's monitor is a thread: none may start
-        import tqdm
-
-        tqdm.tqdm.monitor_interval = 0
-    os.makedirs(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "inductor"), exist_ok=True)
     layers = contain(setup["course_root"], setup["memory"], setup["cpu_seconds"], setup["allow_threads"])
     sys.dont_write_bytecode = True
     filename = f"<answer {setup['function']}>"
@@ -213,5 +331,3 @@ def _hand_offs(seen: list) -> list[list[str]]:
     return [[h.kind, h.name] for h in seen]
 
 
-if __name__ == "__main__":
-    main()

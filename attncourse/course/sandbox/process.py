@@ -19,6 +19,7 @@ ends; its standard output and error go nowhere, so the grader's report is the gr
 from __future__ import annotations
 
 import ast
+import atexit
 import builtins
 import contextlib
 import os
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from attncourse.checks.guard import HandOff, HandOffs
+from attncourse.course.sandbox.child import UNKNOWN_STATUS
 from attncourse.course.sandbox.contain import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
@@ -56,8 +58,7 @@ MEMORY = 4 * 2**30
 #: Seconds the answer's process has to start and run the answer's definitions.
 STARTUP_SECONDS = 60.0
 _BOOT = ("import sys; sys.path.insert(0, {root!r}); "
-         "from attncourse.course.sandbox.child import main; main()")
-_LIVE: set[int] = set()
+         "from attncourse.course.sandbox.child import serve; serve({fd})")
 _PROTECTED = False
 
 
@@ -157,32 +158,22 @@ class AnswerProcess:
         self.hand_offs: list[HandOff] = []
         self.definition_hand_offs: list[HandOff] = []
         self.layers: list[str] = []
-        self.process: subprocess.Popen | None = None
+        self.pid: int | None = None
         self.deadline = 0.0
 
     # ----------------------------------------------------------------- lifetime
     def start(self) -> AnswerProcess:
         """Start the process and define the answer in it; raises :class:`AnswerEnded`, or
         the answer's own error at definition (as a call would)."""
-        if not _PROTECTED:
-            protect_grader()
-        self.workdir = tempfile.mkdtemp(prefix="attncourse-answer-")
-        requests_in, self.requests = os.pipe()
-        self.results, results_out = os.pipe()
         import torch
 
+        requests_in, self.requests = os.pipe()
+        self.results, results_out = os.pipe()
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _BOOT.format(root=str(COURSE_ROOT)), str(results_out)],
-                stdin=requests_in, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(results_out,), close_fds=True, cwd=self.workdir,
-                env=_environment(self.workdir), start_new_session=True)
+            self.pid = fork_server().fork(requests_in, results_out)
         finally:
             os.close(requests_in)
             os.close(results_out)
-        _LIVE.add(self.process.pid)
-        fields = _stat(str(self.process.pid))
-        self.started = int(fields[19]) if fields else 0
         rules = asdict(self.rules) if self.rules is not None else None
         self.deadline = time.monotonic() + STARTUP_SECONDS + self.limit
         self._send(None, source=self.source, function=self.function, rules=rules,
@@ -199,22 +190,17 @@ class AnswerProcess:
         return self
 
     def close(self) -> None:
-        """Kill the process's whole group, and anything it left re-parented to the grader."""
-        process = self.process
-        if process is None:
+        """Kill the process's whole group, and anything it left behind (re-parented to the
+        fork server, a subreaper, which kills and reaps its children)."""
+        if self.pid is None:
             return
         for fd in (self.requests, self.results):
             with contextlib.suppress(OSError):
                 os.close(fd)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        process.wait()
-        _LIVE.discard(process.pid)
-        _reap_orphans(process.pid, self.started)
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        self.process = None
+            os.killpg(self.pid, signal.SIGKILL)
+        fork_server().reap()
+        self.pid = None
 
     def __enter__(self) -> AnswerProcess:
         return self.start()
@@ -285,11 +271,9 @@ class AnswerProcess:
         return value, fields
 
     def _ended(self) -> str:
-        process = self.process
-        code = process.poll() if process is not None else None
-        if code is None and process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                code = process.wait(timeout=2)
+        code = None
+        if self.pid is not None:  # it closed its end: wait for it, and kill what it left
+            code = fork_server().reap()
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -299,7 +283,7 @@ class AnswerProcess:
                    "SIGXFSZ": "writing a file", "SIGXCPU": "its CPU time",
                    "SIGKILL": "killed"}.get(name, "")
             return f"the answer's process ended by {name}" + (f": {why}" if why else "")
-        return f"the answer's process ended without a result (exit {code})"
+        return "the answer's process ended without a result" + (f" (exit {code})" if code is not None else "")
 
     @staticmethod
     def _hand_offs(fields: dict) -> list[HandOff]:
@@ -324,6 +308,67 @@ class AnswerProcess:
         raise RuntimeError(f"{str(error.get('name', name))[:60]}: {text}")
 
 
+class ForkServer:
+    """The process the answers' processes are forked from (:func:`attncourse.course.sandbox.child.serve`).
+
+    Started once per grading process, as a fresh interpreter that imports NumPy, torch and
+    the sandbox's own modules (never a check), in a session of its own, with an empty
+    working folder and a minimal environment; it dies with the grader.
+    """
+
+    def __init__(self) -> None:
+        import socket
+
+        self.workdir = tempfile.mkdtemp(prefix="attncourse-answers-")
+        ours, theirs = socket.socketpair()
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-I", "-c", _BOOT.format(root=str(COURSE_ROOT), fd=theirs.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),), close_fds=True, cwd=self.workdir,
+                env=_environment(self.workdir), start_new_session=True)
+        finally:
+            theirs.close()
+        self.socket = ours
+        self.socket.settimeout(STARTUP_SECONDS)
+        self.statuses: dict[int, int] = {}
+        self.owner = os.getpid()
+
+    def _recv(self, count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = self.socket.recv(count - len(data))
+            if not chunk:
+                raise OSError("the fork server is gone")
+            data += chunk
+        return data
+
+    def fork(self, requests_in: int, results_out: int) -> int:
+        """A new answer's process with these two pipe ends (its standard input and result
+        descriptor); its pid."""
+        import socket
+
+        socket.send_fds(self.socket, [b"fork"], [requests_in, results_out])
+        (pid,) = struct.unpack("<q", self._recv(8))
+        return pid
+
+    def reap(self) -> int | None:
+        """Kill whatever the server's children are (the answer's process and anything it
+        left behind), wait for them, and say how the last answer's process ended (its exit
+        code, minus the signal), if it ended then."""
+        self.socket.sendall(b"kill")
+        (status,) = struct.unpack("<q", self._recv(8))
+        return None if status == UNKNOWN_STATUS else status
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.socket.close()
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
 def _stat(pid: str) -> list[str] | None:
     """Fields of ``/proc/<pid>/stat`` after the command's name (state, ppid, pgrp, session...)."""
     try:
@@ -333,25 +378,21 @@ def _stat(pid: str) -> list[str] | None:
         return None
 
 
-def _reap_orphans(session: int, started: int) -> None:
-    """Kill what an answer's process left behind, re-parented to the grader (a subreaper):
-    the grader's children in the answer's session ``session``, or in a session of their own
-    started after the answer's process (``started``, in clock ticks since boot)."""
-    me = str(os.getpid())
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return
-    for entry in entries:
-        fields = _stat(entry)
-        if fields is None or fields[1] != me or int(entry) in _LIVE:
-            continue
-        sid, start = int(fields[3]), int(fields[19])
-        if sid == session or (sid == int(entry) and start >= started):
-            with contextlib.suppress(OSError):
-                os.kill(int(entry), signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(int(entry), 0)
+_SERVER: ForkServer | None = None
 
 
-__all__ = ["AnswerEnded", "AnswerProcess", "COURSE_ROOT", "MEMORY", "is_stub_source", "protect_grader"]
+def fork_server() -> ForkServer:
+    """This grading process's fork server, started on first use (and again if it died)."""
+    global _SERVER
+    if _SERVER is not None and (_SERVER.owner != os.getpid() or _SERVER.process.poll() is not None):
+        _SERVER = None
+    if _SERVER is None:
+        if not _PROTECTED:
+            protect_grader()
+        _SERVER = ForkServer()
+        atexit.register(_SERVER.close)
+    return _SERVER
+
+
+__all__ = ["AnswerEnded", "AnswerProcess", "COURSE_ROOT", "ForkServer", "MEMORY", "fork_server", "is_stub_source",
+           "protect_grader"]
