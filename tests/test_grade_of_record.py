@@ -4,9 +4,11 @@ One ``python -m attncourse grade`` run (a subprocess, as an instructor runs it) 
 folder holding every chapter's reference solutions (pasted into the nbgrader source as
 ``student-edition`` writes it) and, for each attack of ``tests/fixtures/record_attacks.py``
 and each chapter it targets, a submission carrying it. The attacks on the checks
-themselves (patching them, their environment, their frames, their profiler) must come to
-nothing because none of that code runs where the grade is computed, and the hand-offs by
-any path must be refused before the answer runs.
+themselves (patching them, their environment, their frames, their profiler) come to
+nothing because none of that code runs where the grade is decided, and the hand-offs by
+any route are seen by the observers of the answer's process
+(:mod:`attncourse.course.sandbox.child`). ``tests/test_grade_boundary.py`` holds the
+fairness suite and the attacks on the grader and the other students.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from attncourse.course.answers import Answer, extract
 from attncourse.course.exercises import chapter_exercises, read_chapter
 from attncourse.course.grade_cli import main as grade_main
 from attncourse.course.nbgrader_source import BEGIN, END, source_notebook
-from attncourse.course.refusals import refusal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fixtures.hand_off_cheats import CHEATS  # noqa: E402
@@ -35,12 +36,6 @@ from fixtures.record_attacks import CHAPTERS as GENERIC_CHAPTERS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
-#: Attacks whose code is fine to run (they only fool a check that runs in the notebook):
-#: they score zero by failing their check; every other attack is refused before running.
-RUN = {"env-pop", "graded-patched", "check-redefined", "helper-in-another-cell", "ndarray-subclass",
-       "print-a-forged-report"}
-
-
 @functools.cache
 def solved(chapter: Path) -> nbformat.NotebookNode:
     """The chapter's nbgrader source with its reference answers, as a student would submit them."""
@@ -135,16 +130,13 @@ def test_every_attack_scores_zero(records, attack):
     tried = {chapter.stem: [ex.label for ex in targets(attack, chapter)] for chapter in CHAPTERS}
     tried = {stem: labels for stem, labels in tried.items() if labels}
     assert tried, f"{name} targets no exercise"
-    scored, not_refused = [], []
+    scored = []
     for stem, labels in tried.items():
         outcomes = {ex["label"]: ex for ex in records[name][stem]["exercises"]}
         for label in labels:
             if outcomes[label]["points"]:
                 scored.append((stem, label, outcomes[label]["message"]))
-            if name not in RUN and outcomes[label]["status"] != "refused":
-                not_refused.append((stem, label, outcomes[label]["status"], outcomes[label]["message"]))
     assert not scored, scored
-    assert not not_refused, not_refused
 
 
 def _answer(chapter: Path, label: str, source: str) -> Answer:
@@ -155,8 +147,11 @@ def _answer(chapter: Path, label: str, source: str) -> Answer:
     return next(a for a in extract(nb, chapter) if a.exercise.label == label)
 
 
-def test_every_hand_off_cheat_of_the_checks_is_refused_before_running():
-    # tests/fixtures/hand_off_cheats.py: what the in-notebook checks refuse, refused statically too.
+def test_every_hand_off_cheat_of_the_checks_scores_zero():
+    # tests/fixtures/hand_off_cheats.py: what the in-notebook checks refuse, refused by the
+    # grade of record too, seen in the answer's own process.
+    from attncourse.course.record import grade_answer
+
     first = {}
     for chapter in CHAPTERS:
         for ex in coding(chapter).values():
@@ -165,9 +160,9 @@ def test_every_hand_off_cheat_of_the_checks_is_refused_before_running():
     for check, cheats in CHEATS.items():
         chapter, ex = first[check]
         for what, source in cheats:
-            answer = _answer(chapter, ex.label, source.replace("FN", ex.function))
-            if not answer.problem and not refusal(answer.source, check):
-                passed.append(f"{check}: {what}")
+            outcome = grade_answer(_answer(chapter, ex.label, source.replace("FN", ex.function)), seed=5, limit=30)
+            if outcome.points:
+                passed.append(f"{check}: {what}: {outcome.message}")
     assert not passed, passed
 
 
@@ -199,10 +194,9 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert grade_main([str(tmp_path / "missing.ipynb")]) == 2
     assert grade_main([str(tmp_path)]) == 2
     (tmp_path / "x.ipynb").write_text("{}")
-    assert grade_main([str(tmp_path / "x.ipynb")]) == 2
     assert grade_main([str(tmp_path / "x.ipynb"), "--chapter", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 4 and all(line.startswith("attncourse: error: ") for line in err), err
+    assert len(err) == 3 and all(line.startswith("attncourse: error: ") for line in err), err
 
 
 def test_answers_written_otherwise_still_score():

@@ -1,7 +1,7 @@
 """Hidden cases drawn at grading time: what a check's ``*_cases(seed)`` adds.
 
 The grade of record gives every ``*_cases`` function that takes a ``seed`` the grading's
-seed (:func:`attncourse.course.record._seed_cases`). An answer that memorised the cases a
+seed (:func:`attncourse.course.record.seeded`). An answer that memorised the cases a
 learner can see (a table from inputs to the expected outputs, here built from the cases
 themselves) passes the check in the notebook, and fails once graded. The reference answers
 passing the drawn cases is ``tests/test_grade_of_record.py``'s job (every solution, a fresh

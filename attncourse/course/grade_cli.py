@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attncourse.cli.options import EXIT_USAGE
+from attncourse.cli.outputs import output_problem, write_output
 from attncourse.course.nbgrader_source import EXERCISE_LIMIT
 
 COMMAND = "grade"
@@ -30,7 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=f"attncourse {COMMAND}",
         description="Grade submitted notebooks outside the student's kernel: each answer is cut out "
-                    "by its syntax tree, analysed, and run alone in a fresh process after the checks.")
+                    "by its syntax tree and run in a contained process of its own, which receives the "
+                    "hidden cases' inputs and returns its outputs; the checks compare them here.")
     parser.add_argument("submissions", nargs="+", type=Path, metavar="SUBMISSION",
                         help="a submitted .ipynb, or a folder searched for them (nbgrader's submitted/)")
     parser.add_argument("--chapter", metavar="NAME", help="the chapter of every submission, e.g. "
@@ -45,7 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
                              "nbgrader autograde) to the grade of record")
     parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS, metavar="DIR",
                         help="folder of the chapters' MyST sources (default: the course's notebooks/)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="let --json replace an existing file that grade did not write")
     return parser
+
+
+def _ours(path: Path) -> bool:
+    """Whether ``path`` holds records that ``grade --json`` wrote (replaced without --overwrite)."""
+    try:
+        if path.stat().st_size > 200_000_000:
+            return False
+        records = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    keys = {"submission", "student", "chapter", "seed", "exercises"}
+    return isinstance(records, list) and all(isinstance(r, dict) and keys <= r.keys() for r in records)
 
 
 def _submissions(paths: list[Path]) -> list[Path]:
@@ -105,16 +121,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.limit <= 0:
             raise ValueError("--limit must be a positive number of seconds")
         jobs = [(path, _chapter(path, args.chapter, args.notebooks)) for path in _submissions(args.submissions)]
+        if args.json:  # before any work: never a submission, a chapter or a user's file
+            inputs = [path for path, _ in jobs] + sorted({chapter for _, chapter in jobs})
+            inputs += [args.gradebook] if args.gradebook is not None else []
+            problem = output_problem(Path(args.json), "--json", inputs=inputs, ours=_ours,
+                                     overwrite=args.overwrite)
+            if problem:
+                raise ValueError(problem)
         # Imports every check: only once the input is known to be good.
         from attncourse.course.record import grade_notebook
 
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
         records = []
-        for path, chapter in jobs:
-            try:
-                record = grade_notebook(path, chapter, seed, args.limit)
-            except (ValueError, OSError) as err:  # not a notebook nbformat can read
-                raise ValueError(f"{str(path)!r} is not a readable notebook: {str(err).splitlines()[0]}") from None
+        for path, chapter in jobs:  # a bad notebook is that submission's zero, with its reason
+            record = grade_notebook(path, chapter, seed, args.limit)
             records.append(record)
             if args.json != "-":
                 _print(record)
@@ -123,10 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             count = record_into_gradebook(records, args.gradebook)
             print(f"set {count} scores in {args.gradebook}", file=sys.stderr if args.json == "-" else sys.stdout)
-        if args.json == "-":
-            print(json.dumps(records, indent=1))
-        elif args.json:
-            Path(args.json).write_text(json.dumps(records, indent=1), encoding="utf-8")
+        if args.json:  # once every answer's process is gone, in one rename
+            write_output(json.dumps(records, indent=1) + "\n", Path(args.json))
     except (ValueError, OSError) as err:
         print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)
         return EXIT_USAGE

@@ -179,7 +179,7 @@ def grade_notebook(path: Path, chapter: Path, seed: int, limit: float = EXERCISE
 
     A notebook that cannot be read, or whose cells make the extraction fail, scores 0 on
     every exercise, each with the reason ("missing"); nothing here raises for a bad
-    submission. ``OSError`` only if the file cannot be read at all.
+    submission.
     """
     from attncourse.course.answers import coding_exercises, extract
 
@@ -187,9 +187,7 @@ def grade_notebook(path: Path, chapter: Path, seed: int, limit: float = EXERCISE
     start = time.perf_counter()
     try:
         answers = extract(read_submission(path), chapter)
-    except OSError:
-        raise
-    except Exception as err:  # the extraction of a hostile notebook  # noqa: BLE001
+    except Exception as err:  # an unreadable file, or the extraction of a hostile notebook  # noqa: BLE001
         reason = " ".join(str(err).split())[:200] or type(err).__name__
         answers = [Answer(ex, problem=f"the notebook cannot be graded: {reason}")
                    for ex in coding_exercises(chapter)]

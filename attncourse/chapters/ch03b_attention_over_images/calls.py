@@ -29,7 +29,7 @@ def reinforce_outputs(fn: Callable[..., Any], log_probs: torch.Tensor, rewards: 
         The loss (detached) and the gradients that ``backward()`` left on the two inputs
         (zeros where none); ``problem`` is ``""``, or why the result could not be
         backpropagated: ``"none"`` (``fn`` returned None), ``"not a tensor"`` (``detail``:
-        its type), ``"no grad_fn"``, ``"backward"`` (``detail``: the error's first line).
+        its type and value), ``"no grad_fn"``, ``"backward"`` (``detail``: the error's first line).
         A non-scalar loss is returned as it is, with zero gradients (the check names its
         shape).
     """
@@ -40,7 +40,7 @@ def reinforce_outputs(fn: Callable[..., Any], log_probs: torch.Tensor, rewards: 
     if loss is None:
         return None, zeros_lp, zeros_r, "none", ""
     if type(loss) is not torch.Tensor:
-        return None, zeros_lp, zeros_r, "not a tensor", type(loss).__name__
+        return None, zeros_lp, zeros_r, "not a tensor", f"{type(loss).__name__} ({loss!r:.40})"
     if loss.dim() != 0:
         return loss.detach(), zeros_lp, zeros_r, "", ""
     if loss.grad_fn is None:

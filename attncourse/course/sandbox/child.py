@@ -162,9 +162,10 @@ class Observers:
 
 def warm_up() -> None:
     """What every answer's process needs, done once in the fork server: NumPy and torch (one
-    thread), Triton's choice of its interpreter, the observers' first use (entering a dispatch mode imports torch's compiler),
-    the temporary folder and torch's cache folder (asked for on first use; nothing is
-    written later), and tqdm without its monitor thread (no thread may start)."""
+    thread), Triton's choice of its interpreter, the observers' first use (entering a
+    dispatch mode imports torch's compiler), the temporary folder and torch's cache folder
+    (asked for on first use; nothing is written later), and tqdm without its monitor
+    thread (no thread may start)."""
     import tempfile
 
     import numpy  # noqa: F401 - the inputs' format needs it
