@@ -109,6 +109,8 @@ def _print(record: dict) -> None:
           f"in {record['seconds']:.1f} s")
     for ex in record["exercises"]:
         print(f"  {ex['label']:<32} {ex['points']:g}/{ex['max_points']:g}  {ex['status']}: {ex['message']}")
+        if ex.get("hint"):
+            print(f"  {'':<32}      hint: {ex['hint']}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

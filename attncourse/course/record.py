@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import attncourse.chapters as chapters
+from attncourse.checks.core import reset_attempts
 from attncourse.checks.hand_offs import HAND_OFFS
 from attncourse.course.answers import PRELOADABLE, Answer
 from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
@@ -62,6 +63,8 @@ class Outcome:
     fresh_cases: bool = False
     #: The containment layers the answer's process ran under (:mod:`attncourse.course.sandbox.contain`).
     layers: list[str] = field(default_factory=list)
+    #: The check's hint when it said no: the same for every student (no first-attempt nudge).
+    hint: str = ""
 
 
 @contextlib.contextmanager
@@ -105,11 +108,11 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
     start = time.perf_counter()
     layers: list[str] = []
 
-    def outcome(status: str, message: str, fresh: bool = False) -> Outcome:
+    def outcome(status: str, message: str, fresh: bool = False, hint: str = "") -> Outcome:
         points = CHECK_POINTS if status == "passed" else 0
         return Outcome(ex.label, ex.check, ex.function, status, points, CHECK_POINTS,
                        " ".join(str(message).split())[:300], round(time.perf_counter() - start, 2),
-                       fresh, list(layers))
+                       fresh, list(layers), " ".join(str(hint).split())[:600])
 
     if answer.problem:
         return outcome("missing", answer.problem)
@@ -125,6 +128,7 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
             if remote.definition_hand_offs:
                 return outcome("refused", f"not accepted: running the answer's definitions calls "
                                           f"`{remote.definition_hand_offs[0].name}`", fresh)
+            reset_attempts()  # every student's failure gets the full hint, none a nudge
             result = check(remote)
         except AnswerEnded as end:
             layers = remote.layers
@@ -136,7 +140,7 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
             remote.close()
     message = str(result.message)
     status = "passed" if result.passed else "refused" if message.startswith("not accepted") else "failed"
-    return outcome(status, message, fresh)
+    return outcome(status, message, fresh, "" if result.passed else result.hint)
 
 
 #: Largest submitted notebook read, bytes.

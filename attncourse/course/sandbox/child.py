@@ -160,6 +160,84 @@ class Observers:
         return result, self.last
 
 
+#: Exit status of an answer's process stopped by :func:`tripwire`.
+EXIT_FORBIDDEN = 86
+#: Audit events no answer has a reason to raise: new processes and programs, signals, the
+#: network, C functions looked up by name (a system call through ``ctypes``), and every
+#: change to a file or folder.
+_FORBIDDEN_EVENTS = frozenset({
+    "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system", "os.startfile",
+    "subprocess.Popen", "pty.spawn", "os.killpg", "socket.__new__", "socket.connect", "socket.bind",
+    "socket.sendto", "socket.sendmsg", "socket.getaddrinfo", "ctypes.dlopen", "ctypes.dlsym",
+    "os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
+    "os.link", "os.symlink", "os.utime", "os.chflags", "os.lchflags", "os.setxattr",
+    "os.removexattr", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.copytree",
+    "shutil.move", "shutil.rmtree", "shutil.chown", "shutil.make_archive", "shutil.unpack_archive",
+    "tempfile.mkstemp", "tempfile.mkdtemp", "mmap.__new__", "sys.remote_exec",
+})
+
+
+def tripwire(course_root: str) -> None:
+    """Stop this process, with the reason on the result descriptor, the moment the answer
+    tries through Python what no answer needs (an audit hook, PEP 578, which nothing can
+    remove once added): :data:`_FORBIDDEN_EVENTS`, a signal to another process, a file
+    opened for writing, and reading the course's files or another process's ``/proc``.
+
+    The operating system's layers already refuse all of it
+    (:mod:`attncourse.course.sandbox.contain`); this makes the attempt itself score 0, where
+    a refused call could be caught and the answer go on. It sees only what Python audits: a
+    C library's own file access is refused, not reported.
+    """
+    import re
+
+    from attncourse.course.sandbox.contain import readable_paths
+
+    me = os.getpid()
+    root = os.path.realpath(course_root) + os.sep
+    readable = tuple(os.path.realpath(p) + os.sep for p in readable_paths(course_root))  # a venv inside
+    other_proc = re.compile(r"^/proc/(\d+)(/|$)")
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+    def outside(path: object) -> str | None:
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if not isinstance(path, str):
+            return None
+        real = os.path.realpath(path)
+        if (real.startswith(root) or real == root.rstrip(os.sep)) and not real.startswith(readable):
+            return f"read the course's files ({path})"
+        match = other_proc.match(real)
+        if match and int(match.group(1)) != me:
+            return f"look into another process ({path})"
+        return None
+
+    def stop(reason: str) -> None:
+        from attncourse.course.sandbox.wire import encode, write_message
+
+        with contextlib.suppress(BaseException):
+            write_message(RESULT_FD, encode(None, ok=False, forbidden=reason[:200], hand_offs=[]))
+        os._exit(EXIT_FORBIDDEN)
+
+    def hook(event: str, args: tuple) -> None:
+        if event in _FORBIDDEN_EVENTS:
+            stop(f"call {event}")
+        elif event == "os.kill" and args and args[0] not in (me, 0):
+            stop(f"signal process {args[0]}")
+        elif event == "open" and args:
+            mode, flags = (args[1] if len(args) > 1 else "") or "", (args[2] if len(args) > 2 else 0) or 0
+            if any(c in str(mode) for c in "wax+") or (isinstance(flags, int) and flags & write_flags):
+                stop(f"open {args[0]!r} for writing")
+            why = outside(args[0])
+            if why:
+                stop(why)
+        elif event in ("os.listdir", "os.scandir") and args:
+            why = outside(args[0])
+            if why:
+                stop(why)
+
+    sys.addaudithook(hook)
+
+
 def warm_up() -> None:
     """What every answer's process needs, done once in the fork server: NumPy and torch (one
     thread), Triton's choice of its interpreter, the observers' first use (entering a
@@ -300,6 +378,7 @@ def answer() -> None:
     # The checks' stub test and Triton's @jit read the source through linecache.
     linecache.cache[filename] = (len(setup["source"]), None, setup["source"].splitlines(True), filename)
     namespace: dict[str, Any] = {"__name__": "attncourse_answer", "__builtins__": __builtins__}
+    tripwire(setup["course_root"])
     # The definitions are observed too (a default argument, a decorator, a class body run
     # now), without the must-call rule, which only a call can meet.
     observers = Observers(replace(rules, must_call=()) if rules is not None else None, None)

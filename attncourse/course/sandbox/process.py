@@ -66,7 +66,8 @@ class AnswerEnded(BaseException):
     """The answer's process is gone or out of time: the exercise ends here.
 
     A ``BaseException``, so that no check's ``except Exception`` takes it for a wrong
-    answer. ``status`` is ``"time limit"`` or ``"crashed"``.
+    answer. ``status`` is ``"time limit"``, ``"crashed"``, or ``"refused"`` (the answer
+    tried what no answer needs, :func:`attncourse.course.sandbox.child.tripwire`).
     """
 
     def __init__(self, status: str, message: str) -> None:
@@ -294,6 +295,9 @@ class AnswerProcess:
         return found
 
     def _raise(self, fields: dict) -> None:
+        if "forbidden" in fields:
+            raise AnswerEnded("refused", f"stopped: the answer tried to {str(fields['forbidden'])[:200]}, "
+                                         "which no answer needs")
         error = fields.get("error")
         if type(error) is not dict:
             raise AnswerEnded("crashed", "the answer's process sent an error without its description")
