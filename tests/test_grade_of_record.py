@@ -13,7 +13,6 @@ fairness suite and the attacks on the grader and the other students.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -25,30 +24,13 @@ import nbformat
 import pytest
 
 from attncourse.course.answers import Answer, extract
-from attncourse.course.exercises import chapter_exercises, read_chapter
 from attncourse.course.grade_cli import main as grade_main
-from attncourse.course.nbgrader_source import BEGIN, END, source_notebook
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fixtures.hand_off_cheats import CHEATS  # noqa: E402
 from fixtures.record_attacks import ALL, ATTACKS  # noqa: E402
 from fixtures.record_attacks import CHAPTERS as GENERIC_CHAPTERS  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
-@functools.cache
-def solved(chapter: Path) -> nbformat.NotebookNode:
-    """The chapter's nbgrader source with its reference answers, as a student would submit them."""
-    nb = source_notebook(read_chapter(chapter), chapter.stem)
-    for cell in nb.cells:
-        cell.source = "\n".join(line for line in cell.source.split("\n") if line.strip() not in (BEGIN, END))
-    return nb
-
-
-@functools.cache
-def coding(chapter: Path) -> dict[str, object]:
-    """The chapter's coding exercises by label."""
-    return {ex.label: ex for ex in chapter_exercises(chapter) if ex.kind == "coding"}
+from grade_helpers import CHAPTERS, ROOT, coding, solved  # noqa: E402
 
 
 def targets(attack: tuple, chapter: Path) -> list:

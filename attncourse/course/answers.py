@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib
+import symtable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,14 +105,22 @@ def _bound(node: ast.stmt) -> set[str]:
     return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
-def _names(node: ast.AST) -> set[str]:
-    """Every name a statement mentions (read, written, or declared ``global``)."""
-    found = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name):
-            found.add(n.id)
-        elif isinstance(n, (ast.Global, ast.Nonlocal)):
-            found.update(n.names)
+def _names(source: str) -> set[str]:
+    """The module-level names a top-level statement's ``source`` refers to: at the top level,
+    in its decorators and defaults, and inside its functions and classes (read, written or
+    declared ``global``), but not the names local to them (:mod:`symtable`'s scopes)."""
+    try:
+        table = symtable.symtable(source, "<answer>", "exec")
+    except (SyntaxError, RecursionError, MemoryError, ValueError):  # every name it mentions, then
+        return {n.id for n in ast.walk(parse(source)) if isinstance(n, ast.Name)}
+    found = {s.get_name() for s in table.get_symbols() if s.is_referenced() or s.is_assigned()}
+    todo = list(table.get_children())
+    while todo:
+        scope = todo.pop()
+        todo += scope.get_children()
+        found |= {s.get_name() for s in scope.get_symbols()
+                  if s.is_global() or s.is_declared_global()
+                  or (scope.get_type() == "class" and s.is_referenced() and not s.is_assigned())}
     return found
 
 
@@ -142,7 +151,7 @@ def _cut(cell: _Cell, wanted: set[str], keep: set[int]) -> set[str]:
         for i, node in enumerate(cell.body):
             if i not in keep and isinstance(node, _BINDING) and _bound(node) & wanted:
                 keep.add(i)
-                wanted |= _names(node)
+                wanted |= _names(_segment(cell.source, node))
                 changed = True
     return wanted
 
