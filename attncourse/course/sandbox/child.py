@@ -70,7 +70,7 @@ def send(value: Any = None, **fields: Any) -> None:
         message = encode(value, **fields)
     except WireError as err:
         fields.pop("ok", None)
-        message = encode(None, ok=False, error={"type": "TypeError", "message": f"your function returned {err}",
+        message = encode(None, ok=False, error={"type": "TypeError", "message": f"the result cannot be graded: {err}",
                                                 "where": ""}, hand_offs=fields.get("hand_offs", []))
     write_message(RESULT_FD, message)
 
@@ -86,7 +86,8 @@ def _where(err: BaseException, filename: str) -> str:
 
 def _error(err: BaseException, filename: str) -> dict:
     text = " ".join(str(err).split())[:300]
-    return {"type": type(err).__name__ if type(err).__module__ == "builtins" else "Exception",
+    builtin = next((c for c in type(err).__mro__ if c.__module__ == "builtins"), Exception)
+    return {"type": builtin.__name__,
             "name": type(err).__name__, "message": text, "where": _where(err, filename)}
 
 
@@ -206,9 +207,10 @@ def tripwire(course_root: str) -> None:
         real = os.path.realpath(path)
         if (real.startswith(root) or real == root.rstrip(os.sep)) and not real.startswith(readable):
             return f"read the course's files ({path})"
-        match = other_proc.match(real)
-        if match and int(match.group(1)) != me:
-            return f"look into another process ({path})"
+        for form in (os.path.normpath(os.path.abspath(path)), real):  # /proc/<pid>/fd/0 resolves elsewhere
+            match = other_proc.match(form)
+            if match and int(match.group(1)) != me:
+                return f"look into another process ({path})"
         return None
 
     def stop(reason: str) -> None:

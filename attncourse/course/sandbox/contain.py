@@ -17,16 +17,19 @@ of record reports them (a kernel too old for one of them leaves that layer out, 
     Linux's Landlock (ABI 1 and later): no file written, created, renamed or removed
     anywhere; files read only where Python, its standard library and the installed
     packages are (not the course's repository: not its chapters, whose solutions a process
-    could run, nor its checks, nor the submissions); with ABI 4 and later no TCP
+    could run, nor its checks, nor the submissions; nor another process's ``/proc/<pid>``,
+    where the grader's command line and descriptors are); with ABI 4 and later no TCP
     connection; with ABI 6 and later no signal to a process outside this one (the grader,
     another student's answer) and no abstract UNIX socket. Landlock also refuses ``ptrace``
     of any process outside, ``/proc/<pid>/fd`` of the grader included.
 ``seccomp``
     A system-call filter (libseccomp, through ``pyseccomp``): ``fork``, ``vfork`` and
-    ``clone`` (new processes, and new threads unless the device needs them) kill the process;
-    programs (``execve``), sockets, ``ptrace``, mounts, namespaces, signals to other
-    processes, and every call that opens a file for writing, truncates, renames, links,
-    removes or changes one are refused with an error. This holds without Landlock too.
+    ``clone`` (new processes, and new threads unless the device needs them), programs
+    (``execve``), signals to other processes, ``ptrace`` and the other ways into another
+    process, mounts, namespaces and kernel modules kill the process (an attempt scores 0);
+    sockets, and every call that opens a file for writing, truncates, renames, links,
+    removes or changes one, are refused with an error (a library may try and carry on).
+    This holds without Landlock too.
 
 The Landlock calls are written here with :mod:`ctypes` (three system calls): the one
 binding on PyPI (``landlock`` 1.0.0.dev5, alpha) covers files only, not the network and
@@ -135,11 +138,15 @@ def landlock(readable: Iterable[str]) -> int:
 
 def readable_paths(course_root: str) -> list[str]:
     """Where the answer's process may read: the system's libraries and configuration,
-    ``/proc``, ``/sys`` and ``/dev``, Python's installation and every folder on
+    ``/sys``, ``/dev``, its own ``/proc/<pid>`` and ``/proc``'s machine-wide facts (CPU,
+    memory), Python's installation and every folder on
     ``sys.path``, except the course's repository (``course_root``) and, in a folder that
     holds the package ``attncourse`` itself, that package (its other entries one by one)."""
     course_root = os.path.realpath(course_root)
-    paths = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev"]
+    # Of /proc, this process's own folder and the machine's facts: not another process's
+    # command line (a grader's --seed), environment or descriptors.
+    paths = ["/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/sys", "/dev",
+             f"/proc/{os.getpid()}", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys"]
     for entry in [sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix, *sys.path]:
         if not entry or not os.path.isdir(entry):
             continue
@@ -188,19 +195,24 @@ def rlimits(memory: int, cpu_seconds: float) -> None:
     _rlimit(resource.RLIMIT_NPROC, 0)
 
 
-#: System calls refused (an error, not a kill): programs, sockets, debugging, mounts,
-#: namespaces, kernel modules, and whatever creates, removes or changes a file.
+#: System calls that end the process (no library an answer uses makes them): programs,
+#: other processes reached, mounts, namespaces, kernel modules and the kernel's other doors.
+_KILLED = (
+    "execve", "execveat", "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open",
+    "pidfd_getfd", "pidfd_send_signal", "kcmp", "mount", "umount2", "pivot_root", "chroot", "setns",
+    "unshare", "swapon", "swapoff", "reboot", "init_module", "finit_module", "delete_module",
+    "kexec_load", "kexec_file_load", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
+    "userfaultfd", "fanotify_init", "open_by_handle_at", "name_to_handle_at", "move_mount",
+    "fsopen", "fsmount", "open_tree", "memfd_secret",
+)
+#: System calls refused with an error (a library may try them and carry on without):
+#: sockets, and whatever creates, removes or changes a file.
 _REFUSED = (
-    "execve", "execveat", "socket", "socketpair", "ptrace", "process_vm_readv", "process_vm_writev",
-    "mount", "umount2", "pivot_root", "chroot", "setns", "unshare", "swapon", "swapoff", "reboot",
-    "init_module", "finit_module", "delete_module", "kexec_load", "bpf", "perf_event_open",
-    "keyctl", "add_key", "request_key", "userfaultfd", "fanotify_init", "open_by_handle_at",
-    "creat", "truncate", "ftruncate", "fallocate", "unlink", "unlinkat", "rename", "renameat",
+    "socket", "socketpair", "creat", "truncate", "ftruncate", "fallocate", "unlink", "unlinkat", "rename", "renameat",
     "renameat2", "mkdir", "mkdirat", "rmdir", "link", "linkat", "symlink", "symlinkat", "chmod",
     "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime", "utimes",
     "utimensat", "futimesat", "mknod", "mknodat", "setxattr", "lsetxattr", "fsetxattr",
-    "removexattr", "lremovexattr", "fremovexattr", "name_to_handle_at", "move_mount", "fsopen",
-    "fsmount", "open_tree", "memfd_secret",
+    "removexattr", "lremovexattr", "fremovexattr",
 )
 #: Flags of open(2) that write: O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND.
 _WRITE_FLAGS = (os.O_WRONLY, os.O_RDWR, os.O_CREAT, os.O_TRUNC, os.O_APPEND)
@@ -242,6 +254,8 @@ def seccomp(allow_threads: bool) -> bool:
         rule(sc.KILL_PROCESS, "clone")
     rule(sc.ERRNO(errno.ENOSYS), "clone3")  # the C library then falls back to clone, seen above
     rule(sc.ERRNO(errno.ENOSYS), "openat2")  # its flags are out of the filter's reach
+    for name in _KILLED:
+        rule(sc.KILL_PROCESS, name)
     for name in _REFUSED:
         rule(sc.ERRNO(errno.EPERM), name)
     for flag in _WRITE_FLAGS:
@@ -249,33 +263,42 @@ def seccomp(allow_threads: bool) -> bool:
         rule(sc.ERRNO(errno.EACCES), "openat", sc.Arg(2, sc.MASKED_EQ, flag, flag))
     me = os.getpid()
     for name in _SIGNALS:  # a signal to itself only (its first argument is its pid)
-        rule(sc.ERRNO(errno.EPERM), name, sc.Arg(0, sc.NE, me))
-    rule(sc.ERRNO(errno.EPERM), "pidfd_send_signal")
-    rule(sc.ERRNO(errno.EPERM), "pidfd_open")
+        rule(sc.KILL_PROCESS, name, sc.Arg(0, sc.NE, me))
     flt.load()
     return True
 
 
-def contain(course_root: str, memory: int, cpu_seconds: float, allow_threads: bool = False) -> list[str]:
-    """Apply every layer this machine offers to the calling process; return their names."""
+#: The layers :func:`contain` knows, in the order it applies them.
+LAYERS = ("rlimits", "prctl", "landlock", "seccomp")
+
+
+def contain(course_root: str, memory: int, cpu_seconds: float, allow_threads: bool = False,
+            only: tuple[str, ...] = LAYERS) -> list[str]:
+    """Apply every layer this machine offers to the calling process (``only`` some of
+    :data:`LAYERS`, to measure what each stops alone); return the names of those applied."""
     layers = []
     _pyseccomp()
-    rlimits(memory, cpu_seconds)
-    layers.append("rlimits")
-    for option, value, name in ((PR_SET_NO_NEW_PRIVS, 1, "no_new_privs"), (PR_SET_DUMPABLE, 0, "not_dumpable"),
-                                (PR_SET_PDEATHSIG, 9, "parent_death")):
+    if "rlimits" in only:
+        rlimits(memory, cpu_seconds)
+        layers.append("rlimits")
+    options = ((PR_SET_NO_NEW_PRIVS, 1, "no_new_privs"), (PR_SET_DUMPABLE, 0, "not_dumpable"),
+               (PR_SET_PDEATHSIG, 9, "parent_death"))
+    for option, value, name in options if "prctl" in only else ():
         try:
             prctl(option, value)
             layers.append(name)
         except OSError:
             pass
-    abi = landlock(readable_paths(course_root))
-    if abi:
-        layers.append(f"landlock-abi{abi}")
-    if seccomp(allow_threads):
+    if "landlock" in only:
+        if "prctl" not in only:  # Landlock needs no_new_privs (or root's CAP_SYS_ADMIN)
+            prctl(PR_SET_NO_NEW_PRIVS, 1)
+        abi = landlock(readable_paths(course_root))
+        if abi:
+            layers.append(f"landlock-abi{abi}")
+    if "seccomp" in only and seccomp(allow_threads):
         layers.append("seccomp")
     return layers
 
 
-__all__ = ["PR_SET_CHILD_SUBREAPER", "PR_SET_DUMPABLE", "contain", "landlock", "landlock_abi", "prctl",
+__all__ = ["LAYERS", "PR_SET_CHILD_SUBREAPER", "PR_SET_DUMPABLE", "contain", "landlock", "landlock_abi", "prctl",
            "readable_paths", "rlimits", "seccomp"]

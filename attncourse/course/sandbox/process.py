@@ -280,7 +280,8 @@ class AnswerProcess:
                 name = signal.Signals(-code).name
             except ValueError:
                 name = f"signal {-code}"
-            why = {"SIGSYS": "a forbidden system call (a new process or thread)",
+            why = {"SIGSYS": "a forbidden system call (a new process, thread or program, or another "
+                             "process reached)",
                    "SIGXFSZ": "writing a file", "SIGXCPU": "its CPU time",
                    "SIGKILL": "killed"}.get(name, "")
             return f"the answer's process ended by {name}" + (f": {why}" if why else "")
@@ -304,12 +305,11 @@ class AnswerProcess:
         name, message, where = (str(error.get(k, ""))[:300] for k in ("type", "message", "where"))
         kind = getattr(builtins, name, None)
         text = message + (f" ({where})" if where else "")
+        again: Exception = RuntimeError(f"{str(error.get('name', name))[:60]}: {text}")
         if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
-            try:
-                raise kind(text)
-            except TypeError:  # a built-in that takes other arguments (UnicodeDecodeError)
-                pass
-        raise RuntimeError(f"{str(error.get('name', name))[:60]}: {text}")
+            with contextlib.suppress(TypeError):  # a built-in that takes other arguments
+                again = kind(text)
+        raise again
 
 
 class ForkServer:
