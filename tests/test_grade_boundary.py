@@ -10,7 +10,7 @@ instructor does:
   marks, and honest wrong answers score 0 with the check's hint;
 - the cheat suite by class (``tests/fixtures/boundary_attacks.py``): every attack scores 0;
 - the harm test: submissions that write files (another student's notebook, the course
-  package, the record), read the grader's ``/proc/<pid>/fd``, signal or kill the grader,
+  package, the record, the gradebook), read the grader's ``/proc/<pid>/fd``, signal or kill the grader,
   fork, start a program or allocate 50 GB, graded *before* two honest students, score 0
   and change nothing: the honest students' grades, every submission on disk, the package,
   the record (also seconds after ``grade`` has exited), and the printed report;
@@ -99,21 +99,24 @@ def attacked(tmp_path_factory):
     base = tmp_path_factory.mktemp("attacked")
     root, record = base / "submitted", base / "record.json"
     victims = [submit(root, student, CH4, solved(chapter(CH4))) for student in ("zz-alice", "zz-bob")]
+    gradebook = base / "gradebook.db"  # a stand-in: the grades an instructor keeps beside the record
+    gradebook.write_bytes(b"SQLite format 3\x00 the instructor's grades")
     names = {}
     for kind, attacks in ATTACKS.items():
         for name, source in attacks:
             filled = (source.replace("{ROOT}", str(ROOT)).replace("{RECORD}", str(record))
+                      .replace("{GRADEBOOK}", str(gradebook))
                       .replace("{VICTIM}", str(victims[0]))
                       .replace("{PACKAGE_FILE}", str(ROOT / "attncourse" / "checks" / "core.py")))
             submit(root, f"a-{name}", CH4, with_answers(chapter(CH4), {SOFTMAX: filled}))
             names[name] = kind
-    before = _digest(root.rglob("*.ipynb")), _package()
+    before = _digest([*root.rglob("*.ipynb"), gradebook]), _package()
     start = time.perf_counter()
     done, records = grade(root, record, "--limit", "10")
     seconds = time.perf_counter() - start
     written = record.read_text() if record.exists() else None
     time.sleep(7)  # what a process left behind would do 5 s later
-    after = _digest(root.rglob("*.ipynb")), _package()
+    after = _digest([*root.rglob("*.ipynb"), gradebook]), _package()
     print(f"\ncheat suite and harm: {len(names) + 2} submissions in {seconds:.1f} s")
     return {"done": done, "records": records, "names": names, "before": before, "after": after,
             "written": written, "later": record.read_text() if record.exists() else None}
@@ -126,6 +129,10 @@ def test_the_grader_finishes_and_grades_everyone(attacked):
 
 @pytest.mark.parametrize("name", [n for attacks in ATTACKS.values() for n, _ in attacks])
 def test_every_attack_scores_zero(attacked, name):
+    from attncourse.course.sandbox.contain import _pyseccomp
+
+    if name == "thread" and _pyseccomp() is None:
+        pytest.skip("without libseccomp a thread escapes the torch function mode (the guide says so)")
     outcome = next(ex for ex in attacked["records"][f"a-{name}"][CH4]["exercises"] if ex["label"] == SOFTMAX)
     assert outcome["points"] == 0, (attacked["names"][name], outcome)
 

@@ -30,7 +30,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fixtures.hand_off_cheats import CHEATS  # noqa: E402
 from fixtures.record_attacks import ALL, ATTACKS  # noqa: E402
 from fixtures.record_attacks import CHAPTERS as GENERIC_CHAPTERS  # noqa: E402
-from grade_helpers import CHAPTERS, ROOT, coding, solved  # noqa: E402
+from grade_helpers import (  # noqa: E402
+    CHAPTERS,
+    ROOT,
+    coding,
+    grade,
+    solved,
+    submit,
+    with_answers,
+)
 
 
 def targets(attack: tuple, chapter: Path) -> list:
@@ -129,23 +137,31 @@ def _answer(chapter: Path, label: str, source: str) -> Answer:
     return next(a for a in extract(nb, chapter) if a.exercise.label == label)
 
 
-def test_every_hand_off_cheat_of_the_checks_scores_zero():
+def test_every_hand_off_cheat_of_the_checks_scores_zero(tmp_path):
     # tests/fixtures/hand_off_cheats.py: what the in-notebook checks refuse, refused by the
-    # grade of record too, seen in the answer's own process.
-    from attncourse.course.record import grade_answer
-
+    # grade of record too, seen in the answer's own process: one grading run, a submission
+    # per cheat (the chapter's other answers left empty).
     first = {}
     for chapter in CHAPTERS:
         for ex in coding(chapter).values():
             first.setdefault(ex.check, (chapter, ex))
-    passed = []
+    root, tried = tmp_path / "submitted", {}
     for check, cheats in CHEATS.items():
         chapter, ex = first[check]
-        for what, source in cheats:
-            outcome = grade_answer(_answer(chapter, ex.label, source.replace("FN", ex.function)), seed=5, limit=30)
-            if outcome.points:
-                passed.append(f"{check}: {what}: {outcome.message}")
-    assert not passed, passed
+        for number, (what, source) in enumerate(cheats):
+            student = f"{check}-{number}"
+            blank = {label: "" for label in coding(chapter) if label != ex.label}
+            submit(root, student, chapter.stem,
+                   with_answers(chapter, {**blank, ex.label: source.replace("FN", ex.function)}))
+            tried[student] = (chapter.stem, ex.label, what)
+    done, records = grade(root, tmp_path / "record.json", "--limit", "30")
+    assert done.returncode == 0, done.stderr[-2000:]
+    passed = []
+    for student, (stem, label, what) in tried.items():
+        outcome = next(ex for ex in records[student][stem]["exercises"] if ex["label"] == label)
+        if outcome["points"]:
+            passed.append(f"{student}: {what}: {outcome['message']}")
+    assert len(tried) >= 80 and not passed, passed
 
 
 def test_a_time_limit_costs_that_exercise_only():

@@ -111,6 +111,8 @@ def test_together_the_layers_stop_every_act(table):
 
 def test_the_operating_systems_layers_alone_stop_every_act_that_does_harm_outside(table):
     # Without the tripwire, which only reports: rlimits, prctl, Landlock and seccomp.
+    if landlock_abi() < 1:
+        pytest.skip("no Landlock on this kernel: reading the course's files rests on the tripwire")
     outside = [act for act in ACTS if all(table[act, layer] for layer in ("rlimits", "prctl", "landlock", "seccomp"))]
     assert not outside, outside
 

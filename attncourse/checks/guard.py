@@ -324,7 +324,12 @@ def is_stub(fn: Any) -> bool:
         tree = ast.parse(textwrap.dedent(inspect.getsource(unwrap(fn))))
     except (OSError, TypeError, SyntaxError):
         return False
-    node = tree.body[0] if tree.body else None
+    return stub_definition(tree.body[0] if tree.body else None)
+
+
+def stub_definition(node: ast.AST | None) -> bool:
+    """Whether ``node`` is a function definition whose body is only ``...``, ``pass``, a
+    docstring or ``raise NotImplementedError``."""
     if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     for statement in node.body:
@@ -335,7 +340,6 @@ def is_stub(fn: Any) -> bool:
             continue
         return False
     return True
-
 
 
 
@@ -368,4 +372,4 @@ def written(*functions: Any) -> bool:
     return not missing
 
 __all__ = ["ATTENTION", "EXERCISE_FUNCTIONS", "SOFTMAX", "HandOff", "HandOffs", "ReferenceCalled", "is_reference",
-           "is_stub", "reference_name", "refused", "unwrap", "watching", "written"]
+           "is_stub", "reference_name", "refused", "stub_definition", "unwrap", "watching", "written"]

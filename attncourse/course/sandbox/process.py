@@ -10,10 +10,11 @@ a way of its own (launch a Triton kernel, backpropagate a loss) names a caller o
 
 What the grading process does for itself (:func:`protect_grader`, once): it becomes not
 dumpable (no process of the same user opens its descriptors through ``/proc/<pid>/fd`` or
-reads its memory) and a child subreaper (a process the answer started and orphaned is
-re-parented to the grader, which kills it, :meth:`AnswerProcess.close`). Each answer's
-process starts in a session (and process group) of its own, killed whole when its exercise
-ends; its standard output and error go nowhere, so the grader's report is the grader's own.
+reads its memory) and a child subreaper. The answers' processes are forked from a fork
+server (:class:`ForkServer`), itself a subreaper: each starts in a session (and process
+group) of its own, killed whole when its exercise ends, and the server then kills and
+reaps whatever it left behind (:meth:`AnswerProcess.close`). Their standard output and
+error go nowhere, so the grader's report is the grader's own.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from attncourse.checks.guard import HandOff, HandOffs
+from attncourse.checks.guard import HandOff, HandOffs, stub_definition
 from attncourse.course.sandbox.child import UNKNOWN_STATUS
 from attncourse.course.sandbox.contain import (
     PR_SET_CHILD_SUBREAPER,
@@ -98,16 +99,7 @@ def is_stub_source(source: str, function: str) -> bool:
     except (SyntaxError, RecursionError, MemoryError, ValueError):
         return False
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
-    if not defs:
-        return False
-    for statement in defs[-1].body:
-        if isinstance(statement, ast.Pass) or (isinstance(statement, ast.Expr)
-                                               and isinstance(statement.value, ast.Constant)):
-            continue
-        if isinstance(statement, ast.Raise) and "NotImplementedError" in ast.unparse(statement):
-            continue
-        return False
-    return True
+    return stub_definition(defs[-1] if defs else None)
 
 
 def _environment(workdir: str) -> dict[str, str]:
