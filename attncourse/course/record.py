@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -39,7 +38,6 @@ from attncourse.checks.hand_offs import HAND_OFFS
 from attncourse.course.answers import PRELOADABLE, Answer
 from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
 from attncourse.course.sandbox.process import AnswerEnded, AnswerProcess
-from attncourse.runtime import NO_TRAINING_ENV
 
 
 @dataclass
@@ -187,7 +185,6 @@ def grade_notebook(path: Path, chapter: Path, seed: int, limit: float = EXERCISE
     """
     from attncourse.course.answers import coding_exercises, extract
 
-    os.environ[NO_TRAINING_ENV] = "1"  # a check loads no model that is not prepared (none does)
     start = time.perf_counter()
     try:
         answers = extract(read_submission(path), chapter)
