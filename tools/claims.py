@@ -862,6 +862,23 @@ def dump(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
+def claim_identities(rows: list[dict[str, Any]]) -> list[tuple[tuple[str, int], dict[str, Any]]]:
+    """Each claim's identity, ``(expression, k)``: the k-th assert of that expression in the
+    chapter, in line order.
+
+    A claim keeps its identity when the lines above it move (a reflowed paragraph does not
+    change the chapter's digest), so that a partial sweep after a reflow updates the same
+    row instead of adding a second one at the new line.
+    """
+    seen: dict[str, int] = {}
+    identities = []
+    for row in sorted(rows, key=lambda r: (r["line"], r["expression"])):
+        k = seen.get(row["expression"], 0)
+        seen[row["expression"]] = k + 1
+        identities.append(((row["expression"], k), row))
+    return identities
+
+
 def merge(out: Path, target: Path = CLAIMS) -> int:
     """Merge every fresh run under ``out`` into ``target``; stale runs are skipped."""
     sys.path.insert(0, str(ROOT))
@@ -885,17 +902,24 @@ def merge(out: Path, target: Path = CLAIMS) -> int:
         if not isinstance(entry, dict) or entry.get("digest") != run["digest"]:
             entry = {"digest": run["digest"], "claims": [], "wall_seconds": {}, "status": {},
                      "runtime": {}, "swept": {}, "slow_cells": {}}
-        claims = {(c["line"], c["expression"]): c for c in entry["claims"]}
+        claims = dict(claim_identities(entry["claims"]))
         for claim in claims.values():
             for key in PER_VARIANT:
                 claim.setdefault(key, {}).pop(variant, None)
-        for record in read_jsonl(run_file.with_name(f"{chapter}.jsonl")):
-            claim = claims.setdefault((record["line"], record["expression"]), {
+        records = claim_identities(read_jsonl(run_file.with_name(f"{chapter}.jsonl")))
+        for identity, record in records:
+            claim = claims.setdefault(identity, {
                 "line": record["line"], "expression": record["expression"],
                 "kind": record["kind"], **{key: {} for key in PER_VARIANT}})
+            claim["line"], claim["kind"] = record["line"], record["kind"]   # where it is now
             if record["held"] is not None:
                 for key in PER_VARIANT:
                     claim[key][variant] = record[key]
+        # a row this run does not know and no variant holds any more is an assert that left
+        # the chapter (or the old line of a moved one): it goes
+        known = {identity for identity, _ in records}
+        claims = {identity: claim for identity, claim in claims.items()
+                  if identity in known or claim.get("held")}
         entry["claims"] = sorted(claims.values(), key=lambda c: (c["line"], c["expression"]))
         entry["wall_seconds"][variant] = run["wall_seconds"]
         entry["status"][variant] = run["status"]
