@@ -118,6 +118,34 @@ def test_facts_without_a_margin_record_their_truth():
     assert worst(recorder, "3")["values"] == [3, 3]
 
 
+def test_an_absolute_tolerance_records_the_largest_difference_as_its_margin():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def measured(x):
+        calls.append(x)                           # evaluated once, as without the recorder
+        return x
+
+    source = ("assert torch.allclose(measured(t), t + 4e-4, rtol=0, atol=1e-3)\n"
+              "assert np.allclose(a, a + 2e-6, atol=1e-5, rtol=0.0) and len(a) == 3\n"
+              "assert np.allclose(a, a + 2e-6, atol=1e-5)\n"        # a relative tolerance
+              "assert torch.allclose(t, t + 0.1, rtol=0, atol=0.05), 'far'\n")
+    recorder, metas, error, _ = run_cell(source, np=np, torch=torch, a=np.ones(3),
+                                         t=torch.ones(2, dtype=torch.float64),
+                                         measured=measured)
+    assert [m["kind"] for m in metas] == ["comparison", "comparison", "truth", "comparison"]
+    assert len(calls) == 1
+    first = worst(recorder, "1")
+    assert first["values"][0] == pytest.approx(4e-4) and first["values"][1] == 1e-3
+    assert first["margin"] == pytest.approx(6e-4) and first["relative_margin"] == pytest.approx(0.6)
+    assert worst(recorder, "2")["margin"] == pytest.approx(8e-6)
+    assert worst(recorder, "3")["margin"] is None
+    assert isinstance(error, AssertionError) and str(error) == "far"       # same truth
+    assert worst(recorder, "4")["held"] is False
+    assert worst(recorder, "4")["margin"] == pytest.approx(-0.05)
+
+
 def test_numpy_and_torch_values_become_plain_json():
     np = pytest.importorskip("numpy")
     torch = pytest.importorskip("torch")
