@@ -10,6 +10,7 @@ fails, naming the command that sweeps it again.
 import importlib.util
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import jupytext
@@ -117,6 +118,34 @@ def test_facts_without_a_margin_record_their_truth():
     assert worst(recorder, "3")["values"] == [3, 3]
 
 
+def test_an_absolute_tolerance_records_the_largest_difference_as_its_margin():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    calls = []
+
+    def measured(x):
+        calls.append(x)                           # evaluated once, as without the recorder
+        return x
+
+    source = ("assert torch.allclose(measured(t), t + 4e-4, rtol=0, atol=1e-3)\n"
+              "assert np.allclose(a, a + 2e-6, atol=1e-5, rtol=0.0) and len(a) == 3\n"
+              "assert np.allclose(a, a + 2e-6, atol=1e-5)\n"        # a relative tolerance
+              "assert torch.allclose(t, t + 0.1, rtol=0, atol=0.05), 'far'\n")
+    recorder, metas, error, _ = run_cell(source, np=np, torch=torch, a=np.ones(3),
+                                         t=torch.ones(2, dtype=torch.float64),
+                                         measured=measured)
+    assert [m["kind"] for m in metas] == ["comparison", "comparison", "truth", "comparison"]
+    assert len(calls) == 1
+    first = worst(recorder, "1")
+    assert first["values"][0] == pytest.approx(4e-4) and first["values"][1] == 1e-3
+    assert first["margin"] == pytest.approx(6e-4) and first["relative_margin"] == pytest.approx(0.6)
+    assert worst(recorder, "2")["margin"] == pytest.approx(8e-6)
+    assert worst(recorder, "3")["margin"] is None
+    assert isinstance(error, AssertionError) and str(error) == "far"       # same truth
+    assert worst(recorder, "4")["held"] is False
+    assert worst(recorder, "4")["margin"] == pytest.approx(-0.05)
+
+
 def test_numpy_and_torch_values_become_plain_json():
     np = pytest.importorskip("numpy")
     torch = pytest.importorskip("torch")
@@ -197,6 +226,15 @@ def test_the_seed_offset_shifts_seeds_and_runs(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "one")
     with pytest.raises(ValueError, match="ATTNCOURSE_SEED_OFFSET"):
         seed_offset()
+
+
+def chapter_asserts(chapter: str) -> list[dict]:
+    """The recorded asserts of a chapter's current source, in order (the rewriter's metas)."""
+    path = ROOT / "notebooks" / f"{chapter}.md"
+    notebook = jupytext.read(path)
+    cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    return [meta for cell, first in zip(cells, tool.code_cell_lines(path, notebook))
+            for meta in tool.rewrite_source(cell.source, first)[1]]
 
 
 @pytest.mark.parametrize("chapter", book_claims.chapter_names())
@@ -359,3 +397,67 @@ def test_every_chapter_is_swept_in_every_variant_and_every_claim_holds(chapter):
     false = [(claim["line"], variant) for claim in entry["claims"]
              for variant, held in claim["held"].items() if held is False]
     assert not false, f"{chapter}: claims false at (line, variant) {false}"
+    # an assert that a variant never reached (under an `if` another seed or CPU does not
+    # take, or a row left at an old line) holds nothing there: it must not pass unseen
+    unreached = [(claim["line"], variant) for claim in entry["claims"] for variant in REQUIRED
+                 if claim.get("held", {}).get(variant) is None]
+    assert not unreached, f"{chapter}: claims never reached at (line, variant) {unreached}"
+    # one row per assert of the chapter (lines may have moved since, with the prose)
+    rows = Counter(claim["expression"] for claim in entry["claims"])
+    current = Counter(meta["expression"] for meta in chapter_asserts(chapter))
+    assert rows == current, (f"{chapter}: recorded claims that are not the chapter's asserts "
+                             f"(duplicated rows) {list((rows - current).items())[:4]}, and "
+                             f"asserts without a row {list((current - rows).items())[:4]}")
+
+
+def _fake_run(out: Path, chapter: str, variant: str, digest: str, claims: list[tuple]) -> None:
+    folder = out / variant
+    folder.mkdir(parents=True, exist_ok=True)
+    run = {"chapter": chapter, "variant": variant, "digest": digest, "wall_seconds": 1.0,
+           "status": "ok", "runtime": {}, "env": {}, "finished": "2026-12-07T00:00:00+00:00"}
+    (folder / f"{chapter}.run.json").write_text(json.dumps(run))
+    (folder / f"{chapter}.jsonl").write_text("".join(json.dumps({
+        "chapter": chapter, "variant": variant, "line": line, "expression": expression,
+        "kind": "comparison", "count": 1, "held": held, "values": [1, 2], "bound": 2,
+        "margin": 1, "relative_margin": 0.5}) + "\n" for line, expression, held in claims))
+
+
+def test_a_claim_keeps_its_row_when_its_line_moves(tmp_path):
+    chapter = book_claims.chapter_names()[0]
+    digest = book_claims.code_digest(ROOT / "notebooks" / f"{chapter}.md")
+    target = tmp_path / "claims.json"
+    first = tmp_path / "first"
+    _fake_run(first, chapter, "native", digest, [(10, "a < b", True), (12, "a < b", True),
+                                                  (14, "c > d", True)])
+    _fake_run(first, chapter, "2-threads", digest, [(10, "a < b", True), (12, "a < b", True),
+                                                     (14, "c > d", True)])
+    tool.merge(first, target)
+    # a paragraph above was reflowed (same digest): the asserts moved down two lines, and
+    # only one variant is swept again
+    again = tmp_path / "again"
+    _fake_run(again, chapter, "native", digest, [(12, "a < b", True), (14, "a < b", False),
+                                                  (16, "c > d", True)])
+    tool.merge(again, target)
+    claims = json.loads(target.read_text())["chapters"][chapter]["claims"]
+    assert [(c["line"], c["expression"]) for c in claims] == [
+        (12, "a < b"), (14, "a < b"), (16, "c > d")]               # one row each, moved
+    assert [c["held"] for c in claims] == [{"native": True, "2-threads": True},
+                                           {"native": False, "2-threads": True},
+                                           {"native": True, "2-threads": True}]
+    # an assert removed from the chapter leaves with the last variant that held it
+    _fake_run(again, chapter, "native", digest, [(12, "a < b", True), (16, "c > d", True)])
+    _fake_run(again, chapter, "2-threads", digest, [(12, "a < b", True), (16, "c > d", True)])
+    tool.merge(again, target)
+    claims = json.loads(target.read_text())["chapters"][chapter]["claims"]
+    assert [(c["line"], c["expression"]) for c in claims] == [(12, "a < b"), (16, "c > d")]
+
+
+def test_a_claim_a_variant_never_reached_is_recorded_as_such(tmp_path):
+    chapter = book_claims.chapter_names()[0]
+    digest = book_claims.code_digest(ROOT / "notebooks" / f"{chapter}.md")
+    target = tmp_path / "claims.json"
+    _fake_run(tmp_path / "out", chapter, "native", digest, [(10, "a < b", True)])
+    _fake_run(tmp_path / "out", chapter, "seed+1", digest, [(10, "a < b", None)])  # an `if`
+    tool.merge(tmp_path / "out", target)
+    claim = json.loads(target.read_text())["chapters"][chapter]["claims"][0]
+    assert claim["held"] == {"native": True}            # seed+1 absent: the test above fails

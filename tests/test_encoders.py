@@ -5,6 +5,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import scipy.stats
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -35,11 +36,13 @@ from attncourse.chapters.ch13_encoders.recipe import (
 from attncourse.chapters.ch13_encoders.vit import (
     VisionTransformer,
     attention_rollout,
+    average_ranks,
     encoder_spec,
     high_norm_share,
     occlusion_importance,
     patchify,
     position_similarity,
+    rank_correlation,
 )
 from attncourse.data.text import char_corpus
 from attncourse.data.vocab import Vocabulary
@@ -134,6 +137,58 @@ def test_rollout_by_hand_two_layers():
     rollout = attention_rollout([w1, w2])[0]
     torch.testing.assert_close(rollout, a2 @ a1)
     torch.testing.assert_close(rollout.sum(-1), torch.ones(3))
+
+
+def test_rollout_renormalises_rows_as_abnar_and_zuidema():
+    # one head whose rows do not sum to 1 (a masked or clipped map), two tokens, by hand:
+    # 0.5 W + 0.5 I = [[0.75, 0.25], [0.1, 0.5]]; rows / their sums = [[0.75, 0.25], [1/6, 5/6]]
+    w = torch.tensor([[0.5, 0.5], [0.2, 0.0]], dtype=torch.float64)[None, None]
+    expected = torch.tensor([[0.75, 0.25], [1 / 6, 5 / 6]], dtype=torch.float64)
+    torch.testing.assert_close(attention_rollout([w])[0], expected)
+    torch.testing.assert_close(attention_rollout([w, w])[0], expected @ expected)
+    # without the residual: the raw rows, re-normalised; [[0.5, 0.5], [1, 0]]
+    torch.testing.assert_close(attention_rollout([w], residual=False)[0],
+                               torch.tensor([[0.5, 0.5], [1.0, 0.0]], dtype=torch.float64))
+    # a softmax map is unchanged by the re-normalisation
+    soft = torch.rand(2, 3, 4, 4, dtype=torch.float64).softmax(-1)
+    unnormalised = 0.5 * soft.mean(1) + 0.5 * torch.eye(4, dtype=torch.float64)
+    torch.testing.assert_close(attention_rollout([soft]), unnormalised, rtol=0, atol=1e-15)
+
+
+def test_rollout_refuses_negative_weights_and_empty_rows():
+    with pytest.raises(ValueError, match="non-negative"):
+        attention_rollout([torch.tensor([[[[1.5, -0.5], [0.0, 1.0]]]])])
+    with pytest.raises(ValueError, match="sums to 0"):
+        attention_rollout([torch.tensor([[[[1.0, 0.0], [0.0, 0.0]]]])], residual=False)
+
+
+def test_average_ranks_share_ties_as_scipy_does():
+    x = np.array([[0.0, 0.3, 0.0, 0.0, -1.0], [2.0, 1.0, 2.0, 5.0, 1.0]])
+    # by hand: row 0 sorted -1 | 0 0 0 | 0.3 -> ranks 0 | 2 2 2 | 4
+    np.testing.assert_array_equal(average_ranks(x), [[2, 4, 2, 2, 0], [2.5, 0.5, 2.5, 4, 0.5]])
+    rng = np.random.default_rng(0)
+    drawn = rng.integers(0, 4, size=(50, 16)).astype(float)       # many ties
+    np.testing.assert_allclose(average_ranks(drawn), scipy.stats.rankdata(drawn, axis=1) - 1)
+
+
+def test_rank_correlation_is_spearman_with_ties():
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(40, 16))
+    b = np.where(rng.random((40, 16)) < 0.3, 0.0, a + rng.normal(size=(40, 16)))   # ties at 0
+    rhos = [scipy.stats.spearmanr(x, y).statistic for x, y in zip(a, b)]
+    assert rank_correlation(a, b) == pytest.approx(np.mean(rhos), abs=1e-12)
+    # ties broken by position would make equal drops agree with a positional pattern
+    drops = np.array([[0.0, 0.0, 0.0, 0.0, 0.5, 0.2]])
+    position = np.arange(6.0)[None]
+    by_position = np.argsort(np.argsort(drops, axis=1), axis=1).astype(float)
+    assert np.corrcoef(by_position[0], position[0])[0, 1] > rank_correlation(drops, position)
+    # a constant row has no rank order: left out
+    both = rank_correlation(np.vstack([a[:1], np.zeros((1, 16))]), np.vstack([b[:1], b[1:2]]))
+    assert both == pytest.approx(rhos[0], abs=1e-12)
+    with pytest.raises(ValueError, match="constant"):
+        rank_correlation(np.zeros((2, 3)), np.ones((2, 3)))
+    with pytest.raises(ValueError, match="one shape"):
+        rank_correlation(np.zeros((2, 3)), np.zeros((3, 2)))
 
 
 def test_rollout_refuses_empty_or_mismatched_layers():

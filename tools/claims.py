@@ -38,8 +38,9 @@ rewritten test evaluates the same operands in the same order (chained comparison
 ``<``, ``a - b`` for ``>``; the relative margin divides by ``|bound|``, the bound being
 the operand that is a number written in the code, else the right-hand one); for ``and``
 the smallest margin of its parts, for ``or`` the largest (compared relative to their
-bounds, :func:`tightest`); anything else
-(``np.allclose``, ``all(...)``, a flag) only its truth. An assert that runs many times
+bounds, :func:`tightest`); ``allclose(a, b, rtol=0, atol=x)`` (torch or NumPy) records
+``max |a - b|`` and ``x``, with the margin ``x - max |a - b|``; anything else
+(``allclose`` with a relative tolerance, ``all(...)``, a flag) only its truth. An assert that runs many times
 (in a loop) keeps its count and its worst run. ``np.testing.assert_*`` calls are not
 ``assert`` statements: they check, unrecorded.
 
@@ -194,13 +195,37 @@ def _recorded(node: ast.expr) -> ast.expr:
     if isinstance(node, ast.BoolOp):
         method = "all_of" if isinstance(node.op, ast.And) else "any_of"
         return _call(method, *(_thunk(_recorded(value)) for value in node.values))
+    if _is_absolute_close(node):
+        keywords = ast.Dict(keys=[ast.Constant(k.arg) for k in node.keywords],
+                            values=[_thunk(k.value) for k in node.keywords])
+        return _call("close", _thunk(node.func), _thunk(node.args[0]), _thunk(node.args[1]),
+                     keywords)
     return _call("term", _thunk(node))
 
 
+def _is_absolute_close(node: ast.expr) -> bool:
+    """``torch.allclose(a, b, rtol=0, atol=x)`` (or ``np.``/``numpy.``): a test of
+    ``max |a - b| <= x``, whose margin is ``x - max |a - b|``."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "allclose" and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in ("torch", "np", "numpy") and len(node.args) == 2
+            and not any(isinstance(arg, ast.Starred) for arg in node.args)
+            and all(k.arg is not None for k in node.keywords)):
+        return False
+    keywords = {k.arg: k.value for k in node.keywords}
+    rtol = keywords.get("rtol")
+    return ("atol" in keywords and isinstance(rtol, ast.Constant)
+            and not isinstance(rtol.value, bool) and rtol.value == 0
+            and set(keywords) <= {"rtol", "atol"})
+
+
 def _has_margin(node: ast.expr) -> bool:
-    """Whether the recorded test holds an ordering (``<``, ``>=``...): it has a margin."""
+    """Whether the recorded test holds an ordering (``<``, ``>=``...) or an absolute
+    tolerance (``allclose`` with ``rtol=0``): it has a margin."""
     if isinstance(node, ast.BoolOp):
         return any(_has_margin(value) for value in node.values)
+    if _is_absolute_close(node):
+        return True
     if not isinstance(node, ast.Compare):
         return False
     sides = _bound_sides([node.left, *node.comparators])
@@ -433,6 +458,30 @@ class Recorder:
                 break
             left = right
         frame["last"] = tightest(margins, min)
+        return result
+
+    def close(self, func: Any, left: Any, right: Any, keywords: dict[str, Any]) -> Any:
+        """``allclose(a, b, rtol=0, atol=x)`` as Python evaluates it (the function, then
+        its arguments, each once), recording ``max |a - b|`` and ``x`` and the margin
+        between them."""
+        frame = self.frames[-1]
+        function, a, b = func(), left(), right()
+        options = {name: value() for name, value in keywords.items()}
+        result = function(a, b, **options)
+        atol = options["atol"]
+        frame["last"] = None
+        try:
+            import numpy as np
+
+            largest = float(np.max(np.abs(_floats(a) - _floats(b))))
+        except Exception:  # noqa: BLE001  (operands that are not numbers: truth only)
+            frame["values"].append(bool(result))
+            return result
+        frame["values"] += [summarise(largest), summarise(atol)]
+        if math.isfinite(largest):
+            margin = float(atol) - largest
+            frame["last"] = {"margin": margin, "bound": summarise(atol),
+                             "relative_margin": margin / float(atol) if atol else None}
         return result
 
     def all_of(self, *parts: Any) -> Any:
@@ -862,6 +911,23 @@ def dump(data: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
+def claim_identities(rows: list[dict[str, Any]]) -> list[tuple[tuple[str, int], dict[str, Any]]]:
+    """Each claim's identity, ``(expression, k)``: the k-th assert of that expression in the
+    chapter, in line order.
+
+    A claim keeps its identity when the lines above it move (a reflowed paragraph does not
+    change the chapter's digest), so that a partial sweep after a reflow updates the same
+    row instead of adding a second one at the new line.
+    """
+    seen: dict[str, int] = {}
+    identities = []
+    for row in sorted(rows, key=lambda r: (r["line"], r["expression"])):
+        k = seen.get(row["expression"], 0)
+        seen[row["expression"]] = k + 1
+        identities.append(((row["expression"], k), row))
+    return identities
+
+
 def merge(out: Path, target: Path = CLAIMS) -> int:
     """Merge every fresh run under ``out`` into ``target``; stale runs are skipped."""
     sys.path.insert(0, str(ROOT))
@@ -885,17 +951,24 @@ def merge(out: Path, target: Path = CLAIMS) -> int:
         if not isinstance(entry, dict) or entry.get("digest") != run["digest"]:
             entry = {"digest": run["digest"], "claims": [], "wall_seconds": {}, "status": {},
                      "runtime": {}, "swept": {}, "slow_cells": {}}
-        claims = {(c["line"], c["expression"]): c for c in entry["claims"]}
+        claims = dict(claim_identities(entry["claims"]))
         for claim in claims.values():
             for key in PER_VARIANT:
                 claim.setdefault(key, {}).pop(variant, None)
-        for record in read_jsonl(run_file.with_name(f"{chapter}.jsonl")):
-            claim = claims.setdefault((record["line"], record["expression"]), {
+        records = claim_identities(read_jsonl(run_file.with_name(f"{chapter}.jsonl")))
+        for identity, record in records:
+            claim = claims.setdefault(identity, {
                 "line": record["line"], "expression": record["expression"],
                 "kind": record["kind"], **{key: {} for key in PER_VARIANT}})
+            claim["line"], claim["kind"] = record["line"], record["kind"]   # where it is now
             if record["held"] is not None:
                 for key in PER_VARIANT:
                     claim[key][variant] = record[key]
+        # a row this run does not know and no variant holds any more is an assert that left
+        # the chapter (or the old line of a moved one): it goes
+        known = {identity for identity, _ in records}
+        claims = {identity: claim for identity, claim in claims.items()
+                  if identity in known or claim.get("held")}
         entry["claims"] = sorted(claims.values(), key=lambda c: (c["line"], c["expression"]))
         entry["wall_seconds"][variant] = run["wall_seconds"]
         entry["status"][variant] = run["status"]

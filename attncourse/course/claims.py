@@ -179,7 +179,7 @@ def chapter_table(name: str, entry: dict[str, Any], variants: list[str]) -> str:
     if truths:
         false = [c for c in truths if any(h is False for h in (c.get("held") or {}).values())]
         line = (f"{len(truths)} more claim{'s' if len(truths) != 1 else ''} without a margin "
-                "(equalities, `np.allclose`, `all(...)`, flags)")
+                "(equalities, `allclose` with a relative tolerance, `all(...)`, flags)")
         if not false:
             out += [line + ": true in every variant that reached them.", ""]
         else:

@@ -13,8 +13,11 @@ memory keeps:
 - ``"linear-elu"``: chapter 8's form, ``phi = elu + 1`` on keys and queries and the
   normaliser: positive features are never orthogonal, so even orthonormal keys cross-talk;
 - ``"delta"``: the delta rule with beta = 1, ``S += k_t^T (v_t - k_t S)``: the newest pair is
-  stored exactly; written ``passes`` times over, the pairs converge to ``K S = V``
-  (Kaczmarz's method), exact for up to d_k linearly independent keys;
+  stored exactly. Written ``passes`` times over, cyclically (Kaczmarz's method), the state
+  converges to one with ``K S = V`` where such a state exists (up to d_k linearly
+  independent keys); with more pairs than that the writes settle on a fixed cycle of
+  states, which is not the least-squares fit (at d_k = 16 and 32 random keys, 4 and 64
+  passes both recall about 0.63, the least-squares state about 0.99);
 - ``"gated-delta"``: the same with a decay ``a`` per step (Yang et al. 2025): older pairs fade.
 
 Shapes: keys ``(batch, n_pairs, d_k)``, values ``(batch, n_pairs, d_v)``, queries
@@ -25,7 +28,8 @@ References
 Schlag, Irie, Schmidhuber (2021), "Linear Transformers Are Secretly Fast Weight Programmers",
 section 4 (capacity: at most d_k orthogonal keys; the delta rule).
 Arora et al. (2023), "Zoology", section 3 (recall against the state size).
-Kaczmarz (1937) (the cyclic projections that repeated delta-rule writes with beta = 1 perform).
+Kaczmarz (1937) (the cyclic projections that repeated delta-rule writes with beta = 1 perform;
+with an inconsistent system they converge to a limit cycle, not to the least-squares solution).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ Darcet, Oquab, Mairal, Bojanowski (2024), "Vision Transformers Need Registers", 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -191,16 +192,20 @@ def attention_rollout(weights: list[torch.Tensor] | tuple[torch.Tensor, ...],
                       residual: bool = True) -> torch.Tensor:
     """Attention rollout: how much each token's input reaches each token's output through the layers.
 
-    Each layer's weights are averaged over the heads; with ``residual`` the identity is mixed
-    in for the skip connection, A_l = 0.5 W_l + 0.5 I (rows still sum to 1); the rollout is
+    Each layer's weights are averaged over the heads, W̄_l; with ``residual`` the identity is
+    mixed in for the skip connection, 0.5 W̄_l + 0.5 I; each row is then divided by its sum,
+    as Abnar and Zuidema re-normalise, giving A_l (a no-op for softmax maps, whose rows sum
+    to 1 already, and what keeps any other non-negative map a share per row); the rollout is
     the product A_L ... A_2 A_1.
 
     Parameters
     ----------
     weights : list over layers (first layer first) of (batch, num_heads, T, T)
-        Attention weights, rows summing to 1.
+        Attention weights, non-negative (a softmax's rows sum to 1; other maps are
+        re-normalised row by row).
     residual : bool
-        Mix in the identity (Abnar and Zuidema's choice); ``False`` multiplies the raw averages.
+        Mix in the identity (Abnar and Zuidema's choice); ``False`` multiplies the raw
+        averages, each row re-normalised.
 
     Returns
     -------
@@ -210,7 +215,8 @@ def attention_rollout(weights: list[torch.Tensor] | tuple[torch.Tensor, ...],
     Raises
     ------
     ValueError
-        If ``weights`` is empty or the layers' shapes differ or are not (batch, h, T, T).
+        If ``weights`` is empty or the layers' shapes differ or are not (batch, h, T, T), or if
+        a weight is negative, or (``residual=False``) a row of a layer sums to 0.
 
     References
     ----------
@@ -225,11 +231,18 @@ def attention_rollout(weights: list[torch.Tensor] | tuple[torch.Tensor, ...],
                              f"{[tuple(x.shape) for x in weights]}")
     eye = torch.eye(shape[-1], dtype=weights[0].dtype, device=weights[0].device)
     rollout = eye.expand(shape[0], -1, -1)
-    for w in weights:
+    for layer, w in enumerate(weights):
+        if bool((w < 0).any()):
+            raise ValueError(f"attention weights must be non-negative; layer {layer} has "
+                             f"{float(w.min()):.3g}")
         a = w.mean(dim=1)
         if residual:
             a = 0.5 * a + 0.5 * eye
-        rollout = a @ rollout
+        sums = a.sum(dim=-1, keepdim=True)
+        if bool((sums == 0).any()):
+            raise ValueError(f"a row of layer {layer}'s head-averaged weights sums to 0: no "
+                             "share to re-normalise (use residual=True)")
+        rollout = (a / sums) @ rollout
     return rollout
 
 
@@ -288,6 +301,51 @@ def occlusion_importance(model: VisionTransformer, images: torch.Tensor, labels:
     return torch.stack(drops, dim=1)
 
 
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 0 .. m-1 within each row of ``x (n, m)``, tied values sharing their mean rank.
+
+    As ``scipy.stats.rankdata(x, axis=1) - 1``: ranking ties by position instead (an argsort
+    of an argsort) would give equal values different ranks in the order of their columns.
+    """
+    x = np.asarray(x, dtype=float)
+    if x.ndim != 2:
+        raise ValueError(f"average_ranks takes an (n, m) array, got shape {x.shape}")
+    order = np.argsort(x, axis=1, kind="stable")
+    ranks = np.empty_like(x)
+    for row, (values, by_value) in enumerate(zip(x, order)):
+        ordered = values[by_value]
+        starts = np.r_[0, np.flatnonzero(np.diff(ordered) != 0) + 1]
+        ends = np.r_[starts[1:], len(ordered)]
+        ranks[row, by_value] = np.repeat((starts + ends - 1) / 2, ends - starts)
+    return ranks
+
+
+def rank_correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rho between the rows of ``a`` and ``b`` (n, m), averaged over the rows.
+
+    Each row's rho is the Pearson correlation of its average ranks (ties share a rank, as
+    in ``scipy.stats.spearmanr``). A row that is constant in ``a`` or ``b`` has no rank
+    order, hence no correlation, and is left out of the mean.
+
+    Raises
+    ------
+    ValueError
+        If the shapes differ or are not (n, m), or if every row is constant.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 2:
+        raise ValueError(f"rank_correlation takes two (n, m) arrays of one shape, got "
+                         f"{a.shape} and {b.shape}")
+    ra, rb = average_ranks(a), average_ranks(b)
+    ra -= ra.mean(1, keepdims=True)
+    rb -= rb.mean(1, keepdims=True)
+    norm = np.sqrt((ra**2).sum(1) * (rb**2).sum(1))
+    defined = norm > 0
+    if not defined.any():
+        raise ValueError("every row is constant in a or b: no rank correlation")
+    return float(((ra * rb).sum(1)[defined] / norm[defined]).mean())
+
+
 def high_norm_share(states: torch.Tensor, factor: float = 2.0) -> float:
     """Share of tokens whose Euclidean norm exceeds ``factor`` times the median norm.
 
@@ -300,5 +358,5 @@ def high_norm_share(states: torch.Tensor, factor: float = 2.0) -> float:
     return int((norms > factor * median).sum()) / norms.numel()
 
 
-__all__ = ["VisionTransformer", "attention_rollout", "encoder_spec", "high_norm_share", "occlusion_importance",
-           "patchify", "position_similarity"]
+__all__ = ["VisionTransformer", "attention_rollout", "average_ranks", "encoder_spec", "high_norm_share",
+           "occlusion_importance", "patchify", "position_similarity", "rank_correlation"]
