@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import sys
 from collections.abc import Sequence
@@ -133,9 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(problem)
         # Imports every check: only once the input is known to be good.
         from attncourse.course.record import grade_notebook
-        from attncourse.runtime import NO_TRAINING_ENV
-
-        os.environ[NO_TRAINING_ENV] = "1"  # a check loads no model that is not prepared (none does)
 
         seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
         records = []
