@@ -151,3 +151,10 @@ def test_latent_attention_options_refused_in_one_line(extra, option, tmp_path, t
     err = refused_in_one_line(["train-lm", "--text", str(text_file), "--out", str(out), *SMALL, *extra], capsys)
     assert option in err, err
     assert not out.exists()
+
+
+def test_train_lm_under_no_training_is_one_line(tmp_path, text_file, capsys, monkeypatch):
+    # Issue 64: ATTNCOURSE_NO_TRAINING=1 (grading's setting) made train-lm end in UnpreparedRun's traceback.
+    monkeypatch.setenv("ATTNCOURSE_NO_TRAINING", "1")
+    err = refused_in_one_line(["train-lm", "--text", str(text_file), "--out", str(tmp_path / "run"), *SMALL], capsys)
+    assert "ATTNCOURSE_NO_TRAINING" in err and "prepare" in err

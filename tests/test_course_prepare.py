@@ -219,3 +219,52 @@ class _Config:
         value = _Config()
         object.__setattr__(self, name, value)
         return value
+
+
+@pytest.mark.parametrize("content", ["[1]", '{"04_self_attention": "abc"}', '{"x": null}', '{"x": 5}', "[]"])
+def test_a_forged_prepared_json_is_one_line(tmp_path, capsys, content):
+    # Issue 64: entries of the wrong type ended in AttributeError on .get.
+    from attncourse.course.prepare import main
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "prepared.json").write_text(content)
+    assert main(["01_seq2seq_bottleneck", "--runs", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attncourse: error: ") and err.count("\n") == 1 and "delete it" in err, err
+
+
+def test_runs_that_is_a_file_names_the_variable(tmp_path, capsys, monkeypatch):
+    from attncourse.course.prepare import main
+
+    runs = tmp_path / "runs"
+    runs.write_text("not a folder")
+    monkeypatch.setenv("ATTNCOURSE_RUNS", str(runs))
+    assert main(["01_seq2seq_bottleneck"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "$ATTNCOURSE_RUNS" in err and "is a file" in err, err
+
+
+_CHAPTER = "---\n{front}jupytext:\n  formats: md:myst\n  text_representation:\n    extension: .md\n" \
+           "    format_name: myst\nkernelspec:\n{kernel}  language: python\n  name: python3\n---\n\n" \
+           "# A chapter\n\n```{{code-cell}} ipython3\n{code}\n```\n"
+
+
+@pytest.mark.parametrize("front, kernel, code, words", [
+    ("tag: !!python/object:os.system x\n", "  display_name: Python 3\n", "1", "cannot be read as a chapter"),
+    ("", "", "1", "'display_name' is a required property)"),
+    ("", "  display_name: Python 3\n", "raise ValueError('first line\\nsecond line')",
+     "ValueError: first line / second line"),
+], ids=["yaml-tag", "no-display-name", "a-multi-line-error"])
+def test_a_chapter_that_cannot_run_is_one_line(tmp_path, capsys, monkeypatch, front, kernel, code, words):
+    # Issue 64: a YAML tag (ConstructorError) and a kernelspec without display_name
+    # (NotebookValidationError) were tracebacks; a failing cell kept only its last line.
+    from attncourse.course.prepare import main
+
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "99_chapter.md").write_text(_CHAPTER.format(front=front, kernel=kernel, code=code))
+    status = main(["99_chapter", "--runs", str(tmp_path / "runs"), "--notebooks", str(notebooks)])
+    err = capsys.readouterr().err
+    assert status in (1, 2) and err.startswith("attncourse: error: ") and err.count("\n") == 1, err
+    assert words in err, err

@@ -172,3 +172,22 @@ def test_the_short_convolution_mixes_each_projection_with_the_tokens_before_it()
 
 def _merge(t):
     return t.transpose(1, 2).flatten(2)  # (batch, heads, n, d_k) -> (batch, n, heads d_k)
+
+
+@pytest.mark.parametrize("kind", ["linear", "deltanet", "gated-deltanet"])
+def test_speculative_decoding_refuses_a_fixed_size_memory_in_one_line(kind):
+    # Issue 64: `sample RUN --draft DRAFT` on a memory model ended in AttributeError ('MemoryState' has no k).
+    from attncourse.decode.speculative import speculative_generate, validate_draft
+
+    spec = DecoderSpec(11, d_model=D_MODEL, num_heads=HEADS, num_layers=2, max_len=32,
+                       attention=AttentionSpec(kind), positions=PositionSpec("learned"))
+    memory = GPT(spec=spec)
+    plain = GPT(spec=DecoderSpec(11, d_model=D_MODEL, num_heads=HEADS, num_layers=1, max_len=32,
+                                 positions=PositionSpec("learned")))
+    for target, draft, role in ((memory, plain, "target"), (plain, memory, "draft")):
+        with pytest.raises(ValueError, match=f"the {role} model keeps a fixed-size memory") as err:
+            validate_draft(target, draft, 2)
+        assert "\n" not in str(err.value)
+    with pytest.raises(ValueError, match="fixed-size memory"):
+        speculative_generate(memory, plain, torch.tensor([1, 2, 3]), 4, k=2)
+    validate_draft(plain, plain, 2)  # a KV cache on both sides: accepted

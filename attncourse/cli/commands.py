@@ -88,6 +88,7 @@ from attncourse.cli.options import (
 )
 from attncourse.cli.outputs import RunLocked, os_reason
 from attncourse.cli.train_evaluate import run_evaluate, run_train
+from attncourse.runtime import UnpreparedRun
 from attncourse.train.fit import CHECKPOINT_NAME
 
 #: Kept under its old name for callers of the command line's internals.
@@ -170,6 +171,9 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     except MemoryError as err:
         reason = _one_line(err) if str(err) else "the machine ran out of memory"
         print(f"attncourse: error: {reason}; give smaller sizes", file=sys.stderr)
+        return EXIT_USAGE
+    except UnpreparedRun as err:  # ATTNCOURSE_NO_TRAINING=1 (set for grading) and a run to train
+        print(f"attncourse: error: {_one_line(err)}", file=sys.stderr)
         return EXIT_USAGE
     except RuntimeError as err:  # an allocation that failed anyway (torch raises RuntimeError, not MemoryError)
         if interrupted(err):  # a Ctrl-C that torch's C++ code wrapped in its own error

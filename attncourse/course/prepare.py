@@ -78,7 +78,10 @@ def read_prepared(runs: Path) -> dict[str, dict]:
         found = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, RecursionError):
         raise ValueError(f"{str(path)!r} is not the JSON that prepare writes; delete it") from None
-    return found if isinstance(found, dict) else {}
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise ValueError(f"{str(path)!r} is not the JSON that prepare writes (an object of chapters, "
+                         "each an object); delete it")
+    return found
 
 
 def _write_prepared(runs: Path, prepared: dict[str, dict]) -> None:
@@ -105,19 +108,31 @@ def run_chapter(chapter: Path) -> float:
         If a cell fails: the chapter, the cell's number and its error, in one line.
     """
     import nbclient
+    import nbformat
+    import yaml
     from nbclient.exceptions import CellExecutionError
 
     from attncourse.course.exercises import read_chapter
 
-    nb = read_chapter(chapter)
+    try:
+        nb = read_chapter(chapter)
+    except (yaml.YAMLError, UnicodeDecodeError, nbformat.ValidationError, ValueError) as err:
+        lines = str(getattr(err, "problem", None) or err).strip().splitlines() or [""]
+        reason = " ".join(lines[0].split())[:200]
+        raise ValueError(f"{chapter}: its source cannot be read as a chapter ({type(err).__name__}: "
+                         f"{reason})") from None
     start = time.perf_counter()
     client = nbclient.NotebookClient(nb, timeout=None, kernel_name="python3",
                                      resources={"metadata": {"path": str(chapter.parent)}})
     try:
         client.execute()
     except CellExecutionError as err:
-        lines = [line for line in str(err).splitlines() if line.strip()]
-        raise RuntimeError(f"{chapter.stem}: a cell failed: {lines[-1] if lines else err}") from None
+        # The error's name and its whole message (a message may span lines), not the traceback.
+        what = " / ".join(line.strip() for line in str(err.evalue or "").splitlines() if line.strip())
+        raise RuntimeError(f"{chapter.stem}: a cell failed: {err.ename}: {what}"[:1000]) from None
+    except nbformat.ValidationError as err:  # a kernelspec without its display_name, say
+        reason = " ".join(str(err).split("\n")[0].split())[:200]
+        raise ValueError(f"{chapter}: its notebook metadata is not valid ({reason})") from None
     return time.perf_counter() - start
 
 
@@ -126,6 +141,9 @@ def prepare(chapters: list[Path], runs: Path) -> dict[str, dict]:
 
     A chapter already prepared from the same source is skipped: its runs load.
     """
+    if runs.exists() and not runs.is_dir():
+        raise ValueError(f"the trained-model folder {str(runs)!r} ($ATTNCOURSE_RUNS, or --runs) is a file, "
+                         "not a folder")
     runs.mkdir(parents=True, exist_ok=True)
     prepared = read_prepared(runs)
     for chapter in chapters:
@@ -156,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ["ATTNCOURSE_RUNS"] = str(args.runs.resolve())
         os.environ.pop(NO_TRAINING_ENV, None)
         os.environ[FIT_CACHE_ENV] = "1"  # in-memory fits (chapters 5, 6) kept for grading too
+        named = os.environ.get("ATTNCOURSE_RUNS")
+        if named and os.path.lexists(named) and not os.path.isdir(named):
+            raise ValueError(f"the trained-model folder {named!r} ($ATTNCOURSE_RUNS, or --runs) is a file, "
+                             "not a folder")
         prepare(chapters, runs_dir())
     except (ValueError, OSError) as err:
         print(f"attncourse: error: {' '.join(str(err).split())}", file=sys.stderr)

@@ -128,7 +128,8 @@ class SpeculativeStats:
 
 
 def validate_draft(target: GPT, draft: GPT, k: int) -> None:
-    """ValueError (one line) unless ``draft`` can propose for ``target``: same vocabulary size, k >= 1."""
+    """ValueError (one line) unless ``draft`` can propose for ``target``: same vocabulary size, k >= 1,
+    and caches that can be cut back after a rejection (not a memory attention's fixed-size state)."""
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
     if draft.vocab_size != target.vocab_size:
@@ -138,6 +139,16 @@ def validate_draft(target: GPT, draft: GPT, k: int) -> None:
     if target_vocab is not None and draft_vocab is not None and target_vocab != draft_vocab:
         raise ValueError("the draft and target models have different vocabularies (same size, other "
                          "characters): speculative decoding needs one vocabulary")
+    for role, model in (("target", target), ("draft", draft)):
+        if not all(_can_cut_back(cache) for cache in model.init_cache(1)):
+            raise ValueError(f"the {role} model keeps a fixed-size memory (linear attention or DeltaNet), "
+                             "which cannot be cut back to the accepted tokens after a rejected draft: "
+                             "speculative decoding needs models with a KV cache")
+
+
+def _can_cut_back(cache) -> bool:
+    """Whether a layer's cache can drop its last tokens (a KV cache, or one with ``truncate``)."""
+    return hasattr(cache, "truncate") or (hasattr(cache, "k") and hasattr(cache, "v"))
 
 
 def _truncate(caches, length: int) -> None:
