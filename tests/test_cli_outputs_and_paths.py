@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -231,6 +232,62 @@ def test_student_edition_keeps_a_users_readme(tmp_path, capsys):
     capsys.readouterr()
     assert edition_main([*argv, "--overwrite"]) == 0
     assert "kept" in capsys.readouterr().err and (out / "README.md").read_text() == "mine"
+
+
+EDITION = ["--chapter", "04_self_attention", "--no-nbgrader"]
+
+
+def _one_line_refusal(argv, capsys, words):
+    capsys.readouterr()
+    assert edition_main(argv) == 2, argv
+    lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("attncourse: note: ")]
+    assert len(lines) == 1 and lines[0].startswith("attncourse: error: ") and words in lines[0], lines
+
+
+def test_student_edition_writes_through_no_link(tmp_path, capsys):
+    # Issue 64: --overwrite replaced user files through symbolic and hard links, and wrote
+    # the editions into a folder outside OUT that OUT/student linked to.
+    out, user = tmp_path / "class", tmp_path / "mine.txt"
+    assert edition_main([str(out), *EDITION]) == 0
+    user.write_text("mine")
+    notebook = out / "student" / "04_self_attention.ipynb"
+    notebook.unlink()
+    notebook.symlink_to(user)
+    _one_line_refusal([str(out), *EDITION, "--overwrite"], capsys, "a symbolic link")
+    notebook.unlink()
+    os.link(user, notebook)
+    _one_line_refusal([str(out), *EDITION, "--overwrite"], capsys, "another hard link")
+    notebook.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.rmtree(out / "student")
+    (out / "student").symlink_to(elsewhere)
+    _one_line_refusal([str(out), *EDITION, "--overwrite"], capsys, "a symbolic link")
+    assert user.read_text() == "mine" and not list(elsewhere.iterdir())
+    (out / "student").unlink()
+    os.mkfifo(out / "fifo")
+    _one_line_refusal([str(out), *EDITION, "--overwrite"], capsys, "not a regular file")
+    (out / "fifo").unlink()
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    _one_line_refusal([str(link), *EDITION, "--overwrite"], capsys, "is a symbolic link")
+    assert edition_main([str(out), *EDITION, "--overwrite"]) == 0  # its own run again: fine
+
+
+def test_student_edition_refuses_home_and_root_and_a_file_of_the_users(tmp_path, capsys, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "LICENSE").write_text("the user's")
+    monkeypatch.setenv("HOME", str(home))
+    _one_line_refusal([str(home), *EDITION, "--overwrite"], capsys, "your home folder")
+    _one_line_refusal(["/", *EDITION, "--overwrite"], capsys, "the root folder")
+    assert (home / "LICENSE").read_text() == "the user's"
+    out = tmp_path / "class"
+    out.mkdir()
+    (out / "LICENSE").write_text("the user's")  # a name the edition writes, not written by it
+    _one_line_refusal([str(out), *EDITION, "--overwrite"], capsys, "did not write")
+    assert (out / "LICENSE").read_text() == "the user's" and not (out / "student").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".attncourse-edition-")]
 
 
 def test_gpu_report_overwrites_only_an_earlier_report(tmp_path):

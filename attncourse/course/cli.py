@@ -9,16 +9,22 @@ Writes into ``OUT/``::
     nbgrader/nbgrader_config.py    an nbgrader course directory ...
     nbgrader/source/<chapter>/<chapter>.ipynb   ... with one assignment per chapter
 
-``OUT`` must be new or empty unless ``--overwrite`` is given (files of the same names
-are then replaced; nothing else is removed). Errors end with one line
-``attncourse: error: ...`` on stderr and exit status 2.
+``OUT`` must be new or empty unless ``--overwrite`` is given; then the files an earlier
+run wrote (listed with their digests in ``OUT/.attncourse-owned.json``) are replaced,
+a file of yours at one of those names is refused (your ``README.md`` is kept), and
+nothing else is touched. ``OUT`` may not be ``/``, your home folder or a link, nor hold
+a link, a special file or a hard-linked file (:mod:`attncourse.course.owned_folder`).
+Errors end with one line ``attncourse: error: ...`` on stderr and exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +38,7 @@ from attncourse.course.editions import chapter_editions, write_notebook
 from attncourse.course.exercises import chapter_exercises, read_chapter
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
 from attncourse.course.notice import NOTICE, write_licences
+from attncourse.course.owned_folder import check_owned, publish
 from attncourse.course.rubrics import rubrics_markdown
 from attncourse.course.slides import EXECUTED, executed_notebooks, write_decks
 from attncourse.train.config import setting, settings
@@ -88,7 +95,6 @@ source folder, so a release hands them out with the notebook.
 
 
 #: How a README.md this command wrote begins: --overwrite replaces no other README.md.
-README_FIRST_LINE = README.splitlines()[0]
 
 
 @dataclass(frozen=True)
@@ -136,15 +142,36 @@ def _chapters(args: argparse.Namespace) -> list[Path]:
 
 
 def write_editions(args: argparse.Namespace) -> list[Path]:
-    """Write everything the command writes; return the files written."""
+    """Write everything the command writes; return the files written.
+
+    ``OUT`` is owned by content (:mod:`attncourse.course.owned_folder`): the editions are
+    written into a staging folder beside it, then moved in, replacing only what an earlier
+    run wrote; nothing is written through a link, into the home folder or ``/``.
+    """
     chapters = _chapters(args)
     out: Path = args.out
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"OUT {str(out)!r} is a file, not a folder")
+    check_owned(out)
     if out.is_dir() and any(out.iterdir()) and not args.overwrite:
         raise ValueError(f"OUT {str(out)!r} is not empty; pass --overwrite to replace the editions "
                          "in it, or choose another folder")
-    keep_readme = _foreign_readme(out / "README.md")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a name on the path is a file: said as such by os_reason
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(out)) from None
+    staging = Path(tempfile.mkdtemp(prefix=".attncourse-edition-", dir=out.parent))
+    try:
+        _write_editions(args, chapters, staging)
+        written = publish(staging, out, keep=frozenset({"README.md"}))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if out / "README.md" not in written:
+        print(f"attncourse: note: kept {out / 'README.md'}, which student-edition did not write "
+              "(--overwrite replaces only what an earlier edition wrote)", file=sys.stderr)
+    return written
+
+
+def _write_editions(args: argparse.Namespace, chapters: list[Path], out: Path) -> None:
+    """Write every file of the editions into ``out`` (the staging folder)."""
     written: list[Path] = []
     exercises = []
     students = {}
@@ -187,25 +214,7 @@ def write_editions(args: argparse.Namespace) -> list[Path]:
         n_coding=coding, n_written=len(exercises) - coding, check=CHECK_POINTS, written=WRITTEN_POINTS,
         markdown=" With `--markdown`, the same as MyST `.md` files." if args.markdown else "",
         notice=NOTICE)
-    if keep_readme:
-        print(f"attncourse: note: kept {out / 'README.md'}, which student-edition did not write "
-              "(--overwrite replaces only an earlier edition's README.md)", file=sys.stderr)
-        return written
     (out / "README.md").write_text(readme, encoding="utf-8")
-    return written + [out / "README.md"]
-
-
-def _foreign_readme(path: Path) -> bool:
-    """True if ``path`` exists but is not a README.md this command wrote (never replaced, nor written through)."""
-    if not os.path.lexists(path):
-        return False
-    try:
-        if path.is_symlink() or not path.is_file():
-            return True
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return not f.read(len(README_FIRST_LINE)) == README_FIRST_LINE
-    except OSError:
-        return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:
