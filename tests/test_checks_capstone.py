@@ -195,3 +195,11 @@ def test_the_reference_loop_trains_below_the_bound(corpus):
     assert result.passed, result
     bits = float(result.message.split()[1])
     assert bits < c.TRAIN_BOUND and np.isfinite(bits)
+
+
+def test_the_chapter_states_the_training_bound_it_checks():
+    # Issue 64: exercise 4 named its bound only as TRAIN_BOUND; the number it writes must be the check's.
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "notebooks" / "07b_build_gpt.md").read_text()
+    assert f"`TRAIN_BOUND` ({c.TRAIN_BOUND})" in text

@@ -151,6 +151,27 @@ def test_the_first_failure_shows_a_nudge_the_next_the_full_hint(monkeypatch):
     second = check_softmax(overflowing)
     assert not second.nudge and second.hint in str(second) and "largest exponential into 1" in str(second)
     reset_attempts()
-    # A case without a nudge of its own gets the general one.
+    # A case without a nudge of its own gets the general one, for a mistake not recognised ...
+    result = check_causal_mask(lambda n: np.zeros((n, n), dtype=bool))
+    assert result.nudge == GENERAL_NUDGE and not result.recognised
+    reset_attempts()
+    # ... but a mistake the check recognises is named at once (issue 64: the upper triangle).
     result = check_causal_mask(lambda n: np.triu(np.ones((n, n), dtype=bool)))
-    assert result.nudge == GENERAL_NUDGE
+    assert result.recognised and not result.nudge and "upper triangle" in str(result)
+    reset_attempts()
+    # A wrong signature is recognised too.
+    result = check_causal_mask(lambda n, m: np.tril(np.ones((n, n), dtype=bool)))
+    assert result.recognised and not result.nudge and "signature" in str(result)
+    reset_attempts()
+
+
+def test_a_stub_hit_inside_a_written_function_is_named():
+    # Issue 64: re-running exercise 1's stub made exercise 2's check blame exercise 2.
+    def my_softmax_stub(x, axis=-1):
+        raise NotImplementedError()
+
+    def written(x, axis=-1):
+        return my_softmax_stub(x, axis)
+
+    result = check_softmax(written)
+    assert result.message == f"{NOT_YET}: `my_softmax_stub` is not written yet", result.message

@@ -19,10 +19,12 @@ Three rules keep the feedback honest and useful:
   fails with a message saying so, whatever it returns.
 - *Unwritten is not wrong.* A stub (a body of ``...`` or ``pass``, or one raising
   ``NotImplementedError`` as nbgrader's released notebooks do) gets "not passed yet".
-- *A nudge first.* The first failed attempt of a check shows a nudge (the case's
-  ``nudge``, or a general one); from the second on, the full hint, which gives the idea
-  of the fix but never its code (``tests/test_checks_hints.py``). ``result.hint`` always
-  holds the full hint.
+- *A nudge first, unless the mistake is recognised.* When the check recognises the mistake
+  (a case's ``diagnose`` names it, or the signature is wrong), its hint says so at once.
+  Otherwise the first failed attempt of a check shows a nudge (the case's ``nudge``, or a
+  general one); from the second on, the full hint, which gives the idea of the fix but
+  never its code (``tests/test_checks_hints.py``). ``result.hint`` always holds the full
+  hint.
 - *No hand-offs.* Besides the references, a check refuses any call (direct or not) to a
   library function that does the exercise's job, to the package outside the checks, or
   to a chapter's helper from another cell (:mod:`attncourse.checks.hand_offs`).
@@ -102,7 +104,11 @@ class CheckResult:
         Keyword inputs of the failing case.
     nudge : str
         What the report shows instead of ``hint`` on a first failed attempt (empty: the
-        report shows ``hint``).
+        report shows ``hint``). A mistake the check recognises (``recognised``) gets no
+        nudge: its hint names it at once.
+    recognised : bool
+        Whether ``hint`` names a mistake the check recognised in what the function did
+        (a case's ``diagnose``, a wrong signature), rather than the case's general hint.
     """
 
     name: str
@@ -114,6 +120,8 @@ class CheckResult:
     args: tuple = field(default=(), compare=False)
     kwargs: Mapping[str, Any] = field(default_factory=dict, compare=False)
     nudge: str = field(default="", compare=False)
+    #: Whether the hint names the mistake the check recognised (shown at once, never a nudge).
+    recognised: bool = field(default=False, compare=False)
 
     def __bool__(self) -> bool:
         return self.passed
@@ -340,12 +348,13 @@ def describe_exception(exc: BaseException) -> str:
     return line
 
 
-def _exception_hint(exc: BaseException, case: Case) -> str:
+def _exception_hint(exc: BaseException, case: Case) -> tuple[str, bool]:
+    """The hint for a function that raised, and whether it names a recognised mistake."""
     text = str(exc)
     if isinstance(exc, TypeError) and ("positional argument" in text or "keyword argument" in text):
         names = list(case.args) + [f"{key}={key}" for key in case.kwargs]
-        return f"Check your function's signature: this case calls it as fn({', '.join(names)})."
-    return case.hint or "Call your function on this case's inputs in a new cell to see the full error."
+        return f"Check your function's signature: this case calls it as fn({', '.join(names)}).", True
+    return case.hint or "Call your function on this case's inputs in a new cell to see the full error.", False
 
 
 def _compare(got: Any, case: Case) -> str | None:
@@ -448,8 +457,12 @@ def _call(fn: Callable, case: Case, references: Sequence[Any] = (), hand_offs: H
         return result, calls, seen
 
 
-def _not_yet(name: str, fn: Any, total: int) -> CheckResult:
-    what = getattr(unwrap(fn), "__name__", "your function")
+def _not_yet(name: str, fn: Any, total: int, exc: BaseException | None = None) -> CheckResult:
+    """"Not passed yet", naming the stub that was hit: the function whose
+    ``NotImplementedError`` was raised (``my_block`` inside a written ``my_gpt``), else ``fn``."""
+    frame = _learner_frame(exc) if exc is not None else None
+    what = frame.name if frame is not None and frame.name != "<module>" else getattr(unwrap(fn), "__name__",
+                                                                                       "your function")
     return CheckResult(
         name=name, passed=False, cases_passed=0, cases_total=total,
         message=f"{NOT_YET}: `{what}` is not written yet",
@@ -546,7 +559,7 @@ def run_cases(name: str, fn: Any, cases: Sequence[Case], references: Sequence[An
     if result.passed or result.message.startswith(NOT_YET) or result.message.startswith("not accepted"):
         return result
     _failed_attempts[name] = _failed_attempts.get(name, 0) + 1
-    if _failed_attempts[name] <= NUDGE_ATTEMPTS:
+    if _failed_attempts[name] <= NUDGE_ATTEMPTS and not result.recognised:  # a named mistake: at once
         case = cases[result.cases_passed]
         result = replace(result, nudge=case.nudge or GENERAL_NUDGE)
     return result
@@ -563,13 +576,14 @@ def _run(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any],
         )
         try:
             raw, calls, seen = _call(fn, case, references, hand_offs, learner)
-        except NotImplementedError:
-            return _not_yet(name, fn, total)
+        except NotImplementedError as exc:
+            return _not_yet(name, fn, total, exc)
         except Exception as exc:  # the learner's bug, reported rather than re-raised
             if number == 1 and is_stub(fn):
                 return _not_yet(name, fn, total)
-            return replace(failure, message=f"{header}\n  {describe_exception(exc)}",
-                           hint=_exception_hint(exc, case))
+            hint, recognised = _exception_hint(exc, case)
+            return replace(failure, message=f"{header}\n  {describe_exception(exc)}", hint=hint,
+                           recognised=recognised)
         if calls:  # even when the learner's code caught the stand-in's exception
             return _refusal(name, total, calls[0], passed_itself=False, rules=hand_offs)
         if seen:
@@ -579,12 +593,14 @@ def _run(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any],
         got = _convert(raw, case)
         problem = _compare(got, case)
         if problem is not None:
-            return replace(failure, message=f"{header}\n  {problem}", hint=_diagnose(got, case))
+            hint, recognised = _diagnose(got, case)
+            return replace(failure, message=f"{header}\n  {problem}", hint=hint, recognised=recognised)
     return CheckResult(name=name, passed=True, cases_passed=total, cases_total=total,
                        message=f"all {total} hidden cases pass")
 
 
-def _diagnose(got: Any, case: Case) -> str:
+def _diagnose(got: Any, case: Case) -> tuple[str, bool]:
+    """The hint for a wrong result, and whether the case's ``diagnose`` recognised the mistake."""
     if case.diagnose is not None:
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -592,9 +608,9 @@ def _diagnose(got: Any, case: Case) -> str:
                 specific = case.diagnose(got, case)
         except Exception:  # a diagnosis that trips over odd output must not hide the report
             specific = None
-        if specific:
-            return specific
-    return case.hint
+        if specific and specific != case.hint:
+            return specific, True
+    return case.hint, False
 
 
 # ---------------------------------------------------------------- diagnosing common bugs

@@ -582,7 +582,7 @@ def _run_reinforce(fn: Callable[..., Any], cases: list[Case]) -> CheckResult:
     # The runner reported the internal exception; say what was wrong with the result instead.
     message, hint = graded.problem
     header = "\n".join(result.message.splitlines()[:2])
-    return replace(result, message=f"{header}\n  {message}", hint=hint)
+    return replace(result, message=f"{header}\n  {message}", hint=hint, nudge="", recognised=True)
 
 
 __all__ = [

@@ -344,8 +344,9 @@ def check_delta_recall(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) 
 
 CACHE_EXPLAIN = (
     "Each layer keeps, per head, one d_head x d_head state, and the convolution's last "
-    "conv_size - 1 inputs of its queries, keys and values (3 num_heads d_head numbers each); "
-    "times the layers and the bytes per number. No term grows with the tokens."
+    "conv_size - 1 inputs of its queries, keys and values (3 num_heads d_head numbers each; "
+    "none when conv_size is 0, no convolution, or 1); times the layers and the bytes per "
+    "number. No term grows with the tokens."
 )
 CACHE_NO_CONV_HINT = "The convolution's tail is missing: conv_size - 1 earlier inputs of q, k and v."
 CACHE_CONV_SIZE_HINT = (
@@ -376,7 +377,8 @@ def state_bytes_cases(seed: int | None = None) -> list[Case]:
                     np.asarray(float(_state_bytes(layers, heads, d_head, conv, size))), atol=0, rtol=0,
                     hint=CACHE_EXPLAIN, diagnose=_diagnose_cache)
 
-    return [case("the chapter's size: 2 layers, 1 head of 32, no convolution, float32", 2, 1, 32, 0, 4),
+    return [case("the chapter's size: 2 layers, 1 head of 32, no convolution (conv_size = 0: no inputs "
+                 "kept), float32", 2, 1, 32, 0, 4),
             case("4 layers, 4 heads of 16, conv 4, float32", 4, 4, 16, 4, 4),
             case("48 layers, 16 heads of 128, conv 4, bfloat16", 48, 16, 128, 4, 2),
             case("1 layer, conv 1 (no tail)", 1, 2, 8, 1, 4)] + [
