@@ -164,6 +164,8 @@ class AnswerProcess:
         self.results, results_out = os.pipe()
         try:
             self.pid = fork_server().fork(requests_in, results_out)
+        except OSError as err:  # the fork server died or did not start: no answer ran
+            raise AnswerEnded("crashed", f"the grader could not start the answer's process ({err})") from None
         finally:
             os.close(requests_in)
             os.close(results_out)
@@ -192,7 +194,8 @@ class AnswerProcess:
                 os.close(fd)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        fork_server().reap()
+        with contextlib.suppress(OSError):  # a dead server took its children with it (parent death)
+            fork_server().reap()
         self.pid = None
 
     def __enter__(self) -> AnswerProcess:
@@ -266,7 +269,8 @@ class AnswerProcess:
     def _ended(self) -> str:
         code = None
         if self.pid is not None:  # it closed its end: wait for it, and kill what it left
-            code = fork_server().reap()
+            with contextlib.suppress(OSError):
+                code = fork_server().reap()
         if code is not None and code < 0:
             try:
                 name = signal.Signals(-code).name
