@@ -240,3 +240,10 @@ def test_grade_json_never_replaces_what_it_did_not_write(tmp_path, capsys):
     assert grade_main([str(submission), "--json", str(notes), "--overwrite"]) == 0
     assert json.loads(notes.read_text())[0]["student"] == "alice"
     assert grade_main([str(submission), "--json", str(notes)]) == 0  # its own record: replaced
+
+
+def test_the_guide_counts_the_suites_as_they_are():
+    guide = " ".join((ROOT / "book" / "instructors.md").read_text().split())
+    attacks = sum(len(found) for found in ATTACKS.values())
+    assert f"{len(HONEST)} honest answers" in guide
+    assert f"{attacks} attacks in {len(ATTACKS)} classes" in guide
