@@ -76,12 +76,19 @@ def send(value: Any = None, **fields: Any) -> None:
 
 
 def _where(err: BaseException, filename: str) -> str:
-    """``line 3 in my_softmax: `return e / e.sum()``` for the answer's deepest frame."""
-    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == filename]
+    """``line 3 in my_softmax: `return e / e.sum()``` for the answer's deepest frame.
+
+    Only the answer's own lines are looked up (from the line cache): reading another
+    frame's source file could be the course's, which the tripwire refuses."""
+    frames = [f for f in traceback.StackSummary.extract(traceback.walk_tb(err.__traceback__), lookup_lines=False)
+              if f.filename == filename]
     if not frames:
         return ""
     frame = frames[-1]
-    return f"line {frame.lineno} in {frame.name}" + (f": `{frame.line.strip()}`" if frame.line else "")
+    import linecache
+
+    line = linecache.getline(filename, frame.lineno).strip() if frame.lineno else ""
+    return f"line {frame.lineno} in {frame.name}" + (f": `{line}`" if line else "")
 
 
 def _error(err: BaseException, filename: str) -> dict:
@@ -380,6 +387,10 @@ def answer() -> None:
     # The checks' stub test and Triton's @jit read the source through linecache.
     linecache.cache[filename] = (len(setup["source"]), None, setup["source"].splitlines(True), filename)
     namespace: dict[str, Any] = {"__name__": "attncourse_answer", "__builtins__": __builtins__}
+    # Nobody reads a warning here, and showing one reads its source line (maybe the course's).
+    import warnings
+
+    warnings.simplefilter("ignore")
     tripwire(setup["course_root"])
     # The definitions are observed too (a default argument, a decorator, a class body run
     # now), without the must-call rule, which only a call can meet.
