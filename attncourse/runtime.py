@@ -75,34 +75,69 @@ SEED_OFFSET_ENV = "ATTNCOURSE_SEED_OFFSET"
 
 
 def seed_offset() -> int:
-    """The integer in ``$ATTNCOURSE_SEED_OFFSET`` (default 0), added to every training seed.
+    """The integer in ``$ATTNCOURSE_SEED_OFFSET`` (default 0), added to every seed drawn from.
 
     Why: a chapter's claims about trained models (a loss below a bound, a head found at a
-    step) hold for the seeds the chapter uses; ``tools/claims.py``'s ``seed+1`` variant
-    (``make claims``) runs every chapter again with each model trained from another seed,
-    without editing the chapters, to see by how much each claim still holds. This is the
-    one place that reads the variable; :func:`seed_everything`, the training loops
-    (:func:`attncourse.train.loop.train_epochs`, :func:`attncourse.train.fit.fit`),
-    :func:`attncourse.recipes.run_experiment` and chapter 12's passkey model take their
-    seeds through :func:`training_seed`, and :func:`runs_dir` keeps such runs apart from
-    the cached runs of the chapters' own seeds. Data seeds are not shifted: the same data,
-    another model.
+    step) hold for the seeds the chapter uses; ``tools/claims.py``'s ``other-seeds`` variant
+    (``make claims``) runs every chapter again with every model trained from another seed,
+    on other drawn data, without editing the chapters, to see by how much each claim still
+    holds. This is the one place that reads the variable. :func:`seed_everything`, the
+    training loops (:func:`attncourse.train.loop.train_epochs`,
+    :func:`attncourse.train.fit.fit`) and the recipes take their model seeds through
+    :func:`training_seed`; the recipes take the seeds of the data they draw (tasks, batches,
+    evaluation contexts, closed-form draws) through :func:`data_seed`; :func:`runs_dir`
+    keeps such runs apart from the cached runs of the chapters' own seeds. What a chapter's
+    cell draws itself with a literal seed (a toy example the prose walks through) stays.
 
     Raises
     ------
     ValueError
-        If the variable is set to something other than an integer.
+        If the variable is set to something other than a non-negative integer.
     """
     value = os.environ.get(SEED_OFFSET_ENV, "").strip()
     try:
-        return int(value) if value else 0
+        offset = int(value) if value else 0
     except ValueError:
         raise ValueError(f"{SEED_OFFSET_ENV}={value!r}: expected an integer") from None
+    if offset < 0:
+        raise ValueError(f"{SEED_OFFSET_ENV}={value!r}: expected an integer >= 0")
+    return offset
+
+
+def _shifted(seed: int, what: str) -> int:
+    """``seed`` plus :func:`seed_offset`, refusing a seed the offset would not keep apart."""
+    offset = seed_offset()
+    if offset and not 0 <= int(seed) < offset:
+        # seeds in [0, offset) shift to [offset, 2 offset): disjoint from every seed the
+        # chapters use themselves, which is what the variant is for
+        raise ValueError(f"{what} {seed} is outside [0, {SEED_OFFSET_ENV}={offset}): "
+                         "its shifted seed could be one the chapters use themselves")
+    return int(seed) + offset
 
 
 def training_seed(seed: int) -> int:
-    """``seed`` plus :func:`seed_offset`: the seed a model is initialised and trained with."""
-    return int(seed) + seed_offset()
+    """``seed`` plus :func:`seed_offset`: the seed a model is initialised and trained with.
+
+    Raises
+    ------
+    ValueError
+        If an offset is set and ``seed`` is not in ``[0, offset)``.
+    """
+    return _shifted(seed, "training seed")
+
+
+def data_seed(seed: int) -> int:
+    """``seed`` plus :func:`seed_offset`: the seed a recipe draws its data with.
+
+    Tasks, batches' contexts, evaluation sets and closed-form draws; the same number as
+    ``seed`` in normal use (offset 0).
+
+    Raises
+    ------
+    ValueError
+        If an offset is set and ``seed`` is not in ``[0, offset)``.
+    """
+    return _shifted(seed, "data seed")
 
 
 def seed_everything(seed: int = 0) -> None:

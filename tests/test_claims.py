@@ -17,9 +17,18 @@ import jupytext
 import pytest
 
 from attncourse.course import claims as book_claims
-from attncourse.runtime import runs_dir, seed_offset, training_seed
+from attncourse.runtime import data_seed, runs_dir, seed_offset, training_seed
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _code_of(path: Path) -> str:
+    """A module's source, or a chapter's code cells (magics dropped) as one module."""
+    if path.suffix == ".py":
+        return path.read_text(encoding="utf-8")
+    cells = [c.source for c in jupytext.read(path).cells if c.cell_type == "code"]
+    return "\n".join(line for cell in cells for line in cell.splitlines()
+                     if not line.lstrip().startswith(("%", "!")))
 
 
 def _load_tool():
@@ -208,9 +217,9 @@ def test_manual_seed_takes_the_offset(monkeypatch):
         def manual_seed(value):
             seen.append(value)
 
-    monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "1")
+    monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "1000")
     run_cell("torch.manual_seed(0)\ntorch.manual_seed(7)\n", torch=Torch)
-    assert seen == [1, 8]
+    assert seen == [1000, 1007]
     # a function's seed is its caller's (chapter 7b's checks call the learner's my_train)
     new, _ = tool.rewrite_source("def train(seed):\n    torch.manual_seed(seed)\n")
     assert new == "def train(seed):\n    torch.manual_seed(seed)\n"
@@ -220,12 +229,44 @@ def test_the_seed_offset_shifts_seeds_and_runs(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path))
     monkeypatch.delenv("ATTNCOURSE_SEED_OFFSET", raising=False)
     assert seed_offset() == 0 and training_seed(3) == 3 and runs_dir("a") == tmp_path / "a"
-    monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "1")
-    assert training_seed(3) == 4
-    assert runs_dir("a") == tmp_path / "seed-offset-1" / "a"  # never the seed's own cache
-    monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "one")
-    with pytest.raises(ValueError, match="ATTNCOURSE_SEED_OFFSET"):
-        seed_offset()
+    assert data_seed(3) == 3
+    monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", "1000")
+    assert training_seed(3) == 1003 and data_seed(999) == 1999
+    assert runs_dir("a") == tmp_path / "seed-offset-1000" / "a"  # never the seed's own cache
+    # a seed at or past the offset could shift onto one of native's: refused, not overlapped
+    for shift in (training_seed, data_seed):
+        for seed in (1000, 12345, -1):
+            with pytest.raises(ValueError, match=r"outside \[0, ATTNCOURSE_SEED_OFFSET=1000\)"):
+                shift(seed)
+    for bad in ("one", "-5"):
+        monkeypatch.setenv("ATTNCOURSE_SEED_OFFSET", bad)
+        with pytest.raises(ValueError, match="ATTNCOURSE_SEED_OFFSET"):
+            seed_offset()
+
+
+def test_the_other_seeds_variant_is_disjoint_from_every_seed_a_chapter_writes():
+    """Every integer literal a chapter passes as a seed is below the variant's offset, so its
+    shifted seeds are none of native's (the runtime refuses the rest at run time too)."""
+    import ast
+    offset = tool.OTHER_SEEDS_OFFSET
+    assert tool.VARIANTS["other-seeds"]["env"]["ATTNCOURSE_SEED_OFFSET"] == str(offset)
+    seen = 0
+    for path in sorted((ROOT / "notebooks").glob("*.md")) + sorted((ROOT / "attncourse").rglob("*.py")):
+        for node in ast.walk(ast.parse(_code_of(path))):
+            pairs = []
+            if isinstance(node, ast.keyword) and node.arg:  # f(seed=3)
+                pairs = [(node.arg, node.value)]
+            elif isinstance(node, ast.arguments):  # def f(seed: int = 12345)
+                named = node.posonlyargs + node.args
+                pairs = list(zip([a.arg for a in named[len(named) - len(node.defaults):]],
+                                 node.defaults))
+                pairs += [(a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults) if d]
+            for name, value in pairs:
+                if name.endswith("seed") and isinstance(value, ast.Constant) \
+                        and isinstance(value.value, int):
+                    seen += 1
+                    assert 0 <= value.value < offset, (path, name, value.value)
+    assert seen > 80  # the scan reaches them (87 on 8 December)
 
 
 def chapter_asserts(chapter: str) -> list[dict]:
@@ -372,18 +413,18 @@ def test_a_variant_the_machine_runs_as_native_is_named_not_rerun():
 
 
 def test_the_page_names_slow_cells_and_those_without_progress():
-    entry = {"wall_seconds": {"native": 1, "seed+1": 2},
+    entry = {"wall_seconds": {"native": 1, "other-seeds": 2},
              "slow_cells": {"native": [{"line": 5, "seconds": 40, "progress": True}],
-                            "seed+1": [{"line": 5, "seconds": 50, "progress": True},
+                            "other-seeds": [{"line": 5, "seconds": 50, "progress": True},
                                        {"line": 9, "seconds": 31, "progress": False}]}}
-    text = book_claims.chapter_table("01_x", entry, ["native", "seed+1"])
-    assert "line 5 (50 s, seed+1); line 9 (31 s, seed+1, **no progress**)." in text
+    text = book_claims.chapter_table("01_x", entry, ["native", "other-seeds"])
+    assert "line 5 (50 s, other-seeds); line 9 (31 s, other-seeds, **no progress**)." in text
 
 
 #: The variants every chapter is swept under. 1-thread is native on a 2-core machine,
 #: where the sweep was run. ``rerun`` runs every cell a second time in the same kernel: a
 #: cell that breaks when a learner re-runs it fails the sweep there.
-REQUIRED = ("native", "default-kernels", "2-threads", "seed+1", "rerun")
+REQUIRED = ("native", "default-kernels", "2-threads", "other-seeds", "rerun")
 
 
 @pytest.mark.parametrize("chapter", book_claims.chapter_names())
@@ -457,7 +498,7 @@ def test_a_claim_a_variant_never_reached_is_recorded_as_such(tmp_path):
     digest = book_claims.code_digest(ROOT / "notebooks" / f"{chapter}.md")
     target = tmp_path / "claims.json"
     _fake_run(tmp_path / "out", chapter, "native", digest, [(10, "a < b", True)])
-    _fake_run(tmp_path / "out", chapter, "seed+1", digest, [(10, "a < b", None)])  # an `if`
+    _fake_run(tmp_path / "out", chapter, "other-seeds", digest, [(10, "a < b", None)])  # an `if`
     tool.merge(tmp_path / "out", target)
     claim = json.loads(target.read_text())["chapters"][chapter]["claims"][0]
-    assert claim["held"] == {"native": True}            # seed+1 absent: the test above fails
+    assert claim["held"] == {"native": True}            # other-seeds absent: the test above fails

@@ -19,9 +19,11 @@ Variants (:data:`VARIANTS`):
 - ``rerun``: every code cell executed a second time, in order, in the same kernel, as
   a learner re-runs cells (a name rebound by a later cell breaks an earlier one); it
   loads the models ``native`` trained;
-- ``seed+1``: every trained model from another seed (``ATTNCOURSE_SEED_OFFSET=1``,
-  :func:`attncourse.runtime.seed_offset`; the chapters' own ``torch.manual_seed(n)``
-  calls are shifted too, below), the same data.
+- ``other-seeds``: every trained model from another seed, on other drawn data
+  (``ATTNCOURSE_SEED_OFFSET=1000000``, :func:`attncourse.runtime.seed_offset`: every seed
+  ``s`` a recipe trains or draws data with becomes ``s + 1000000``, and seeds outside
+  ``[0, 1000000)`` are refused, so no seed of the variant is one ``native`` uses; the
+  chapters' own ``torch.manual_seed(n)`` calls are shifted too, below).
 
 Each variant has its own folder under ``--out`` (default ``_build/claims``): its trained
 models (``ATTNCOURSE_RUNS=<out>/<variant>/runs``, so that no variant loads another's
@@ -85,6 +87,10 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 #: that ``native`` is native whatever the shell exported.
 VARIANT_VARIABLES = ("ATEN_CPU_CAPABILITY", "ATTNCOURSE_SEED_OFFSET", *THREAD_VARIABLES)
 
+#: The ``other-seeds`` variant's offset: every seed the chapters use is below it, so the
+#: shifted seeds ``[offset, 2 offset)`` are none of theirs (the runtime refuses any other).
+OTHER_SEEDS_OFFSET = 1_000_000
+
 #: name -> environment it sets, thread count (None: the book build's share) and why.
 VARIANTS: dict[str, dict[str, Any]] = {
     "native": {"env": {}, "threads": None,
@@ -93,8 +99,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
                         "about": "torch's non-vectorised CPU kernels: another CPU's rounding"},
     "1-thread": {"env": {}, "threads": 1, "about": "one thread: another order of sums"},
     "2-threads": {"env": {}, "threads": 2, "about": "two threads: another order of sums"},
-    "seed+1": {"env": {"ATTNCOURSE_SEED_OFFSET": "1"}, "threads": None,
-               "about": "every trained model from another seed, on the same data"},
+    "other-seeds": {"env": {"ATTNCOURSE_SEED_OFFSET": str(OTHER_SEEDS_OFFSET)}, "threads": None,
+                    "about": "every model and every drawn data set from seeds disjoint from "
+                             "native's"},
     # a learner re-runs cells: every code cell a second time, in order, in the same kernel;
     # the models native trained are loaded, not trained again
     "rerun": {"env": {}, "threads": None, "passes": 2, "runs": "native",
@@ -285,7 +292,7 @@ def rewrite_source(source: str, first_line: int = 1,
         ``kind`` (``"comparison"`` when it has a margin to record, else ``"truth"``).
         Also a cell's own ``torch.manual_seed(n)`` (not one inside a function, whose seed
         its caller gives) becomes ``torch.manual_seed(recorder.seed(n))``, which adds
-        ``$ATTNCOURSE_SEED_OFFSET`` (0 unless the ``seed+1`` variant). A cell
+        ``$ATTNCOURSE_SEED_OFFSET`` (0 unless the ``other-seeds`` variant). A cell
         that does not parse is returned unchanged.
     """
     parsed = _parse(source)
@@ -935,7 +942,15 @@ def merge(out: Path, target: Path = CLAIMS) -> int:
 
     data = load(target) or {}
     data.setdefault("chapters", {})
-    merged_variants = dict(data.get("variants") or {})
+    # a variant the tool no longer defines (a renamed one) leaves the record whole
+    merged_variants = {v: spec for v, spec in (data.get("variants") or {}).items()
+                       if v in VARIANTS}
+    for entry in data["chapters"].values():
+        for key in ("wall_seconds", "status", "runtime", "swept", "slow_cells"):
+            entry[key] = {v: x for v, x in entry.get(key, {}).items() if v in VARIANTS}
+        for claim in entry.get("claims", []):
+            for key in PER_VARIANT:
+                claim[key] = {v: x for v, x in claim.get(key, {}).items() if v in VARIANTS}
     digests: dict[str, str | None] = {}
     count = 0
     for run_file in sorted(out.glob("*/*.run.json")):
@@ -989,8 +1004,7 @@ def merge(out: Path, target: Path = CLAIMS) -> int:
             merged_variants[variant] = {"env": merged_variants["native"]["env"],
                                         "about": VARIANTS[variant]["about"],
                                         "same_as": "native"}
-    order = [v for v in VARIANTS if v in merged_variants] + sorted(
-        v for v in merged_variants if v not in VARIANTS)
+    order = [v for v in VARIANTS if v in merged_variants]
 
     def ordered(by_variant: dict) -> dict:
         return {v: by_variant[v] for v in order if v in by_variant}

@@ -32,6 +32,7 @@ from attncourse.functional.memory_recall import (
     recall_accuracy,
 )
 from attncourse.nn.spec import AttentionSpec, PositionSpec
+from attncourse.runtime import data_seed
 
 #: The attention kinds :class:`RecallModel` knows.
 RECALL_ATTENTIONS: tuple[str, ...] = ("softmax", "linear")
@@ -170,7 +171,7 @@ def recall_against_pairs(rules: dict[str, dict], pair_counts: list[int], d_k: in
     dict
         Label -> recall at each N, in ``pair_counts``' order.
     """
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(data_seed(seed))
     codebook = key_codebook(n_keys, d_k, generator=generator)
     batches = [multi_query_recall(batch, n, n, n_keys, n_values, generator) for n in pair_counts]
     return {label: [memory_recall(spec["rule"], b, codebook, **{k: v for k, v in spec.items() if k != "rule"})

@@ -33,7 +33,7 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.nn.transformer import Transformer
-from attncourse.runtime import run_lock, runs_dir, training_seed
+from attncourse.runtime import data_seed, run_lock, runs_dir, training_seed
 from attncourse.train.config import (
     FFN_WIDTH,
     HEADS,
@@ -420,7 +420,8 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
         The model holds the best epoch's weights (by validation exact match).
     """
     e = experiment
-    splits = load_task(e.task, n_train=e.n_train, n_valid=e.n_valid, n_test=e.n_test, seed=e.data_seed)
+    splits = load_task(e.task, n_train=e.n_train, n_valid=e.n_valid, n_test=e.n_test,
+                        seed=data_seed(e.data_seed))
     train = splits.train if e.max_train_src_len is None else shorter_than(splits.train, e.max_train_src_len)
     src_vocab, tgt_vocab = build_vocabs(train)
     torch.manual_seed(training_seed(e.seed))  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
@@ -432,7 +433,7 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
     with run_lock(out) if out_dir is None else contextlib.nullcontext():
         result = fit(
             model,
-            make_batches(train, src_vocab, tgt_vocab, e.batch_size, shuffle=True, seed=e.data_seed),
+            make_batches(train, src_vocab, tgt_vocab, e.batch_size, shuffle=True, seed=data_seed(e.data_seed)),
             make_batches(splits.valid, src_vocab, tgt_vocab, 256, shuffle=False),
             config,
             out_dir=out,

@@ -610,7 +610,7 @@ def train_epochs(
     out.mkdir(parents=True, exist_ok=True)
     with _cached_run(out, shared=out_dir is None):
         device = pick_device(None if device is None else str(device))
-        seed = training_seed(seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims' seed+1)
+        seed = training_seed(seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims' other-seeds)
         torch.manual_seed(seed)
         model, optimizer = build(device)
         path = out / CHECKPOINT

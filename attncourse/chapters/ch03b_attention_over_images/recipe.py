@@ -56,6 +56,7 @@ from attncourse.nn.image_attention import (
     hard_attention_loss,
     soft_attention_loss,
 )
+from attncourse.runtime import data_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: Digit classes of the canvases.
@@ -180,7 +181,7 @@ def load_canvases(config: CaptionConfig) -> CanvasSplits:
         Cached: equal data settings return the same (read-only) object.
     """
     return _canvases(config.n_train, config.n_valid, config.n_test, config.k, config.height,
-                     config.width, config.clutter, config.data_seed)
+                     config.width, config.clutter, data_seed(config.data_seed))
 
 
 def build_captioner(config: CaptionConfig) -> ImageCaptioner:

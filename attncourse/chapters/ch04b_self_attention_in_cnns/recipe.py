@@ -66,6 +66,7 @@ from attncourse.data.canvases import (
 )
 from attncourse.functional.validation import validate_positive_ints
 from attncourse.nn.conv_attention import AttentionCNN, PlainCNN, conv_stem
+from attncourse.runtime import data_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: The two models :func:`train_relation_classifier` knows.
@@ -185,7 +186,7 @@ def load_relation_canvases(config: RelationConfig) -> CanvasSplits:
         data settings return the same (read-only) object.
     """
     return _relation_canvases(config.n_train, config.n_valid, config.n_test, config.height, config.width,
-                              config.data_seed, config.relation, config.min_gap)
+                              data_seed(config.data_seed), config.relation, config.min_gap)
 
 
 class DigitProbe(nn.Module):
@@ -315,7 +316,8 @@ def pretrain_stem(config: RelationConfig, progress: bool = True,
     """
     if config.pretrain_epochs < 1:
         raise ValueError(f"pretrain_stem needs pretrain_epochs >= 1, got {config.pretrain_epochs}")
-    singles = digit_canvas_task(config.pretrain_canvases, 500, 0, k=1, height=16, width=16, seed=config.data_seed)
+    singles = digit_canvas_task(config.pretrain_canvases, 500, 0, k=1, height=16, width=16,
+                                seed=data_seed(config.data_seed))
     train_images, train_labels = singles.train.tensors()
     valid_images, valid_labels = singles.valid.tensors()
     train_labels, valid_labels = train_labels[:, 0], valid_labels[:, 0]

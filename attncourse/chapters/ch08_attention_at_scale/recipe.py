@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from attncourse.data.recall import RecallBatch, associative_recall
 from attncourse.nn.recall import RECALL_ATTENTIONS, RecallModel
+from attncourse.runtime import data_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
@@ -80,7 +81,7 @@ def recall_accuracy(model: RecallModel, config: RecallConfig, n_pairs: int, n_ex
 
     The examples come from their own generator (``seed``), apart from the training batches.
     """
-    generator = torch.Generator().manual_seed(seed + n_pairs)
+    generator = torch.Generator().manual_seed(data_seed(seed) + n_pairs)
     batch = associative_recall(n_examples, n_pairs, config.n_keys, config.n_values, generator)
     device = next(model.parameters()).device
     batch = _to_device(batch, device)
@@ -104,7 +105,7 @@ def train_recall(config: RecallConfig, progress: bool = True, device: str | torc
 
     def train_epoch(epoch: Epoch):
         dev = epoch.device
-        generator = torch.Generator().manual_seed(config.seed * 1000 + epoch.number)
+        generator = torch.Generator().manual_seed(data_seed(config.seed) * 1000 + epoch.number)
         total = 0.0
         for step in range(config.steps_per_epoch):
             n_pairs = config.pair_counts[step % len(config.pair_counts)]

@@ -49,6 +49,7 @@ from attncourse.functional.head_scores import (
 from attncourse.nn.circuits import ov_circuit
 from attncourse.nn.gpt import GPT
 from attncourse.recipes.lm import decoupled_adamw
+from attncourse.runtime import data_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: Values of ``InductionConfig(task=...)``.
@@ -217,7 +218,7 @@ def evaluation_batch(config: InductionConfig, vocab_size: int | None = None, off
     With the text task the tokens are the corpus's characters (ids from ``offset``, after
     the special ids), so that the text model's heads are scored on repeats of real symbols.
     """
-    generator = torch.Generator().manual_seed(10_000 + config.seed)
+    generator = torch.Generator().manual_seed(data_seed(10_000 + config.seed))
     if config.task == "repeat":
         return repeated_segments(config.eval_size, config.context, config.vocab_size, config.min_segment,
                                  config.max_segment, generator)
@@ -296,7 +297,7 @@ def train_induction(config: InductionConfig, corpus: CharCorpus | None = None, t
         metrics = induction_metrics(model, config, eval_batch)
         if config.task == "text":
             inputs, targets = random_windows(corpus.valid, config.context, 64,
-                                             torch.Generator().manual_seed(config.seed))
+                                             torch.Generator().manual_seed(data_seed(config.seed)))
             metrics["valid_loss"] = float(per_token_loss(model, inputs, targets).mean())
         return metrics
 

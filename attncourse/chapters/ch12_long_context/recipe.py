@@ -40,7 +40,7 @@ from attncourse.recipes.lm import (
     lm_spec,
     train_lm_epoch,
 )
-from attncourse.runtime import progress_bar, training_seed
+from attncourse.runtime import data_seed, progress_bar, training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 from attncourse.train.once import train_once
 
@@ -241,7 +241,7 @@ def train_passkey(config: PasskeyConfig, progress: bool = True) -> GPT:
 
     def train(model: GPT) -> None:
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-        generator = torch.Generator().manual_seed(config.seed)
+        generator = torch.Generator().manual_seed(data_seed(config.seed))
         for _ in progress_bar(range(config.steps), progress=progress, leave=False, unit="step",
                               desc=f"passkey, {config.positional}, seed {config.seed}"):
             batch = passkey_batch(config.batch_size, config.length, n_filler=config.n_filler,
@@ -268,7 +268,7 @@ def passkey_accuracy(model: GPT, config: PasskeyConfig, distance: int, n_example
         If ``distance < 1``, or the model cannot read ``distance + 1`` positions (its table).
     """
     batch = passkey_batch(n_examples, distance + 1, distance, config.n_filler, config.n_keys,
-                          torch.Generator().manual_seed(seed))
+                          torch.Generator().manual_seed(data_seed(seed)))
     logits, _ = model(batch.tokens)
     return float((logits[:, -1].argmax(-1) == batch.answer).double().mean())
 
@@ -289,7 +289,7 @@ def outer_product_recall(n_pairs: int, d_k: int, trials: int = 8, seed: int = 0)
     float
         Fraction of the ``trials * n_pairs`` queries recalled.
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(data_seed(seed))
     hits = 0
     for _ in range(trials):
         keys = rng.normal(size=(n_pairs, d_k))

@@ -36,7 +36,7 @@ from attncourse.data.text import CharCorpus, random_windows
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gpt import GPT
 from attncourse.recipes.lm import LMConfig, build_lm, decoupled_adamw, lm_settings
-from attncourse.runtime import training_seed
+from attncourse.runtime import data_seed, training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: ``[MASK]``: the id of ``<pad>``, which the character stream never contains.
@@ -164,7 +164,7 @@ def train_mlm(config: LMConfig, corpus: CharCorpus, rate: float = 0.15, device=N
         return {"step": epoch.number * config.steps_per_epoch, "train_loss": total / config.steps_per_epoch}
 
     def evaluate(model: GPT):
-        generator = torch.Generator().manual_seed(0)
+        generator = torch.Generator().manual_seed(data_seed(0))
         windows, _ = random_windows(corpus.valid, config.context, 32, generator=generator)
         inputs, targets = bert_mask(windows, vocab_size, rate, generator=generator)
         logits, _ = model(inputs.to(_device(model)))
@@ -308,7 +308,7 @@ def labelled_windows(ids: torch.Tensor, labels: np.ndarray, length: int, n_per_c
         raise ValueError(f"labels ({len(labels)}) and ids ({ids.numel()}) must be as long")
     starts = np.arange(0, ids.numel() - length + 1, length)
     means = np.array([labels[s:s + length].mean() for s in starts])
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(data_seed(seed))
     chosen, targets = [], []
     for cls, pure in ((0, means == 0), (1, means == 1)):
         if pure.sum() < n_per_class:
@@ -399,7 +399,7 @@ def load_digits_split(n_test: int = 497, seed: int = 0
     from sklearn.datasets import load_digits
 
     digits = load_digits()
-    order = np.random.default_rng(seed).permutation(len(digits.target))
+    order = np.random.default_rng(data_seed(seed)).permutation(len(digits.target))
     images = torch.tensor(digits.images[order] / 16.0, dtype=torch.float32)
     labels = torch.tensor(digits.target[order], dtype=torch.long)
     return images[n_test:], labels[n_test:], images[:n_test], labels[:n_test]

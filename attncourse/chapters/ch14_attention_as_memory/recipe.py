@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from attncourse.data.mqar import MQARBatch, multi_query_recall
 from attncourse.nn.recall import MQARModel
+from attncourse.runtime import data_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: The attentions the chapter compares, by the registry's names.
@@ -45,7 +46,7 @@ class MQARConfig:
     attention : str
         One of :data:`MQAR_ATTENTIONS` (``"gqa"``: softmax attention).
     seed : int
-        Seeds the initial weights (plus ``$ATTNCOURSE_SEED_OFFSET``); the batches' seed is fixed.
+        Seeds the initial weights and the training batches (both plus ``$ATTNCOURSE_SEED_OFFSET``).
     n_keys, n_values, d_model, num_heads : int
     pair_counts : tuple of int
         Pairs per context, one count per training batch in turn (every pair asked).
@@ -91,7 +92,7 @@ def mqar_accuracy(model: MQARModel, config: MQARConfig, n_pairs: int, n_examples
 
     The contexts come from their own generator (``seed + n_pairs``), apart from training's.
     """
-    generator = torch.Generator().manual_seed(seed + n_pairs)
+    generator = torch.Generator().manual_seed(data_seed(seed) + n_pairs)
     batch = multi_query_recall(n_examples, n_pairs, n_pairs, config.n_keys, config.n_values, generator)
     batch = _to_device(batch, next(model.parameters()).device)
     model.eval()
@@ -114,7 +115,7 @@ def train_mqar(config: MQARConfig, progress: bool = True,
         return model, torch.optim.Adam(model.parameters(), lr=config.lr)
 
     def train_epoch(epoch: Epoch):
-        generator = torch.Generator().manual_seed(config.seed * 1000 + epoch.number)
+        generator = torch.Generator().manual_seed(data_seed(config.seed) * 1000 + epoch.number)
         total = 0.0
         for step in range(config.steps_per_epoch):
             n_pairs = config.pair_counts[step % len(config.pair_counts)]
