@@ -355,13 +355,39 @@ def test_digits_split_and_a_classifier_learns():
 # ---------------------------------------------------------------- checks
 
 
+def padded_attention(x, w_q, w_k, w_v, w_o, h, key_mask, scale=None, axis=-1, on="keys", after=False,
+                     nan=False):
+    """A NumPy answer (no library attention), and with keyword arguments the typical mistakes."""
+    b, n, d = x.shape
+    q, k, v = [(x @ w).reshape(b, n, h, d // h).transpose(0, 2, 1, 3) for w in (w_q, w_k, w_v)]
+    s = q @ k.transpose(0, 1, 3, 2) * ((d // h) ** -0.5 if scale is None else scale)
+    mask = {"keys": key_mask[:, None, None, :], "queries": key_mask[:, None, :, None],
+            "none": np.ones((b, 1, 1, n), dtype=bool)}[on]
+    if after:
+        e = np.exp(s - s.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True) * mask
+    else:
+        s = np.where(mask, s, -np.inf)
+        top = s.max(axis, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(top), top, 0.0))
+        total = e.sum(axis, keepdims=True)
+        p = e / total if nan else np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return (p @ v).transpose(0, 2, 1, 3).reshape(b, n, d) @ w_o, p
+
+
+def test_padded_attention_weights_rows_and_empty_sequences():
+    for case in c.padded_attention_cases(seed=7):
+        out, weights = case.expected
+        real = case.args["key_mask"]
+        sums = weights.sum(-1)                                    # (batch, h, n)
+        assert np.allclose(sums[real.any(-1)], 1) and np.all(sums[~real.any(-1)] == 0)
+        assert np.all(weights[np.broadcast_to(~real[:, None, None, :], weights.shape)] == 0)
+        assert np.all(out[~real.any(-1)] == 0)
+        mine = padded_attention(*case.args.values())
+        assert all(np.allclose(a, b, atol=1e-10) for a, b in zip(mine, case.expected))
+
+
 def test_reference_answers_pass_every_check():
-    def attention(x, w_q, w_k, w_v, w_o, h):
-        n, d = x.shape
-        q, k, v = [(x @ w).reshape(n, h, d // h).transpose(1, 0, 2) for w in (w_q, w_k, w_v)]
-        s = q @ k.transpose(0, 2, 1) / np.sqrt(d // h)
-        p = np.exp(s - s.max(-1, keepdims=True))
-        return ((p / p.sum(-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, d) @ w_o
 
     def mask(ids, cu, au, rid, mid):
         ch = cu < 0.15
@@ -374,7 +400,7 @@ def test_reference_answers_pass_every_check():
             r = (0.5 * layer.mean(0) + 0.5 * np.eye(w.shape[-1])) @ r
         return r
 
-    assert c.check_bidirectional_attention(attention).passed
+    assert c.check_padded_attention(padded_attention).passed
     assert c.check_bert_mask(mask).passed
     assert c.check_patchify(lambda im, p: im.reshape(im.shape[0], im.shape[1] // p, p, -1, p)
                             .transpose(0, 1, 3, 2, 4).reshape(im.shape[0], -1, p * p)).passed
@@ -390,17 +416,13 @@ def _wrong(check, fn, hint):
 
 
 def test_typical_wrong_answers_get_their_hint():
-    def attention(x, w_q, w_k, w_v, w_o, h, causal=False, scale=None):   # NumPy: no library attention
-        n, d = x.shape
-        q, k, v = [(x @ w).reshape(n, h, d // h).transpose(1, 0, 2) for w in (w_q, w_k, w_v)]
-        s = q @ k.transpose(0, 2, 1) * ((d // h) ** -0.5 if scale is None else scale)
-        if causal:
-            s = np.where(np.tri(n, dtype=bool), s, -np.inf)
-        p = np.exp(s - s.max(-1, keepdims=True))
-        return ((p / p.sum(-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(n, d) @ w_o
-
-    _wrong(c.check_bidirectional_attention, lambda *a: attention(*a, causal=True), c.CAUSAL_HINT)
-    _wrong(c.check_bidirectional_attention, lambda *a: attention(*a, scale=1.0), c.UNSCALED_HINT)
+    for mistake, hint in (({"scale": 1.0}, c.UNSCALED_HINT), ({"axis": -2}, c.QUERY_AXIS_HINT),
+                          ({"on": "queries"}, c.QUERY_MASK_HINT), ({"on": "none"}, c.NO_MASK_HINT),
+                          ({"after": True}, c.AFTER_SOFTMAX_HINT), ({"nan": True}, c.EMPTY_HINT)):
+        _wrong(c.check_padded_attention, lambda *a, m=mistake: padded_attention(*a, **m), hint)
+        assert c.check_padded_attention(lambda *a, m=mistake: padded_attention(*a, **m)).recognised
+    _wrong(c.check_padded_attention, lambda *a: (lambda o, w: (o, 0.9 * w))(*padded_attention(*a)),
+           c.ROW_SUM_HINT)
     _wrong(c.check_bert_mask, lambda ids, cu, au, rid, mid: (c._corrupt(ids, cu, au, rid, mid)[0], ids),
            c.ALL_TARGETS_HINT)
     _wrong(c.check_bert_mask, lambda *a: c._corrupt(*a, swap=True), c.SWAPPED_HINT)

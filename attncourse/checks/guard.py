@@ -126,9 +126,10 @@ EXERCISE_FUNCTIONS = frozenset({
     "my_update", "per_channel_int8", "prefix_matching_score", "repeat_kv", "residual", "rope",
     "fold_gain", "min_p_probs", "quantize_q4_1",
     "alibi_far_bias", "stretched_frequencies", "yarn_frequencies",
-    "delta_step", "gated_delta_step", "my_decay_matrix", "wy_factors", "delta_recall", "state_bytes",
+    "delta_transition", "gated_retention", "my_decay_matrix", "wy_factors", "square_map_reads",
+    "state_bytes",
     "my_causal_attention", "my_block", "my_gpt", "my_train",
-    "my_bidirectional_attention", "my_bert_mask", "my_patchify", "my_rollout", "my_mean_pool",
+    "my_padded_attention", "my_bert_mask", "my_patchify", "my_rollout", "my_mean_pool",
     "my_high_norm_share",
 })
 #: Library functions that compute a softmax: no exercise that asks for one may call them.

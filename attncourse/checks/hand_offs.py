@@ -140,8 +140,8 @@ HAND_OFFS: dict[str, HandOffs] = {
         "NumPy operations: np.arange, powers, np.pi, np.clip and arithmetic."),
     "check_alibi_far_bias": HandOffs("NumPy operations: np.arange, powers and products."),
     # Chapter 13
-    "check_bidirectional_attention": HandOffs(
-        "NumPy operations: matrix products (@), reshape, transpose, np.exp, np.max and np.sum.",
+    "check_padded_attention": HandOffs(
+        "NumPy operations: matrix products (@), reshape, transpose, np.where, np.exp, np.max and np.sum.",
         library=SOFTMAX + ATTENTION + TRANSFORMER_LAYERS),
     "check_bert_mask": HandOffs("NumPy operations: comparisons, & and |, and np.where."),
     "check_patchify": HandOffs("NumPy reshape and transpose.", library=("einops:rearrange", "torch:unfold",
@@ -151,15 +151,16 @@ HAND_OFFS: dict[str, HandOffs] = {
     "check_high_norm_share": HandOffs("NumPy operations: np.linalg.norm (or squares and np.sqrt), "
                                       "np.median, comparisons and means."),
     # Chapter 14
-    "check_delta_step": HandOffs("NumPy operations: np.outer, matrix products (@) and arithmetic."),
-    "check_gated_delta_step": HandOffs(
-        "NumPy operations: np.outer, np.eye, matrix products (@) and arithmetic."),
+    "check_delta_transition": HandOffs(
+        "NumPy operations: np.eye, np.outer, matrix products (@) and a loop over the writes."),
+    "check_gated_retention": HandOffs(
+        "NumPy operations: np.eye, np.outer, matrix products (@) and loops over the writes."),
     "check_decay_matrix": HandOffs(
         "NumPy operations such as np.cumsum, np.log, np.exp, np.prod, np.tril and loops."),
     "check_wy_factors": HandOffs(
         "NumPy operations: matrix products, np.tril, np.eye, np.linalg.solve or a loop."),
-    "check_delta_recall": HandOffs(
-        "NumPy operations: np.zeros, np.outer, matrix products (@) and a loop over the pairs."),
+    "check_square_map_reads": HandOffs(
+        "NumPy operations: np.einsum or np.outer, reshape, matrix products (@) and sums."),
     "check_state_bytes": HandOffs("Python arithmetic."),
 }
 

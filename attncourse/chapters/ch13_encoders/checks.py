@@ -1,6 +1,6 @@
 """Checks for the exercises of the chapter "Attention that sees both ways".
 
-Six small pieces of encoder-only models: multi-head self-attention without a mask, BERT's
+Six small pieces of encoder-only models: multi-head self-attention with a padding mask, BERT's
 80/10/10 corruption (Devlin et al. 2019, section 3.1), cutting an image into the ViT's
 patches (Dosovitskiy et al. 2021, section 3.1), attention rollout (Abnar and Zuidema
 2020), mean pooling over the real positions, and the share of high-norm tokens that
@@ -18,48 +18,98 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from attncourse.chapters.ch13_encoders.recipe import IGNORE, bert_mask, mean_pool
 from attncourse.chapters.ch13_encoders.vit import (
     attention_rollout,
-    encoder_spec,
     high_norm_share,
     patchify,
 )
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+from attncourse.functional.torch_attention import attention, masked_softmax
 
-# --------------------------------------------------------------------------- attention, both ways
+# --------------------------------------------------------------------------- attention, both ways, padded
 
 ATTENTION_EXPLAIN = (
     "Project x to queries, keys and values and split the width into num_heads equal slices. In each "
     "head, score every query against every key (dot products scaled by the square root of a head's "
-    "width), with no mask: every position sees every other. A softmax over the keys weights the "
-    "values; then put the heads side by side again and apply the output projection."
+    "width). A padded key gets no weight: its score is minus infinity before the softmax, which runs "
+    "over the keys (the last axis), so that each row of weights sums to 1 over the real keys. Every "
+    "query keeps its row, padded or not. A sequence with no real token has no key to weigh: its "
+    "weights and its output are zeros. Put the heads side by side again and apply the output "
+    "projection."
 )
-CAUSAL_HINT = "Your output is the causal one: an encoder masks nothing, position i also reads the later positions."
+CAUSAL_HINT = ("Your output is the causal one: an encoder masks nothing but the padding, position i also "
+               "reads the later positions.")
 UNSCALED_HINT = "The scores are not scaled: divide them by the square root of the width of one head."
 D_MODEL_SCALE_HINT = ("The scores are scaled by the square root of the model's whole width: use the width of "
                       "one head, the width divided by the number of heads.")
+QUERY_AXIS_HINT = ("The softmax ran over the queries (the rows' axis): it runs over the keys, the last axis, "
+                   "so that each query's weights sum to 1.")
+QUERY_MASK_HINT = ("The mask was applied to the queries (the rows) instead of the keys (the columns): a padded "
+                   "key gets no weight from any query, and a padded query still reads the real keys.")
+NO_MASK_HINT = "The padding was not masked: the padded keys got weight. Give them a score of minus infinity."
+AFTER_SOFTMAX_HINT = ("The padded keys' weights were set to zero after the softmax, so the rows no longer sum to "
+                      "1: mask the scores before the softmax.")
+EMPTY_HINT = ("A sequence with no real token gave NaN or non-zero weights: with no key to weigh, its weights "
+              "and its output are zeros, as the package's attention returns for a fully masked row.")
+ROW_SUM_HINT = ("Some rows of your weights do not sum to 1 (0 for a sequence with no real token): each query's "
+                "weights over the real keys sum to 1.")
 
 
-def _attention(x, w_q, w_k, w_v, w_o, num_heads, mask=None, scale=None) -> np.ndarray:
-    """The reference, through torch's scaled_dot_product_attention (an independent path)."""
-    t = [torch.as_tensor(a, dtype=torch.float64) for a in (x, w_q, w_k, w_v, w_o)]
-    seq_len, d = t[0].shape
-    heads = [(t[0] @ w).reshape(seq_len, num_heads, d // num_heads).transpose(0, 1) for w in t[1:4]]
-    out = F.scaled_dot_product_attention(*heads, attn_mask=mask, scale=scale)
-    return (out.transpose(0, 1).reshape(seq_len, d) @ t[4]).numpy()
+def _padded_attention(x, w_q, w_k, w_v, w_o, num_heads, key_mask, *, scale=None, axis=-1, where="keys",
+                      after=False) -> tuple[np.ndarray, np.ndarray]:
+    """The reference, through the package's torch ``attention`` (a fully masked row is zeros);
+    with keyword arguments, the typical wrong versions."""
+    x, w_q, w_k, w_v, w_o = (torch.as_tensor(np.asarray(a), dtype=torch.float64) for a in (x, w_q, w_k, w_v, w_o))
+    keep = torch.as_tensor(np.asarray(key_mask, dtype=bool))
+    batch, seq_len, d = x.shape
+    q, k, v = [(x @ w).reshape(batch, seq_len, num_heads, d // num_heads).transpose(1, 2) for w in (w_q, w_k, w_v)]
+    if where == "keys":
+        mask = keep[:, None, None, :].expand(batch, num_heads, seq_len, seq_len)
+    elif where == "queries":
+        mask = keep[:, None, :, None].expand(batch, num_heads, seq_len, seq_len)
+    else:
+        mask = torch.ones(batch, num_heads, seq_len, seq_len, dtype=torch.bool)
+    if where == "causal":
+        mask = mask & keep[:, None, None, :] & torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+    if scale is None and axis == -1 and not after:
+        out, weights = attention(q, k, v, mask)
+    else:
+        scores = q @ k.transpose(-2, -1) * ((d // num_heads) ** -0.5 if scale is None else scale)
+        if after:
+            weights = scores.softmax(-1) * mask
+        else:
+            weights = masked_softmax(scores, mask, dim=axis)
+        out = weights @ v
+    out = out.transpose(1, 2).reshape(batch, seq_len, d) @ w_o
+    return out.numpy(), weights.numpy()
 
 
 def _diagnose_attention(got: Any, case: Case) -> str | None:
-    x, w_q, w_k, w_v, w_o, h = case.args.values()
-    n, d = x.shape
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
-    variants = [(CAUSAL_HINT, _attention(x, w_q, w_k, w_v, w_o, h, mask=causal)),
-                (UNSCALED_HINT, _attention(x, w_q, w_k, w_v, w_o, h, scale=1.0)),
-                (D_MODEL_SCALE_HINT, _attention(x, w_q, w_k, w_v, w_o, h, scale=d**-0.5))]
-    return variant_hint(got, variants, np.asarray(case.expected), case)
+    if not isinstance(got, tuple) or len(got) != 2:
+        return None
+    weights = np.asarray(got[1], dtype=np.float64)
+    expected = np.asarray(case.expected[1])
+    if weights.shape != expected.shape:
+        return None
+    args = case.args
+    empty = ~np.asarray(args["key_mask"]).any(-1)
+    if empty.any() and not (np.all(np.isfinite(weights[empty])) and np.allclose(weights[empty], 0)):
+        right_elsewhere = np.allclose(weights[~empty], expected[~empty], rtol=case.rtol, atol=case.atol)
+        if right_elsewhere or not np.all(np.isfinite(weights[empty])):
+            return EMPTY_HINT
+    variants = [(NO_MASK_HINT, {"where": "none"}), (QUERY_MASK_HINT, {"where": "queries"}),
+                (QUERY_AXIS_HINT, {"axis": -2}), (AFTER_SOFTMAX_HINT, {"after": True}),
+                (UNSCALED_HINT, {"scale": 1.0}), (CAUSAL_HINT, {"where": "causal"}),
+                (D_MODEL_SCALE_HINT, {"scale": args["x"].shape[-1] ** -0.5})]
+    hint = variant_hint(weights, [(h, _padded_attention(*args.values(), **kw)[1]) for h, kw in variants],
+                        expected, case)
+    if hint is None and np.all(np.isfinite(weights)):
+        sums = weights.sum(-1)
+        if not np.allclose(sums, expected.sum(-1), atol=1e-6):
+            return ROW_SUM_HINT
+    return hint
 
 
 def _drawing(seed: int | None) -> np.random.Generator | None:
@@ -71,43 +121,59 @@ def _inner_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(10**6))
 
 
-def bidirectional_attention_cases(seed: int | None = None) -> list[Case]:
-    """The hidden cases of :func:`check_bidirectional_attention`; with ``seed`` (the grade of
+def padded_attention_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_padded_attention`; with ``seed`` (the grade of
     record's), two more drawn from it."""
-    def case(description: str, seq_len: int, d: int, h: int, seed: int) -> Case:
+    def case(description: str, real: list[list[bool]], d: int, h: int, seed: int) -> Case:
         rng = np.random.default_rng(seed)
-        args = {"x": rng.normal(size=(seq_len, d)),
+        key_mask = np.array(real, dtype=bool)
+        batch, seq_len = key_mask.shape
+        args = {"x": rng.normal(size=(batch, seq_len, d)),
                 **{name: rng.normal(size=(d, d)) / np.sqrt(d) for name in ("w_q", "w_k", "w_v", "w_o")},
-                "num_heads": h}
-        return Case(description=description, args=args, expected=_attention(*args.values()), atol=1e-9,
-                    rtol=1e-7, hint=ATTENTION_EXPLAIN, diagnose=_diagnose_attention)
+                "num_heads": h, "key_mask": key_mask}
+        return Case(description=description, args=args, expected=_padded_attention(*args.values()), atol=1e-9,
+                    rtol=1e-7, hint=ATTENTION_EXPLAIN, output_names=("output", "weights"),
+                    diagnose=_diagnose_attention)
 
-    return [case("5 positions, d=8, 2 heads", 5, 8, 2, 0),
-            case("one head, d=4", 6, 4, 1, 1),
-            case("7 positions, d=16, 4 heads", 7, 16, 4, 2),
-            case("a single position", 1, 8, 2, 3)] + _drawn_attention(_drawing(seed), case)
+    def lengths(*ns: int, seq_len: int) -> list[list[bool]]:
+        return [[j < n for j in range(seq_len)] for n in ns]
+
+    return [case("2 sequences of 5 positions, 3 and 5 real, d=8, 2 heads", lengths(3, 5, seq_len=5), 8, 2, 0),
+            case("one head, d=4, 3 sequences of 6 positions, 6, 2 and 4 real", lengths(6, 2, 4, seq_len=6),
+                 4, 1, 1),
+            case("padding first: 4 heads, d=16, the first 3 of 7 positions padded",
+                 [[False] * 3 + [True] * 4, [True] * 7], 16, 4, 2),
+            case("a sequence of padding only (its weights and output: zeros) and one of 3 real of 4",
+                 lengths(3, 0, seq_len=4), 8, 2, 3),
+            case("no padding, a single position", [[True]], 8, 2, 4)] + _drawn_attention(_drawing(seed), case)
 
 
 def _drawn_attention(rng: np.random.Generator | None, case: Callable[..., Case]) -> list[Case]:
     drawn = []
     for _ in range(2 if rng is not None else 0):
-        n, h, d_k = int(rng.integers(2, 9)), int(rng.choice([1, 2, 4])), int(rng.integers(2, 5))
-        drawn.append(case(f"drawn when graded: {n} positions, d={h * d_k}, {h} heads", n, h * d_k, h,
-                          _inner_seed(rng)))
+        batch, n = int(rng.integers(1, 4)), int(rng.integers(2, 9))
+        h, d_k = int(rng.choice([1, 2, 4])), int(rng.integers(2, 5))
+        real = (rng.random((batch, n)) < 0.7).tolist()
+        real[0][int(rng.integers(n))] = True                    # one real key at least in the first
+        drawn.append(case(f"drawn when graded: batch {batch}, {n} positions, d={h * d_k}, heads {h}",
+                          real, h * d_k, h, _inner_seed(rng)))
     return drawn
 
 
-def check_bidirectional_attention(fn: Callable[..., Any]) -> CheckResult:
-    """Check a learner's ``my_bidirectional_attention(x, w_q, w_k, w_v, w_o, num_heads)``.
+def check_padded_attention(fn: Callable[..., Any]) -> CheckResult:
+    """Check a learner's ``my_padded_attention(x, w_q, w_k, w_v, w_o, num_heads, key_mask)``.
 
     Parameters
     ----------
     fn : callable
-        ``x (seq_len, d)``, the four ``(d, d)`` projections and the number of heads h;
-        returns the ``(seq_len, d)`` output of multi-head self-attention without a mask.
+        ``x (batch, seq_len, d)``, the four ``(d, d)`` projections, the number of heads h and
+        ``key_mask (batch, seq_len)``, True at the real positions; returns ``(output,
+        weights)``, ``(batch, seq_len, d)`` and ``(batch, h, seq_len, seq_len)``: multi-head
+        self-attention with no causal mask in which no query gives weight to a padded key
+        (a sequence with no real position: zero weights and zero output).
     """
-    return run_cases("check_bidirectional_attention", fn, bidirectional_attention_cases(),
-                     references=(encoder_spec,))
+    return run_cases("check_padded_attention", fn, padded_attention_cases(),
+                     references=(attention, masked_softmax))
 
 
 # --------------------------------------------------------------------------- BERT's corruption
@@ -396,5 +462,5 @@ def check_high_norm_share(fn: Callable[[np.ndarray, float], Any]) -> CheckResult
     return run_cases("check_high_norm_share", fn, high_norm_share_cases(), references=(high_norm_share,))
 
 
-__all__ = ["check_bert_mask", "check_bidirectional_attention", "check_high_norm_share", "check_mean_pool",
+__all__ = ["check_bert_mask", "check_high_norm_share", "check_mean_pool", "check_padded_attention",
            "check_patchify", "check_rollout"]

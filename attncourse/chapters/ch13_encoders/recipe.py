@@ -36,7 +36,7 @@ from attncourse.data.text import CharCorpus, random_windows
 from attncourse.data.vocab import Vocabulary
 from attncourse.nn.gpt import GPT
 from attncourse.recipes.lm import LMConfig, build_lm, decoupled_adamw, lm_settings
-from attncourse.runtime import data_seed, training_seed
+from attncourse.runtime import data_seed, progress_bar, training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 #: ``[MASK]``: the id of ``<pad>``, which the character stream never contains.
@@ -193,7 +193,7 @@ def evaluation_windows(ids: torch.Tensor, length: int, n_windows: int, seed: int
 
 @torch.no_grad()
 def gap_accuracy(mlm: GPT, causal: GPT, windows: torch.Tensor, left: int,
-                 gaps: tuple[int | None, ...]) -> dict:
+                 gaps: tuple[int | None, ...], progress: bool = True) -> dict:
     """Top-1 accuracy on the character at position ``left`` of each window, with and without right context.
 
     The causal model reads the ``left`` characters before it (its prediction at position
@@ -210,6 +210,8 @@ def gap_accuracy(mlm: GPT, causal: GPT, windows: torch.Tensor, left: int,
     left : int
         1 <= left < length.
     gaps : tuple of int or None
+    progress : bool
+        A bar over the reads (the causal model's, then one per gap).
 
     Returns
     -------
@@ -224,17 +226,22 @@ def gap_accuracy(mlm: GPT, causal: GPT, windows: torch.Tensor, left: int,
     length = windows.shape[1]
     if not 1 <= left < length:
         raise ValueError(f"left={left} must lie in 1 .. window length - 1 = {length - 1}")
+    for gap in gaps:
+        if gap is not None and left + gap > length:
+            raise ValueError(f"gap={gap} runs past the window of {length} from left={left}")
     target = windows[:, left]
+    bar = progress_bar(total=1 + len(gaps), desc="reads at the gap", unit="read", progress=progress)
     logits, _ = causal(windows[:, :left].to(_device(causal)))
+    bar.update()
     result = {"causal": float((logits[:, -1].argmax(-1).cpu() == target).float().mean()), "mlm": {}}
     for gap in gaps:
         end = length if gap is None else left + gap
-        if end > length:
-            raise ValueError(f"gap={gap} runs past the window of {length} from left={left}")
         inputs = windows.clone()
         inputs[:, left:end] = MASK_ID
         logits, _ = mlm(inputs.to(_device(mlm)))
         result["mlm"][gap] = float((logits[:, left].argmax(-1).cpu() == target).float().mean())
+        bar.update()
+    bar.close()
     return result
 
 

@@ -1,15 +1,17 @@
 """Checks for the exercises of the chapter "Attention as a memory".
 
-Six pieces of a fixed-size memory, each in NumPy: one step of the delta rule (Schlag et
-al. 2021), one step of the gated delta rule (Yang et al. 2025), SSD's decay matrix (Dao &
-Gu 2024), the WY factors of one chunk (Yang et al. 2024, section 3), the reads of a memory
-written with the delta rule, and the size of a DeltaNet model's cache. When a case fails,
-the learner's answer is compared with the typical wrong versions so that the hint names the
-bug. Cases with random inputs draw them from ``seed`` (the grading seed in the grade of
-record).
+Six pieces of a fixed-size memory, each in NumPy: the delta rule's erasures over a chunk as
+one product of matrices (Schlag et al. 2021; Yang et al. 2024), what the gated delta rule
+(Yang et al. 2025) leaves of a write after a span of later steps, SSD's decay matrix (Dao &
+Gu 2024), the WY factors of one chunk (Yang et al. 2024, section 3), the reads of a linear
+memory through the squared feature map, and the size of a DeltaNet model's cache. When a case
+fails, the learner's answer is compared with the typical wrong versions so that the hint
+names the bug. Cases with random inputs draw them from ``seed`` (the grading seed in the
+grade of record).
 
 References are :mod:`attncourse.functional.delta_rule`,
 :func:`attncourse.functional.fast_weights.decay_matrix`,
+:func:`attncourse.functional.fast_weights.linear_attention_parallel`,
 :func:`attncourse.functional.memory_recall.memory_reads` and
 :meth:`attncourse.nn.memory_attention.MemoryAttention.state_numbers`.
 """
@@ -45,127 +47,160 @@ def _t(x: Any) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x, dtype=np.float64))[None, None]
 
 
-def _recurrent_state(S: np.ndarray, k: np.ndarray, v: np.ndarray, beta: float,
-                     a: float | None = None) -> np.ndarray:
-    """The package's state after one (gated) delta-rule step from ``S``."""
-    decay = None if a is None else _t([a])
-    _, state = delta_rule_recurrent(_t(k[None]), _t(k[None]), _t(v[None]), _t([beta]), decay,
-                                    initial_state=_t(S))
+def _span_state(k: np.ndarray, beta: np.ndarray, a: np.ndarray | None, start: np.ndarray) -> np.ndarray:
+    """The state the package's recurrent (gated) delta rule leaves after writing zero values at
+    the keys ``k (C, d_k)`` from ``start (d_k, d_v)``: the steps' erasures (and decays) alone."""
+    values = np.zeros((len(k), start.shape[1]))
+    decay = None if a is None else _t(a)
+    _, state = delta_rule_recurrent(_t(k), _t(k), _t(values), _t(beta), decay, initial_state=_t(start))
     return state[0, 0].numpy()
 
 
-# --------------------------------------------------------------------------- the delta step
+# --------------------------------------------------------------------------- the chunk's transition
 
-DELTA_EXPLAIN = (
-    "Read the memory at the key first (the key times the state: a row of d_v numbers), "
-    "subtract that read from the new value, and add the difference back at the key, as the outer "
-    "product of the key and the difference, scaled by beta."
+TRANSITION_EXPLAIN = (
+    "With zero values a step of the delta rule only erases: it multiplies the state by the identity "
+    "minus beta_t times the outer product of the key with itself (d_k x d_k). Start from the identity "
+    "and multiply by each step's factor in turn, the newest factor on the left, since it acts last."
 )
-DELTA_SIGN_HINT = (
-    "The correction has the wrong sign: the delta rule writes the new value minus what "
-    "the memory reads at the key (what is missing), not the two added."
+TRANSITION_ORDER_HINT = (
+    "The factors are multiplied in the wrong order: the first write's factor acts first, so it "
+    "stands on the right, and the newest write's factor on the left."
 )
-DELTA_NO_BETA_HINT = "beta is missing: the difference is written with strength beta, not 1."
-DELTA_LINEAR_HINT = (
-    "That is linear attention's write, the outer product of the key and the value itself: "
-    "the delta rule first subtracts what the memory already holds at the key."
+TRANSITION_NO_BETA_HINT = ("beta is missing: each factor is the identity minus beta_t times the key's outer "
+                           "product with itself, not minus the outer product alone.")
+TRANSITION_SUM_HINT = (
+    "That is the identity minus the sum of the beta_t k_t^T k_t: only the first-order part of the product. "
+    "The factors multiply, and with keys that are not orthogonal their products matter."
 )
-DELTA_TRANSPOSED_HINT = (
-    "The outer product is the wrong way round: the state is d_k x d_v, so the write is "
-    "the key as a column times the difference as a row."
-)
+TRANSITION_SIGN_HINT = "Each factor erases: the identity minus beta_t k_t^T k_t, not plus."
 
 
-def _delta_variants(S, k, v, beta) -> list[tuple[str, np.ndarray]]:
-    out = [(DELTA_SIGN_HINT, S + beta * np.outer(k, v + k @ S)),
-           (DELTA_NO_BETA_HINT, S + np.outer(k, v - k @ S)),
-           (DELTA_LINEAR_HINT, S + beta * np.outer(k, v)),
-           (DELTA_LINEAR_HINT, S + np.outer(k, v))]
-    if S.shape[0] == S.shape[1]:
-        out.append((DELTA_TRANSPOSED_HINT, S + beta * np.outer(v - k @ S, k)))
-    return out
+def _transition_variants(k: np.ndarray, beta: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    eye = np.eye(k.shape[1])
+    reversed_, no_beta, plus = eye, eye, eye
+    for kt, bt in zip(k, beta):
+        reversed_ = reversed_ @ (eye - bt * np.outer(kt, kt))
+        no_beta = (eye - np.outer(kt, kt)) @ no_beta
+        plus = (eye + bt * np.outer(kt, kt)) @ plus
+    summed = eye - np.einsum("c,ci,cj->ij", beta, k, k)
+    return [(TRANSITION_ORDER_HINT, reversed_), (TRANSITION_NO_BETA_HINT, no_beta),
+            (TRANSITION_SUM_HINT, summed), (TRANSITION_SIGN_HINT, plus)]
 
 
-def _diagnose_delta(got: Any, case: Case) -> str | None:
-    return variant_hint(got, _delta_variants(*case.args.values()), np.asarray(case.expected), case)
+def _diagnose_transition(got: Any, case: Case) -> str | None:
+    k, beta = (np.asarray(x) for x in case.args.values())
+    return variant_hint(got, _transition_variants(k, beta), np.asarray(case.expected), case)
 
 
-def delta_step_cases(seed: int = 0) -> list[Case]:
-    """The hidden cases of :func:`check_delta_step`."""
+def transition_cases(seed: int = 0) -> list[Case]:
+    """The hidden cases of :func:`check_delta_transition`."""
     rng = np.random.default_rng(seed)
     cases = []
-    for description, d_k, d_v, beta in (("d_k=4, d_v=3, beta=0.5", 4, 3, 0.5),
-                                        ("d_k=d_v=5, beta=1", 5, 5, 1.0),
-                                        ("d_k=8, d_v=2, beta=0.25", 8, 2, 0.25),
-                                        ("beta=0 leaves S as it is", 3, 3, 0.0)):
-        S, k, v = rng.normal(size=(d_k, d_v)), _unit(rng, 1, d_k)[0], rng.normal(size=d_v)
-        cases.append(Case(description, {"S": S, "k": k, "v": v, "beta": beta},
-                          _recurrent_state(S, k, v, beta), atol=1e-10, rtol=1e-9, hint=DELTA_EXPLAIN,
-                          diagnose=_diagnose_delta))
+    for description, c, d_k, low in (("a chunk of 4, d_k=3, beta in [0.2, 1]", 4, 3, 0.2),
+                                      ("a chunk of 1, d_k=4", 1, 4, 0.2),
+                                      ("a chunk of 6, d_k=5, beta in [0.5, 1]", 6, 5, 0.5),
+                                      ("a chunk of 8 longer than d_k=2", 8, 2, 0.2)):
+        k, beta = _unit(rng, c, d_k), low + (1 - low) * rng.random(c)
+        cases.append(Case(description, {"k": k, "beta": beta}, _span_state(k, beta, None, np.eye(d_k)),
+                          atol=1e-10, rtol=1e-9, hint=TRANSITION_EXPLAIN, diagnose=_diagnose_transition))
+    k = _unit(rng, 3, 4)
+    cases.append(Case("beta = 1, one key written three times among two others (d_k=4)",
+                      {"k": np.stack([k[0], k[1], k[0], k[2], k[0]]), "beta": np.ones(5)},
+                      _span_state(np.stack([k[0], k[1], k[0], k[2], k[0]]), np.ones(5), None, np.eye(4)),
+                      atol=1e-10, rtol=1e-9, hint=TRANSITION_EXPLAIN, diagnose=_diagnose_transition))
     return cases
 
 
-def check_delta_step(fn: Callable[[np.ndarray, np.ndarray, np.ndarray, float], Any]) -> CheckResult:
-    """Check a learner's ``delta_step(S, k, v, beta)``: ``S + beta k^T (v - k S)``.
+def check_delta_transition(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
+    """Check a learner's ``delta_transition(k, beta)``: the product of a chunk's erasures.
 
     Parameters
     ----------
     fn : callable
-        Called with the state ``S (d_k, d_v)``, a unit key ``k (d_k,)``, a value ``v (d_v,)``
-        and ``beta`` in [0, 1]; returns the new ``(d_k, d_v)`` state.
+        Called with the keys ``k (C, d_k)`` (unit rows) and ``beta (C,)`` in [0, 1]; returns
+        the ``(d_k, d_k)`` matrix ``(I - beta_C k_C^T k_C) ... (I - beta_1 k_1^T k_1)`` that the
+        delta rule applies to the state a chunk starts from.
     """
-    return run_cases("check_delta_step", fn, delta_step_cases(), references=REFERENCES)
+    return run_cases("check_delta_transition", fn, transition_cases(), references=REFERENCES)
 
 
-# --------------------------------------------------------------------------- the gated step
+# --------------------------------------------------------------------------- what a span leaves
 
-GATED_EXPLAIN = (
-    "Decay the whole state first (multiply it by a), then apply the delta rule to the "
-    "decayed state: read it at the key, and write the difference with strength beta. The decay "
-    "multiplies what is read back too."
+RETENTION_EXPLAIN = (
+    "Write j leaves beta_j k_j^T v_j in the state; each later step t multiplies the state by G_t, "
+    "a_t times the identity minus beta_t k_t^T k_t. So at the end the read at k_j of what write j left is scaled by "
+    "r_j = k_j G_C ... G_{j+1} k_j^T: the later steps only (none for the last write, r = 1), each "
+    "with its decay and its erasure."
 )
-GATED_DECAY_WRITE_HINT = (
-    "The decay also shrank the new write: a multiplies the old state (and so what the delta rule "
-    "reads from it), not beta k^T v."
+RETENTION_DECAY_ONLY_HINT = (
+    "Only the decays are there (the decay matrix's last row): the later writes also erase along "
+    "their keys, and a later key that overlaps k_j erases part of write j."
 )
-GATED_NO_DECAY_READ_HINT = (
-    "The delta rule read the state before the decay: it must correct the decayed state, "
-    "a S, so the read is k (a S)."
+RETENTION_ERASE_ONLY_HINT = "The decays are missing: each later step also multiplies the state by a_t."
+RETENTION_INCLUSIVE_HINT = (
+    "The product includes step j's own decay and erasure: they act on the state before write j "
+    "is added, so only the steps after j count (the last write keeps r = 1)."
 )
+RETENTION_NO_BETA_HINT = "beta is missing from the erasures: each later step erases beta_t k_t^T k_t, not k_t^T k_t."
 
 
-def _diagnose_gated(got: Any, case: Case) -> str | None:
-    S, k, v, beta, a = case.args.values()
-    variants = [(GATED_DECAY_WRITE_HINT, a * (S + beta * np.outer(k, v - k @ S))),
-                (GATED_NO_DECAY_READ_HINT, a * S + beta * np.outer(k, v - k @ S)),
-                (DELTA_SIGN_HINT, a * S + beta * np.outer(k, v + a * k @ S))]
+def _retention(k: np.ndarray, beta: np.ndarray, a: np.ndarray, first: int = 1, erase: bool = True,
+               decay: bool = True, strength: bool = True) -> np.ndarray:
+    """A wrong version: the factors of steps ``j + first`` on, with or without each part."""
+    eye = np.eye(k.shape[1])
+    out = []
+    for j in range(len(k)):
+        span = eye
+        for t in range(j + first, len(k)):
+            step = eye - (beta[t] if strength else 1.0) * np.outer(k[t], k[t]) if erase else eye
+            span = (a[t] if decay else 1.0) * step @ span
+        out.append(k[j] @ span @ k[j])
+    return np.array(out)
+
+
+def _diagnose_retention(got: Any, case: Case) -> str | None:
+    k, beta, a = (np.asarray(x) for x in case.args.values())
+    variants = [(RETENTION_DECAY_ONLY_HINT, _retention(k, beta, a, erase=False)),
+                (RETENTION_ERASE_ONLY_HINT, _retention(k, beta, a, decay=False)),
+                (RETENTION_INCLUSIVE_HINT, _retention(k, beta, a, first=0)),
+                (RETENTION_NO_BETA_HINT, _retention(k, beta, a, strength=False))]
     return variant_hint(got, variants, np.asarray(case.expected), case)
 
 
-def gated_step_cases(seed: int = 0) -> list[Case]:
-    """The hidden cases of :func:`check_gated_delta_step`."""
+def _span_retention(k: np.ndarray, beta: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Each r_j from the package's recurrent gated rule: start from k_j^T, run the later steps with
+    zero values, read at k_j."""
+    return np.array([k[j] @ _span_state(k[j + 1:], beta[j + 1:], a[j + 1:], k[j][:, None])[:, 0]
+                     if j + 1 < len(k) else 1.0 for j in range(len(k))])
+
+
+def retention_cases(seed: int = 0) -> list[Case]:
+    """The hidden cases of :func:`check_gated_retention`."""
     rng = np.random.default_rng(seed + 1)
     cases = []
-    for description, d_k, d_v, beta, a in (("d_k=4, d_v=3, beta=0.5, a=0.9", 4, 3, 0.5, 0.9),
-                                           ("a=1 is the delta rule (d_k=d_v=4)", 4, 4, 0.75, 1.0),
-                                           ("d_k=6, d_v=2, beta=1, a=0.5", 6, 2, 1.0, 0.5),
-                                           ("beta=0: only the decay (d_k=3)", 3, 5, 0.0, 0.8)):
-        S, k, v = rng.normal(size=(d_k, d_v)), _unit(rng, 1, d_k)[0], rng.normal(size=d_v)
-        cases.append(Case(description, {"S": S, "k": k, "v": v, "beta": beta, "a": a},
-                          _recurrent_state(S, k, v, beta, a), atol=1e-10, rtol=1e-9, hint=GATED_EXPLAIN,
-                          diagnose=_diagnose_gated))
+    for description, c, d_k, orthogonal in (("6 writes, d_k=4", 6, 4, False),
+                                            ("orthogonal keys: only the decays (d_k=5)", 5, 5, True),
+                                            ("one write", 1, 3, False),
+                                            ("10 writes, d_k=3", 10, 3, False)):
+        k = np.linalg.qr(rng.normal(size=(d_k, d_k)))[0][:c] if orthogonal else _unit(rng, c, d_k)
+        beta, a = rng.random(c), 0.5 + 0.5 * rng.random(c)
+        cases.append(Case(description, {"k": k, "beta": beta, "a": a}, _span_retention(k, beta, a),
+                          atol=1e-10, rtol=1e-9, hint=RETENTION_EXPLAIN, diagnose=_diagnose_retention))
     return cases
 
 
-def check_gated_delta_step(fn: Callable[..., Any]) -> CheckResult:
-    """Check a learner's ``gated_delta_step(S, k, v, beta, a)``: ``a (I - beta k^T k) S + beta k^T v``.
+def check_gated_retention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) -> CheckResult:
+    """Check a learner's ``gated_retention(k, beta, a)``: what the later steps leave of each write.
 
     Parameters
     ----------
     fn : callable
-        As :func:`check_delta_step`'s, with the decay ``a`` in (0, 1] last.
+        Called with the keys ``k (C, d_k)`` (unit rows), ``beta (C,)`` in [0, 1] and the decays
+        ``a (C,)`` in (0, 1]; returns ``r (C,)``, ``r_j = k_j G_C ... G_{j+1} k_j^T`` with
+        ``G_t = a_t (I - beta_t k_t^T k_t)`` (Yang et al. 2025's step without its write).
     """
-    return run_cases("check_gated_delta_step", fn, gated_step_cases(), references=REFERENCES)
+    return run_cases("check_gated_retention", fn, retention_cases(), references=REFERENCES)
 
 
 # --------------------------------------------------------------------------- the decay matrix
@@ -211,7 +246,7 @@ def decay_matrix_cases(seed: int = 0) -> list[Case]:
 
 
 def check_decay_matrix(fn: Callable[[np.ndarray], Any]) -> CheckResult:
-    """Check a learner's ``my_decay_matrix(a)``: ``L[t, j] = a_{j+1} ... a_t`` for ``j <= t``, else 0.
+    """Check a learner's ``my_decay_matrix(a)``: ``D[t, j] = a_{j+1} ... a_t`` for ``j <= t``, else 0.
 
     Parameters
     ----------
@@ -287,64 +322,82 @@ def check_wy_factors(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) ->
     return run_cases("check_wy_factors", fn, wy_cases(), references=REFERENCES)
 
 
-# --------------------------------------------------------------------------- recall of a memory
+# --------------------------------------------------------------------------- a larger feature map
 
-RECALL_EXPLAIN = (
-    "Start from a zero state (d_k x d_v), write every pair in order with the delta rule "
-    "and beta = 1, then read every query from the final state with one matrix product."
+SQUARE_EXPLAIN = (
+    "Map every key and query to its d_k^2 pairwise products: the outer product of the vector with "
+    "itself, flattened. Write the memory as linear attention does, the sum over the pairs of each "
+    "mapped key's outer product with its value (d_k^2 x d_v, no normaliser), and read each query by "
+    "multiplying its mapped vector with that memory."
 )
-RECALL_LINEAR_HINT = (
-    "That is linear attention's memory (a sum of outer products): write with the delta rule, "
-    "which replaces the value already stored at a key."
+SQUARE_PLAIN_HINT = (
+    "That is the plain memory, without the feature map: map keys and queries to their pairwise "
+    "products first."
 )
-RECALL_REVERSED_HINT = "The pairs were written in the wrong order: the last pair written must win."
+SQUARE_ELEMENTWISE_HINT = (
+    "The feature map squared each entry (d_k features): it holds every product of two entries, "
+    "d_k^2 features, the outer product of the vector with itself."
+)
+SQUARE_NORMALISED_HINT = (
+    "The reads were divided by a normaliser (the mapped query times the sum of the mapped keys): "
+    "this memory reads the mapped query times the state and nothing more."
+)
 
 
-def _diagnose_recall(got: Any, case: Case) -> str | None:
-    keys, values, queries = case.args.values()
-    variants = [(RECALL_LINEAR_HINT, queries @ (keys.T @ values)),
-                (RECALL_REVERSED_HINT, _delta_reads(keys[::-1].copy(), values[::-1].copy(), queries))]
-    return variant_hint(got, variants, np.asarray(case.expected), case)
+def _square_variants(keys, values, queries) -> list[tuple[str, np.ndarray]]:
+    scores = (queries @ keys.T) ** 2
+    return [(SQUARE_PLAIN_HINT, queries @ keys.T @ values),
+            (SQUARE_ELEMENTWISE_HINT, (queries**2) @ (keys**2).T @ values),
+            (SQUARE_NORMALISED_HINT, scores @ values / scores.sum(-1, keepdims=True))]
 
 
-def _delta_reads(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    return memory_reads("delta", *(torch.as_tensor(x)[None] for x in (keys, values, queries)))[0].numpy()
+def _diagnose_square(got: Any, case: Case) -> str | None:
+    return variant_hint(got, _square_variants(*case.args.values()), np.asarray(case.expected), case)
 
 
-def delta_recall_cases(seed: int = 0) -> list[Case]:
-    """The hidden cases of :func:`check_delta_recall`."""
+def _square_reads(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """The reference in its attention form: scores (q . k_j)^2, no softmax, no normaliser."""
+    k, v, q = (torch.as_tensor(x, dtype=torch.float64) for x in (keys, values, queries))
+    return ((q @ k.T).square() @ v).numpy()
+
+
+def square_map_cases(seed: int = 0) -> list[Case]:
+    """The hidden cases of :func:`check_square_map_reads`."""
     rng = np.random.default_rng(seed + 4)
     cases = []
-    for description, n, d_k, d_v, again in (("4 pairs, d_k=6", 4, 6, 3, False),
-                                            ("a key written twice", 5, 4, 4, True),
-                                            ("12 pairs, more than d_k=5", 12, 5, 2, False)):
-        keys, values = _unit(rng, n, d_k), rng.normal(size=(n, d_v))
-        if again:
+    for description, n, d_k, d_v, kind in (("4 pairs, d_k=3", 4, 3, 2, ""),
+                                           ("a key written twice: its values add", 5, 4, 4, "again"),
+                                           ("12 pairs, d_k=2, one-hot values", 12, 2, 6, "one-hot"),
+                                           ("keys that are not unit vectors", 6, 5, 3, "lengths")):
+        keys = _unit(rng, n, d_k) * (rng.uniform(0.5, 2.0, (n, 1)) if kind == "lengths" else 1.0)
+        if kind == "again":
             keys[-1] = keys[0]
+        values = np.eye(d_v)[rng.integers(d_v, size=n)] if kind == "one-hot" else rng.normal(size=(n, d_v))
         queries = np.concatenate([keys[rng.permutation(n)], _unit(rng, 2, d_k)])
         cases.append(Case(description, {"keys": keys, "values": values, "queries": queries},
-                          _delta_reads(keys, values, queries), atol=1e-10, rtol=1e-8, hint=RECALL_EXPLAIN,
-                          diagnose=_diagnose_recall))
+                          _square_reads(keys, values, queries), atol=1e-10, rtol=1e-8, hint=SQUARE_EXPLAIN,
+                          diagnose=_diagnose_square))
     return cases
 
 
-def check_delta_recall(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) -> CheckResult:
-    """Check a learner's ``delta_recall(keys, values, queries)``: write, then read.
+def check_square_map_reads(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) -> CheckResult:
+    """Check a learner's ``square_map_reads(keys, values, queries)``: write, then read.
 
     Parameters
     ----------
     fn : callable
-        Called with ``keys (n, d_k)`` (unit rows), ``values (n, d_v)`` and ``queries (m, d_k)``;
-        returns the ``(m, d_v)`` reads of a memory written with the delta rule, beta = 1.
+        Called with ``keys (n, d_k)``, ``values (n, d_v)`` and ``queries (m, d_k)``; returns the
+        ``(m, d_v)`` reads of a linear-attention memory (a sum, no normaliser) whose keys and
+        queries go through the feature map phi(x) = x outer x, flattened to d_k^2 features.
     """
-    return run_cases("check_delta_recall", fn, delta_recall_cases(), references=REFERENCES)
+    return run_cases("check_square_map_reads", fn, square_map_cases(), references=REFERENCES)
 
 
 # --------------------------------------------------------------------------- the cache's size
 
 CACHE_EXPLAIN = (
-    "Each layer keeps, per head, one d_head x d_head state, and the convolution's last "
-    "conv_size - 1 inputs of its queries, keys and values (3 num_heads d_head numbers each; "
+    "Each layer keeps, per head, one d_k x d_k state, and the convolution's last "
+    "conv_size - 1 inputs of its queries, keys and values (3 num_heads d_k numbers each; "
     "none when conv_size is 0, no convolution, or 1); times the layers and the bytes per "
     "number. No term grows with the tokens."
 )
@@ -354,14 +407,14 @@ CACHE_CONV_SIZE_HINT = (
 )
 
 
-def _state_bytes(num_layers: int, num_heads: int, d_head: int, conv_size: int, bytes_per_number: int) -> int:
-    module = DeltaNetAttention(num_heads * d_head, num_heads, conv_size=conv_size)
+def _state_bytes(num_layers: int, num_heads: int, d_k: int, conv_size: int, bytes_per_number: int) -> int:
+    module = DeltaNetAttention(num_heads * d_k, num_heads, conv_size=conv_size)
     return num_layers * module.state_numbers() * bytes_per_number
 
 
 def _diagnose_cache(got: Any, case: Case) -> str | None:
-    layers, heads, d_head, conv, size = case.args.values()
-    tail = 3 * heads * d_head * layers * size
+    layers, heads, d_k, conv, size = case.args.values()
+    tail = 3 * heads * d_k * layers * size
     expected = float(case.expected)
     variants = [(CACHE_NO_CONV_HINT, np.asarray(expected - max(conv - 1, 0) * tail)),
                 (CACHE_CONV_SIZE_HINT, np.asarray(expected + tail))]
@@ -371,10 +424,10 @@ def _diagnose_cache(got: Any, case: Case) -> str | None:
 def state_bytes_cases(seed: int | None = None) -> list[Case]:
     """The hidden cases of :func:`check_state_bytes`; with ``seed`` (the grade of record's),
     two more drawn from it."""
-    def case(description: str, layers: int, heads: int, d_head: int, conv: int, size: int) -> Case:
-        return Case(description, {"num_layers": layers, "num_heads": heads, "d_head": d_head,
+    def case(description: str, layers: int, heads: int, d_k: int, conv: int, size: int) -> Case:
+        return Case(description, {"num_layers": layers, "num_heads": heads, "d_k": d_k,
                                   "conv_size": conv, "bytes_per_number": size},
-                    np.asarray(float(_state_bytes(layers, heads, d_head, conv, size))), atol=0, rtol=0,
+                    np.asarray(float(_state_bytes(layers, heads, d_k, conv, size))), atol=0, rtol=0,
                     hint=CACHE_EXPLAIN, diagnose=_diagnose_cache)
 
     return [case("the chapter's size: 2 layers, 1 head of 32, no convolution (conv_size = 0: no inputs "
@@ -382,12 +435,12 @@ def state_bytes_cases(seed: int | None = None) -> list[Case]:
             case("4 layers, 4 heads of 16, conv 4, float32", 4, 4, 16, 4, 4),
             case("48 layers, 16 heads of 128, conv 4, bfloat16", 48, 16, 128, 4, 2),
             case("1 layer, conv 1 (no tail)", 1, 2, 8, 1, 4)] + [
-        case(f"drawn when graded: {layers} layers, {heads} heads of {d_head}, conv {conv}, {size} bytes",
-             layers, heads, d_head, conv, size) for layers, heads, d_head, conv, size in _drawn_shapes(seed)]
+        case(f"drawn when graded: {layers} layers, {heads} heads of {d_k}, conv {conv}, {size} bytes",
+             layers, heads, d_k, conv, size) for layers, heads, d_k, conv, size in _drawn_shapes(seed)]
 
 
 def _drawn_shapes(seed: int | None) -> list[tuple[int, int, int, int, int]]:
-    """Two ``(layers, heads, d_head, conv_size, bytes_per_number)`` drawn from the grading seed."""
+    """Two ``(layers, heads, d_k, conv_size, bytes_per_number)`` drawn from the grading seed."""
     if seed is None:
         return []
     rng = np.random.default_rng(seed)
@@ -396,7 +449,7 @@ def _drawn_shapes(seed: int | None) -> list[tuple[int, int, int, int, int]]:
 
 
 def check_state_bytes(fn: Callable[[int, int, int, int, int], Any]) -> CheckResult:
-    """Check a learner's ``state_bytes(num_layers, num_heads, d_head, conv_size, bytes_per_number)``.
+    """Check a learner's ``state_bytes(num_layers, num_heads, d_k, conv_size, bytes_per_number)``.
 
     Parameters
     ----------
@@ -408,6 +461,6 @@ def check_state_bytes(fn: Callable[[int, int, int, int, int], Any]) -> CheckResu
                      references=(DeltaNetAttention.state_numbers,))
 
 
-__all__ = ["check_decay_matrix", "check_delta_recall", "check_delta_step", "check_gated_delta_step",
-           "check_state_bytes", "check_wy_factors", "decay_matrix_cases", "delta_recall_cases",
-           "delta_step_cases", "gated_step_cases", "state_bytes_cases", "wy_cases"]
+__all__ = ["check_decay_matrix", "check_delta_transition", "check_gated_retention", "check_square_map_reads",
+           "check_state_bytes", "check_wy_factors", "decay_matrix_cases", "retention_cases",
+           "square_map_cases", "state_bytes_cases", "transition_cases", "wy_cases"]
