@@ -551,7 +551,9 @@ def check_training(fn: Callable[..., Any]) -> CheckResult:
     CPU, seed 0) and scores the parameters it returns on the held-out text with the
     reference model (:func:`heldout_bits`); passes at :data:`TRAIN_BOUND` bits/char or
     better. A failure says the held-out bits/char reached, and the hint tells targets
-    equal to the inputs (the loss collapses) from a loop that does not learn.
+    equal to the inputs (the loss collapses) from a loop that does not learn. The result's
+    ``value`` is the ``(params, losses)`` the loop returned (``None`` if it returned
+    something else), so that the chapter reuses the check's training on the CPU.
     """
     valid = chapter_corpus().valid
     if is_stub(fn):  # "not passed yet", without training anything
@@ -564,6 +566,7 @@ def check_training(fn: Callable[..., Any]) -> CheckResult:
             seen["shape"] = True
             return out
         params, losses = out
+        seen["value"] = out
         seen["losses"] = [float(v) for v in losses]
         bits = heldout_bits(params, valid)
         seen["bits"] = bits
@@ -583,6 +586,8 @@ def check_training(fn: Callable[..., Any]) -> CheckResult:
                   diagnose=diagnose) for c in training_cases()]
     result = run_cases("check_training", scored, cases, hand_offs=HAND_OFFS.get("check_training"),
                        learner=fn)
+    # the trained (params, losses) ride along, so that the chapter need not train again
+    result = replace(result, value=seen.get("value"))
     if "bits" in seen and result.passed:
         return replace(result, message=f"held-out {seen['bits']:.3f} bits/char after {STEPS} steps "
                                        f"(passes at {TRAIN_BOUND} or less)")
