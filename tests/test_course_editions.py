@@ -435,3 +435,19 @@ def test_decks_show_the_chapters_display_equations():
         equations = re.findall(r"\$\$.+?\$\$", "\n".join(c.source for c in student.cells), re.S)
         slides = "\n".join(c.source for c in deck(student).cells)
         assert equations and equations[0] in slides, name
+
+
+def test_every_figure_caption_is_under_its_figure_in_the_editions(chapter):
+    """Issue 64: the book prints captions from cell metadata, which JupyterLab never shows."""
+    from attncourse.course.editions import figure_caption
+
+    path, nb, _, _ = chapter
+    captions = [figure_caption(c) for c in nb.cells if c.cell_type == "code"]
+    captions = [c for c in captions if c]
+    for edition in (student_notebook(nb, path.stem), instructor_notebook(nb, path.stem)):
+        shown = [c.source for c in edition.cells
+                 if c.cell_type == "markdown" and c.source.startswith("**Figure.** ")]
+        assert len(shown) == len(captions), path.stem
+        for text, caption in zip(shown, captions):
+            first = next(w for w in caption.split() if w.isalpha())   # roles are rewritten
+            assert first in text, (path.stem, caption[:40])

@@ -29,10 +29,32 @@ from attncourse.course.rubrics import RUBRICS
 from attncourse.course.waiting import wait_for_answers
 
 
+def figure_caption(cell: NotebookNode) -> str | None:
+    """The caption the book prints under a code cell's figure (``mystnb: figure: caption:``)."""
+    figure = cell.get("metadata", {}).get("mystnb", {}).get("figure", {})
+    caption = figure.get("caption") if isinstance(figure, dict) else None
+    return caption.strip() if isinstance(caption, str) and caption.strip() else None
+
+
+def _with_captions(cells: list[NotebookNode]) -> list[NotebookNode]:
+    """``cells`` with each figure's caption in a markdown cell after its code cell.
+
+    The book prints a caption from the cell's metadata, which no Jupyter shows: in the
+    handed-out notebooks it becomes text under the figure.
+    """
+    out = []
+    for cell in cells:
+        out.append(cell)
+        caption = figure_caption(cell) if cell.cell_type == "code" else None
+        if caption:
+            out.append(nbformat.v4.new_markdown_cell(f"**Figure.** {caption}"))
+    return out
+
+
 def _bare(nb: NotebookNode, cells: list[NotebookNode],
           labels: bool = True) -> NotebookNode:
-    """A new notebook with ``cells`` in plain Markdown, ``nb``'s kernelspec, no jupytext
-    pairing.
+    """A new notebook with ``cells`` in plain Markdown, each figure's caption under it,
+    ``nb``'s kernelspec, no jupytext pairing.
 
     ``labels`` keeps the exercises' labels in their headings: the instructor matches
     them to rubrics and nbgrader ids, a student has no use for them.
@@ -40,7 +62,7 @@ def _bare(nb: NotebookNode, cells: list[NotebookNode],
     out = nbformat.v4.new_notebook()
     out.metadata = {k: copy.deepcopy(v) for k, v in nb.metadata.items() if k != "jupytext"}
     # every handed-out copy carries its licence
-    out.cells = [notice_cell(), *plain_cells(cells, labels=labels)]
+    out.cells = [notice_cell(), *plain_cells(_with_captions(cells), labels=labels)]
     for cell in out.cells:
         if cell.cell_type == "code":
             cell.outputs = []
