@@ -152,6 +152,16 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to something other than off.
+
+    Unset, empty, ``0``, ``false``, ``no`` and ``off`` (any case, spaces ignored) are off;
+    anything else is on. The one reader of the course's on/off variables
+    (``ATTNCOURSE_NO_TRAINING``, ``ATTNCOURSE_STATIC_EXPLORERS``, ``ATTNCOURSE_CACHE_FITS``).
+    """
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 #: Set to 1 while grading: a run of the trained-model cache must be there, finished.
 NO_TRAINING_ENV = "ATTNCOURSE_NO_TRAINING"
 
@@ -179,7 +189,7 @@ def refuse_cached_training(name: str, done: int, total: int) -> None:
     done, total : int
         Epochs its checkpoint holds, and epochs it is to have.
     """
-    if os.environ.get(NO_TRAINING_ENV, "").strip() not in ("", "0"):
+    if env_flag(NO_TRAINING_ENV):
         raise UnpreparedRun(f"{name} holds {done} of the run's {total} epochs, and ${NO_TRAINING_ENV} "
                             "says grading does not train: prepare the "
                             "chapter first (python -m attncourse prepare CHAPTER, with the same "
@@ -259,7 +269,7 @@ BOOK_ENV = "ATTNCOURSE_STATIC_EXPLORERS"
 
 def book_build() -> bool:
     """Whether this process executes a chapter for the static book (``ATTNCOURSE_STATIC_EXPLORERS=1``)."""
-    return os.environ.get(BOOK_ENV, "") not in ("", "0")
+    return env_flag(BOOK_ENV)
 
 
 class _Nowhere:

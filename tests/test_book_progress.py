@@ -126,3 +126,16 @@ def test_outside_the_book_a_loaded_run_says_so_at_once(monkeypatch, capsys):
     monkeypatch.delenv(BOOK_ENV, raising=False)
     runtime.announce_loaded("mlm", 600, "steps")
     assert capsys.readouterr().out == "mlm: trained already (600 steps), loaded from its checkpoint\n"
+
+
+@pytest.mark.parametrize("value, on", [("", False), ("0", False), (" 0 ", False), ("false", False),
+                                       ("No", False), ("OFF", False), ("1", True), ("yes", True),
+                                       (" 1\n", True), ("true", True)])
+def test_one_reader_of_the_courses_on_off_variables(monkeypatch, value, on):
+    # issue 62: "set and not 0" was written three times, and the copies differed
+    monkeypatch.setenv("ATTNCOURSE_X", value)
+    assert runtime.env_flag("ATTNCOURSE_X") is on
+    monkeypatch.setenv(BOOK_ENV, value)
+    assert runtime.book_build() is on
+    monkeypatch.delenv("ATTNCOURSE_X")
+    assert runtime.env_flag("ATTNCOURSE_X") is False
