@@ -152,6 +152,16 @@ def seed_everything(seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
+def env_flag(name: str) -> bool:
+    """Whether the environment variable ``name`` is set to something other than off.
+
+    Unset, empty, ``0``, ``false``, ``no`` and ``off`` (any case, spaces ignored) are off;
+    anything else is on. The one reader of the course's on/off variables
+    (``ATTNCOURSE_NO_TRAINING``, ``ATTNCOURSE_STATIC_EXPLORERS``, ``ATTNCOURSE_CACHE_FITS``).
+    """
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
 #: Set to 1 while grading: a run of the trained-model cache must be there, finished.
 NO_TRAINING_ENV = "ATTNCOURSE_NO_TRAINING"
 
@@ -179,7 +189,7 @@ def refuse_cached_training(name: str, done: int, total: int) -> None:
     done, total : int
         Epochs its checkpoint holds, and epochs it is to have.
     """
-    if os.environ.get(NO_TRAINING_ENV, "").strip() not in ("", "0"):
+    if env_flag(NO_TRAINING_ENV):
         raise UnpreparedRun(f"{name} holds {done} of the run's {total} epochs, and ${NO_TRAINING_ENV} "
                             "says grading does not train: prepare the "
                             "chapter first (python -m attncourse prepare CHAPTER, with the same "
@@ -259,7 +269,7 @@ BOOK_ENV = "ATTNCOURSE_STATIC_EXPLORERS"
 
 def book_build() -> bool:
     """Whether this process executes a chapter for the static book (``ATTNCOURSE_STATIC_EXPLORERS=1``)."""
-    return os.environ.get(BOOK_ENV, "") not in ("", "0")
+    return env_flag(BOOK_ENV)
 
 
 class _Nowhere:
@@ -272,14 +282,90 @@ class _Nowhere:
         pass
 
 
+class _CellLoops:
+    """The training loops one notebook cell ran in a book build, shown as one line.
+
+    A cell that trains 18 models would leave 18 lines of finished bars above its results;
+    the page needs one: how many loops, how many steps in how long, how many loaded from
+    their checkpoints. Each loop's line is kept here while the cell runs and printed, one
+    line for all of them, when the cell ends (IPython's ``post_run_cell`` event, on which
+    the output still belongs to the cell). Outside IPython (a script) each line is printed
+    at once.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[dict] = []
+        self.hooked = False
+
+    def add(self, entry: dict) -> None:
+        shell = _ipython()
+        if shell is None:
+            print(entry["line"], file=sys.stdout, flush=True)
+            return
+        if not self.hooked:
+            shell.events.register("post_run_cell", self.flush)
+            self.hooked = True
+        self.entries.append(entry)
+
+    def flush(self, *_result) -> None:
+        entries, self.entries = self.entries, []
+        if entries:
+            print(summary_line(entries), file=sys.stdout, flush=True)
+
+
+def _ipython():
+    """The running IPython shell (a notebook's kernel), or None."""
+    shell = sys.modules.get("IPython")
+    shell = shell.get_ipython() if shell is not None else None
+    return shell if shell is not None and hasattr(shell, "events") else None
+
+
+def summary_line(entries: list[dict]) -> str:
+    """One line for a cell's loops: a loop's own line when alone, else what they did.
+
+    Each entry has ``line`` (what the loop alone would print), ``desc``, ``loaded`` (bool),
+    ``n`` (steps), ``unit`` and ``elapsed`` (seconds; 0 for a loaded run).
+    """
+    if len(entries) == 1:
+        return entries[0]["line"]
+    trained = [e for e in entries if not e["loaded"]]
+    loaded = len(entries) - len(trained)
+    parts = []
+    if trained:
+        seconds = text_tqdm.format_interval(sum(e["elapsed"] for e in trained))
+        units = {e["unit"] for e in trained}
+        steps = (f"{sum(e['n'] for e in trained):,} {units.pop()}s in " if len(units) == 1
+                 else "in ")
+        parts.append(f"{len(trained)} trained ({steps}{seconds})")
+    if loaded:
+        parts.append(f"{loaded} loaded from their checkpoints")
+    names = f"{entries[0]['desc']} ... {entries[-1]['desc']}"
+    return f"{len(entries)} training loops ({names}): " + ", ".join(parts)
+
+
+_CELL_LOOPS = _CellLoops()
+
+
+def announce_loaded(desc: str, steps: int, unit: str) -> None:
+    """Say that a cached run was loaded, not trained: a line, or its part of the cell's line."""
+    line = f"{desc}: trained already ({steps} {unit}), loaded from its checkpoint"
+    if book_build():
+        _CELL_LOOPS.add({"line": line, "desc": desc, "loaded": True, "n": steps,
+                         "unit": unit, "elapsed": 0.0})
+    else:
+        print(line, flush=True)
+
+
 class BookBar(text_tqdm):
     """A text bar that draws nothing while it runs and prints its final state once, on stdout.
 
     A static page keeps a cell's outputs as they were when the cell ended. A widget bar
     leaves only its first frame there (its text fallback, ``0/300 [00:00<?, ?step/s]``),
     and a text bar's redraws would each become a line; this bar's one line is the state
-    the reader needs: the steps done, the time taken and the rate. A bar that would vanish
-    when done (``leave=False``) prints nothing.
+    the reader needs: the steps done, the time taken and the rate. Several bars of one cell
+    (a cell that trains many models) share one line, printed when the cell ends
+    (:func:`summary_line`). A bar that would vanish when done (``leave=False``) prints
+    nothing.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -288,13 +374,16 @@ class BookBar(text_tqdm):
         super().__init__(*args, **kwargs)
 
     def close(self) -> None:
-        """Close the bar, printing its final state first if it is left on the page."""
+        """Close the bar, giving its final state to the cell's line if it is left on the page."""
         if self.disable:
             return
         final = str(self) if self.leave else ""
+        state = self.format_dict
         super().close()
         if final:
-            print(final, file=sys.stdout, flush=True)
+            _CELL_LOOPS.add({"line": final, "desc": self.desc.rstrip(": ") or "loop",
+                             "loaded": False, "n": int(state["n"]),
+                             "unit": str(state["unit"]), "elapsed": float(state["elapsed"])})
 
 
 def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:

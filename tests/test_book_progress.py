@@ -78,3 +78,64 @@ def test_a_training_answers_bar_is_no_hand_off_in_the_book_or_out(in_book, monke
     with watching(HAND_OFFS["check_training"], my_train) as seen:
         runtime.describe_device(torch.device("cpu"))       # any other package function
     assert [hand_off.kind for hand_off in seen] == ["package"]
+
+
+class _Events:
+    def __init__(self):
+        self.hooks = {}
+
+    def register(self, name, fn):
+        self.hooks.setdefault(name, []).append(fn)
+
+    def trigger(self, name):
+        for fn in self.hooks.get(name, []):
+            fn(None)
+
+
+@pytest.fixture
+def kernel(book, monkeypatch):
+    """A book build inside a fake IPython kernel: the cell ends when the test says."""
+    events = _Events()
+    monkeypatch.setattr(runtime, "_ipython", lambda: type("Shell", (), {"events": events})())
+    monkeypatch.setattr(runtime, "_CELL_LOOPS", runtime._CellLoops())
+    return events
+
+
+def test_a_cell_of_many_trainings_shows_one_line_when_it_ends(kernel, capsys):
+    # issue 64: chapter 13's cell of 18 trainings left 18 finished bars above its results
+    for seed in range(3):
+        list(progress_bar(range(30), desc=f"ViT, seed {seed}", unit="step", leave=True))
+    runtime.announce_loaded("CNN, seed 0", 300, "steps")
+    assert capsys.readouterr().out == ""              # nothing until the cell ends
+    kernel.trigger("post_run_cell")
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1, out
+    assert re.fullmatch(r"4 training loops \(ViT, seed 0 \.\.\. CNN, seed 0\): 3 trained "
+                        r"\(90 steps in \d\d:\d\d\), 1 loaded from their checkpoints", out[0])
+    kernel.trigger("post_run_cell")                   # the next cell starts afresh
+    assert capsys.readouterr().out == ""
+
+
+def test_a_cell_of_one_training_keeps_the_bars_own_line(kernel, capsys):
+    list(progress_bar(range(30), desc="train", unit="step", leave=True))
+    kernel.trigger("post_run_cell")
+    assert FINISHED.match(capsys.readouterr().out.strip())
+
+
+def test_outside_the_book_a_loaded_run_says_so_at_once(monkeypatch, capsys):
+    monkeypatch.delenv(BOOK_ENV, raising=False)
+    runtime.announce_loaded("mlm", 600, "steps")
+    assert capsys.readouterr().out == "mlm: trained already (600 steps), loaded from its checkpoint\n"
+
+
+@pytest.mark.parametrize("value, on", [("", False), ("0", False), (" 0 ", False), ("false", False),
+                                       ("No", False), ("OFF", False), ("1", True), ("yes", True),
+                                       (" 1\n", True), ("true", True)])
+def test_one_reader_of_the_courses_on_off_variables(monkeypatch, value, on):
+    # issue 62: "set and not 0" was written three times, and the copies differed
+    monkeypatch.setenv("ATTNCOURSE_X", value)
+    assert runtime.env_flag("ATTNCOURSE_X") is on
+    monkeypatch.setenv(BOOK_ENV, value)
+    assert runtime.book_build() is on
+    monkeypatch.delenv("ATTNCOURSE_X")
+    assert runtime.env_flag("ATTNCOURSE_X") is False

@@ -195,6 +195,13 @@ def test_the_reference_loop_trains_below_the_bound(corpus):
     assert result.passed, result
     bits = float(result.message.split()[1])
     assert bits < c.TRAIN_BOUND and np.isfinite(bits)
+    # issue 64: the chapter reuses the check's run rather than training the same model twice;
+    # the run it keeps is the one the loop makes from the same data and seed
+    params, losses = c.last_training(reference_train)
+    assert c.last_training(lambda *a: None) is None     # another function: nothing to reuse
+    again_params, again_losses = reference_train(corpus.train, len(corpus.vocab), c.STEPS, 0)
+    assert losses == again_losses
+    assert torch.equal(params["embedding"], again_params["embedding"])
 
 
 def test_the_chapter_states_the_training_bound_it_checks():

@@ -319,7 +319,21 @@ def test_the_page_says_what_is_missing_and_never_fails(tmp_path):
     page = book_claims.page_markdown(tmp_path / "partial.json")
     assert "**Not swept yet**" in page and book_claims.chapter_names()[1] in page
     assert "`a \\| b < 1` (5) | 0.5, 1 | 1 | 0.5 (native, 50.0% of the bound) |" in page
-    assert "1 more claim without a margin" in page
+    assert "1 more claim without a margin" in page and "line 9)" in page   # which, not only how many
+
+
+def test_the_page_counts_the_checks_the_sweep_cannot_record(tmp_path):
+    # issue 61: np.testing and torch.testing calls carry no margin; the page says how many
+    chapter = tmp_path / "x.md"
+    chapter.write_text("np.testing.assert_allclose(a, b)\ntorch.testing.assert_close(c, d)\n"
+                       "numpy.testing.assert_array_equal(e, f)\nassert a < b\n")
+    assert book_claims.testing_calls(chapter) == 3
+    assert book_claims.testing_calls(tmp_path / "absent.md") == 0
+    name = "04_self_attention"
+    entry = {"wall_seconds": {"native": 1}, "status": {"native": "ok"}, "claims": []}
+    count = book_claims.testing_calls(ROOT / "notebooks" / f"{name}.md")
+    assert count > 0 and f"{count} `np.testing` or `torch.testing` checks" in \
+        book_claims.chapter_table(name, entry, ["native"])
 
 
 def test_a_changed_chapter_is_stale(tmp_path):

@@ -17,7 +17,11 @@ import pytest
 import attncourse.chapters
 import attncourse.checks
 from attncourse.course.cli import main
-from attncourse.course.editions import instructor_notebook, student_notebook
+from attncourse.course.editions import (
+    ANSWER_CELL,
+    instructor_notebook,
+    student_notebook,
+)
 from attncourse.course.exercises import read_chapter, split_notebook
 from attncourse.course.nbgrader_source import BEGIN, END, answer_source, source_notebook
 from attncourse.course.plain import LEFTOVERS, Rewriter, plain_cells, read_bibliography
@@ -57,17 +61,56 @@ def test_every_exercise_is_labelled_stated_and_coding_ones_are_checked(chapter):
 
 
 def test_no_line_of_a_solution_is_in_the_student_notebook(chapter):
+    """No coding solution, code or text; a written exercise's reference answer only folded
+    away after the learner's answer cell."""
     path, nb, parts, exercises = chapter
-    solutions = _lines("\n".join(p.source for p in parts if p.solution))
-    assert solutions
+    solutions = _lines("\n".join(p.source for p in parts if p.solution and p.role != "block"))
     # Lines that the chapter also has outside its solutions (a stub's `def`, `result`) may stay.
     elsewhere = _lines("\n".join(p.source for p in parts if not p.solution))
-    student = _lines(_text(student_notebook(nb, path.stem)))
+    student_nb = student_notebook(nb, path.stem)
+    student = _lines(_text(student_nb))
     leaked = (solutions - elsewhere) & student
     assert not leaked, f"{path.stem}: solution lines in the student edition: {sorted(leaked)[:3]}"
     for ex in exercises:  # the solution text and code of each exercise, collected from the source
+        if ex.kind == "written":
+            continue
         for line in _lines("\n".join(ex.solution_code + ex.solution_text)) - elsewhere:
             assert line not in student, (ex.label, line)
+    unfolded = _lines("\n".join(c.source for c in student_nb.cells
+                                if not c.source.startswith("<details>")))
+    for ex in exercises:
+        if ex.kind == "written":
+            for line in _lines("\n".join(ex.solution_text)) - elsewhere:
+                assert line not in unfolded, (ex.label, "shown unfolded", line)
+
+
+def _questions(ex) -> bool:
+    """Whether an exercise asks a question to answer in words."""
+    return ex.kind == "written" or "?" in ex.statement
+
+
+def test_every_question_has_an_answer_cell_and_a_folded_check_in_the_student_edition(chapter):
+    """Issue 64: a learner alone can answer every question in the notebook and then learn
+    whether the answer was right; a graded (nbgrader) copy hands out none of the checks."""
+    path, nb, parts, exercises = chapter
+    cells = student_notebook(nb, path.stem).cells
+    headings = [i for i, c in enumerate(cells) if c.cell_type == "markdown"
+                for _ in re.finditer(r"^### Exercise \d+:", c.source, re.M)]
+    assert len(headings) == len(exercises), path.stem
+    bounds = [*headings[1:], len(cells)]
+    for ex, start, end in zip(exercises, headings, bounds):
+        span = cells[start:end]
+        pairs = [(a, b) for a, b in zip(span, span[1:])
+                 if a.source == ANSWER_CELL and b.source.startswith("<details>")]
+        if _questions(ex):
+            assert pairs, f"{path.stem}: {ex.label} asks a question and has no answer cell"
+            assert all(len(b.source) > 80 for _, b in pairs), ex.label
+        else:
+            assert not pairs, f"{ex.label}: an answer cell with no question"
+    checks = [p.source for p in parts if p.role == "self-check"]
+    graded = _text(source_notebook(nb, path.stem))
+    for text in checks:
+        assert text.split("\n")[0] not in graded, (path.stem, "self-check in a graded copy")
 
 
 def test_student_notebook_keeps_statements_stubs_and_checks(chapter):
@@ -392,3 +435,19 @@ def test_decks_show_the_chapters_display_equations():
         equations = re.findall(r"\$\$.+?\$\$", "\n".join(c.source for c in student.cells), re.S)
         slides = "\n".join(c.source for c in deck(student).cells)
         assert equations and equations[0] in slides, name
+
+
+def test_every_figure_caption_is_under_its_figure_in_the_editions(chapter):
+    """Issue 64: the book prints captions from cell metadata, which JupyterLab never shows."""
+    from attncourse.course.editions import figure_caption
+
+    path, nb, _, _ = chapter
+    captions = [figure_caption(c) for c in nb.cells if c.cell_type == "code"]
+    captions = [c for c in captions if c]
+    for edition in (student_notebook(nb, path.stem), instructor_notebook(nb, path.stem)):
+        shown = [c.source for c in edition.cells
+                 if c.cell_type == "markdown" and c.source.startswith("**Figure.** ")]
+        assert len(shown) == len(captions), path.stem
+        for text, caption in zip(shown, captions):
+            first = next(w for w in caption.split() if w.isalpha())   # roles are rewritten
+            assert first in text, (path.stem, caption[:40])

@@ -68,3 +68,26 @@ def test_every_category_is_sampled_by_a_limit():
     assert len(cases) + sum(case.twin is not None for case in cases) >= 1000
     categories = {case.category for case in cases}
     assert {case.category for case in cases[:60]} >= categories - {"symlinked run file", "root or home"}
+
+
+def test_a_base_run_that_hangs_is_an_outcome_and_the_run_goes_on(tmp_path, monkeypatch):
+    # issue 64: on a slow machine the tool died of its own TimeoutExpired at its first base run
+    monkeypatch.setattr(hostile, "_start", lambda argv, case_dir, env=None: argv)
+    monkeypatch.setattr(hostile, "_finish", lambda argv, timeout, sigint: (
+        (None, "", True) if "lm" in argv else (0, "", False)))
+    results = hostile.build_bases(tmp_path / "base")
+    assert [r["outcome"] for r in results] == ["hang", "success", "success", "success"]
+    case = hostile.Case("course", "needs the hung base", ["sample", "lm"], needs=("lm",))
+    (tmp_path / "base").mkdir(exist_ok=True)
+    for name in ("text.txt", "train.tsv", "valid.tsv", "test.tsv"):
+        (tmp_path / "base" / name).write_text("x")
+    [row] = hostile.run_case(case, tmp_path / "base", tmp_path, 0)
+    assert row["outcome"] == "harness error" and "did not finish" in row["stderr"]
+
+
+def test_the_course_commands_have_their_cases():
+    from hostile_cases import _NOT_NOTEBOOKS, course_cases
+
+    names = [c.name for c in course_cases()]
+    assert len(names) == len(set(names)) == len(_NOT_NOTEBOOKS) + 9
+    assert any(c.env.get("ATTNCOURSE_NO_TRAINING") == "1" for c in course_cases())

@@ -59,3 +59,60 @@ def test_one_spelling_and_no_second_meanings(path):
         assert wrong not in text, f"{path.name}: {wrong} (the book writes {right})"
     assert "$m_h" not in text, f"{path.name}: ALiBi's slope is s_r (m is RoPE's position)"
     assert not re.search(r"gain \$g\$", text), f"{path.name}: a gain is gamma; g counts heads"
+
+
+#: Capital letters the page reserves, with the code name their value must come from (or a
+#: number, as chapter 11's ``N = 30`` layers): a chapter's code that binds the letter to
+#: anything else gives it a second meaning (issue 64: chapter 14 bound L, the page's context
+#: length, to its decay matrix).
+RESERVED_IN_CODE = {"L": "context", "N": "num_layers"}
+
+
+def letter_bindings(source: str) -> list[tuple[str, str]]:
+    """(letter, value's source) of each top-level ``L = ...`` / ``N = ...`` (tuples too)."""
+    import ast
+
+    found = []
+    tree = ast.parse(source)
+    for node in tree.body:
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            names = target.elts if isinstance(target, ast.Tuple) else [target]
+            values = (node.value.elts if isinstance(target, ast.Tuple)
+                      and isinstance(node.value, ast.Tuple) else [node.value] * len(names))
+            for name, value in zip(names, values):
+                if isinstance(name, ast.Name) and name.id in RESERVED_IN_CODE:
+                    found.append((name.id, ast.get_source_segment(source, value) or ""))
+    return found
+
+
+def test_the_letter_check_sees_a_second_meaning():
+    assert letter_bindings("L, FAR = BASE.context, 8\nN = cfg.num_layers\n") == [
+        ("L", "BASE.context"), ("N", "cfg.num_layers")]
+    assert letter_bindings("L = torch.ones(4, 4).tril()\n") == [("L", "torch.ones(4, 4).tril()")]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_a_reserved_letter_keeps_its_meaning_in_the_code(chapter):
+    import jupytext
+
+    for cell in jupytext.read(chapter).cells:
+        if cell.cell_type != "code":
+            continue
+        code = "\n".join(line for line in cell.source.splitlines()
+                         if not line.lstrip().startswith(("%", "!")))
+        for letter, value in letter_bindings(code):
+            assert RESERVED_IN_CODE[letter] in value or value.replace("_", "").isdigit(), (
+                f"{chapter.stem}: {letter} = {value} (the page's {letter} is "
+                f"`{RESERVED_IN_CODE[letter]}`)")
+
+
+def test_the_page_names_the_image_letters_and_every_chapter_with_its_own():
+    page = PAGE.read_text(encoding="utf-8")
+    for symbol in ("$H$", "$W$", "$p$"):
+        assert symbol in page, f"the notation page does not define {symbol}"
+    table = page.split("## Where a chapter keeps its paper's letters")[1]
+    for chapter in ("13", "14"):
+        assert f"\n| {chapter} |" in table, f"chapter {chapter} is not in the page's table"

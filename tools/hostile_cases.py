@@ -29,13 +29,14 @@ class Case:
     category: str
     name: str
     argv: list[str]
-    needs: tuple[str, ...] = ()  # base runs copied into the case folder: "lm", "gated", "seq"
+    needs: tuple[str, ...] = ()  # base runs copied into the case folder: "lm", "gated", "delta", "seq"
     prepare: Callable[[Path], None] | None = None  # called in the case folder before the run
     allowed: list[str] = field(default_factory=list)  # where it may write (relative)
     planted: list[str] = field(default_factory=list)  # besides USER_FILE: files it must leave alone
     timeout: float = 120.0
     sigint_after: float | None = None  # send SIGINT this long after start (seconds)
     twin: list[str] | None = None  # run this argv at the same time (concurrent runs)
+    env: dict[str, str] = field(default_factory=dict)  # set for this invocation only
 
 
 def _torch():
@@ -387,12 +388,93 @@ def concurrent_cases() -> list[Case]:
              twin=_lm_commands()["resume"]) for i in range(4)]
 
 
+#: A submission that is JSON but not a notebook, or a notebook no parser should choke on.
+_NOT_NOTEBOOKS = {
+    "empty object": "{}", "list": "[]", "null": "null", "cells 5": '{"cells": 5}',
+    "cells abc": '{"cells": "abc"}', "cell empty": '{"cells": [{}]}',
+    "source int": json.dumps({"cells": [{"cell_type": "code", "source": 5, "metadata": {},
+                                         "outputs": []}], "metadata": {}, "nbformat": 4,
+                              "nbformat_minor": 5}),
+    "source ints": json.dumps({"cells": [{"cell_type": "code", "source": [1, 2], "metadata": {},
+                                          "outputs": []}], "metadata": {}, "nbformat": 4,
+                               "nbformat_minor": 5}),
+    "no cell_type": json.dumps({"cells": [{"source": "x = 1"}], "metadata": {}, "nbformat": 4,
+                                "nbformat_minor": 5}),
+    "cell_type 3": json.dumps({"cells": [{"cell_type": 3, "source": "x"}], "metadata": {},
+                               "nbformat": 4, "nbformat_minor": 5}),
+    "nbformat 3": json.dumps({"nbformat": 3, "nbformat_minor": 0, "metadata": {}}),
+    "metadata list": json.dumps({"cells": [], "metadata": [], "nbformat": 4, "nbformat_minor": 5}),
+    "deep brackets": "[" * 100_000 + "]" * 100_000,
+    "million minuses": json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                                              "source": "def my_softmax(x):\n    return "
+                                                        + "-" * 1_000_000 + "1\n"}],
+                                   "metadata": {}, "nbformat": 4, "nbformat_minor": 5}),
+}
+SUBMISSION = "04_self_attention.ipynb"
+
+
+def _symlink(rel: str, target: str) -> Callable[[Path], None]:
+    def prepare(case_dir: Path) -> None:
+        (case_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(case_dir / target, case_dir / rel)
+    return prepare
+
+
+def _both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
+    def prepare(case_dir: Path) -> None:
+        for step in steps:
+            step(case_dir)
+    return prepare
+
+
+def course_cases() -> list[Case]:
+    """The course commands (``grade``, ``student-edition``) and the training side's newer
+    guards (``sample --draft`` on a fixed-state model, ``train-lm`` where training is refused):
+    the cases of the command line's round 5 (issue 64)."""
+    submission = _write(SUBMISSION, json.dumps({"cells": [], "metadata": {}, "nbformat": 4,
+                                                "nbformat_minor": 5}))
+    grade = ["grade", SUBMISSION, "--limit", "20"]
+    cases = [Case("course", f"grade a submission that is {name}", ["grade", SUBMISSION, "--limit", "20"],
+                  prepare=_write(SUBMISSION, text), planted=[SUBMISSION], timeout=240)
+             for name, text in _NOT_NOTEBOOKS.items()]
+    cases += [
+        Case("course", "grade --json onto a user file", [*grade, "--json", USER_FILE],
+             prepare=submission, planted=[SUBMISSION], timeout=240),
+        Case("course", "grade --json through a link to a user file", [*grade, "--json", "out.json"],
+             prepare=_both(submission, _symlink("out.json", USER_FILE)),
+             planted=[SUBMISSION], timeout=240),
+        Case("course", "grade --json onto the submission itself", [*grade, "--json", SUBMISSION],
+             prepare=submission, planted=[SUBMISSION], timeout=240),
+        Case("course", "grade --json onto the chapter's source", [*grade, "--notebooks", "chapters",
+                                                                     "--json", "chapters/04_self_attention.md"],
+             prepare=_both(submission, _write("chapters/04_self_attention.md",
+                                              (ROOT / "notebooks" / "04_self_attention.md").read_text())),
+             planted=[SUBMISSION, "chapters/04_self_attention.md"], timeout=240),
+        Case("course", "student-edition into a link to a folder outside", ["student-edition", "out/student",
+                                                                             "--chapter", "04_self_attention"],
+             prepare=_symlink("out/student", "user"), allowed=["out"], timeout=240),
+        Case("course", "student-edition --overwrite into the home folder",
+             ["student-edition", "home", "--overwrite", "--chapter", "04_self_attention"],
+             prepare=_write("home/LICENSE", "the user's own licence\n"), planted=["home/LICENSE"],
+             timeout=240),
+        Case("course", "student-edition --overwrite into /",
+             ["student-edition", "/", "--overwrite", "--chapter", "04_self_attention"], timeout=240),
+        Case("course", "sample --draft with a fixed-state (DeltaNet) model",
+             ["sample", "delta", "--draft", "1", "--length", "8", "--prompt", "the"], ("delta",),
+             allowed=["delta"]),
+        Case("course", "train-lm where training is refused",
+             ["train-lm", "--text", "text.txt", "--out", "o", *LM_TINY], allowed=["o"],
+             env={"ATTNCOURSE_NO_TRAINING": "1"}),
+    ]
+    return cases
+
+
 def all_cases(seed: int, fuzz: int) -> list[Case]:
     """Every case, interleaved by category (round robin), so that a ``--limit`` samples them all."""
     rng = random.Random(seed)
     groups = [forged_checkpoint_cases(), spec_cases(), json_file_cases(), special_file_cases(), overwrite_cases(),
               damaged_checkpoint_cases(rng), path_cases(), fuzz_cases(rng, fuzz), interrupt_cases(rng),
-              concurrent_cases()]
+              concurrent_cases(), course_cases()]
     for group in groups:
         rng.shuffle(group)
     order: list[Case] = []

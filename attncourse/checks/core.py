@@ -109,6 +109,9 @@ class CheckResult:
     recognised : bool
         Whether ``hint`` names a mistake the check recognised in what the function did
         (a case's ``diagnose``, a wrong signature), rather than the case's general hint.
+    value : object
+        What the function returned, where a check keeps it so that the chapter need not
+        compute it again (chapter 7b's trained weights); ``None`` otherwise.
     """
 
     name: str
@@ -122,6 +125,8 @@ class CheckResult:
     nudge: str = field(default="", compare=False)
     #: Whether the hint names the mistake the check recognised (shown at once, never a nudge).
     recognised: bool = field(default=False, compare=False)
+    #: A costly result the chapter reuses (a trained model), else None.
+    value: Any = field(default=None, compare=False)
 
     def __bool__(self) -> bool:
         return self.passed

@@ -118,12 +118,12 @@ def refused(references: Sequence[Any], fn: Any) -> Iterator[list[str]]:
 #: own ``my_softmax``) stays usable in a later exercise although it sits in another cell.
 #: A test keeps this equal to the chapters' exercises.
 EXERCISE_FUNCTIONS = frozenset({
-    "cache_bytes", "copying_score", "left_padded_causal_mask", "lookup", "my_additive_score",
+    "my_cache_bytes", "copying_score", "left_padded_causal_mask", "lookup", "my_additive_score",
     "my_attention", "my_causal_kernel", "my_causal_linear", "my_causal_mask", "my_general_score",
     "my_gru_cell", "my_kernel_bytes", "my_local_p_weights", "my_lrate", "my_masked_softmax",
     "my_merge_heads", "my_padding_mask", "my_penalty", "my_pixel_attention", "my_receptive_field",
     "my_reinforce_loss", "my_rescale", "my_smoothed_loss", "my_softmax", "my_split_heads",
-    "my_update", "per_channel_int8", "prefix_matching_score", "repeat_kv", "residual", "rope",
+    "my_update", "per_channel_int8", "my_prefix_matching_score", "repeat_kv", "residual", "rope",
     "fold_gain", "min_p_probs", "quantize_q4_1",
     "alibi_far_bias", "stretched_frequencies", "yarn_frequencies",
     "delta_transition", "gated_retention", "my_decay_matrix", "wy_factors", "square_map_reads",

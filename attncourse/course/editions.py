@@ -1,11 +1,16 @@
 """Student and instructor editions of a chapter, as nbformat notebooks.
 
 The student edition is the chapter without its solutions: every ``solution``-tagged
-cell and every ``{solution}`` block or ``{solution-start}`` ... ``{solution-end}``
-region is gone (text included); statements, stubs and check calls stay, so the
-notebook runs top to bottom and each check shows "not passed yet" with its hint. The
-instructor edition is the whole chapter. Both come without outputs, and their markdown is
-plain Markdown (:mod:`attncourse.course.plain`): they read right in any Jupyter.
+cell and every ``{solution-start}`` ... ``{solution-end}`` region is gone (text
+included); statements, stubs and check calls stay, so the notebook runs top to bottom and
+each check shows "not passed yet" with its hint. Every question gets a place to answer
+and a way to learn whether the answer was right: a written exercise's ``{solution}``
+becomes an answer cell followed by the reference answer folded away (``<details>``), and
+a question inside a coding exercise, which the chapter follows with a self-check (an
+``{admonition}`` of class ``self-check``), gets an answer cell before its folded
+self-check. Rubrics stay the instructor's. The instructor edition is the whole chapter.
+Both come without outputs, and their markdown is plain Markdown
+(:mod:`attncourse.course.plain`): they read right in any Jupyter.
 """
 
 from __future__ import annotations
@@ -24,10 +29,32 @@ from attncourse.course.rubrics import RUBRICS
 from attncourse.course.waiting import wait_for_answers
 
 
+def figure_caption(cell: NotebookNode) -> str | None:
+    """The caption the book prints under a code cell's figure (``mystnb: figure: caption:``)."""
+    figure = cell.get("metadata", {}).get("mystnb", {}).get("figure", {})
+    caption = figure.get("caption") if isinstance(figure, dict) else None
+    return caption.strip() if isinstance(caption, str) and caption.strip() else None
+
+
+def _with_captions(cells: list[NotebookNode]) -> list[NotebookNode]:
+    """``cells`` with each figure's caption in a markdown cell after its code cell.
+
+    The book prints a caption from the cell's metadata, which no Jupyter shows: in the
+    handed-out notebooks it becomes text under the figure.
+    """
+    out = []
+    for cell in cells:
+        out.append(cell)
+        caption = figure_caption(cell) if cell.cell_type == "code" else None
+        if caption:
+            out.append(nbformat.v4.new_markdown_cell(f"**Figure.** {caption}"))
+    return out
+
+
 def _bare(nb: NotebookNode, cells: list[NotebookNode],
           labels: bool = True) -> NotebookNode:
-    """A new notebook with ``cells`` in plain Markdown, ``nb``'s kernelspec, no jupytext
-    pairing.
+    """A new notebook with ``cells`` in plain Markdown, each figure's caption under it,
+    ``nb``'s kernelspec, no jupytext pairing.
 
     ``labels`` keeps the exercises' labels in their headings: the instructor matches
     them to rubrics and nbgrader ids, a student has no use for them.
@@ -35,7 +62,7 @@ def _bare(nb: NotebookNode, cells: list[NotebookNode],
     out = nbformat.v4.new_notebook()
     out.metadata = {k: copy.deepcopy(v) for k, v in nb.metadata.items() if k != "jupytext"}
     # every handed-out copy carries its licence
-    out.cells = [notice_cell(), *plain_cells(cells, labels=labels)]
+    out.cells = [notice_cell(), *plain_cells(_with_captions(cells), labels=labels)]
     for cell in out.cells:
         if cell.cell_type == "code":
             cell.outputs = []
@@ -58,8 +85,27 @@ def _whole_cells(nb: NotebookNode, parts: list[Part]) -> set[int]:
             or p.source.strip() == nb.cells[p.cell].source.strip()}
 
 
+#: The learner's answer cell before a folded self-check or reference answer.
+ANSWER_CELL = "**Your answer.** *Double-click this cell and write it here; then unfold the check below.*"
+
+
+def _folded(summary: str, text: str) -> str:
+    """``text`` folded under ``summary``: an HTML ``<details>``, which every Jupyter shows."""
+    return f"<details>\n<summary>{summary}</summary>\n\n{text.strip()}\n\n</details>"
+
+
+def _answer_and_check(part: Part) -> list[NotebookNode]:
+    """A question's answer cell and its folded check (a self-check, or a written exercise's
+    reference answer)."""
+    summary = ("Self-check (unfold after answering)" if part.role == "self-check"
+               else "Reference answer (unfold after answering)")
+    return [nbformat.v4.new_markdown_cell(ANSWER_CELL),
+            nbformat.v4.new_markdown_cell(_folded(summary, part.source))]
+
+
 def student_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
-    """``nb`` without any solution (code or text), outputs cleared.
+    """``nb`` without any coding solution, outputs cleared; every question with an answer
+    cell and its folded check (see the module's docstring).
 
     Cells that run a learner's function still to be written wait for it
     (:func:`attncourse.course.waiting.wait_for_answers`).
@@ -71,7 +117,12 @@ def student_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
     """
     parts, _ = split_notebook(nb, chapter)
     whole = _whole_cells(nb, parts)
-    cells = [cell_from_part(nb, p, p.cell in whole) for p in parts if not p.solution]
+    cells = []
+    for p in parts:
+        if p.role == "self-check" or (p.solution and p.role == "block"):
+            cells += _answer_and_check(p)
+        elif not p.solution:
+            cells.append(cell_from_part(nb, p, p.cell in whole))
     return _bare(nb, wait_for_answers(cells), labels=False)
 
 

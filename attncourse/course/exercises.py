@@ -26,6 +26,10 @@ from nbformat import NotebookNode
 #: Opening line of a sphinx-exercise directive, with ``` or ::: fences of any length.
 _OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>exercise|solution|solution-start|solution-end)\}"
                    r"\s*(?P<arg>.*)$")
+#: A self-check: an ``{admonition}`` whose ``:class:`` includes ``self-check``, the short
+#: answer to a question a learner unfolds after answering it (kept in the student edition).
+_ADMONITION = re.compile(r"^(?P<fence>`{3,}|:{3,})\{admonition\}\s*(?P<arg>.*)$")
+_SELF_CHECK_CLASS = re.compile(r"^:class:.*\bself-check\b")
 _LABEL = re.compile(r"^:label:\s*(\S+)\s*$")
 _TIMEOUT = re.compile(r"^:timeout:\s*(.*?)\s*$")
 #: The stub a coding exercise leaves for the learner.
@@ -89,7 +93,8 @@ class Part:
     source: str
     solution: bool = False
     label: str | None = None
-    #: For solution markdown: ``"block"`` ({solution} body) or ``"region"`` (solution-start text).
+    #: For solution markdown: ``"block"`` ({solution} body) or ``"region"`` (solution-start
+    #: text); for a kept self-check (its body, of the exercise ``label``): ``"self-check"``.
     role: str = ""
 
 
@@ -213,6 +218,15 @@ def split_notebook(nb: NotebookNode, chapter: str = "") -> tuple[list[Part], lis
         i = 0
         while i < len(lines):
             match = _OPEN.match(lines[i].strip())
+            check = None if match or region else _ADMONITION.match(lines[i].strip())
+            if check is not None:
+                end = _fence_end(lines, i, check.group("fence"))
+                if any(_SELF_CHECK_CLASS.match(line.strip()) for line in lines[i + 1:end]):
+                    flush_kept()
+                    parts.append(Part(index, "markdown", _directive_body(lines[i + 1:end])[0],
+                                      False, last, "self-check"))
+                    i = end + 1
+                    continue
             if match is None:
                 (solution if region else kept).append(lines[i])
                 i += 1

@@ -231,6 +231,8 @@ def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
             cells.append(answer)
             if part.label in RUBRICS:
                 cells.append(rubric_cell(part.label, part.source, RUBRICS[part.label].markdown()))
+        elif part.role == "self-check":
+            continue    # a graded copy does not hand out the answers
         elif not part.solution:
             cell = cell_from_part(nb, part, part.cell in whole)
             if cell.cell_type == "code":

@@ -49,6 +49,7 @@ except ImportError:  # not Linux x86_64, or a minimal install
 TRITON_AVAILABLE = triton is not None
 
 #: Whether kernels run under Triton's interpreter (on CPU tensors) rather than compiled.
+# read as Triton itself reads it (triton's knobs), not with the course's env_flag
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
 
 MISSING_MESSAGE = (

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,14 +25,10 @@ from typing import Any
 import torch
 
 from attncourse.data.batching import Batch
-from attncourse.runtime import NO_TRAINING_ENV, runs_dir
+from attncourse.runtime import NO_TRAINING_ENV, env_flag, runs_dir
 
 #: Set to 1 by ``python -m attncourse prepare``: fits without a folder keep their runs.
 FIT_CACHE_ENV = "ATTNCOURSE_CACHE_FITS"
-
-
-def _on(name: str) -> bool:
-    return os.environ.get(name, "").strip() not in ("", "0")
 
 
 def batches_fingerprint(batches: Sequence[Batch]) -> str:
@@ -83,7 +78,7 @@ def graded_fit_dir(model: torch.nn.Module, train_fingerprint: str, valid_batches
         ``runs_dir("fits/<class>-<digest>")``, created; None when neither
         :data:`FIT_CACHE_ENV` nor :data:`~attncourse.runtime.NO_TRAINING_ENV` is set.
     """
-    if not (_on(FIT_CACHE_ENV) or _on(NO_TRAINING_ENV)):
+    if not (env_flag(FIT_CACHE_ENV) or env_flag(NO_TRAINING_ENV)):
         return None
     described = {"class": type(model).__name__, "config": getattr(model, "config", None),
                  "weights": _weights_digest(model), "train": train_fingerprint,

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from attncourse.runtime import (
+    announce_loaded,
     book_build,
     pick_device,
     progress_bar,
@@ -404,9 +405,8 @@ def run_epochs(
     if cached is not None and not finished:  # grading loads prepared runs, never trains one
         refuse_cached_training(str(cached), start, loop.epochs)
     if shown and finished:  # a bar frozen at its end would look like a stalled run
-        unit = "steps" if loop.steps_per_epoch else "epochs"
-        print(f"{loop.desc}: trained already ({start * (loop.steps_per_epoch or 1)} {unit}), "
-              "loaded from its checkpoint", flush=True)
+        announce_loaded(loop.desc, start * (loop.steps_per_epoch or 1),
+                        "steps" if loop.steps_per_epoch else "epochs")
     per_epoch = loop.steps_per_epoch or 1
     bar = progress_bar(total=loop.epochs * per_epoch, initial=min(start, loop.epochs) * per_epoch,
                        desc=loop.desc, unit="step" if loop.steps_per_epoch else "epoch",

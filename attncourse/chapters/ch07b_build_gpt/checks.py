@@ -544,6 +544,23 @@ def training_cases() -> list[Case]:
                  diagnose=None)]
 
 
+#: The learner's loop and what it returned in :func:`check_training`'s last run.
+_LAST_TRAINING: dict[str, Any] = {}
+
+
+def last_training(fn: Callable[..., Any]) -> tuple[dict, list[float]] | None:
+    """The ``(params, losses)`` that :func:`check_training`'s last run got from ``fn``.
+
+    That run is ``fn(data, vocab_size, STEPS, 0)`` on chapter 7's training text, on the
+    CPU: on a CPU the chapter's own cell would train exactly the same model again, so it
+    takes these instead. ``None`` if the last check ran another function (a learner who
+    rewrote ``my_train`` since) or got no ``(params, losses)`` pair from it.
+    """
+    if _LAST_TRAINING.get("fn") is not fn:
+        return None
+    return _LAST_TRAINING["value"]
+
+
 def check_training(fn: Callable[..., Any]) -> CheckResult:
     """Check ``my_train(data, vocab_size, steps, seed)`` -> ``(params, losses)``.
 
@@ -551,8 +568,11 @@ def check_training(fn: Callable[..., Any]) -> CheckResult:
     CPU, seed 0) and scores the parameters it returns on the held-out text with the
     reference model (:func:`heldout_bits`); passes at :data:`TRAIN_BOUND` bits/char or
     better. A failure says the held-out bits/char reached, and the hint tells targets
-    equal to the inputs (the loss collapses) from a loop that does not learn.
+    equal to the inputs (the loss collapses) from a loop that does not learn. What the loop
+    returned is kept for :func:`last_training`, so that the chapter need not train the same
+    model twice.
     """
+    _LAST_TRAINING.clear()
     valid = chapter_corpus().valid
     if is_stub(fn):  # "not passed yet", without training anything
         return run_cases("check_training", fn, training_cases())
@@ -564,6 +584,7 @@ def check_training(fn: Callable[..., Any]) -> CheckResult:
             seen["shape"] = True
             return out
         params, losses = out
+        _LAST_TRAINING.update(fn=fn, value=out)
         seen["losses"] = [float(v) for v in losses]
         bits = heldout_bits(params, valid)
         seen["bits"] = bits
@@ -596,5 +617,5 @@ __all__ = [
     "BATCH_SIZE", "CONTEXT", "D_FF", "D_MODEL", "LR", "NUM_HEADS", "NUM_LAYERS", "STEPS", "TRAIN_BOUND",
     "Weights", "attention_weights", "block_params", "chapter_corpus", "check_block",
     "check_causal_attention", "check_gpt", "check_training", "gpt_params", "heldout_bits",
-    "load_params", "package_gpt", "reference_gpt", "training_cases",
+    "last_training", "load_params", "package_gpt", "reference_gpt", "training_cases",
 ]

@@ -113,7 +113,7 @@ def _drawn_tokens(seed: int | None) -> list[tuple[list[int], int]]:
 
 
 def check_prefix_matching_score(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
-    """Check a learner's ``prefix_matching_score(weights, tokens)``.
+    """Check a learner's ``my_prefix_matching_score(weights, tokens)``.
 
     Parameters
     ----------

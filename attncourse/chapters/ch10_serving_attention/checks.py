@@ -90,7 +90,7 @@ def _drawn_configs(seed: int | None) -> list[dict]:
 
 
 def check_cache_bytes(fn: Callable[[dict], Any]) -> CheckResult:
-    """Check a learner's ``cache_bytes(config)``: KV-cache bytes per token and sequence.
+    """Check a learner's ``my_cache_bytes(config)``: KV-cache bytes per token and sequence.
 
     Parameters
     ----------
