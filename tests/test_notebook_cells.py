@@ -19,10 +19,6 @@ from attncourse.course.exercises import read_chapter
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
-#: Chapters that still delete a name another cell reads: their owner removes the ``del``
-#: (issue 64.2); strict, so that the entry must go when the chapter is fixed.
-NOT_YET = {"02_bahdanau_attention", "04_self_attention", "05_multihead_positional", "06_transformer",
-           "07_decoder_only", "08_attention_at_scale", "09_what_heads_learn", "12_long_context"}
 
 
 def _trees(chapter: Path) -> list[ast.Module]:
@@ -75,9 +71,7 @@ def test_the_rule_finds_what_it_should(tmp_path):
                                          "sqrt (deleted in code cell 2, read in code cells [0])"]
 
 
-@pytest.mark.parametrize("chapter", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason="issue 64.2, the chapter's owner"))
-    if c.stem in NOT_YET else c for c in CHAPTERS], ids=lambda c: c.stem)
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.stem)
 def test_no_cell_deletes_a_name_another_cell_reads(chapter):
     found = deleted_but_read(chapter)
     assert not found, f"{chapter.name}: " + "; ".join(found)
