@@ -203,7 +203,7 @@ def test_evaluate_restores_thread_count(tsv, tmp_path):
 
 def resolved(*extra: str) -> argparse.Namespace:
     args = build_parser().parse_args(["train", "--task", "dates", "--out", "x", *extra])
-    cli._check_train_args(args)
+    cli.validate_train_args(args)
     return args
 
 
@@ -287,3 +287,11 @@ def test_transformer_trains_resumes_and_evaluates(tsv, tmp_path, capsys):
     assert results["model"] == "transformer" and len(results["history"]) == 2
     assert main(["evaluate", str(out), "--test", str(tsv["test"]), "--beam-size", "2"]) == 0
     assert json.loads((out / "metrics.json").read_text())["model_class"] == "Transformer"
+
+
+def test_one_table_holds_every_training_command():
+    # issue 62: the commands were dispatched by two if-chains that had to agree
+    parser = build_parser()
+    names = set(parser._subparsers._group_actions[0].choices)
+    assert names == set(cli.COMMANDS)
+    assert main(["no-such-command"]) == 2

@@ -46,6 +46,8 @@ class MeanOptions:
 class ValueCache:
     """The toy's cache: projected values ``(batch, cache_len, d_model)``."""
 
+    kind = "values"
+
     v: torch.Tensor
 
     def __len__(self) -> int:

@@ -191,3 +191,24 @@ def test_speculative_decoding_refuses_a_fixed_size_memory_in_one_line(kind):
     with pytest.raises(ValueError, match="fixed-size memory"):
         speculative_generate(memory, plain, torch.tensor([1, 2, 3]), 4, k=2)
     validate_draft(plain, plain, 2)  # a KV cache on both sides: accepted
+
+
+@pytest.mark.parametrize("kind", ["linear", "deltanet", "gated-deltanet"])
+def test_a_cache_says_its_kind_and_the_paged_pool_refuses_a_state_in_one_line(kind):
+    # issue 62: the kind was guessed three ways (hasattr), and BlockPool.for_model on a DeltaNet
+    # model raised AttributeError instead of its one-line ValueError
+    from attncourse.decode.paged import BlockPool
+
+    spec = DecoderSpec(11, d_model=D_MODEL, num_heads=HEADS, num_layers=2, max_len=32,
+                       attention=AttentionSpec(kind), positions=PositionSpec("learned"))
+    memory = GPT(spec=spec)
+    assert {cache.kind for cache in memory.init_cache(1)} == {"state"}
+    with pytest.raises(ValueError, match="keeps a state") as err:
+        BlockPool.for_model(memory, 8, 4)
+    assert "\n" not in str(err.value)
+    plain = GPT(spec=DecoderSpec(11, d_model=D_MODEL, num_heads=HEADS, num_layers=1, max_len=32,
+                                 positions=PositionSpec("learned")))
+    assert [cache.kind for cache in plain.init_cache(1)] == ["keys and values"]
+    assert BlockPool.for_model(plain, 8, 4).num_blocks == 8
+    # the state grows by nothing per token: a memory model's bytes are its states' alone
+    assert memory.cache_bytes(0) == memory.cache_bytes(100) > 0

@@ -159,6 +159,7 @@ def _write(rel: str, data: bytes | str) -> Callable[[Path], None]:
         path = case / rel
         if os.path.lexists(path):
             path.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data.encode() if isinstance(data, str) else data)
     return prepare
 

@@ -138,7 +138,8 @@ def build_bases(base: Path) -> list[dict]:
     results = []
     for argv in (["train-lm", "--text", "text.txt", "--out", "lm", *LM_TINY],
                  ["train-lm", "--text", "text.txt", "--out", "gated", *LM_TINY, "--gate"],
-                 ["train-lm", "--text", "text.txt", "--out", "delta", *LM_TINY, "--attention", "deltanet"],
+                 ["train-lm", "--text", "text.txt", "--out", "delta", *LM_TINY, "--attention", "deltanet",
+                  "--positional", "learned"],
                  ["train", "--train", "train.tsv", "--valid", "valid.tsv", "--out", "seq", *SEQ_TINY]):
         # a slow machine's base run that hangs or fails is an outcome like any other: the cases
         # that need its folder say so ("harness error"), the others run

@@ -76,7 +76,7 @@ import torch
 from attncourse.cli.generate import run_generate, validate_generate_args
 from attncourse.cli.gpu_report import run_gpu_report, validate_gpu_report_args
 from attncourse.cli.limits import validate_limits
-from attncourse.cli.lm import LM_COMMANDS, run_sample, run_train_lm, validate_lm_args
+from attncourse.cli.lm import run_sample, run_train_lm, validate_lm_args
 from attncourse.cli.options import (
     EXIT_INTERRUPTED,
     EXIT_USAGE,
@@ -91,8 +91,29 @@ from attncourse.cli.train_evaluate import run_evaluate, run_train
 from attncourse.runtime import UnpreparedRun
 from attncourse.train.fit import CHECKPOINT_NAME
 
-#: Kept under its old name for callers of the command line's internals.
-_check_train_args = validate_train_args
+
+def _validate_gpu_report(args: argparse.Namespace) -> None:
+    problem = validate_limits(args)
+    if problem:
+        raise UsageError(problem)
+    validate_gpu_report_args(args, UsageError)
+
+
+def _validate_lm(args: argparse.Namespace) -> None:
+    validate_lm_args(args, UsageError, out_dir_problem)
+
+
+#: The training command line's one table: a command's name, how its arguments are checked
+#: (raising :class:`UsageError`) and what runs it (returning the exit status). The course's
+#: commands (``grade``, ``prepare``, ``student-edition``) sit a layer above, in ``__main__``.
+COMMANDS: dict[str, tuple[Any, Any]] = {
+    "train": (validate_train_args, run_train),
+    "evaluate": (validate_evaluate_args, run_evaluate),
+    "train-lm": (_validate_lm, run_train_lm),
+    "sample": (_validate_lm, run_sample),
+    "gpu-report": (_validate_gpu_report, run_gpu_report),
+    "generate": (lambda args: validate_generate_args(args, UsageError), run_generate),
+}
 
 
 def _one_line(err: BaseException) -> str:
@@ -126,19 +147,7 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
     args = None
     try:
         args = parser.parse_args(None if argv is None else list(argv))
-        if args.command == "train":
-            validate_train_args(args)
-        elif args.command in LM_COMMANDS:
-            validate_lm_args(args, UsageError, out_dir_problem)
-        elif args.command == "gpu-report":
-            problem = validate_limits(args)
-            if problem:
-                raise UsageError(problem)
-            validate_gpu_report_args(args, UsageError)
-        elif args.command == "generate":
-            validate_generate_args(args, UsageError)
-        else:
-            validate_evaluate_args(args)
+        COMMANDS[args.command][0](args)
     except SystemExit as done:  # --help, --version and usage errors
         return done.code if isinstance(done.code, int) else (0 if done.code is None else EXIT_USAGE)
     except UsageError as err:
@@ -151,13 +160,7 @@ def _main(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
         print("attncourse: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     try:
-        if args.command in LM_COMMANDS:
-            return run_train_lm(args) if args.command == "train-lm" else run_sample(args)
-        if args.command == "gpu-report":
-            return run_gpu_report(args)
-        if args.command == "generate":
-            return run_generate(args)
-        return run_train(args) if args.command == "train" else run_evaluate(args)
+        return COMMANDS[args.command][1](args)
     except OSError as err:
         if isinstance(err, RunLocked) or err.filename is None:
             reason = " ".join((err.strerror or "").split()) if err.strerror and err.errno else _one_line(err)

@@ -91,10 +91,20 @@ class BlockPool:
 
     @classmethod
     def for_model(cls, model: GPT, num_blocks: int, block_size: int) -> BlockPool:
-        """A pool shaped for ``model``'s layers and key/value heads (not for MLA models)."""
+        """A pool shaped for ``model``'s layers and key/value heads.
+
+        Raises
+        ------
+        ValueError
+            If the model's attention keeps anything but keys and values (MLA's latent, a
+            memory attention's state).
+        """
         attn = model.blocks[0].attn
-        if not hasattr(attn, "w_k"):
-            raise ValueError("the paged cache holds keys and values: build it for a model without latent_dim")
+        kind = attn.empty_cache(1).kind
+        if kind != "keys and values":
+            raise ValueError(f"the paged cache holds keys and values, and this model's attention "
+                             f"keeps a {kind}: build it for a model with softmax attention and no "
+                             "latent_dim")
         weight = model.embedding.weight
         return cls(num_blocks, block_size, len(model.blocks), attn.num_kv_heads, attn.d_k,
                    weight.dtype, weight.device)
@@ -259,6 +269,8 @@ class PagedSequence:
 @dataclass
 class PagedLayerCache:
     """One layer of a :class:`PagedSequence`, with :class:`~attncourse.nn.attention.KVCache`'s interface."""
+
+    kind = "keys and values"
 
     sequence: PagedSequence
     layer: int

@@ -43,6 +43,8 @@ class QuantizedKVCache:
         If ``keys`` is unknown or ``group < 1``.
     """
 
+    kind = "keys and values"
+
     def __init__(self, batch: int, num_kv_heads: int, d_k: int, keys: str = "channel", group: int = 16,
                  dtype: torch.dtype = torch.float32, device=None) -> None:
         if keys not in KEY_MODES:

@@ -147,16 +147,13 @@ def validate_draft(target: GPT, draft: GPT, k: int) -> None:
 
 
 def _can_cut_back(cache) -> bool:
-    """Whether a layer's cache can drop its last tokens (a KV cache, or one with ``truncate``)."""
-    return hasattr(cache, "truncate") or (hasattr(cache, "k") and hasattr(cache, "v"))
+    """Whether a layer's cache can drop its last tokens: any but a fixed-size state."""
+    return cache.kind != "state"
 
 
 def _truncate(caches, length: int) -> None:
     for cache in caches:
-        if hasattr(cache, "truncate"):
-            cache.truncate(length)
-        else:
-            cache.k, cache.v = cache.k[:, :, :length], cache.v[:, :, :length]
+        cache.truncate(length)
 
 
 @torch.no_grad()

@@ -114,6 +114,8 @@ class KVCache:
     v : (batch, num_heads, cache_len, d_v)
     """
 
+    kind = "keys and values"
+
     k: torch.Tensor
     v: torch.Tensor
 
@@ -128,6 +130,10 @@ class KVCache:
         """
         self.k = torch.cat([self.k, k], dim=2)
         self.v = torch.cat([self.v, v], dim=2)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions (e.g. drop rejected draft tokens)."""
+        self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
 
 
 class MultiHeadAttention(nn.Module):

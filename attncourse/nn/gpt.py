@@ -286,7 +286,8 @@ class GPT(nn.Module):
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise ValueError(f"tokens must be a non-negative int, got {tokens!r}")
         element = self.embedding.weight.element_size()
-        fixed = sum(block.attn.state_numbers() for block in self.blocks if hasattr(block.attn, "state_numbers"))
+        fixed = sum(block.attn.state_numbers() for block, cache in zip(self.blocks, self.init_cache(1))
+                    if cache.kind == "state")
         return self.cache_bytes_per_token() * tokens + fixed * element
 
     def forward(self, tokens: torch.Tensor, kv_caches: list[DecoderCache] | None = None,

@@ -106,6 +106,8 @@ class MemoryState:
         The last tokens' projections, for the short convolution (None without one).
     """
 
+    kind = "state"
+
     state: torch.Tensor
     length: int = 0
     tail: torch.Tensor | None = None
@@ -113,7 +115,7 @@ class MemoryState:
     def __len__(self) -> int:
         return self.length
 
-    def append(self, state: torch.Tensor, positions: int, tail: torch.Tensor | None = None) -> None:
+    def advance(self, state: torch.Tensor, positions: int, tail: torch.Tensor | None = None) -> None:
         """Replace the state (and the convolution's tail) by those after ``positions`` more tokens."""
         self.state, self.tail = state, tail
         self.length += positions
@@ -271,7 +273,7 @@ class MemoryAttention(nn.Module, DecoderAttention):
         inputs = self.features(x, self._keep(mask, batch, n, offset), None if kv_cache is None else kv_cache.tail)
         out, state = self.memory(inputs, None if kv_cache is None else kv_cache.state, fast)
         if kv_cache is not None:
-            kv_cache.append(state, n, inputs["tail"])
+            kv_cache.advance(state, n, inputs["tail"])
         output = self.w_o(merge_heads(self.read_out(out)))
         return output, (self.weights(inputs) if need_weights else None)
 

@@ -85,6 +85,8 @@ class LatentCache:
         Already rotated to each token's position (width 0 without RoPE).
     """
 
+    kind = "latent"
+
     c_kv: torch.Tensor
     k_rope: torch.Tensor
 

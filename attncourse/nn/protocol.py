@@ -154,17 +154,24 @@ class DecoderCache(Protocol):
     """What a decoder attention keeps of earlier positions between decoding steps.
 
     Chapter 6's :class:`~attncourse.nn.attention.KVCache` (keys and values per
-    head) and MLA's :class:`~attncourse.nn.mla.LatentCache` (one latent per
-    token) are examples. The attention that made the cache is the only reader of
-    its contents; the model reads only its length.
+    head), MLA's :class:`~attncourse.nn.mla.LatentCache` (one latent per token) and
+    a memory attention's :class:`~attncourse.nn.memory_attention.MemoryState` (one
+    fixed-size state) are examples. The attention that made the cache is the only
+    reader and writer of its contents; others read its length and its ``kind``.
+
+    Attributes
+    ----------
+    kind : str
+        What it holds: ``"keys and values"``, ``"latent"``, ``"state"`` (a fixed-size
+        memory, which cannot drop its last tokens), or a variant's own word. Code that
+        needs to know (the paged pool, speculative decoding, a model's cache bytes) reads
+        this, never the cache's attributes.
     """
+
+    kind: str
 
     def __len__(self) -> int:
         """The positions held, ``cache_len``; the next new position is number ``cache_len``."""
-        ...
-
-    def append(self, *new: torch.Tensor) -> None:
-        """Extend along the sequence axis with the new positions' entries (rebinding, not in-place writes)."""
         ...
 
 
