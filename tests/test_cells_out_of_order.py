@@ -6,7 +6,10 @@ function would likewise replace it under the earlier cells. This test reads ever
 code cells (their syntax trees): no cell of the exercises section (stubs, solutions, checks)
 may delete or bind a name that a cell before the section reads without binding it first,
 since running an exercise cell and then that earlier cell would give the earlier cell
-another value, or none. (The claims sweep's ``rerun`` variant executes every chapter twice
+another value, or none; and no cell anywhere deletes a name another cell reads. The
+exercises hide the package's references another way: they ask for ``my_...`` names, and a
+check refuses an answer that hands its work to the package
+(:mod:`attncourse.checks.hand_offs`). (The claims sweep's ``rerun`` variant executes every chapter twice
 in order; this is the order a learner who goes back takes.)
 """
 
@@ -72,15 +75,17 @@ def _code(cell) -> str:
 
 
 def clashes(path: Path) -> list[str]:
-    """Names an exercise cell deletes or rebinds that an earlier cell of ``path`` reads."""
+    """Names an exercise cell deletes or rebinds that an earlier cell of ``path`` reads, and
+    names any cell deletes that another cell reads (in whatever order they run)."""
     read_before: dict[str, int] = {}
-    found, in_exercises = [], False
+    found, in_exercises, cells = [], False, []
     for index, cell in enumerate(jupytext.read(path).cells):
         if cell.cell_type == "markdown":
             in_exercises |= any(line.startswith("## Exercises")
                                 for line in cell.source.splitlines())
             continue
         bound, deleted, reads = cell_names(_code(cell))
+        cells.append((index, deleted, reads))
         if not in_exercises:
             for name in reads:
                 read_before.setdefault(name, index)
@@ -88,7 +93,23 @@ def clashes(path: Path) -> list[str]:
         for name in sorted((bound | deleted) & read_before.keys()):
             how = "deletes" if name in deleted else "rebinds"
             found.append(f"cell {index} {how} {name!r}, which cell {read_before[name]} reads")
+    for index, deleted, _ in cells:
+        for name in sorted(deleted):
+            readers = [j for j, _, reads in cells if j != index and name in reads]
+            line = f"cell {index} deletes {name!r}, which cell {readers[0] if readers else 0} reads"
+            if readers and line not in found:
+                found.append(line)
     return found
+
+
+def test_a_del_anywhere_is_seen(tmp_path):
+    chapter = tmp_path / "chapter.md"
+    header = CHAPTERS[0].read_text(encoding="utf-8").split("\n---\n", 1)[0] + "\n---\n\n"
+    chapter.write_text(header + "```{code-cell} ipython3\nfrom math import pi\nx = 2\n```\n\n"
+                       "```{code-cell} ipython3\nprint(pi)\n```\n\n"
+                       "```{code-cell} ipython3\nscratch = 1\ndel (pi, scratch)\n```\n",
+                       encoding="utf-8")
+    assert clashes(chapter) == ["cell 2 deletes 'pi', which cell 1 reads"]
 
 
 def test_the_analysis_sees_a_deleted_or_rebound_name():
