@@ -156,6 +156,33 @@ def _stub_names(source: str) -> tuple[str | None, str | None]:
     return function, check
 
 
+def _code_part(index: int, cell: NotebookNode, region: str | None, last: str | None,
+               exercises: dict[str, Exercise]) -> Part:
+    """A code (or raw) cell as a part: a solution inside a region or tagged ``solution``,
+    else kept; a solution's code, or the first stub after an exercise, noted in it."""
+    is_solution = region is not None or "solution" in cell.get("metadata", {}).get("tags", [])
+    owner = region or last
+    if is_solution and owner in exercises and cell.cell_type == "code":
+        exercises[owner].solution_code.append(cell.source)
+    elif (cell.cell_type == "code" and STUB_MARK in cell.source and last in exercises
+          and exercises[last].stub_cell is None):
+        ex = exercises[last]
+        ex.stub_cell = index
+        ex.function, ex.check = _stub_names(cell.source)
+    return Part(index, cell.cell_type, cell.source, is_solution, owner if is_solution else None)
+
+
+def _self_check(lines: list[str], start: int) -> tuple[int, str] | None:
+    """``(line of its closing fence, body)`` if a self-check admonition opens at ``start``."""
+    opening = _ADMONITION.match(lines[start].strip())
+    if opening is None:
+        return None
+    end = _fence_end(lines, start, opening.group("fence"))
+    if not any(_SELF_CHECK_CLASS.match(line.strip()) for line in lines[start + 1:end]):
+        return None
+    return end, _directive_body(lines[start + 1:end])[0]
+
+
 def split_notebook(nb: NotebookNode, chapter: str = "") -> tuple[list[Part], list[Exercise]]:
     """Cut a chapter's cells into kept and solution parts, and find its exercises.
 
@@ -186,17 +213,7 @@ def split_notebook(nb: NotebookNode, chapter: str = "") -> tuple[list[Part], lis
     last: str | None = None       # label of the last exercise stated
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "markdown":
-            tags = cell.get("metadata", {}).get("tags", [])
-            is_solution = region is not None or "solution" in tags
-            owner = region or last
-            parts.append(Part(index, cell.cell_type, cell.source, is_solution, owner if is_solution else None))
-            if is_solution and owner in exercises and cell.cell_type == "code":
-                exercises[owner].solution_code.append(cell.source)
-            elif (cell.cell_type == "code" and STUB_MARK in cell.source and last in exercises
-                  and exercises[last].stub_cell is None):
-                ex = exercises[last]
-                ex.stub_cell = index
-                ex.function, ex.check = _stub_names(cell.source)
+            parts.append(_code_part(index, cell, region, last, exercises))
             continue
         lines = cell.source.split("\n")
         kept: list[str] = []
@@ -218,15 +235,12 @@ def split_notebook(nb: NotebookNode, chapter: str = "") -> tuple[list[Part], lis
         i = 0
         while i < len(lines):
             match = _OPEN.match(lines[i].strip())
-            check = None if match or region else _ADMONITION.match(lines[i].strip())
+            check = None if match or region else _self_check(lines, i)
             if check is not None:
-                end = _fence_end(lines, i, check.group("fence"))
-                if any(_SELF_CHECK_CLASS.match(line.strip()) for line in lines[i + 1:end]):
-                    flush_kept()
-                    parts.append(Part(index, "markdown", _directive_body(lines[i + 1:end])[0],
-                                      False, last, "self-check"))
-                    i = end + 1
-                    continue
+                flush_kept()
+                parts.append(Part(index, "markdown", check[1], False, last, "self-check"))
+                i = check[0] + 1
+                continue
             if match is None:
                 (solution if region else kept).append(lines[i])
                 i += 1
