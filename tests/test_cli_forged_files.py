@@ -156,7 +156,7 @@ def test_huge_finite_weights_are_named_not_a_torch_error(lm_run, capsys, extra):
 @pytest.fixture
 def spec_run(tmp_path, text_file):
     out = tmp_path / "gated"  # --gate: a model built from a spec (model_config {"spec": {...}})
-    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL, "--gate"]) == 0
+    assert main(["train-lm", "--text", str(text_file), "--out", str(out), *LM_SMALL, "--attention", "gated"]) == 0
     return out
 
 

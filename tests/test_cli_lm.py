@@ -138,12 +138,12 @@ def test_train_lm_with_latent_attention_samples_the_same_with_and_without_the_ca
 
 
 @pytest.mark.parametrize("extra, option", [
-    (["--rope-dim", "4"], "(--latent-dim chooses 'mla')"),  # the spec's rule, in train-lm's words
+    (["--rope-dim", "4"], "(latent_dim chooses 'mla')"),  # the spec's rule, in its words
     (["--latent-dim", "8", "--num-kv-heads", "1"], "cannot be combined"),
     (["--latent-dim", "8", "--window", "4"], "cannot be combined"),
     (["--latent-dim", "8", "--positional", "alibi"], "cannot be combined"),
     (["--latent-dim", "8", "--positional", "rope", "--rope-dim", "3"], "even number"),
-    (["--latent-dim", "8", "--positional", "learned", "--rope-dim", "4"], "needs --positional rope"),
+    (["--latent-dim", "8", "--positional", "learned", "--rope-dim", "4"], "needs positional='rope'"),
     (["--latent-dim", "99999"], "--latent-dim"),
 ])
 def test_latent_attention_options_refused_in_one_line(extra, option, tmp_path, text_file, capsys):

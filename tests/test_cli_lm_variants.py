@@ -81,7 +81,7 @@ def test_without_its_module_a_fresh_process_refuses_the_name_in_one_line(tmp_pat
                            "--out", str(tmp_path / "run"), *SMALL], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 2
-    assert proc.stderr.count("\n") == 1 and "--attention must be one of" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "attention must be one of" in proc.stderr
     assert "got 'toy-cosine'" in proc.stderr
     assert "ATTNCOURSE_VARIANTS" in proc.stderr
 
@@ -115,3 +115,18 @@ def test_the_toy_variant_decodes_with_the_cache_as_without():
     steps = [model(tokens[:, :4], caches)[0]] + [model(tokens[:, t:t + 1], caches)[0] for t in range(4, 9)]
     torch.testing.assert_close(torch.cat(steps, 1), model(tokens)[0])
     assert model(tokens)[1] == [None, None] and model(tokens, need_weights=True)[1][0].shape == (2, 2, 9, 9)
+
+
+def test_the_variants_own_option_reaches_train_lm(tmp_path):
+    # CosineOptions.temperature is declared in this file only: its field is train-lm's --temperature.
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    out = tmp_path / "run"
+    trained = _cli("train-lm", "--attention", "toy-cosine", "--temperature", "3.5", "--text", str(text),
+                   "--out", str(out), *SMALL)
+    assert trained.returncode == 0, trained.stderr
+    saved = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert saved["model_config"]["spec"]["attention"]["temperature"] == 3.5
+    refused = _cli("train-lm", "--temperature", "3.5", "--text", str(text), "--out", str(tmp_path / "gqa"), *SMALL)
+    assert refused.returncode == 2 and "attention 'gqa' has no option 'temperature'" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and not (tmp_path / "gqa").exists()

@@ -1,4 +1,4 @@
-"""train-lm and sample with chapter 12's options: --rope-scaling, --rope-factor, --gate.
+"""train-lm and sample with chapter 12's options: --rope-scaling, --rope-factor, --attention gated.
 
 Each is one field (of LMConfig or of sample's options); the clashes are refused in one line
 before anything is written, and a stretched sample is chapter 12's ``with_spec`` model.
@@ -18,7 +18,6 @@ from test_cli_lm import (
 from attncourse.cli.commands import main
 from attncourse.cli.lm import _load_lm, _read_vocab
 from attncourse.nn.gpt import GPT
-from attncourse.nn.old_files import SAVED_FIELDS
 from attncourse.recipes.lm import (
     LMConfig,
     build_lm,
@@ -31,18 +30,16 @@ from attncourse.recipes.lm import (
 SMALL = ["--steps", "20", *LM_SMALL[2:]]
 
 
-def test_unset_options_keep_earlier_runs_names():
-    config = LMConfig()
-    assert set(lm_settings(config)) == set(SAVED_FIELDS)
-    assert config.run_name == "lm/rope-kv8-causal-seed0"
-    stretched = LMConfig(rope_scaling="yarn", rope_factor=4, gate=True)
-    assert {"rope_scaling", "rope_factor", "gate"} <= set(lm_settings(stretched))
-    assert stretched.run_name == "lm/rope-yarn4-kv8-gated-causal-seed0"
+def test_the_run_is_named_by_its_settings():
+    assert LMConfig().run_name == "lm/rope-default-causal-seed0"
+    stretched = LMConfig(rope_scaling="yarn", rope_factor=4, attention="gated")
+    assert {"rope_scaling": "yarn", "rope_factor": 4, "attention": "gated"}.items() <= lm_settings(stretched).items()
+    assert stretched.run_name == "lm/rope-yarn4-gated-causal-seed0"
 
 
 def test_build_lm_applies_the_scaling_and_the_gate():
     config = LMConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, rope_scaling="pi", rope_factor=2.0,
-                      gate=True, context=16)
+                      attention="gated", context=16)
     spec = build_lm(config, 30).spec
     assert (spec.positions.rope_scaling, spec.positions.rope_factor, spec.positions.original_len) == ("pi", 2.0, 16)
     assert spec.attention.name == "gated"
@@ -50,21 +47,21 @@ def test_build_lm_applies_the_scaling_and_the_gate():
 
 
 @pytest.mark.parametrize("changes, words", [
-    (dict(positional="alibi", rope_scaling="pi", rope_factor=2.0), "--positional rope"),
-    (dict(rope_factor=2.0), "needs --rope-scaling"),
-    (dict(latent_dim=8, gate=True), "not with --latent-dim"),
+    (dict(positional="alibi", rope_scaling="pi", rope_factor=2.0), "positions 'rope'"),
+    (dict(rope_factor=2.0), "needs rope_scaling"),
+    (dict(latent_dim=8, attention="gated"), "has no option 'latent_dim'"),
 ])
-def test_lm_config_refuses_clashes(changes, words):
+def test_lm_spec_refuses_clashes(changes, words):
     with pytest.raises(ValueError, match=words):
-        LMConfig(**changes)
+        lm_spec(LMConfig(**changes), 30)
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--positional", "alibi", "--rope-scaling", "pi", "--rope-factor", "2"], "--positional rope"),
-    (["--rope-factor", "2"], "needs --rope-scaling"),
+    (["--positional", "alibi", "--rope-scaling", "pi", "--rope-factor", "2"], "positions 'rope'"),
+    (["--rope-factor", "2"], "needs rope_scaling"),
     (["--rope-scaling", "ntk", "--rope-factor", "0.5"], "--rope-factor"),
     (["--rope-scaling", "linear"], "--rope-scaling"),
-    (["--gate", "--latent-dim", "8"], "not with --latent-dim"),
+    (["--attention", "gated", "--latent-dim", "8"], "has no option 'latent_dim'"),
 ])
 def test_train_lm_refuses_clashes_in_one_line(extra, words, tmp_path, text_file, capsys):
     out = tmp_path / "run"
@@ -76,7 +73,7 @@ def test_train_lm_refuses_clashes_in_one_line(extra, words, tmp_path, text_file,
 def test_gated_yarn_run_trains_and_samples(tmp_path, text_file, capsys):
     out = tmp_path / "run"
     argv = ["train-lm", "--text", str(text_file), "--out", str(out), *SMALL, "--rope-scaling", "yarn",
-            "--rope-factor", "2", "--gate"]
+            "--rope-factor", "2", "--attention", "gated"]
     assert main(argv) == 0
     settings = json.loads((out / "config.json").read_text())
     assert (settings["rope_scaling"], settings["rope_factor"], settings["gate"]) == ("yarn", 2.0, True)
@@ -101,7 +98,7 @@ def test_sample_stretches_a_rope_run_zero_shot(tmp_path, text_file, capsys):
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--rope-factor", "2"], "needs --rope-scaling"),
+    (["--rope-factor", "2"], "needs rope_scaling"),
     (["--rope-scaling", "ntk", "--rope-factor", "2"], "not rotary"),
 ])
 def test_sample_refuses_clashes_in_one_line(extra, words, tmp_path, text_file, capsys):

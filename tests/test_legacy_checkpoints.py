@@ -2,27 +2,20 @@
 
 The files in tests/fixtures/legacy/ were written by that commit's code
 (tests/fixtures/write_legacy_checkpoints.py says how): a ``fit`` run of an RNN
-encoder-decoder (``checkpoint.pt`` and ``best.pt``) and a cached language-model
-run of the epoch loop.
+encoder-decoder (``checkpoint.pt`` and ``best.pt``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
 
-import pytest
-import torch
-
 from attncourse.data.batching import make_batches
 from attncourse.data.pairs import PairDataset
-from attncourse.data.text import char_corpus
 from attncourse.data.vocab import Vocabulary
 from attncourse.decode import greedy_decode
 from attncourse.nn.rnn import Seq2Seq
-from attncourse.recipes.lm import LMConfig, train_lm
 from attncourse.train import FitConfig, fit, load_checkpoint, load_model
 
 LEGACY = Path(__file__).parent / "fixtures" / "legacy"
@@ -63,15 +56,3 @@ def test_a_fit_run_resumes_from_its_old_checkpoint(tmp_path):
     assert load_checkpoint(out / "checkpoint.pt")["epoch"] == 3
 
 
-def test_a_cached_language_model_run_loads_and_continues(tmp_path):
-    out = tmp_path / "lm"
-    shutil.copytree(LEGACY / "lm", out)
-    text = RUNS["lm_text"]
-    config = LMConfig(**RUNS["lm_config"])
-    loaded = train_lm(config, char_corpus(text), text=text, progress=False, device="cpu", out_dir=out)
-    assert loaded.history == RUNS["lm_history"]  # a finished run loads, nothing retrained
-    longer = dataclasses.replace(config, steps=config.steps + config.steps_per_epoch)
-    with pytest.raises(ValueError, match="another config"):
-        # steps is part of the run's config: a longer run is another run, as before
-        train_lm(longer, char_corpus(text), text=text, progress=False, device="cpu", out_dir=out)
-    assert torch.load(out / "checkpoint.pt", weights_only=True)["epoch"] == 2

@@ -1,13 +1,13 @@
 """Each rule of a decoder's description is checked in one place, the spec, and a clash is refused
-in the spec's words whatever describes the model: a DecoderSpec, GPT's keywords, an LMConfig
-(in train-lm's option names, :func:`attncourse.recipes.lm.in_options`), the train-lm command."""
+in the spec's words whatever describes the model: a DecoderSpec, GPT's keywords, an LMConfig's
+spec (:func:`attncourse.recipes.lm.lm_spec`), the train-lm command."""
 
 import pytest
 
 from attncourse.cli.commands import main
 from attncourse.nn.gpt import GPT
 from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
-from attncourse.recipes.lm import LMConfig, in_options
+from attncourse.recipes.lm import LMConfig, lm_spec
 
 SMALL = ["--steps", "2", "--steps-per-epoch", "1", "--context", "8", "--d-model", "16", "--num-heads", "2",
          "--num-layers", "1", "--d-ff", "16", "--no-progress"]
@@ -39,8 +39,8 @@ RULES = {
     "MLA's rotary part is even": (_spec(("mla", {"latent_dim": 8, "rope_dim": 3})),
                                   dict(latent_dim=8, rope_dim=3), dict(latent_dim=8, rope_dim=3),
                                   ["--latent-dim", "8", "--rope-dim", "3"]),
-    "no gate on MLA": (_spec(("gated", {"latent_dim": 8})), None, dict(latent_dim=8, gate=True),
-                       ["--latent-dim", "8", "--gate"]),
+    "no gate on MLA": (_spec(("gated", {"latent_dim": 8})), None, dict(latent_dim=8, attention="gated"),
+                       ["--latent-dim", "8", "--attention", "gated"]),
 }
 
 
@@ -57,10 +57,10 @@ def test_a_clash_is_refused_in_the_specs_words_whatever_the_entry_point(rule, tm
     words = _refusal(spec)
     if keywords is not None:
         assert _refusal(lambda: GPT(30, d_model=16, num_heads=2, **keywords)) == words
-    assert _refusal(lambda: LMConfig(d_model=16, num_heads=2, **fields)) == in_options(words)
+    assert _refusal(lambda: lm_spec(LMConfig(d_model=16, num_heads=2, **fields), 30)) == words
     assert main(["train-lm", "--out", str(tmp_path / "run"), *SMALL, *options]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and in_options(words) in err, (err, words)
+    assert err.count("\n") == 1 and words in err, (err, words)
     assert not (tmp_path / "run").exists()
 
 

@@ -137,7 +137,7 @@ def build_bases(base: Path) -> list[dict]:
         (base / f"{name}.tsv").write_text("\n".join(lines) + "\n")
     results = []
     for argv in (["train-lm", "--text", "text.txt", "--out", "lm", *LM_TINY],
-                 ["train-lm", "--text", "text.txt", "--out", "gated", *LM_TINY, "--gate"],
+                 ["train-lm", "--text", "text.txt", "--out", "gated", *LM_TINY, "--attention", "gated"],
                  ["train-lm", "--text", "text.txt", "--out", "delta", *LM_TINY, "--attention", "deltanet",
                   "--positional", "learned"],
                  ["train", "--train", "train.tsv", "--valid", "valid.tsv", "--out", "seq", *SEQ_TINY]):

@@ -50,8 +50,9 @@ from attncourse.nn.spec import PositionSpec
 from attncourse.recipes.lm import (
     LMConfig,
     bits_per_char,
-    in_options,
+    lm_run_settings,
     lm_settings,
+    lm_spec,
     train_lm,
     with_spec,
 )
@@ -87,7 +88,7 @@ def validate_lm_args(args: argparse.Namespace, usage_error: type[Exception], out
             try:  # the spec's rule: a factor needs a scaling
                 PositionSpec("rope", rope_factor=args.rope_factor)
             except ValueError as error:
-                raise usage_error(in_options(str(error))) from None
+                raise usage_error(str(error)) from None
         if args.dir is None:
             raise usage_error("give DIR (a directory written by 'attncourse train-lm') or --model (a pretrained "
                               "model)")
@@ -113,14 +114,6 @@ def validate_lm_args(args: argparse.Namespace, usage_error: type[Exception], out
                           f"--max-chars {args.max_chars:,} characters can take; raise --max-chars")
     if not 0.0 < args.valid_fraction < 1.0:
         raise usage_error(f"--valid-fraction must lie in (0, 1), got {args.valid_fraction}")
-    if args.steps % args.steps_per_epoch:
-        raise usage_error(f"--steps {args.steps} must be a multiple of --steps-per-epoch {args.steps_per_epoch}")
-    if args.positional in ("sinusoidal", "learned") and args.context > args.max_len:
-        raise usage_error(f"--context {args.context} does not fit --max-len {args.max_len} positions")
-    try:  # the model's rules (positions, the variant and its options): LMConfig checks them with the spec
-        LMConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(LMConfig) if f.name != "corpus"})
-    except ValueError as error:
-        raise usage_error(str(error)) from None
     problem = training_memory_problem(args) or out_dir_problem(
         args.out, args.resume, args.overwrite, LM_RUN_FILES, "train-lm")
     if problem:
@@ -193,7 +186,7 @@ def _validate_resume(out: Path, config: LMConfig, vocab: Vocabulary) -> None:
     saved_config = saved["extra"].get("config")
     if not isinstance(saved_config, dict):
         raise ValueError(f"--resume: {out / CHECKPOINT_NAME} is not a checkpoint of train-lm")
-    current = json.loads(json.dumps(lm_settings(config)))
+    current = json.loads(json.dumps(lm_run_settings(config)))
     problems = differences({k: v for k, v in saved_config.items() if k != "steps"},
                            {k: v for k, v in current.items() if k != "steps"}, "")
     if problems:
@@ -237,9 +230,10 @@ def _train_lm(args: argparse.Namespace, out: Path) -> int:
     if corpus.train.numel() <= args.context or corpus.valid.numel() <= args.context:
         raise ValueError(f"the text has {n_chars} characters: too few for windows of --context {args.context} "
                          f"in both its training and held-out parts")
-    fields = {f.name for f in dataclasses.fields(LMConfig)}
-    config = LMConfig(**{k: v for k, v in vars(args).items() if k in fields and k != "corpus"})
-    config = dataclasses.replace(config, corpus=digest)
+    # the settings and the model, each made and checked once, before anything is written
+    fields = {f.name for f in dataclasses.fields(LMConfig)} - {"corpus"}
+    config = LMConfig(**{k: v for k, v in vars(args).items() if k in fields}, corpus=digest)
+    spec = lm_spec(config, len(corpus.vocab))
     validate_memory(lm_training_bytes(config, len(corpus.vocab)),
                  f"training with --batch-size {config.batch_size} and --context {config.context} "
                  f"(a vocabulary of {len(corpus.vocab):,} characters; logits and activations)")
@@ -257,7 +251,7 @@ def _train_lm(args: argparse.Namespace, out: Path) -> int:
         "text": None if args.text is None else str(args.text)})
     atomic_write_text(json.dumps(corpus.vocab.to_dict(), ensure_ascii=False), out / VOCAB_NAME)
     run = train_lm(config, corpus, None, progress=not args.no_progress, device=pick_device(args.device),
-                   out_dir=out, extend=args.resume)
+                   out_dir=out, extend=args.resume, spec=spec)
     write_json(out / "history.json", run.history)
     last = run.history[-1]
     print(f"step {last['step']:.0f}: train {bits_per_char(last['train_loss']):.3f}, held-out "

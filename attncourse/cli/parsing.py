@@ -199,7 +199,7 @@ def add_fields(target: Any, of: Iterable[Field], sections: dict[str, Any] | None
             where.add_argument(f.name, **options)
             continue
         options.update(dest=f.name, default=None if meta["preset"] else f.default)
-        if isinstance(f.default, bool):
+        if isinstance(f.default, bool) or meta["check"] == "switch":  # "switch": a bool, unset by default
             options["action"] = argparse.BooleanOptionalAction if meta.get("negatable", True) else "store_true"
         elif meta["choices"]:
             options["choices"] = meta["choices"]

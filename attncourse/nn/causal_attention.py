@@ -42,7 +42,7 @@ Vaswani et al. (2017), section 3.2.2 (multi-head attention), equation (1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -80,9 +80,14 @@ class GQAOptions:
         Biases on the four projections (GPT-2 has them; Llama-style models do not).
     """
 
-    num_kv_heads: int | None = None
-    window: int | None = None
-    bias: bool = False
+    # metadata: how train-lm offers each option (attncourse.recipes.lm_config)
+    num_kv_heads: int | None = field(default=None, metadata={
+        "help": "key/value heads: 1 multi-query, between grouped-query (default: --num-heads)",
+        "check": "positive_int", "limit": (1, 64, "memory grows with it"), "metavar": "G"})
+    window: int | None = field(default=None, metadata={
+        "help": "sliding-window attention over W tokens", "check": "positive_int",
+        "limit": (1, 8192, "a window wider than --max-len's ceiling changes nothing"), "metavar": "W"})
+    bias: bool = field(default=False, metadata={"help": "biases on the projections W^Q, W^K, W^V, W^O"})
 
 
 class CausalSelfAttention(nn.Module, DecoderAttention):
@@ -252,15 +257,19 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         bias = None
         if self.positional == "alibi":
             bias = alibi_bias(self.num_heads, seq_len, src_len, dtype=q.dtype).to(x.device)
+        # the cached keys are numbered by their order in the cache, as ALiBi's distances are
+        key_positions = positions if offset == 0 else torch.cat(
+            [torch.arange(offset, device=x.device), positions])
         heads, weights = self.attend(q, k, v, allowed, bias, need_weights=need_weights, fast=fast,
                                      is_causal=self.causal and self.window is None and mask is None
-                                     and offset == 0)
+                                     and offset == 0, query_positions=positions, key_positions=key_positions)
         # The written-out path (fast=False) has always returned its weights; otherwise only when asked.
         return self.output(x, heads), (weights if need_weights or not fast else None)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
                bias: torch.Tensor | None, *, need_weights: bool = False, fast: bool = True,
-               is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+               is_causal: bool = False, query_positions: torch.Tensor | None = None,
+               key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The attend step, which a variant that only changes the scores replaces.
 
         Everything else (checks, heads, positions, cache, masks, output) is :meth:`forward`'s,
@@ -286,6 +295,10 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
         is_causal : bool
             ``allowed`` is None or exactly the causal mask (see
             :func:`~attncourse.nn.attend.sdpa_attend`).
+        query_positions : (seq_len,) int tensor
+            Each query's position (RoPE's): for a variant whose scores depend on positions.
+        key_positions : (cache_len + seq_len,) int tensor
+            Each key's: the cached keys numbered by their order in the cache, then the queries'.
 
         Returns
         -------

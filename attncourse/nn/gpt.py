@@ -21,14 +21,11 @@ or multi-query attention, ``window`` sliding-window attention, ``latent_dim``
 multi-head latent attention (:mod:`attncourse.nn.mla`, chapter 10), and
 ``attention_only`` drops the FFN and the LayerNorms from every block (chapter 9).
 
-Those keywords are chapter 7's shorthand for a :class:`~attncourse.nn.spec.DecoderSpec`,
-the model's one description, read (as the keyword configs its checkpoints store) by
-:mod:`attncourse.nn.old_files`; ``GPT(spec=...)`` takes the spec itself: there each
-part is a spec of its own (the attention by registered name with its own
-options, RMSNorm, SwiGLU, RoPE's base, biases, tying), so that a Llama-style
-model is a spec too. Either way the model is built from the spec alone, with no
-branch per variant; with the same seed the keywords build the same parameters,
-in the same order, as before specs existed (tests/fixtures/gpt/).
+Those keywords are chapter 7's shorthand: they build a :class:`~attncourse.nn.spec.DecoderSpec`,
+the model's one description, which ``GPT(spec=...)`` takes whole (the attention by registered
+name with its own options, RMSNorm, SwiGLU, RoPE's base, biases, tying), so that a
+Llama-style model is a spec too. The model is built from the spec alone, with no branch
+per variant, and its checkpoints store the spec.
 
 Generation feeds the prompt once, then one token at a time; each layer keeps
 its keys and values in chapter 6's :class:`~attncourse.nn.attention.KVCache`
@@ -54,7 +51,6 @@ import torch
 from torch import nn
 
 from attncourse.nn.norm import residual
-from attncourse.nn.old_files import spec_from_config, spec_from_keywords
 from attncourse.nn.positional import (
     LearnedPositionalEncoding,
     SinusoidalPositionalEncoding,
@@ -66,6 +62,10 @@ from attncourse.nn.spec import (
     NO_POSITIONS,
     AttentionSpec,
     DecoderSpec,
+    FFNSpec,
+    NormSpec,
+    PositionSpec,
+    flat_attention,
 )
 
 #: The values of ``GPT(positional=...)``.
@@ -159,8 +159,6 @@ class GPT(nn.Module):
     rope_dim : int, optional
         MLA's decoupled rotary width d_h^R (even); default d_k / 2 (rounded up to even)
         with ``positional="rope"``, and must be 0 or unset with the other schemes.
-        Both keys enter :attr:`config` only when ``latent_dim`` is set, so earlier
-        configs and checkpoints are unchanged.
     attention_only : bool
         The attention-only Transformer in which Elhage et al. (2021) and Olsson et
         al. (2022) read what heads do (chapter 9): blocks without the FFN (``d_ff``
@@ -177,10 +175,9 @@ class GPT(nn.Module):
     Attributes
     ----------
     config : dict
-        The constructor arguments (``{"spec": spec.to_dict()}`` when built from a spec);
-        ``GPT.from_config(model.config)`` rebuilds the architecture.
+        ``{"spec": spec.to_dict()}``; ``GPT.from_config(model.config)`` rebuilds the architecture.
     spec : DecoderSpec
-        What the model was built from (the keywords become one).
+        What the model was built from (the keywords build one: :func:`keyword_spec`).
     embedding : nn.Embedding(vocab_size, d_model)
         Initialised N(0, 1/d_model) and scaled by sqrt(d_model), as in chapter 6.
     positional_encoding : SinusoidalPositionalEncoding, LearnedPositionalEncoding or None
@@ -214,22 +211,19 @@ class GPT(nn.Module):
         if spec is None:
             if vocab_size is None:
                 raise TypeError("GPT needs vocab_size (or a whole spec=DecoderSpec(...))")
-            if positional not in GPT_POSITIONAL:
-                raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
-            # chapter 7's shorthand, also what its checkpoints store: read where old files are read
-            spec, self.config = spec_from_keywords(
-                vocab_size, d_model, num_heads, num_layers, d_ff, max_len, positional, num_kv_heads, causal,
-                window, dropout, latent_dim, rope_dim, attention_only)
+            spec = keyword_spec(vocab_size, d_model, num_heads, num_layers, d_ff, max_len, positional,
+                                num_kv_heads, causal, window, dropout, latent_dim, rope_dim, attention_only)
         else:
             given = {k: v for k, v in arguments.items() if k in _KEYWORDS and v != _KEYWORDS[k]}
             if given:
                 raise TypeError(f"GPT takes either spec= or the keyword sizes, not both (got {sorted(given)})")
             spec = spec if isinstance(spec, DecoderSpec) else DecoderSpec(**spec)
-            self.config = {"spec": spec.to_dict()}
+        self.config = {"spec": spec.to_dict()}
         self.spec = spec
         self.d_model, self.max_len, self.positional = spec.d_model, spec.max_len, spec.positions.kind
         self.vocab_size = spec.vocab_size
-        # Creation order as before specs existed: embedding, positions, blocks, final norm, output.
+        # The creation order (embedding, positions, blocks, final norm, output) fixes the seeded
+        # initialisation and the state_dict's order.
         self.embedding = nn.Embedding(spec.vocab_size, spec.d_model)
         nn.init.normal_(self.embedding.weight, std=spec.d_model**-0.5)
         table = _POSITION_TABLES.get(spec.positions.kind)
@@ -255,11 +249,13 @@ class GPT(nn.Module):
         Raises
         ------
         ValueError
-            If ``config`` is neither ``{"spec": ...}`` nor GPT's keywords
-            (:func:`~attncourse.nn.old_files.spec_from_config`), or describes an invalid model.
+            If ``config`` is not ``{"spec": ...}`` or describes an invalid model.
         """
-        described = spec_from_config(config, _KEYWORDS)
-        return cls(spec=described) if isinstance(described, DecoderSpec) else cls(**described)
+        if not (isinstance(config, dict) and set(config) == {"spec"}):
+            keys = sorted(config) if isinstance(config, dict) else type(config).__name__
+            raise ValueError(f"a GPT config must be {{'spec': ...}}, got {keys}: train the model again with "
+                             "this version of attncourse")
+        return cls(spec=config["spec"])
 
     def init_cache(self, batch: int) -> list[DecoderCache]:
         """One empty cache per block (each attention's ``empty_cache``): :class:`~attncourse.nn.attention.KVCache`
@@ -392,6 +388,31 @@ class GPT(nn.Module):
             raise ValueError(f"ALiBi's distances follow the cache's order: positions must be {offset} .. "
                              f"{offset + seq_len - 1} here, got {rows[0].tolist()[:8]}")
         return positions
+
+
+def keyword_spec(vocab_size: int, d_model: int = 64, num_heads: int = 8, num_layers: int = 2, d_ff: int = 256,
+                 max_len: int = 256, positional: str = "rope", num_kv_heads: int | None = None,
+                 causal: bool = True, window: int | None = None, dropout: float = 0.0,
+                 latent_dim: int | None = None, rope_dim: int | None = None,
+                 attention_only: bool = False) -> DecoderSpec:
+    """The :class:`~attncourse.nn.spec.DecoderSpec` that :class:`GPT`'s keywords describe.
+
+    The attention is ``"mla"`` with ``latent_dim``, else ``"gqa"``
+    (:func:`~attncourse.nn.spec.flat_attention`); LayerNorm and a ReLU FFN of width ``d_ff``,
+    or neither with ``attention_only``, whose output layer is then untied.
+
+    Raises
+    ------
+    ValueError
+        If ``positional`` is unknown or the spec refuses the combination (one line).
+    """
+    if positional not in GPT_POSITIONAL:
+        raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
+    attention = flat_attention(None, num_heads, num_kv_heads=num_kv_heads, window=window,
+                               latent_dim=latent_dim, rope_dim=rope_dim)
+    return DecoderSpec(vocab_size, d_model, num_heads, num_layers, max_len, causal, dropout, attention,
+                       PositionSpec(positional), NormSpec("none" if attention_only else "layernorm"),
+                       FFNSpec("none" if attention_only else "relu", d_ff), tie_output=not attention_only)
 
 
 #: The keyword constructor's arguments and defaults (left out when ``spec=`` is given).

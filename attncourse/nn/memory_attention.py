@@ -41,7 +41,7 @@ Dao, Gu (2024), "Transformers are SSMs" (Mamba-2's decay parametrisation).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -81,9 +81,15 @@ class MemoryOptions:
         If ``chunk_size`` is not a positive int or ``conv_size`` a non-negative one.
     """
 
-    chunk_size: int = 64
+    chunk_size: int = field(default=64, metadata={
+        "help": "with --attention linear, deltanet or gated-deltanet: positions per chunk of the delta "
+                "rules' chunkwise form (default 64; the outputs agree to rounding, 16 trains faster on a CPU)",
+        "check": "positive_int", "limit": (1, 8192, "a chunk's matrices grow with its square"), "metavar": "C"})
     bias: bool = False
-    conv_size: int = 0
+    conv_size: int = field(default=0, metadata={
+        "help": "with a memory attention: width of the short causal convolution on the projections "
+                "(default 0: none; Yang et al. use 4)",
+        "check": "nonnegative_int", "limit": (0, 64, "a convolution wider than a chunk"), "metavar": "K"})
 
     def __post_init__(self) -> None:
         if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or self.chunk_size < 1:

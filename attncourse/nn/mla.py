@@ -43,7 +43,7 @@ Su et al. (2021), "RoFormer", section 3.4.2 (RoPE).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -70,8 +70,14 @@ class MLAOptions:
         0 without RoPE.
     """
 
-    latent_dim: int | None = None
-    rope_dim: int | None = None
+    latent_dim: int | None = field(default=None, metadata={
+        "help": "multi-head latent attention (chapter 10): cache a latent of D numbers per token "
+                "(DeepSeek-V2); not with --num-kv-heads, --window or ALiBi",
+        "check": "positive_int", "limit": (1, 4096, "memory grows with it"), "metavar": "D"})
+    rope_dim: int | None = field(default=None, metadata={
+        "help": "with --latent-dim and --positional rope: the rotary part of each query and key, even "
+                "(default: half a head, rounded up to even)",
+        "check": "int", "limit": (0, 4096, "memory grows with it"), "metavar": "R"})
 
 
 @dataclass

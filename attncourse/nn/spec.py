@@ -205,7 +205,7 @@ class AttentionSpec:
         inside = positions.kind if positions.kind in INSIDE_ATTENTION else None
         build = ATTENTION_VARIANTS[self.name].build
         extra = {}
-        if positions.scaling is not None:  # only then: builders written before scaling existed still work
+        if positions.scaling is not None:  # only then: a builder without the keyword still builds the rest
             if "rope_scaling" not in inspect.signature(build).parameters:
                 raise ValueError(f"attention {self.name!r} does not support rope_scaling "
                                  f"(got {positions.rope_scaling!r})")
@@ -243,7 +243,7 @@ def flat_attention(name: str | None, num_heads: int, **options: Any) -> Attentio
     chosen = name
     name = name or ("mla" if "latent_dim" in given else "gqa")
     _validate_kind("attention", name, ATTENTION_VARIANTS)
-    if "num_kv_heads" not in _option_names(ATTENTION_VARIANTS[name].options) and given.get("num_kv_heads") == num_heads:
+    if given.get("num_kv_heads") == num_heads:  # multi-head: the variant's default, one description
         del given["num_kv_heads"]
     try:
         return AttentionSpec(name, given)
@@ -305,12 +305,8 @@ class PositionSpec:
         return RopeScaling(self.rope_scaling, self.rope_factor, self.original_len)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values; the scaling options only when set (older checkpoints' dicts are unchanged)."""
-        out = dataclasses.asdict(self)
-        if self.rope_scaling is None:
-            for name in ("rope_scaling", "rope_factor", "original_len"):
-                out.pop(name)
-        return out
+        """Plain values; ``PositionSpec(**d)`` rebuilds it."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -526,9 +522,7 @@ class DecoderSpec:
         out["positions"] = self.positions.to_dict()
         for name in ("norm", "ffn"):
             out[name] = dataclasses.asdict(out[name])
-        if self.layer_attention is None:  # older files' dicts unchanged
-            out.pop("layer_attention")
-        else:
+        if self.layer_attention is not None:
             out["layer_attention"] = [attention.to_dict() for attention in self.layer_attention]
         return out
 

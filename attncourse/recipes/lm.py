@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,300 +32,29 @@ import torch.nn.functional as F
 
 from attncourse.data.text import CharCorpus, random_windows, text_digest
 from attncourse.data.vocab import Vocabulary
-from attncourse.nn.gated import GatedOptions
-from attncourse.nn.gpt import GPT, GPT_POSITIONAL
-from attncourse.nn.old_files import SAVED_FIELDS
-from attncourse.nn.rope import ROPE_SCALINGS
-from attncourse.nn.spec import AttentionSpec, DecoderSpec, PositionSpec
-from attncourse.recipes.lm_options import (  # importable from here too
-    in_options,
+from attncourse.nn.gpt import GPT
+from attncourse.nn.spec import DecoderSpec
+from attncourse.recipes.lm_config import (  # noqa: F401 (importable from here: the chapters' one import)
+    VARIANT_OPTIONS,
+    LMConfig,
+    LMSettings,
     lm_attention,
-    lm_decoder_spec,
-    lm_layer_attention,
-)
-from attncourse.train.config import (
-    BATCH,
-    CLIP_NORM,
-    FFN_WIDTH,
-    HEADS,
-    LAYERS,
-    LEARNING_RATE,
-    ROPE_FACTOR,
-    SIZE,
-    STEPS,
-    WEIGHT_DECAY,
-    WIDTH,
-    Limit,
-    setting,
+    lm_settings,
+    lm_spec,
 )
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
 
 
-@dataclass(frozen=True)
-class LMConfig:
-    """One language-model run: model, data, optimiser and budget.
-
-    Attributes
-    ----------
-    positional : {"sinusoidal", "learned", "rope", "alibi"}
-    num_kv_heads : int or None
-        None: as many as ``num_heads`` (multi-head); ``num_heads`` itself is stored as None.
-    causal : bool
-    window : int or None
-        Sliding-window attention.
-    d_model, num_heads, num_layers, d_ff, max_len : int
-        The :class:`~attncourse.nn.gpt.GPT`'s sizes.
-    context : int
-        Training window, in characters.
-    batch_size : int
-        Windows per step.
-    steps : int
-        Optimiser steps in all; a multiple of ``steps_per_epoch``.
-    steps_per_epoch : int
-        Steps between checkpoints and validation.
-    lr : float
-        AdamW's learning rate, constant after ``warmup`` linear steps.
-    warmup : int
-    weight_decay : float
-    clip_norm : float
-    dropout : float
-    seed : int
-        Initial weights and the windows drawn.
-    corpus : str
-        Digest of the text (:func:`~attncourse.data.text.text_digest`), set by :func:`train_lm`.
-    latent_dim, rope_dim : int or None
-        Multi-head latent attention (chapter 10; :class:`~attncourse.nn.gpt.GPT`'s options).
-    rope_scaling : {"pi", "ntk", "yarn"} or None
-        Stretch RoPE by ``rope_factor`` for a model trained on ``context`` positions
-        (chapter 12; :class:`~attncourse.nn.rope.RopeScaling`).
-    rope_factor : float
-        The scale factor s >= 1 (target length / training length); 1 without ``rope_scaling``.
-    gate : bool
-        Qiu et al.'s (2025) sigmoid gate on every head's output (chapter 12;
-        :mod:`attncourse.nn.gated`).
-    attention : str or None
-        A registered attention variant (:data:`~attncourse.nn.spec.ATTENTION_VARIANTS`), with
-        the options of :data:`~attncourse.recipes.lm_options.ATTENTION_OPTIONS` it has
-        (:func:`~attncourse.recipes.lm_options.lm_attention`); None: ``"gqa"``,
-        or ``"mla"`` with ``latent_dim``, ``"gated"`` with ``gate``. A name those options already
-        imply is stored as None (the same model, the same run).
-    chunk_size : int or None
-        With a memory attention (``"linear"``, ``"deltanet"``, ``"gated-deltanet"``): positions
-        per chunk of the delta rules' chunkwise form (:class:`~attncourse.nn.memory_attention.MemoryOptions`;
-        None: its default, 64). The outputs agree to rounding whatever the size; on a CPU,
-        chunks of 16 train chapter 7's DeltaNet in three quarters of the time of 64.
-    softmax_every : int or None
-        A hybrid (chapter 14): every ``softmax_every``-th block has softmax attention (``"gqa"``),
-        the others ``attention`` (Qwen3-Next, 2025: 4, three Gated DeltaNet blocks per softmax
-        block); ``num_layers`` must be a multiple of it. None: every block has ``attention``.
-
-    ``latent_dim`` and the fields after it, unset, stay out of the run's settings
-    (:func:`lm_settings`), so earlier runs keep their folders.
-
-    Raises
-    ------
-    ValueError
-        For a step count that is not a multiple of ``steps_per_epoch``, a context past a
-        position table, or options that clash (scaling without RoPE, a factor without a
-        scaling, the gate with latent attention, an unregistered ``attention`` or an option its
-        variant lacks); one line naming the options.
-    """
-
-    # Each field but ``corpus`` is also an option of ``train-lm`` (:func:`~attncourse.train.config.setting`).
-    positional: str = setting("rope", "position scheme (default rope)", choices=GPT_POSITIONAL, group="model")
-    num_kv_heads: int | None = setting(
-        None, "key/value heads: 1 multi-query, between grouped-query (default: --num-heads)",
-        check="positive_int", limit=HEADS, group="model", metavar="G")
-    causal: bool = setting(
-        True, "the causal mask (default); --no-causal trains without it, to see the model peek (chapter 7)",
-        group="model")
-    window: int | None = setting(
-        None, "sliding-window attention over W tokens", check="positive_int",
-        limit=Limit(1, 8192, "a window wider than --max-len's ceiling changes nothing"), group="model",
-        metavar="W")
-    d_model: int = setting(64, "width of the embeddings and of every block (default 64)", check="positive_int",
-                           limit=WIDTH, group="model", metavar="N")
-    num_heads: int = setting(8, "attention heads; must divide --d-model (default 8)", check="positive_int",
-                             limit=HEADS, group="model", metavar="N")
-    num_layers: int = setting(2, "decoder blocks (default 2)", check="positive_int", limit=LAYERS,
-                              group="model", metavar="N")
-    d_ff: int = setting(256, "inner width of the feed-forward layers (default 256)", check="positive_int",
-                        limit=FFN_WIDTH, group="model", metavar="N")
-    max_len: int = setting(
-        256, "positions of a sinusoidal or learned table (default 256)", check="positive_int",
-        limit=Limit(1, 8192, "positions; attention memory grows with its square"), group="model", metavar="N")
-    context: int = setting(64, "training window, in characters (default 64)", check="positive_int",
-                           limit=Limit(1, 8192, "attention memory grows with its square"), metavar="N")
-    batch_size: int = setting(32, "windows per step (default 32)", check="positive_int", limit=BATCH,
-                              metavar="N")
-    steps: int = setting(300, "optimiser steps in all; a multiple of --steps-per-epoch (default 300)",
-                         check="positive_int", limit=STEPS, metavar="N")
-    steps_per_epoch: int = setting(100, "steps between checkpoints and validation (default 100)",
-                                   check="positive_int", limit=STEPS, metavar="N")
-    lr: float = setting(3e-3, "AdamW's learning rate, constant after the warmup (default 0.003)",
-                        check="positive_float", limit=LEARNING_RATE, metavar="LR")
-    warmup: int = setting(30, "steps of linear warmup of the rate (default 30)", check="positive_int",
-                          limit=STEPS, metavar="N")
-    weight_decay: float = setting(0.01, "AdamW's decoupled weight decay (default 0.01)",
-                                  check="nonnegative_float", limit=WEIGHT_DECAY, metavar="W")
-    clip_norm: float = setting(1.0, "clip the gradient's global norm to C (default 1.0)", check="positive_float",
-                               limit=CLIP_NORM, metavar="C")
-    dropout: float = setting(0.0, "dropout in every block (default 0)", check="dropout", group="model",
-                             metavar="P")
-    seed: int = setting(0, "initial weights and batches (default 0)", check="seed", metavar="S")
-    #: Not an option: train_lm sets it to the text's digest (--text names the text).
-    corpus: str = ""
-    latent_dim: int | None = setting(
-        None, "multi-head latent attention (chapter 10): cache a latent of D numbers per token (DeepSeek-V2); "
-        "not with --num-kv-heads, --window or ALiBi", check="positive_int", limit=WIDTH,
-        group="model", metavar="D")
-    rope_dim: int | None = setting(
-        None, "with --latent-dim and --positional rope: the rotary part of each query and key, even (default: "
-        "half a head, rounded up to even)", check="int", limit=Limit(0, 4096, SIZE), group="model", metavar="R")
-    rope_scaling: str | None = setting(
-        None, "stretch RoPE past the training length --context (chapter 12): position interpolation, "
-        "NTK-aware base, or YaRN (by frequency band, with its attention temperature)", choices=ROPE_SCALINGS,
-        group="model")
-    rope_factor: float = setting(
-        1.0, "with --rope-scaling: the scale factor s = target length / --context (default 1)",
-        check="positive_float", limit=ROPE_FACTOR, group="model",
-        metavar="S")
-    gate: bool = setting(
-        False, "a sigmoid gate on every head's output, from the layer's input (Qiu et al. 2025; chapter 12); "
-        "not with --latent-dim", group="model", negatable=False)
-    attention: str | None = setting(
-        None, "the attention variant, any registered by name: gqa, mla, gated, and those of the modules named "
-        "in the environment variable ATTNCOURSE_VARIANTS; --num-kv-heads, --window, --latent-dim, "
-        "--rope-dim and --chunk-size set its options of those names (default: gqa; mla with --latent-dim, "
-        "gated with --gate)",
-        check="text", group="model", metavar="NAME")
-    chunk_size: int | None = setting(
-        None, "with --attention linear, deltanet or gated-deltanet: positions per chunk of the delta rules' "
-        "chunkwise form (default 64; the outputs agree to rounding, 16 trains faster on a CPU)",
-        check="positive_int", limit=Limit(1, 8192, "a chunk's matrices grow with its square"), group="model",
-        metavar="C")
-    softmax_every: int | None = setting(
-        None, "a hybrid (chapter 14): every N-th block keeps softmax attention (gqa), the others --attention "
-        "(Qwen3-Next: 4); --num-layers must be a multiple of N", check="positive_int", limit=LAYERS,
-        group="model", metavar="N")
-
-    def __post_init__(self) -> None:
-        if self.num_kv_heads == self.num_heads:  # multi-head either way: one name, one cached run
-            object.__setattr__(self, "num_kv_heads", None)
-        if self.steps < 1 or self.steps_per_epoch < 1 or self.steps % self.steps_per_epoch:
-            raise ValueError(f"steps={self.steps} must be a positive multiple of "
-                             f"steps_per_epoch={self.steps_per_epoch}")
-        if self.context < 1 or self.batch_size < 1:
-            raise ValueError(f"context and batch_size must be positive, got {self.context}, {self.batch_size}")
-        if self.positional in ("sinusoidal", "learned") and self.context > self.max_len:
-            raise ValueError(f"context={self.context} does not fit max_len={self.max_len} positions")
-        if self.attention is not None:
-            self._normalise_attention()
-        try:  # every rule of the model (positions, the variant and its options), checked by the spec
-            lm_decoder_spec(self, 1)
-        except ValueError as error:
-            raise ValueError(in_options(str(error))) from None
-
-    def _normalise_attention(self) -> None:
-        """``--attention``: the name the other options already say is left out (one model, one run
-        folder); the others are checked with the model."""
-        implied = {"gqa": not self.gate and self.latent_dim is None, "gated": self.latent_dim is None,
-                   "mla": not self.gate and self.latent_dim is not None}
-        if implied.get(self.attention):
-            object.__setattr__(self, "gate", self.gate or self.attention == "gated")
-            object.__setattr__(self, "attention", None)
-        elif self.gate:
-            raise ValueError(f"--gate is --attention gated: not with --attention {self.attention}")
-
-    @property
-    def run_name(self) -> str:
-        """Readable prefix of the run's folder under ``runs_dir``."""
-        kv = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-        mask = "causal" if self.causal else "nomask"
-        window = "" if self.window is None else f"-w{self.window}"
-        mla = "" if self.latent_dim is None else f"-mla{self.latent_dim}"
-        scaling = "" if self.rope_scaling is None else f"-{self.rope_scaling}{self.rope_factor:g}"
-        gate = "-gated" if self.gate else ""
-        variant = "" if self.attention is None else f"-{self.attention}"
-        hybrid = "" if self.chunk_size is None else f"-chunk{self.chunk_size}"
-        hybrid += "" if self.softmax_every is None else f"-softmax-every{self.softmax_every}"
-        return (f"lm/{self.positional}{scaling}-kv{kv}{mla}{gate}{variant}{hybrid}-{mask}{window}"
-                f"-seed{self.seed}")
+def lm_run_settings(config: LMConfig, amp: str | None = None) -> dict:
+    """What names a run of :func:`train_lm` and what ``--resume`` compares: :func:`lm_settings` and
+    the autocast (it changes the numbers)."""
+    return {**lm_settings(config), "amp": amp}
 
 
-#: Fields of :class:`LMConfig` added after runs existed (not in
-#: :data:`~attncourse.nn.old_files.SAVED_FIELDS`): in the settings only when set.
-OPTIONAL_FIELDS = tuple(f.name for f in dataclasses.fields(LMConfig) if f.name not in SAVED_FIELDS)
-
-
-def lm_settings(config: LMConfig) -> dict:
-    """``dataclasses.asdict(config)`` without the :data:`OPTIONAL_FIELDS` left at their defaults.
-
-    What names a run (its folder's hash) and what ``train-lm --resume`` compares: a run
-    trained before those fields existed keeps its name.
-    """
-    defaults = {f.name: f.default for f in dataclasses.fields(LMConfig)}
-    return {k: v for k, v in dataclasses.asdict(config).items()
-            if not (k in OPTIONAL_FIELDS and v == defaults[k])}
-
-
-def _keyword_lm(config: LMConfig, vocab_size: int) -> GPT:
-    return GPT(vocab_size, d_model=config.d_model, num_heads=config.num_heads, num_layers=config.num_layers,
-               d_ff=config.d_ff, max_len=config.max_len, positional=config.positional,
-               num_kv_heads=config.num_kv_heads, causal=config.causal, window=config.window,
-               dropout=config.dropout, latent_dim=config.latent_dim, rope_dim=config.rope_dim)
-
-
-def build_lm(config: LMConfig, vocab_size: int) -> GPT:
-    """The untrained :class:`~attncourse.nn.gpt.GPT` of ``config``.
-
-    Without ``rope_scaling``, ``gate`` and ``attention`` it is built from the GPT's keywords
-    (chapter 7's models, initialised as they always were); with any, from :func:`lm_spec`.
-    """
-    if (config.rope_scaling is None and not config.gate and config.attention is None
-            and config.softmax_every is None):
-        return _keyword_lm(config, vocab_size)
-    return GPT(spec=lm_spec(config, vocab_size))
-
-
-def lm_spec(config: LMConfig, vocab_size: int, positions: PositionSpec | None = None,
-            gate: bool | None = None) -> DecoderSpec:
-    """The :class:`~attncourse.nn.spec.DecoderSpec` of ``config``'s model, with other positions or the gate.
-
-    Parameters
-    ----------
-    config : LMConfig
-    vocab_size : int
-    positions : PositionSpec, optional
-        Default: ``config.positional``'s, stretched by ``config.rope_scaling`` if set (for a
-        model trained on ``config.context`` positions).
-    gate : bool, optional
-        Default: ``config.gate``.
-
-    Raises
-    ------
-    ValueError
-        If the gate is combined with MLA (``config.latent_dim``).
-    """
-    # Building the keyword model draws its initial weights: chapter 12's seeded runs count on it.
-    spec = _keyword_lm(config, vocab_size).spec
-    if positions is None and config.rope_scaling is not None:
-        positions = dataclasses.replace(spec.positions, rope_scaling=config.rope_scaling,
-                                        rope_factor=config.rope_factor, original_len=config.context)
-    changes = {} if positions is None else {"positions": positions}
-    if config.attention is not None:
-        if gate:
-            raise ValueError(f"the gate is attention 'gated': not with attention {config.attention!r}")
-        changes["attention"] = lm_attention(config)
-    elif config.gate if gate is None else gate:
-        if spec.attention.name != "gqa":
-            raise ValueError(f"the gate goes on grouped-query attention, not {spec.attention.name!r}")
-        options = spec.attention.options
-        changes["attention"] = AttentionSpec("gated", GatedOptions(options.num_kv_heads, options.window,
-                                                                   options.bias))
-    if config.softmax_every is not None:
-        changes["layer_attention"] = lm_layer_attention(config)
-    return dataclasses.replace(spec, **changes)
+def build_lm(config: LMConfig, vocab_size: int, spec: DecoderSpec | None = None) -> GPT:
+    """The untrained :class:`~attncourse.nn.gpt.GPT` of ``config`` (of ``spec``, if the caller made
+    :func:`lm_spec` already)."""
+    return GPT(spec=lm_spec(config, vocab_size) if spec is None else spec)
 
 
 def with_spec(model: GPT, **changes) -> GPT:
@@ -500,7 +228,8 @@ def train_lm_epoch(epoch: Epoch, config: LMConfig, corpus: CharCorpus) -> dict[s
 
 def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, progress: bool = True,
              device: str | torch.device | None = None, out_dir: str | Path | None = None, *,
-             amp: str | None = None, compile: bool = False, extend: bool = False) -> EpochRun:
+             amp: str | None = None, compile: bool = False, extend: bool = False,
+             spec: DecoderSpec | None = None) -> EpochRun:
     """Train (or load) the language model of ``config`` on ``corpus``.
 
     Parameters
@@ -526,6 +255,8 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
         :func:`torch.compile` the training forward pass. Both come from the
         engine's loop (:class:`~attncourse.train.loop.Loop`), as do data
         parallelism under ``torchrun`` and resuming.
+    spec : DecoderSpec, optional
+        The model's spec, if the caller made it already (``lm_spec(config, len(corpus.vocab))``).
 
     Returns
     -------
@@ -547,10 +278,10 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
         if text is None:
             raise ValueError("train_lm needs the text (or config.corpus set to its digest) to name the run")
         config = dataclasses.replace(config, corpus=text_digest(text))
-    vocab_size = len(corpus.vocab)
+    spec = lm_spec(config, len(corpus.vocab)) if spec is None else spec
 
     def build(dev: torch.device):
-        model = build_lm(config, vocab_size).to(dev)
+        model = build_lm(config, len(corpus.vocab), spec).to(dev)
         return model, decoupled_adamw(model, config.lr, config.weight_decay)
 
     def train_epoch(epoch: Epoch):
@@ -560,8 +291,7 @@ def train_lm(config: LMConfig, corpus: CharCorpus, text: str | None = None, prog
         loss = heldout_loss(model, corpus.valid, config.context, max_windows=64)
         return {"valid_loss": loss, "valid_bits_per_char": bits_per_char(loss)}
 
-    # amp changes the numbers, so it names the run; unset, runs keep the folders they had before it existed
-    settings = {**lm_settings(config), **({"amp": amp} if amp is not None else {})}
+    settings = lm_run_settings(config, amp)
     run = train_epochs(config.run_name, settings, build, train_epoch, evaluate,
                        config.steps // config.steps_per_epoch, seed=config.seed, progress=progress,
                        device=device, out_dir=out_dir, amp=amp, compile=compile, clip_norm=config.clip_norm,

@@ -109,7 +109,7 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
     check : str, optional
         How the command line reads the value: ``"positive_int"``, ``"seed"``,
         ``"probability"``, ``"path"``, ``"text"``... (:data:`attncourse.cli.parsing.CHECKS`);
-        None for ``choices`` and booleans.
+        None for ``choices`` and booleans; ``"switch"`` for a boolean whose default is None (unset).
     limit : Limit, optional
         The range of the value, checked after parsing (one line naming the
         option) and written into ``--help``.

@@ -59,7 +59,8 @@ def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: Positio
     positions : PositionSpec, optional
         Default: ``config.positional``'s.
     gate : bool
-        Qiu et al.'s sigmoid gate on every head's output (:mod:`attncourse.nn.gated`).
+        Qiu et al.'s sigmoid gate on every head's output: attention ``"gated"``
+        (:mod:`attncourse.nn.gated`).
     init : EpochRun, optional
         A trained run whose weights the model starts from (a fine-tune); they must fit.
     device : optional
@@ -81,7 +82,9 @@ def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: Positio
     """
     if not config.corpus:
         raise ValueError("config.corpus must name the text (text_digest) to name the run")
-    spec = lm_spec(config, len(corpus.vocab), positions, gate)
+    if gate:
+        config = dataclasses.replace(config, attention="gated")
+    spec = lm_spec(config, len(corpus.vocab), positions)
     settings = {**lm_settings(config), "positions": spec.positions.to_dict(),
                 "attention": spec.attention.to_dict(),
                 "init": None if init is None else init.out_dir.name}
