@@ -1,5 +1,4 @@
-"""Text generation with a decoder-only model: sampling, the KV cache, and each step's
-cost.
+"""Text generation with a decoder-only model: sampling and the KV cache.
 
 Source: Fan, Lewis, Dauphin (2018), "Hierarchical Neural Story Generation", section 5.4
 (top-k sampling).
@@ -21,8 +20,7 @@ SUPPRESSED_IDS: tuple[int, ...] = (Vocabulary.pad_id, Vocabulary.bos_id, Vocabul
 
 
 def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
-    """softmax(logits / T) over the ``top_k`` largest logits (ties kept), (...,
-    vocab_size).
+    """softmax(logits / T) over the ``top_k`` largest logits, (..., vocab_size).
 
     Raises ``ValueError`` if ``temperature <= 0`` or ``top_k < 1``.
     """
@@ -56,8 +54,7 @@ def _suppress(logits: torch.Tensor, suppress_ids) -> torch.Tensor:
 def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, seed: int = 0, use_cache: bool = True,
              suppress_ids=SUPPRESSED_IDS) -> torch.Tensor:
-    """Sample ``max_new_tokens`` tokens after ``prompt`` (prompt_len,):
-    (max_new_tokens,) int64.
+    """Sample ``max_new_tokens`` tokens (int64) after ``prompt`` (prompt_len,).
 
     The same ``seed`` gives the same tokens with or without cache; ``suppress_ids`` get
     probability 0 (default: ``<pad>``, ``<bos>``, ``<eos>``). Raises ``ValueError`` for
@@ -83,9 +80,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, temperature:
 
 @torch.no_grad()
 def seconds_per_token(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool) -> torch.Tensor:
-    """Wall-clock seconds of each greedy step after the prompt's pass, (max_new_tokens,)
-    float64.
-    """
+    """Seconds of each greedy step after the prompt, (max_new_tokens,)."""
     _validate_prompt(model, prompt, max_new_tokens)
     model.eval()
     device = next(model.parameters()).device
@@ -105,9 +100,7 @@ def seconds_per_token(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use
 
 @dataclass
 class GenerationStep:
-    """One step of :func:`trace_generation`: token chosen, top ``k`` ids and
-    probabilities.
-    """
+    """One step of :func:`trace_generation`: token, top ids and probs."""
 
     token: int
     top_ids: list[int]

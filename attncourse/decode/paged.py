@@ -1,6 +1,6 @@
-"""A paged KV cache: fixed-size blocks of a shared, reference-counted pool, read through
-a block table per sequence; block ids are checked (``ValueError``).
+"""A paged KV cache: blocks of a shared pool, read through a block table.
 
+Blocks are reference-counted and copied on write; bad block ids raise ``ValueError``.
 Source: Kwon et al. (2023), "Efficient Memory Management for Large Language Model
 Serving with PagedAttention", sections 4.1-4.4.
 """
@@ -16,8 +16,7 @@ from attncourse.nn.gpt import GPT
 
 
 class BlockPool:
-    """Physical KV blocks shared by all sequences, with reference counts and a free
-    list.
+    """Physical KV blocks for all sequences, with reference counts, a free list.
 
     Storage ``k, v``: (num_layers, num_blocks, num_kv_heads, block_size, d_k). Raises
     ``ValueError`` for a non-positive size, and from the methods for an id not in the
@@ -39,9 +38,7 @@ class BlockPool:
 
     @classmethod
     def for_model(cls, model: GPT, num_blocks: int, block_size: int) -> BlockPool:
-        """A pool shaped for ``model``; ``ValueError`` unless its caches hold keys and
-        values.
-        """
+        """A pool for ``model``; ``ValueError`` unless it caches keys and values."""
         attn = model.blocks[0].attn
         kind = attn.empty_cache(1).kind
         if kind != "keys and values":
@@ -62,9 +59,7 @@ class BlockPool:
         return sum(1 for c in self.ref_counts if c)
 
     def allocate(self) -> int:
-        """A free block's id, its count set to 1; ``MemoryError`` if the pool is
-        exhausted.
-        """
+        """A free block's id, count 1; ``MemoryError`` if none is free."""
         if not self._free:
             raise MemoryError(f"the pool's {self.num_blocks} blocks of {self.block_size} tokens are all in use")
         block = self._free.pop()
@@ -72,9 +67,7 @@ class BlockPool:
         return block
 
     def validate_block(self, block: int, action: str = "use") -> int:
-        """``block`` as an int if held in this pool, else ``ValueError`` (negatives
-        too).
-        """
+        """``block`` as an int if held in this pool, else ``ValueError``."""
         try:
             if isinstance(block, bool):
                 raise TypeError
@@ -90,9 +83,7 @@ class BlockPool:
         return block
 
     def validate_table(self, table: list[int]) -> None:
-        """A block table's ids: each held in this pool, none twice (else
-        ``ValueError``).
-        """
+        """A block table's ids, each held here, none twice (else ValueError)."""
         for block in table:
             self.validate_block(block, "read or write through")
         if len(set(table)) != len(table):
@@ -111,9 +102,7 @@ class BlockPool:
             self._free.append(block)
 
     def copy(self, block: int) -> int:
-        """Copy-on-write: a new block with ``block``'s keys and values; ``block``
-        released once.
-        """
+        """Copy-on-write: a new block with ``block``'s keys and values."""
         self.validate_block(block, "copy")
         new = self.allocate()
         self.k[:, new] = self.k[:, block]
@@ -148,8 +137,7 @@ class PagedSequence:
         return self.lengths[-1]
 
     def layers(self) -> list[PagedLayerCache]:
-        """One KVCache-like view per layer, for ``GPT.forward(tokens, kv_caches=...)``.
-        """
+        """One KVCache-like view per layer, for ``GPT.forward``."""
         return [PagedLayerCache(self, i) for i in range(len(self.lengths))]
 
     def fork(self) -> PagedSequence:
@@ -169,9 +157,7 @@ class PagedSequence:
         self.lengths = [0] * len(self.lengths)
 
     def _reserve(self, start: int, count: int) -> None:
-        """Blocks for ``count`` positions from ``start``: allocated if missing, copied
-        if shared.
-        """
+        """Blocks for ``count`` positions from ``start``, allocated or copied."""
         self.pool.validate_table(self.block_table)
         size = self.pool.block_size
         while len(self.block_table) * size < start + count:
@@ -182,9 +168,7 @@ class PagedSequence:
                 self.block_table[logical] = self.pool.copy(block)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Append ``k, v`` (1, num_kv_heads, new_len, d_k) to ``layer`` through the
-        table.
-        """
+        """Append ``k, v`` (1, num_kv_heads, new_len, d_k) to ``layer``."""
         start, count = self.lengths[layer], k.shape[2]
         self._reserve(start, count)
         for i in range(count):
@@ -194,9 +178,7 @@ class PagedSequence:
         self.lengths[layer] = start + count
 
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of ``layer``, (1, num_kv_heads, len, d_k) each, via the
-        table.
-        """
+        """Keys and values of ``layer``, (1, num_kv_heads, len, d_k) each."""
         n = self.lengths[layer]
         self.pool.validate_table(self.block_table)
         table = torch.tensor(self.block_table, dtype=torch.long, device=self.pool.k.device)
@@ -257,8 +239,7 @@ class Served:
 @torch.no_grad()
 def serve_greedy(model: GPT, prompts: list[torch.Tensor], new_tokens: list[int], pool: BlockPool,
                  share_prefix: bool = False) -> Served:
-    """Serve several requests from one paged pool, one greedy token per request per
-    step.
+    """Serve several requests from one paged pool, one greedy token each per step.
 
     ``share_prefix``: all prompts are equal, run once, their blocks shared. Raises
     ``ValueError`` for lists of different lengths, a count < 1 or unequal shared
@@ -322,9 +303,7 @@ def serve_greedy(model: GPT, prompts: list[torch.Tensor], new_tokens: list[int],
 
 @torch.no_grad()
 def greedy_with_logits(model: GPT, prompt: torch.Tensor, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy tokens (new_tokens,) and logits (new_tokens, vocab_size), contiguous
-    cache.
-    """
+    """Greedy tokens and logits (new_tokens, vocab_size), contiguous cache."""
     model.eval()
     caches = model.init_cache(1)
     feed = prompt.to(model.embedding.weight.device)[None, :]

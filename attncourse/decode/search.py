@@ -1,5 +1,4 @@
-"""Greedy decoding and beam search over the decoder protocol
-(:class:`~attncourse.nn.protocol.EncoderDecoder`), with attention for heatmaps.
+"""Greedy decoding and beam search over the encoder-decoder protocol.
 
 Source: Wu et al. (2016), "Google's Neural Machine Translation System", section 7.
 """
@@ -57,8 +56,7 @@ def greedy_decode(
     bos_id: int = 1,
     eos_id: int = 2,
 ) -> tuple[Tokens, Attention]:
-    """Greedy decoding of a batch, y_i = argmax p(y | y_<i, x), until eos or
-    ``max_len``.
+    """Greedy decoding, y_i = argmax p(y | y_<i, x), until eos or ``max_len``.
 
     Shapes: ``src`` (batch, src_len) long, right-padded, ``src_mask`` (batch, src_len)
     bool -> tokens per sentence (no bos/eos), attention (out_len, src_len_b) or None.
@@ -104,12 +102,11 @@ def beam_search(
     bos_id: int = 1,
     eos_id: int = 2,
 ) -> tuple[Tokens, Attention]:
-    """Beam search per sentence, ranked by log p(y | x) / lp(y); ``beam_size=1`` is
-    greedy.
+    """Beam search per sentence, ranked by log p(y | x) / lp(y).
 
-    Shapes as :func:`greedy_decode`. Raises ``ValueError`` if shapes disagree,
-    ``beam_size < 1``, ``max_len < 1`` or ``length_penalty < 0``. Source: Vaswani et al.
-    (2017), section 6.1 (beam 4, alpha 0.6).
+    ``beam_size=1`` is greedy. Shapes as :func:`greedy_decode`. Raises ``ValueError`` if
+    shapes disagree, ``beam_size < 1``, ``max_len < 1`` or ``length_penalty < 0``.
+    Source: Vaswani et al. (2017), section 6.1 (beam 4, alpha 0.6).
     """
     _validate_inputs(src, src_mask, max_len)
     if beam_size < 1:
@@ -165,9 +162,7 @@ class _Beam:
         self.width: int | None = None  # source columns of the attention rows; None without attention
 
     def extend(self, log_probs: torch.Tensor, weights: torch.Tensor | None) -> list[int]:
-        """Extend every live hypothesis by every token and keep the best; the parents
-        kept.
-        """
+        """Extend every live hypothesis by every token; keep the best."""
         vocab = log_probs.shape[-1]
         self.width = None if weights is None else weights.shape[-1]
         totals = (self.live_scores[:, None] + log_probs).flatten()
@@ -192,9 +187,7 @@ class _Beam:
         return keep
 
     def best(self) -> tuple[list[int], np.ndarray | None]:
-        """The best finished hypothesis by log p / lp (else the best live one), with
-        weights.
-        """
+        """The best finished hypothesis by log p / lp (else live), with weights."""
         finished = self.finished
         if not finished:  # nothing reached eos within max_len: rank the live hypotheses
             finished = [
@@ -249,9 +242,7 @@ def sequence_log_probs(
 
 def translate(model: EncoderDecoder, src_vocab: Any, tgt_vocab: Any, text: str, level: str = "word",
               max_len: int = 50) -> tuple[list[str], np.ndarray | None]:
-    """Greedy translation of ``text``: tokens and attention (out_len, src_len + 1) or
-    None.
-    """
+    """Greedy translation of ``text``: tokens, attention (out_len, src_len + 1)."""
     from attncourse.data.pairs import tokenize
 
     src = torch.tensor([src_vocab.encode(tokenize(text, level), add_eos=True)])

@@ -39,9 +39,7 @@ def emitted_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def speculative_token(p: torch.Tensor, q: torch.Tensor, generator: torch.Generator) -> tuple[int, bool]:
-    """One position: propose from ``q`` (vocab_size,), accept with min(1, p/q), else
-    redraw.
-    """
+    """One position: propose from q, accept with min(1, p/q), else redraw."""
     proposed = int(torch.multinomial(q, 1, generator=generator))
     if float(torch.rand((), generator=generator)) * float(q[proposed]) < float(p[proposed]):
         return proposed, True
@@ -70,9 +68,7 @@ class SpeculativeStats:
 
 
 def validate_draft(target: GPT, draft: GPT, k: int) -> None:
-    """``ValueError`` unless ``draft`` fits ``target``: vocabulary, k >= 1, cut-back
-    caches.
-    """
+    """``ValueError`` unless ``draft`` can propose for ``target``."""
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
     if draft.vocab_size != target.vocab_size:
@@ -103,8 +99,7 @@ def _truncate(caches, length: int) -> None:
 def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_tokens: int, k: int = 4,
                          temperature: float = 1.0, top_k: int | None = None, seed: int = 0,
                          suppress_ids=SUPPRESSED_IDS) -> tuple[torch.Tensor, SpeculativeStats]:
-    """Sample ``max_new_tokens`` tokens from ``target``, ``draft`` proposing ``k`` per
-    round.
+    """Sample from ``target``, ``draft`` proposing ``k`` tokens per round.
 
     Returns tokens (max_new_tokens,) int64 and :class:`SpeculativeStats`. Raises
     ``ValueError`` if ``k < 1``, the vocabularies differ or the prompt does not fit.

@@ -15,11 +15,11 @@ from attncourse.functional.torch_attention import masked_softmax
 
 
 def validate_key_mask(mask: torch.Tensor, name: str, keys: torch.Tensor, keys_name: str) -> None:
-    """Refuse a ``(batch, src_len)`` bool mask (True at real tokens) that does not fit
-    ``keys``.
+    """Refuse a mask of the source positions that does not fit ``keys``.
 
-    Raises ``TypeError`` if ``mask`` is not boolean, ``ValueError`` if its shape is not
-    ``(batch, src_len)`` of ``keys`` (batch, src_len, ...).
+    ``mask`` is (batch, src_len) bool, True at real tokens. Raises ``TypeError`` if
+    ``mask`` is not boolean, ``ValueError`` if its shape is not ``(batch, src_len)`` of
+    ``keys`` (batch, src_len, ...).
     """
     batch, src_len = keys.shape[0], keys.shape[1]
     if mask.dtype != torch.bool:
@@ -65,8 +65,7 @@ class AdditiveAttention(nn.Module):
                 f"bias={self.b_a is not None}")
 
     def project_keys(self, keys: torch.Tensor) -> torch.Tensor:
-        """U_a h_j (+ b_a): ``keys`` (batch, src_len, key_dim) -> (batch, src_len,
-        attn_dim).
+        """U_a h_j (+ b_a): (batch, src_len, key_dim) -> (batch, src_len, attn_dim).
 
         Computed once per sentence, passed back as ``projected_keys``. Raises
         ``ValueError`` if ``keys`` does not have this module's ``key_dim``.

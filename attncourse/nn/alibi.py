@@ -12,11 +12,11 @@ import torch
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """The slopes m_1 .. m_n, 2^(-8k/n) for n a power of two, as a (num_heads,) float64
-    tensor.
+    """The slopes m_1 .. m_n as a (num_heads,) float64 tensor.
 
-    Other n: the nearest smaller power of two's slopes, then every other slope of the
-    next one (the authors' code). Raises ``ValueError`` if ``num_heads < 1``.
+    For n a power of two, 2^(-8k/n), k = 1 .. n. Other n: the nearest smaller power of
+    two's slopes, then every other slope of the next one (the authors' code). Raises
+    ``ValueError`` if ``num_heads < 1``.
     """
     if int(num_heads) != num_heads or num_heads < 1:
         raise ValueError(f"num_heads must be a positive int, got {num_heads}")

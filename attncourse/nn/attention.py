@@ -31,8 +31,7 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """Concat(head_1, ..., head_h): (batch, num_heads, seq_len, d_v) -> (batch, seq_len,
-    h d_v).
+    """Concat(head_1, ..., head_h): (batch, h, seq_len, d_v) -> (batch, seq_len, h d_v).
 
     Raises ``ValueError`` if ``x`` is not 4-D.
     """
@@ -101,8 +100,7 @@ class MultiHeadAttention(nn.Module):
                 nn.init.zeros_(linear.bias)
 
     def to_torch(self) -> nn.MultiheadAttention:
-        """A ``torch.nn.MultiheadAttention`` (batch-first) holding a copy of these
-        weights.
+        """A batch-first ``torch.nn.MultiheadAttention`` with a copy of these weights.
 
         Its boolean masks are True where a key may *not* be attended.
         """
@@ -132,8 +130,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"{name} must be {expected}, got {tuple(x.shape)}")
 
     def project_kv(self, key: torch.Tensor, value: torch.Tensor) -> KVCache:
-        """K W^K, V W^V of ``key, value`` (batch, src_len, d_model) as a
-        :class:`KVCache`.
+        """K W^K, V W^V of ``key, value`` (batch, src_len, d_model) as a KVCache.
 
         Raises ``ValueError`` if the shapes do not fit ``d_model`` or each other.
         """

@@ -25,11 +25,11 @@ def _validate_head(model: nn.Module, layer: int, head: int) -> None:
 
 @torch.no_grad()
 def ov_circuit(model: nn.Module, layer: int, head: int) -> torch.Tensor:
-    """W_E diag(g) W_V^h W_O^h diag(g_f) W_U: (vocab_size, vocab_size), row a per unit
-    of attention on a.
+    """W_E diag(g) W_V^h W_O^h diag(g_f) W_U, (vocab_size, vocab_size).
 
-    LayerNorm centring and biases are left out, as in Elhage et al. (2021). Raises
-    ``ValueError`` if ``(layer, head)`` (0-based) is not in the model.
+    Row a: the logits' change per unit of attention on token a. LayerNorm centring and
+    biases are left out, as in Elhage et al. (2021). Raises ``ValueError`` if ``(layer,
+    head)`` (0-based) is not in the model.
     """
     _validate_head(model, layer, head)
     block = model.blocks[layer]
@@ -59,8 +59,7 @@ def _head_slices(model: nn.Module, heads: Iterable[tuple[int, int]]) -> dict[int
 
 @torch.no_grad()
 def head_output_means(model: nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
-    """Each head's mean output before W_O over ``tokens``: (num_heads, d_k) per layer.
-    """
+    """Each head's mean output before W_O over ``tokens``, (num_heads, d_k)."""
     means: list[torch.Tensor] = []
     hooks = []
     for block in model.blocks:
@@ -82,8 +81,7 @@ def head_output_means(model: nn.Module, tokens: torch.Tensor) -> list[torch.Tens
 @contextmanager
 def ablate_heads(model: nn.Module, heads: Sequence[tuple[int, int]], mode: str = "zero",
                  means: Sequence[torch.Tensor] | None = None) -> Iterator[nn.Module]:
-    """Context manager: replace the outputs of ``heads`` [(layer, head), ...] by zero or
-    their mean.
+    """Context manager: zero or mean ablation of ``heads`` [(layer, head), ...].
 
     ``means`` comes from :func:`head_output_means` (required with ``mode="mean"``).
     Raises ``ValueError`` for an unknown mode, missing means or a head not in the model.

@@ -75,8 +75,7 @@ class SelfAttention2d(nn.Module):
             )
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
-        """y = x + gamma o: ``x`` (batch, channels, height, width) -> y of the same
-        shape.
+        """y = x + gamma o: (batch, channels, height, width) -> the same shape.
 
         Also returns the weights (batch, height * width, height * width) if
         ``return_weights``. Raises ``ValueError`` if ``x`` is not 4-D with ``channels``
@@ -94,8 +93,7 @@ class SelfAttention2d(nn.Module):
         return (y, weights) if return_weights else y
 
     def attention_map(self, x: torch.Tensor, query_position: tuple[int, int]) -> torch.Tensor:
-        """Where position (row, col) looks: its row of the weights, (batch, height,
-        width).
+        """Where position (row, col) looks: its weights, (batch, height, width).
 
         Raises ``ValueError`` for a wrong shape or a position outside the map.
         """
@@ -143,8 +141,7 @@ class _Classifier(nn.Module):
         return self.mixer(self.stem(images))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Logits (batch, num_classes) of ``images`` (batch, in_channels, height >= 4,
-        width >= 4).
+        """Logits (batch, num_classes) of ``images`` (batch, in_channels, H, W).
 
         Raises ``ValueError`` for a wrong channel count or images smaller than 4x4.
         """

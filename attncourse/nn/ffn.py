@@ -18,10 +18,10 @@ _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {"relu": torch
 
 
 class PositionwiseFeedForward(nn.Module):
-    """FFN(x) = act(x W_1 + b_1) W_2 + b_2 at every position (Vaswani et al. 2017, eq.
-    (2)).
+    """FFN(x) = act(x W_1 + b_1) W_2 + b_2 at every position.
 
-    Raises ``ValueError`` if ``activation`` is unknown.
+    Source: Vaswani et al. (2017), section 3.3, eq. (2). Raises ``ValueError`` if
+    ``activation`` is unknown.
     """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "relu", bias: bool = True) -> None:

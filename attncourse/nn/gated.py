@@ -1,5 +1,4 @@
-"""Gated attention: a sigmoid gate on each head's output, computed from the layer's
-input.
+"""Gated attention: a sigmoid gate, computed from the input, on each head's output.
 
 Source: Qiu et al. (2025), "Gated Attention for Large Language Models", section 2 (G1).
 """
@@ -33,8 +32,7 @@ class GatedSelfAttention(CausalSelfAttention):
     # from_options is CausalSelfAttention's: GatedOptions has GQAOptions' fields, and it builds cls.
 
     def output(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-        """(merge_heads(heads) * sigmoid(x W_g + b_g)) W^O: (batch, seq_len, d_model).
-        """
+        """(merge_heads(heads) * sigmoid(x W_g + b_g)) W^O, (batch, seq_len, d)."""
         gate = torch.sigmoid(self.w_g(x))
         self.last_gate = gate.detach()
         return self.w_o(merge_heads(heads) * gate)

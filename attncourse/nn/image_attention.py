@@ -1,5 +1,4 @@
-"""Show, attend and tell: a recurrent decoder that attends over an image grid (chapter
-4).
+"""Show, attend and tell: a recurrent decoder attending over an image grid.
 
 Source: Xu et al. (2015), "Show, Attend and Tell", sections 3.1, 4.1, 4.2, eqs.
 (4)-(14).
@@ -132,8 +131,7 @@ class ImageAttentionOutput:
 
 
 class ImageCaptioner(nn.Module):
-    """CNN encoder + GRU decoder with soft, hard or Gumbel attention over the image
-    grid.
+    """CNN encoder + GRU decoder with soft, hard or Gumbel attention over the grid.
 
     Raises ``ValueError`` if ``attention`` is unknown or a size is not positive. Source:
     Xu et al. (2015), sections 3.1 and 4.
@@ -265,11 +263,11 @@ class ImageCaptioner(nn.Module):
         sample: bool | None = None,
         locations: torch.Tensor | None = None,
     ) -> ImageAttentionOutput:
-        """Read ``images`` (batch, in_channels, H, W) step by step; ``targets`` (batch,
-        steps).
+        """Read ``images`` (batch, in_channels, H, W) step by step.
 
-        Raises ``ValueError`` for a wrong image shape, targets that do not fit or are
-        out of range, a missing ``num_steps``, or ``locations`` with soft attention.
+        ``targets`` is (batch, steps). Raises ``ValueError`` for a wrong image shape,
+        targets that do not fit or are out of range, a missing ``num_steps``, or
+        ``locations`` with soft attention.
         """
         self.encoder.validate_images(images)
         batch = images.shape[0]
@@ -339,8 +337,7 @@ class ImageCaptioner(nn.Module):
 
 
 def doubly_stochastic_penalty(weights: torch.Tensor, target: float | str = "uniform") -> torch.Tensor:
-    """sum_i (tau - sum_t alpha_ti)^2 per image: ``weights`` (batch, steps, L) ->
-    (batch,).
+    """sum_i (tau - sum_t alpha_ti)^2: (batch, steps, L) -> (batch,).
 
     Raises ``ValueError`` if ``weights`` is not 3-D or ``target`` is neither a number
     nor "uniform". Source: Xu et al. (2015), section 4.2.1, eq. (14).
@@ -370,8 +367,7 @@ def soft_attention_loss(
     out: ImageAttentionOutput, targets: torch.Tensor, doubly_stochastic: float = 0.0,
     coverage_target: float | str = "uniform",
 ) -> torch.Tensor:
-    """Negative log-likelihood plus lambda times the doubly stochastic penalty (eq.
-    (14)).
+    """Negative log-likelihood plus lambda times the penalty of eq. (14).
 
     Raises ``ValueError`` if ``targets`` (batch, steps) does not fit or lambda < 0.
     """

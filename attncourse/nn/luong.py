@@ -111,10 +111,10 @@ class LuongAttention(nn.Module):
             )
 
     def project_keys(self, h_s: torch.Tensor) -> torch.Tensor | None:
-        """The source-only part of the score of ``h_s`` (batch, src_len, key_dim), or
-        None.
+        """The source-only part of the score, or None.
 
-        Raises ``ValueError`` if ``h_s`` does not have ``key_dim``.
+        ``h_s`` is (batch, src_len, key_dim). Raises ``ValueError`` if ``h_s`` does not
+        have ``key_dim``.
         """
         self._validate_keys(h_s)
         if self.score == "general":
@@ -124,8 +124,7 @@ class LuongAttention(nn.Module):
         return None
 
     def aligned_positions(self, h_t: torch.Tensor, lengths: torch.Tensor, t: int | None = None) -> torch.Tensor | None:
-        """Aligned positions p_t (batch,), 0-based and real-valued; None for global
-        attention.
+        """Aligned positions p_t (batch,), 0-based reals; None if global.
 
         Raises ``ValueError`` if local-m gets no integer ``t >= 0``.
         """

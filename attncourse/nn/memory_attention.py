@@ -66,10 +66,10 @@ class MemoryState:
 
 
 class MemoryAttention(nn.Module, DecoderAttention):
-    """A decoder attention whose cache is a fixed-size memory per head; a subclass gives
-    the rule.
+    """Decoder attention with a fixed-size memory per head as its cache.
 
-    Raises ``ValueError`` if ``num_heads`` does not divide ``d_model``.
+    A subclass gives the update rule. Raises ``ValueError`` if ``num_heads`` does not
+    divide ``d_model``.
     """
 
     #: Its cache is a state of fixed size (the contract tests read this): no weights over cached keys.
@@ -169,8 +169,7 @@ class MemoryAttention(nn.Module, DecoderAttention):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: MemoryState | None = None,
                 need_weights: bool = False, fast: bool = True,
                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """As :meth:`~attncourse.nn.protocol.DecoderAttention.forward`, with a memory as
-        cache.
+        """As :meth:`DecoderAttention.forward`, with a memory as cache.
 
         Raises ``ValueError`` also for a mask that differs between queries, or
         ``need_weights`` with a non-empty cache.

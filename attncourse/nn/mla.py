@@ -51,8 +51,7 @@ class LatentCache:
 
 
 def mla_dims(options: MLAOptions, d_model: int, num_heads: int, positional: str | None) -> tuple[int, int]:
-    """``(latent_dim, rope_dim)`` of ``options`` with the defaults filled in and
-    checked.
+    """``(latent_dim, rope_dim)`` of ``options``, defaults filled in, checked.
 
     Raises ``ValueError`` with ALiBi, a ``latent_dim`` that is not a positive int, a
     ``rope_dim`` that is not an even int >= 0, or one that does not fit the scheme.
@@ -78,8 +77,7 @@ def mla_dims(options: MLAOptions, d_model: int, num_heads: int, positional: str 
 
 
 class MultiHeadLatentAttention(nn.Module, DecoderAttention):
-    """Causal self-attention whose keys and values are up-projected from a cached
-    latent.
+    """Causal self-attention with keys and values up-projected from a latent.
 
     Raises ``ValueError`` for a bad size, ``num_heads`` not dividing ``d_model`` or an
     odd ``rope_dim``. Source: DeepSeek-AI (2024), section 2.1, eqs. (9)-(19).
@@ -148,8 +146,7 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 kv_cache: LatentCache | None = None, need_weights: bool = False,
                 fast: bool = True, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """As :meth:`~attncourse.nn.protocol.DecoderAttention.forward`, from the cached
-        latents.
+        """As :meth:`DecoderAttention.forward`, from the cached latents.
 
         Raises ``ValueError`` if ``x`` is not (batch, seq_len, d_model), the cache does
         not fit, or ``positions`` is not a (seq_len,) integer tensor.

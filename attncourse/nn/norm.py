@@ -1,5 +1,4 @@
-"""Normalisation layers of a block (LayerNorm, RMSNorm or none) and the residual
-connection.
+"""Normalisation layers (LayerNorm, RMSNorm or none) and the residual connection.
 
 Source: Zhang and Sennrich (2019), "Root Mean Square Layer Normalization", eq. (4).
 """
@@ -18,9 +17,9 @@ SublayerFn = Callable[[torch.Tensor], tuple[torch.Tensor, Weights]]
 def residual(
     x: torch.Tensor, sublayer: SublayerFn, norm: nn.LayerNorm, dropout: nn.Dropout, norm_first: bool
 ) -> tuple[torch.Tensor, Weights]:
-    """x + dropout(sublayer(norm(x))) (pre-norm) or norm(x + dropout(sublayer(x)))
-    (post-norm).
+    """One sublayer with its residual connection and normalisation.
 
+    Pre-norm x + dropout(sublayer(norm(x))), post-norm norm(x + dropout(sublayer(x))).
     Source: Vaswani et al. (2017), sections 3.1 and 5.4.
     """
     if norm_first:

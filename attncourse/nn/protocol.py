@@ -19,10 +19,10 @@ class EncoderDecoder(Protocol):
         return cls(**config)
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> Any:
-        """Run the encoder on ``src`` (batch, src_len) long with ``src_mask`` (batch,
-        src_len) bool.
+        """Run the encoder once per batch.
 
-        Raises ``ValueError`` or ``TypeError`` for a malformed batch.
+        ``src`` (batch, src_len) long, ``src_mask`` (batch, src_len) bool. Raises
+        ``ValueError`` or ``TypeError`` for a malformed batch.
         """
         ...
 
@@ -31,18 +31,18 @@ class EncoderDecoder(Protocol):
         ...
 
     def decode_step(self, prev_tokens: torch.Tensor, state: Any, enc: Any) -> tuple[torch.Tensor, Any, Any]:
-        """From y_{i-1} (batch,) to logits (batch, tgt_vocab), weights (batch, src_len)
-        or None, state.
+        """One step: from y_{i-1} (batch,) and the state to logits and the next state.
 
-        Raises ``ValueError`` if ``prev_tokens`` or ``state`` do not fit the batch.
+        Logits (batch, tgt_vocab), weights (batch, src_len) or None. Raises
+        ``ValueError`` if ``prev_tokens`` or ``state`` do not fit the batch.
         """
         ...
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> Any:
-        """Teacher forcing: logits of every next token given ``tgt_in`` (batch,
-        tgt_len).
+        """Teacher forcing: logits of every next token given ``tgt_in``.
 
-        Raises ``ValueError`` if ``tgt_in`` does not have the batch of ``src``.
+        ``tgt_in`` is (batch, tgt_len). Raises ``ValueError`` if ``tgt_in`` does not
+        have the batch of ``src``.
         """
         ...
 

@@ -79,12 +79,11 @@ class Encoder(nn.Module):
         self.rnn = nn.GRU(emb_dim, hidden_dim, batch_first=True, bidirectional=bidirectional)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """States (batch, src_len, enc_dim) and final (batch, enc_dim) of ``src``
-        (batch, src_len).
+        """Encode ``src`` (batch, src_len): states and final state.
 
-        Raises ``ValueError`` if ``src_mask`` does not have the shape of ``src``, a row
-        has no real token or padding is not on the right; ``TypeError`` if it is not
-        bool.
+        States (batch, src_len, enc_dim), final (batch, enc_dim). Raises ``ValueError``
+        if ``src_mask`` does not have the shape of ``src``, a row has no real token or
+        padding is not on the right; ``TypeError`` if it is not bool.
         """
         lengths = _validate_source(src, src_mask)
         embedded = self.dropout(self.embedding(src))
@@ -115,8 +114,7 @@ class Seq2SeqOutput:
 
 
 class Seq2Seq(nn.Module, EncoderDecoder):
-    """RNN encoder-decoder, with Bahdanau attention (``"bahdanau"``) or without
-    (``None``).
+    """RNN encoder-decoder, with Bahdanau attention or without (``None``).
 
     Raises ``ValueError`` for an unknown ``attention`` or a non-positive size.
     """

@@ -12,8 +12,7 @@ import torch
 
 
 def rope_frequencies(d_k: int, base: float = 10000.0) -> torch.Tensor:
-    """theta_i = base^(-2i / d_k), i < d_k / 2: (d_k // 2,) float64, radians per
-    position.
+    """theta_i = base^(-2i / d_k): (d_k // 2,) float64, radians per position.
 
     Raises ``ValueError`` if ``d_k`` is not a positive even number or ``base <= 1``.
     """
@@ -26,11 +25,10 @@ def rope_frequencies(d_k: int, base: float = 10000.0) -> torch.Tensor:
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
                scaling: RopeScaling | None = None) -> torch.Tensor:
-    """Rotate each pair (x_{2i}, x_{2i+1}) of ``x`` (..., seq_len, d_k) by positions *
-    theta_i.
+    """Rotate each pair (x_{2i}, x_{2i+1}) by positions * theta_i.
 
-    Source: Su et al. (2021), eq. (34). Raises ``ValueError`` if ``d_k`` is odd or
-    ``positions`` does not have ``seq_len`` entries.
+    ``x`` is (..., seq_len, d_k). Source: Su et al. (2021), eq. (34). Raises
+    ``ValueError`` if ``d_k`` is odd or ``positions`` does not have ``seq_len`` entries.
     """
     if x.dim() < 2 or positions.dim() != 1 or positions.shape[0] != x.shape[-2]:
         raise ValueError(

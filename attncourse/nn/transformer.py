@@ -82,8 +82,7 @@ class DecoderLayer(nn.Module):
         cross_cache: KVCache | None = None,
         need_cross_weights: bool = False,
     ) -> tuple[torch.Tensor, Weights, Weights]:
-        """Run the layer on ``y`` (batch, tgt_len, d_model), or on new steps with
-        caches.
+        """Run the layer on ``y`` (batch, tgt_len, d_model), or on new steps.
 
         Returns y, self-attention weights (batch, num_heads, tgt_len, cache_len +
         tgt_len) and cross-attention weights (batch, num_heads, tgt_len, src_len), or

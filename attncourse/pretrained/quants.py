@@ -70,11 +70,10 @@ def _float16(two_bytes: torch.Tensor) -> torch.Tensor:
 
 
 def q4_1_parts(raw: torch.Tensor) -> BlockParts:
-    """Scale, minimum and 32 four-bit codes of each 20-byte Q4_1 block of ``raw`` (...,
-    n_bytes).
+    """Scale, minimum and 32 four-bit codes of each 20-byte Q4_1 block.
 
-    Byte i holds codes i (low nibble) and i + 16 (high). Raises ``TypeError`` unless
-    uint8, ``ValueError`` unless whole blocks.
+    ``raw`` is (..., n_bytes) uint8. Byte i holds codes i (low nibble) and i + 16
+    (high). Raises ``TypeError`` unless uint8, ``ValueError`` unless whole blocks.
     """
     blocks = _blocks(raw, "Q4_1")
     packed = blocks[:, 4:]

@@ -1,5 +1,4 @@
-"""Reading a GGUF file: metadata as a :class:`LlamaConfig`, tensors as float32 torch
-tensors.
+"""Reading a GGUF file: metadata as a LlamaConfig, tensors as float32.
 
 Shapes are torch's (GGUF's reversed), names GGUF's. Source: ggml's ``docs/gguf.md``.
 """
@@ -54,9 +53,7 @@ class TensorInfo:
 
 
 class GGUFFile:
-    """An opened GGUF file of a Llama model (``metadata``, ``config``,
-    ``tensors_info``).
-    """
+    """An opened GGUF file: ``metadata``, ``config``, ``tensors_info``."""
 
     def __init__(self, path: Path, reader) -> None:
         self.path = path
@@ -83,8 +80,7 @@ class GGUFFile:
         )
 
     def raw(self, name: str) -> torch.Tensor:
-        """A tensor's stored bytes, (rows, bytes_per_row) uint8; ``KeyError`` if absent.
-        """
+        """A tensor's stored bytes, (rows, bytes_per_row) uint8 (else KeyError)."""
         info = self._info(name)
         start = self._offsets[name]
         data = np.array(self._data[start : start + info.n_bytes], dtype=np.uint8)
@@ -92,9 +88,7 @@ class GGUFFile:
         return torch.from_numpy(data).reshape(rows, -1)
 
     def tensor(self, name: str) -> torch.Tensor:
-        """A tensor as float32 in torch's shape; ``KeyError`` if the file has none so
-        named.
-        """
+        """A tensor as float32 in torch's shape (``KeyError`` if absent)."""
         info = self._info(name)
         return dequantize(self.raw(name), info.type_name).reshape(info.shape)
 
@@ -130,8 +124,7 @@ class GGUFFile:
 
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
-    """Open a GGUF file of a Llama model; tensors are read on demand through a memory
-    map.
+    """Open a GGUF Llama file; tensors are read on demand via a memory map.
 
     Raises ``FileNotFoundError``; ``GGUFError`` naming the file if it is not GGUF, is
     damaged, has a type other than F32/F16/Q4_1/Q8_0 or is not Llama;

@@ -1,5 +1,4 @@
-"""The two row orders of Q and K for RoPE: interleaved pairs (GGUF) and split halves
-(HF).
+"""Q and K rows for RoPE: interleaved pairs (GGUF) or split halves (HF).
 
 Source: llama.cpp's ``convert_hf_to_gguf.py``, ``LlamaModel.permute``.
 """
@@ -10,8 +9,7 @@ import torch
 
 
 def half_split_order(d_k: int) -> torch.Tensor:
-    """(d_k,) int64 ``[0, 2, .., d_k - 2, 1, 3, .., d_k - 1]``: half-split =
-    interleaved[order].
+    """(d_k,) int64 [0, 2, .., 1, 3, ..]: half-split = interleaved[order].
 
     Raises ``ValueError`` if ``d_k`` is not a positive even number.
     """
@@ -31,10 +29,10 @@ def _heads(rows: torch.Tensor, num_heads: int) -> int:
 
 
 def interleaved_to_half_split(rows: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Reorder rows (num_heads * d_k, ...) of W^Q or W^K from interleaved pairs to
-    halves.
+    """Reorder rows of W^Q or W^K from interleaved pairs to halves.
 
-    Raises ``ValueError`` unless the rows split into ``num_heads`` heads of even width.
+    ``rows`` is (num_heads * d_k, ...). Raises ``ValueError`` unless the rows split into
+    ``num_heads`` heads of even width.
     """
     d_k = _heads(rows, num_heads)
     return (

@@ -1,5 +1,4 @@
-"""A GGUF file's byte-level BPE tokenizer and chat template, rebuilt with
-``tokenizers``.
+"""A GGUF file's byte-level BPE tokenizer and chat template.
 
 Source: Radford et al. (2019), "Language Models are Unsupervised Multitask Learners",
 section 2.2 (byte-level BPE).
@@ -49,9 +48,7 @@ class GGUFTokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``, control tokens one id each; ``TypeError`` unless a
-        str.
-        """
+        """Token ids of ``text`` (str), control tokens one id each."""
         if not isinstance(text, str):
             raise TypeError(f"encode needs a string, got {type(text).__name__}")
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
@@ -74,8 +71,7 @@ class GGUFTokenizer:
     def render_chat(
         self, messages: Sequence[dict], add_generation_prompt: bool = True
     ) -> str:
-        """``messages`` ({"role", "content"} dicts) written out by the file's chat
-        template.
+        """``messages`` ({role, content} dicts) written by the chat template.
 
         Raises ``ValueError`` without a template or for a malformed message.
         """
