@@ -68,7 +68,11 @@ class SpeculativeStats:
 
 
 def validate_draft(target: GPT, draft: GPT, k: int) -> None:
-    """``ValueError`` unless ``draft`` can propose for ``target``."""
+    """``ValueError`` unless ``draft`` can propose for ``target``.
+
+    Same vocabulary size, ``k >= 1``, and caches that can be cut back after a rejection
+    (not a memory attention's fixed-size state).
+    """
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
     if draft.vocab_size != target.vocab_size:
@@ -101,8 +105,10 @@ def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_
                          suppress_ids=SUPPRESSED_IDS) -> tuple[torch.Tensor, SpeculativeStats]:
     """Sample from ``target``, ``draft`` proposing ``k`` tokens per round.
 
-    Returns tokens (max_new_tokens,) int64 and :class:`SpeculativeStats`. Raises
-    ``ValueError`` if ``k < 1``, the vocabularies differ or the prompt does not fit.
+    ``temperature``, ``top_k`` and ``suppress_ids`` apply to both models
+    (:func:`~attncourse.decode.generation.next_token_probs`). Returns tokens
+    (max_new_tokens,) int64 and :class:`SpeculativeStats`. Raises ``ValueError`` if ``k
+    < 1``, the vocabularies differ or the prompt does not fit.
     """
     validate_draft(target, draft, k)
     _validate_prompt(target, prompt, max_new_tokens + k)

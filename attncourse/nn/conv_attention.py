@@ -150,7 +150,10 @@ class _Classifier(nn.Module):
 
 
 class PlainCNN(_Classifier):
-    """The classifier with a 3x3 convolution as mixing block."""
+    """The classifier with a 3x3 convolution as mixing block.
+
+    Raises ``ValueError`` if a size is not positive.
+    """
 
     #: (kernel_size, stride) of the layers that widen the window, from the input:
     #: conv3x3, pool 2x2, conv3x3, pool 2x2, conv3x3 (ReLUs and the 1x1 head do not).
@@ -166,7 +169,10 @@ class PlainCNN(_Classifier):
 
 
 class AttentionCNN(_Classifier):
-    """The classifier with :class:`SelfAttention2d` as mixing block."""
+    """The classifier with :class:`SelfAttention2d` as mixing block.
+
+    Raises ``ValueError`` if a size is not positive.
+    """
 
     def __init__(
         self, num_classes: int = 2, channels: int = 40, key_channels: int | None = None, in_channels: int = 1,

@@ -38,7 +38,10 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) * up(x)), the SwiGLU FFN (Shazeer 2020, eq. (6))."""
+    """down(silu(gate(x)) * up(x)), the SwiGLU FFN (Shazeer 2020, eq. (6)).
+
+    Raises ``ValueError`` if a width is not a positive int.
+    """
 
     def __init__(self, d_model: int, d_ff: int, bias: bool = False) -> None:
         super().__init__()

@@ -288,7 +288,10 @@ class LuongSeq2Seq(nn.Module, EncoderDecoder):
     def decode_step(
         self, prev_tokens: torch.Tensor, state: LuongDecoderState, enc: EncoderState
     ) -> tuple[torch.Tensor, LuongDecoderState, torch.Tensor]:
-        """From y_{t-1}, h_{t-1} and h~_{t-1} to the scores of y_t."""
+        """From y_{t-1}, h_{t-1} and h~_{t-1} to the scores of y_t.
+
+        Raises ``TypeError`` if ``state`` is not a :class:`LuongDecoderState`.
+        """
         if not isinstance(state, LuongDecoderState):
             raise TypeError(f"state must be a LuongDecoderState (from init_state), got {type(state).__name__}")
         batch = enc.states.shape[0]

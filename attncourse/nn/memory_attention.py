@@ -91,7 +91,11 @@ class MemoryAttention(nn.Module, DecoderAttention):
     @classmethod
     def from_options(cls, options: MemoryOptions, *, d_model: int, num_heads: int, causal: bool,
                      positional: str | None, rope_base: float) -> MemoryAttention:
-        """Build the variant for a model spec (causal, no positions inside)."""
+        """Build the variant for a model spec (causal, no positions inside).
+
+        Raises ``ValueError`` if ``causal`` is False or a position scheme acts inside
+        attention.
+        """
         if not causal:
             raise ValueError(f"{cls.__name__} is a causal memory: it needs causal=True")
         if positional is not None:

@@ -113,7 +113,10 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
     @classmethod
     def from_options(cls, options: MLAOptions, *, d_model: int, num_heads: int, causal: bool,
                      positional: str | None, rope_base: float) -> MultiHeadLatentAttention:
-        """Build variant ``"mla"``, sized and checked by :func:`mla_dims`."""
+        """Build variant ``"mla"``, sized and checked by :func:`mla_dims`.
+
+        Raises ``ValueError`` as :func:`mla_dims`.
+        """
         latent_dim, rope_dim = mla_dims(options, d_model, num_heads, positional)
         return cls(d_model, num_heads, latent_dim, rope_dim, causal, rope_base)
 

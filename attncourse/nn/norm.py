@@ -30,7 +30,11 @@ def residual(
 
 
 class RMSNorm(nn.Module):
-    """x / sqrt(mean(x^2) + eps) * g over the last axis (Zhang, Sennrich 2019)."""
+    """x / sqrt(mean(x^2) + eps) * g over the last axis (Zhang, Sennrich 2019).
+
+    Half-precision inputs are normalised in float32. Raises ``ValueError`` if
+    ``d_model`` is not a positive int or ``eps <= 0``.
+    """
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()

@@ -19,7 +19,11 @@ def _validate_input(x: torch.Tensor, offset: int, max_len: int, d_model: int) ->
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Add the sinusoids PE(pos) of Vaswani et al. (2017), section 3.5."""
+    """Add the sinusoids PE(pos) of Vaswani et al. (2017), section 3.5.
+
+    Raises ``ValueError`` if ``max_len < 1`` or ``d_model`` is not a positive even
+    number.
+    """
 
     def __init__(self, max_len: int, d_model: int) -> None:
         super().__init__()

@@ -22,7 +22,10 @@ RECALL_ATTENTIONS: tuple[str, ...] = ("softmax", "linear")
 
 
 class RecallModel(nn.Module):
-    """Embeddings, one attention step and a linear read-out."""
+    """Embeddings, one attention step and a linear read-out.
+
+    Raises ``ValueError`` if ``attention`` is unknown.
+    """
 
     def __init__(self, n_keys: int, n_values: int, d_model: int = 64, d_k: int = 16,
                  attention: str = "softmax") -> None:

@@ -48,7 +48,7 @@ class GGUFTokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (str), control tokens one id each."""
+        """Token ids of ``text``, control tokens one id each; TypeError if not str."""
         if not isinstance(text, str):
             raise TypeError(f"encode needs a string, got {type(text).__name__}")
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
