@@ -1,13 +1,6 @@
-"""Inference: turning a trained model's next-token distributions into outputs.
+"""Inference: search for encoder-decoders and sampling for decoder-only models.
 
-:mod:`~attncourse.decode.search` decodes an encoder-decoder (greedy and beam
-search, sequence log-probabilities, translating one sentence) through the
-decoder protocol the RNN models and the Transformer implement;
-:mod:`~attncourse.decode.generation` samples from chapter 7's decoder-only GPT
-(temperature, top-k, the KV cache, a step-by-step trace for the explorer).
-
-It sits below the training engine: widgets and chapters that only decode import
-it without importing training.
+Importable without the training engine.
 """
 
 from attncourse.lazy import lazy_exports

@@ -1,21 +1,7 @@
-"""Text generation with a decoder-only model: sampling, the KV cache, and what each step costs.
+"""Text generation with a decoder-only model: sampling and the KV cache.
 
-Generation feeds the prompt, samples the next token from the last position's
-distribution, appends it and repeats. Without a cache every step runs the
-model over the whole sequence so far, t tokens at step t; with chapter 6's
-:class:`~attncourse.nn.attention.KVCache` (one per layer, :meth:`GPT.init_cache
-<attncourse.nn.gpt.GPT.init_cache>`) each step runs the model on the new token
-only and attends over the cached keys and values. Both give the same
-distributions, hence, with the same random generator, the same tokens.
-
-Sampling: the logits are divided by a temperature T (T -> 0: greedy, T = 1: the
-model's distribution) and, with top-k, all but the k most probable tokens get
-probability zero (Fan, Lewis, Dauphin 2018).
-
-References
-----------
-Fan, Lewis, Dauphin (2018), "Hierarchical Neural Story Generation", section 5.4 (top-k sampling).
-Holtzman et al. (2020), "The Curious Case of Neural Text Degeneration" (temperature, top-k).
+Source: Fan, Lewis, Dauphin (2018), "Hierarchical Neural Story Generation", section 5.4
+(top-k sampling).
 """
 
 from __future__ import annotations
@@ -34,24 +20,9 @@ SUPPRESSED_IDS: tuple[int, ...] = (Vocabulary.pad_id, Vocabulary.bos_id, Vocabul
 
 
 def next_token_probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None) -> torch.Tensor:
-    """softmax(logits / T), restricted to the ``top_k`` largest logits and renormalised.
+    """softmax(logits / T) over the ``top_k`` largest logits, (..., vocab_size).
 
-    Parameters
-    ----------
-    logits : (..., vocab_size)
-    temperature : float
-        > 0.
-    top_k : int, optional
-        Keep the k most probable tokens (ties at the k-th logit are kept too).
-
-    Returns
-    -------
-    (..., vocab_size) probabilities
-
-    Raises
-    ------
-    ValueError
-        If ``temperature <= 0`` or ``top_k < 1``.
+    Raises ``ValueError`` if ``temperature <= 0`` or ``top_k < 1``.
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -83,30 +54,11 @@ def _suppress(logits: torch.Tensor, suppress_ids) -> torch.Tensor:
 def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, seed: int = 0, use_cache: bool = True,
              suppress_ids=SUPPRESSED_IDS) -> torch.Tensor:
-    """Sample ``max_new_tokens`` tokens after ``prompt``.
+    """Sample ``max_new_tokens`` tokens (int64) after ``prompt`` (prompt_len,).
 
-    Parameters
-    ----------
-    model : GPT
-    prompt : (prompt_len,) int64
-    max_new_tokens : int
-    temperature, top_k
-        See :func:`next_token_probs`.
-    seed : int
-        Seeds the sampling generator: the same seed gives the same tokens, with or without cache.
-    use_cache : bool
-        Keep each layer's keys and values (one token per step) or recompute the whole prefix.
-    suppress_ids : sequence of int
-        Ids given probability 0 (default: ``<pad>``, ``<bos>``, ``<eos>``, which no text contains).
-
-    Returns
-    -------
-    (max_new_tokens,) int64, on the CPU
-
-    Raises
-    ------
-    ValueError
-        If the prompt is empty or not 1-D, or the tokens would not fit a sinusoidal/learned table.
+    The same ``seed`` gives the same tokens with or without cache; ``suppress_ids`` get
+    probability 0 (default: ``<pad>``, ``<bos>``, ``<eos>``). Raises ``ValueError`` for
+    an empty or non-1-D prompt, or one too long for the position table.
     """
     _validate_prompt(model, prompt, max_new_tokens)
     model.eval()
@@ -128,14 +80,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, temperature:
 
 @torch.no_grad()
 def seconds_per_token(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool) -> torch.Tensor:
-    """Wall-clock seconds of each greedy generation step (the prompt's own pass excluded).
-
-    Returns
-    -------
-    (max_new_tokens,) float64 tensor
-        Entry i is the time to produce the token at position ``len(prompt) + i``
-        (model forward and argmax).
-    """
+    """Seconds of each greedy step after the prompt, (max_new_tokens,)."""
     _validate_prompt(model, prompt, max_new_tokens)
     model.eval()
     device = next(model.parameters()).device
@@ -155,17 +100,7 @@ def seconds_per_token(model: GPT, prompt: torch.Tensor, max_new_tokens: int, use
 
 @dataclass
 class GenerationStep:
-    """One step of :func:`trace_generation`.
-
-    Attributes
-    ----------
-    token : int
-        The token chosen (sampled, or greedy with ``temperature=None``).
-    top_ids : list of int
-        The ``k`` most probable next tokens, most probable first.
-    top_probs : list of float
-        Their probabilities under the model (temperature 1, no top-k).
-    """
+    """One step of :func:`trace_generation`: token, top ids and probs."""
 
     token: int
     top_ids: list[int]
@@ -175,10 +110,7 @@ class GenerationStep:
 @torch.no_grad()
 def trace_generation(model: GPT, prompt: torch.Tensor, steps: int, k: int = 5,
                      suppress_ids=SUPPRESSED_IDS) -> list[GenerationStep]:
-    """Greedy generation, keeping the top-``k`` candidates and probabilities of every step (for the explorer).
-
-    Probabilities are the model's (temperature 1), with ``suppress_ids`` at 0 as in :func:`generate`.
-    """
+    """Greedy generation with every step's top-``k`` candidates at temperature 1."""
     _validate_prompt(model, prompt, steps)
     model.eval()
     device = next(model.parameters()).device

@@ -1,39 +1,7 @@
-"""A paged KV cache: keys and values in fixed-size blocks of a shared pool, read through a block table.
+"""A paged KV cache: blocks of a shared pool, read through a block table.
 
-The serving systems before vLLM reserve, for every request, one contiguous chunk
-with room for the longest sequence it might reach (Kwon et al. 2023, section 3);
-most of that room is never used. (Chapter 6's
-:class:`~attncourse.nn.attention.KVCache` reserves nothing but grows by
-``torch.cat``, copying the whole cache at every step.) PagedAttention (Kwon
-et al. 2023, section 4) manages the cache like virtual memory: a *pool* of
-physical blocks of ``block_size`` tokens each, allocated one at a time as a
-sequence grows, and per sequence a *block table* mapping its logical blocks
-(token t lies in logical block t // B, slot t % B) to physical ones. Attention
-reads the keys and values through the table. Only the last block of a sequence
-can be partly empty, so at most B - 1 slots per sequence are wasted.
-
-Blocks are reference-counted, so several sequences can share them: samples
-drawn from one prompt share the prompt's blocks (section 4.4, parallel
-sampling); the first write into a shared block copies it first
-(copy-on-write), which happens only to the last, partly filled block.
-
-:class:`BlockPool` holds the storage of every layer and the free list;
-:class:`PagedSequence` one sequence's block table; :meth:`PagedSequence.layers`
-gives, per layer, a view with the interface of chapter 6's
-:class:`~attncourse.nn.attention.KVCache` (``k``, ``v``, ``append``, ``len``), so
-:class:`~attncourse.nn.gpt.GPT` runs unchanged on it. :func:`serve_greedy`
-serves a batch of requests step by step from one pool and records the pool's
-state at every step (for the explorer); if a request fails (the pool runs out),
-it gives every block back before raising.
-
-The pool trusts no block id: ids outside ``0 .. num_blocks - 1`` (negative ones
-included, which Python would silently wrap around), sharing or copying a free block,
-releasing a block twice, and block tables holding such ids or one block twice all
-raise a one-line ``ValueError``.
-
-References
-----------
-Kwon et al. (2023), "Efficient Memory Management for Large Language Model
+Blocks are reference-counted and copied on write; bad block ids raise ``ValueError``.
+Source: Kwon et al. (2023), "Efficient Memory Management for Large Language Model
 Serving with PagedAttention", sections 4.1-4.4.
 """
 
@@ -48,32 +16,11 @@ from attncourse.nn.gpt import GPT
 
 
 class BlockPool:
-    """Physical KV blocks shared by all sequences, with reference counts and a free list.
+    """Physical KV blocks for all sequences, with reference counts, a free list.
 
-    Parameters
-    ----------
-    num_blocks : int
-        Blocks in the pool.
-    block_size : int
-        B, tokens per block.
-    num_layers, num_kv_heads, d_k : int
-        The model's cache shape (:meth:`for_model`).
-    dtype : torch.dtype
-    device : optional
-
-    Attributes
-    ----------
-    k, v : (num_layers, num_blocks, num_kv_heads, block_size, d_k)
-        The storage.
-    ref_counts : list of int
-        Sequences using each block (0 = free).
-
-    Raises
-    ------
-    ValueError
-        If a size is not a positive int (e.g. ``block_size=0``); from the methods, if a
-        block id is not one of the pool's, or names a free block (released twice, shared
-        or copied after its release).
+    Storage ``k, v``: (num_layers, num_blocks, num_kv_heads, block_size, d_k). Raises
+    ``ValueError`` for a non-positive size, and from the methods for an id not in the
+    pool or a free block.
     """
 
     def __init__(self, num_blocks: int, block_size: int, num_layers: int, num_kv_heads: int, d_k: int,
@@ -91,14 +38,7 @@ class BlockPool:
 
     @classmethod
     def for_model(cls, model: GPT, num_blocks: int, block_size: int) -> BlockPool:
-        """A pool shaped for ``model``'s layers and key/value heads.
-
-        Raises
-        ------
-        ValueError
-            If the model's attention keeps anything but keys and values (MLA's latent, a
-            memory attention's state).
-        """
+        """A pool for ``model``; ``ValueError`` unless it caches keys and values."""
         attn = model.blocks[0].attn
         kind = attn.empty_cache(1).kind
         if kind != "keys and values":
@@ -119,7 +59,7 @@ class BlockPool:
         return sum(1 for c in self.ref_counts if c)
 
     def allocate(self) -> int:
-        """A free block's id, its count set to 1; MemoryError if the pool is exhausted."""
+        """A free block's id, count 1; ``MemoryError`` if none is free."""
         if not self._free:
             raise MemoryError(f"the pool's {self.num_blocks} blocks of {self.block_size} tokens are all in use")
         block = self._free.pop()
@@ -127,11 +67,7 @@ class BlockPool:
         return block
 
     def validate_block(self, block: int, action: str = "use") -> int:
-        """``block`` as an int if it is one of the pool's blocks and held; else a one-line ValueError.
-
-        A negative id would index the storage from its end (another sequence's block)
-        and an id past the end would fail deep inside a list, so both are refused here.
-        """
+        """``block`` as an int if held in this pool, else ``ValueError``."""
         try:
             if isinstance(block, bool):
                 raise TypeError
@@ -147,7 +83,7 @@ class BlockPool:
         return block
 
     def validate_table(self, table: list[int]) -> None:
-        """A block table's ids: each held in this pool, none twice (one-line ValueError)."""
+        """A block table's ids, each held here, none twice (else ValueError)."""
         for block in table:
             self.validate_block(block, "read or write through")
         if len(set(table)) != len(table):
@@ -159,14 +95,14 @@ class BlockPool:
         self.ref_counts[self.validate_block(block, "share")] += 1
 
     def release(self, block: int) -> None:
-        """One sequence fewer uses ``block``; at 0 it returns to the free list (twice: ValueError)."""
+        """One sequence fewer uses ``block``; at 0 it returns to the free list."""
         block = self.validate_block(block, "release")
         self.ref_counts[block] -= 1
         if self.ref_counts[block] == 0:
             self._free.append(block)
 
     def copy(self, block: int) -> int:
-        """Copy-on-write: a new block holding ``block``'s keys and values (every layer), released once."""
+        """Copy-on-write: a new block with ``block``'s keys and values."""
         self.validate_block(block, "copy")
         new = self.allocate()
         self.k[:, new] = self.k[:, block]
@@ -176,10 +112,10 @@ class BlockPool:
 
 
 def block_lookup(block_table: list[int], position: int, block_size: int) -> tuple[int, int]:
-    """Where token ``position`` lies: ``(physical block, slot)`` = ``(table[t // B], t % B)``.
+    """Token ``position`` t's (physical block, slot) = (table[t // B], t % B).
 
-    Raises ValueError if ``block_size < 1``, ``position < 0`` (Python would read the
-    table from its end) or the position lies past the table's last block.
+    Raises ``ValueError`` if ``block_size < 1``, ``position < 0`` or it lies past the
+    table's last block.
     """
     if block_size < 1:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
@@ -190,19 +126,7 @@ def block_lookup(block_table: list[int], position: int, block_size: int) -> tupl
 
 
 class PagedSequence:
-    """One sequence's block table in a :class:`BlockPool`.
-
-    Parameters
-    ----------
-    pool : BlockPool
-
-    Attributes
-    ----------
-    block_table : list of int
-        Physical block of each logical block.
-    lengths : list of int
-        Tokens written, per layer (equal between forward passes).
-    """
+    """One sequence's ``block_table`` in a :class:`BlockPool`, with tokens per layer."""
 
     def __init__(self, pool: BlockPool) -> None:
         self.pool = pool
@@ -213,11 +137,11 @@ class PagedSequence:
         return self.lengths[-1]
 
     def layers(self) -> list[PagedLayerCache]:
-        """One KVCache-like view per layer, for ``GPT.forward(tokens, kv_caches=...)``."""
+        """One KVCache-like view per layer, for ``GPT.forward``."""
         return [PagedLayerCache(self, i) for i in range(len(self.lengths))]
 
     def fork(self) -> PagedSequence:
-        """A sequence continuing this one: it shares every block (copy-on-write on the next write)."""
+        """A sequence continuing this one, sharing every block (copy-on-write)."""
         child = PagedSequence(self.pool)
         child.block_table = list(self.block_table)
         child.lengths = list(self.lengths)
@@ -233,7 +157,7 @@ class PagedSequence:
         self.lengths = [0] * len(self.lengths)
 
     def _reserve(self, start: int, count: int) -> None:
-        """Blocks for positions start .. start + count - 1: allocated if missing, copied if shared."""
+        """Blocks for ``count`` positions from ``start``, allocated or copied."""
         self.pool.validate_table(self.block_table)
         size = self.pool.block_size
         while len(self.block_table) * size < start + count:
@@ -244,7 +168,7 @@ class PagedSequence:
                 self.block_table[logical] = self.pool.copy(block)
 
     def write(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Append ``k, v (1, num_kv_heads, new_len, d_k)`` to ``layer``, through the table."""
+        """Append ``k, v`` (1, num_kv_heads, new_len, d_k) to ``layer``."""
         start, count = self.lengths[layer], k.shape[2]
         self._reserve(start, count)
         for i in range(count):
@@ -254,7 +178,7 @@ class PagedSequence:
         self.lengths[layer] = start + count
 
     def read(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of ``layer`` gathered through the table: ``(1, num_kv_heads, len, d_k)`` each."""
+        """Keys and values of ``layer``, (1, num_kv_heads, len, d_k) each."""
         n = self.lengths[layer]
         self.pool.validate_table(self.block_table)
         table = torch.tensor(self.block_table, dtype=torch.long, device=self.pool.k.device)
@@ -268,7 +192,7 @@ class PagedSequence:
 
 @dataclass
 class PagedLayerCache:
-    """One layer of a :class:`PagedSequence`, with :class:`~attncourse.nn.attention.KVCache`'s interface."""
+    """One layer of a :class:`PagedSequence`, with ``KVCache``'s interface."""
 
     kind = "keys and values"
 
@@ -294,18 +218,7 @@ class PagedLayerCache:
 
 @dataclass
 class PoolState:
-    """The pool after one step of :func:`serve_greedy` (what the explorer draws).
-
-    Attributes
-    ----------
-    step : int
-    tables : list of list of int
-        Each request's block table (empty once finished, or before it started).
-    lengths : list of int
-        Tokens cached per request.
-    ref_counts : list of int
-        Per physical block.
-    """
+    """The pool after one step of :func:`serve_greedy`: tables, lengths, ref counts."""
 
     step: int
     tables: list[list[int]]
@@ -315,19 +228,7 @@ class PoolState:
 
 @dataclass
 class Served:
-    """What :func:`serve_greedy` returns.
-
-    Attributes
-    ----------
-    tokens : list of (new_tokens,) int64 tensors
-        Each request's greedy continuation.
-    logits : list of (new_tokens, vocab_size) tensors
-        The logits each token was chosen from.
-    states : list of PoolState
-        One per step, before finished requests free their blocks (step 0: after the prompts' pass).
-    peak_blocks : int
-        Most blocks in use at once.
-    """
+    """:func:`serve_greedy`'s tokens, logits, pool states per step and peak blocks."""
 
     tokens: list[torch.Tensor]
     logits: list[torch.Tensor]
@@ -338,31 +239,11 @@ class Served:
 @torch.no_grad()
 def serve_greedy(model: GPT, prompts: list[torch.Tensor], new_tokens: list[int], pool: BlockPool,
                  share_prefix: bool = False) -> Served:
-    """Serve several requests from one paged pool, one token per request per step, greedily.
+    """Serve several requests from one paged pool, one greedy token each per step.
 
-    Parameters
-    ----------
-    model : GPT
-        Not an MLA model.
-    prompts : list of (prompt_len,) int64
-    new_tokens : list of int
-        Tokens to generate per request (>= 1); a finished request frees its blocks.
-    pool : BlockPool
-    share_prefix : bool
-        The requests are samples of one prompt (all prompts equal): the prompt is run
-        once and its blocks shared by every request (copy-on-write on the last block).
-
-    Returns
-    -------
-    Served
-
-    Raises
-    ------
-    ValueError
-        If the lists differ in length, a count is < 1, or ``share_prefix`` with different prompts.
-    MemoryError
-        If the pool runs out of blocks; every block the requests held is given back
-        first (as on any other error), so the pool can serve again.
+    ``share_prefix``: all prompts are equal, run once, their blocks shared. Raises
+    ``ValueError`` for lists of different lengths, a count < 1 or unequal shared
+    prompts; ``MemoryError`` when the pool runs out (every block given back first).
     """
     if len(prompts) != len(new_tokens) or not prompts:
         raise ValueError(f"{len(prompts)} prompts for {len(new_tokens)} token counts")
@@ -422,8 +303,7 @@ def serve_greedy(model: GPT, prompts: list[torch.Tensor], new_tokens: list[int],
 
 @torch.no_grad()
 def greedy_with_logits(model: GPT, prompt: torch.Tensor, new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy tokens ``(new_tokens,)`` and their logits ``(new_tokens, vocab_size)`` with the contiguous
-    :class:`~attncourse.nn.attention.KVCache` (:meth:`GPT.init_cache`): the reference of the paged cache."""
+    """Greedy tokens and logits (new_tokens, vocab_size), contiguous cache."""
     model.eval()
     caches = model.init_cache(1)
     feed = prompt.to(model.embedding.weight.device)[None, :]

@@ -1,16 +1,6 @@
 """A KV cache stored in int8: quantised when written, dequantised when read.
 
-:class:`QuantizedKVCache` has the interface of chapter 6's
-:class:`~attncourse.nn.attention.KVCache` (``k``, ``v``, ``append``, ``len``), so a
-:class:`~attncourse.nn.gpt.GPT` runs on it unchanged. Values are quantised per
-token as they arrive. Keys are quantised either per token too, or, as in KIVI
-(Liu et al. 2024, section 3.2), per channel over groups of ``group`` tokens: the
-newest tokens wait in full precision (the *residual*) until a group is complete,
-then the group is quantised with one scale per channel.
-
-References
-----------
-Liu et al. (2024), "KIVI", sections 3.2 and 4 (grouping and the full-precision residual).
+Source: Liu et al. (2024), "KIVI", sections 3.2 and 4.
 """
 
 from __future__ import annotations
@@ -24,23 +14,10 @@ KEY_MODES = ("token", "channel")
 
 
 class QuantizedKVCache:
-    """Keys and values of one layer in int8 with float scales.
+    """One layer's keys and values in int8 with float scales.
 
-    Parameters
-    ----------
-    batch, num_kv_heads, d_k : int
-    keys : {"token", "channel"}
-        Scale keys per token, or per channel over groups of ``group`` tokens (KIVI).
-    group : int
-        Tokens per key group (``keys="channel"``).
-    dtype : torch.dtype
-        Of the scales, the residual and what is read.
-    device : optional
-
-    Raises
-    ------
-    ValueError
-        If ``keys`` is unknown or ``group < 1``.
+    Keys are scaled per token, or per channel over groups of ``group`` tokens (KIVI).
+    Raises ``ValueError`` if ``keys`` is unknown or ``group < 1``.
     """
 
     kind = "keys and values"
@@ -65,7 +42,7 @@ class QuantizedKVCache:
         return int(self.v_q.shape[2])
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Quantise and store ``k, v (batch, num_kv_heads, new_len, d_k)``."""
+        """Quantise and store ``k, v`` (batch, num_kv_heads, new_len, d_k)."""
         q, s = quantize_int8(v.to(self.dtype), dim=-1)
         self.v_q, self.v_scale = torch.cat([self.v_q, q], 2), torch.cat([self.v_scale, s], 2)
         if self.keys == "token":
@@ -83,7 +60,7 @@ class QuantizedKVCache:
 
     @property
     def k(self) -> torch.Tensor:
-        """The keys as read: ``(batch, num_kv_heads, len, d_k)``, dequantised (+ the residual)."""
+        """The keys (batch, num_kv_heads, len, d_k), dequantised, plus the residual."""
         if self.keys == "token":
             return dequantize_int8(self.k_q, self.k_scale)
         scale = self.k_scale.repeat_interleave(self.group, dim=2)
@@ -91,7 +68,7 @@ class QuantizedKVCache:
 
     @property
     def v(self) -> torch.Tensor:
-        """The values as read: ``(batch, num_kv_heads, len, d_k)``, dequantised."""
+        """The values (batch, num_kv_heads, len, d_k), dequantised."""
         return dequantize_int8(self.v_q, self.v_scale)
 
     def nbytes(self) -> int:
@@ -101,7 +78,7 @@ class QuantizedKVCache:
 
 
 def quantized_caches(model, batch: int, keys: str = "channel", group: int = 16) -> list[QuantizedKVCache]:
-    """One empty :class:`QuantizedKVCache` per layer of a (non-MLA) GPT, for ``model(tokens, caches)``."""
+    """One empty :class:`QuantizedKVCache` per layer of a (non-MLA) GPT."""
     attn = model.blocks[0].attn
     weight = model.embedding.weight
     return [QuantizedKVCache(batch, attn.num_kv_heads, attn.d_k, keys, group, weight.dtype, weight.device)

@@ -1,31 +1,6 @@
-"""Turning a trained model's step-by-step distributions into output sentences.
+"""Greedy decoding and beam search over the encoder-decoder protocol.
 
-Two search strategies over y = argmax_y log p(y | x), both written against the
-decoder protocol :class:`~attncourse.nn.protocol.EncoderDecoder` (``encode``,
-``init_state``, ``decode_step``, ``reorder``), so that the RNN models and the
-Transformer, which implement it, plug in alike.
-
-**Greedy decoding** takes the most probable token at every step.
-**Beam search** keeps the ``beam_size`` best partial translations
-(Sutskever et al. 2014, section 3.2; Bahdanau et al. 2015, section 4.2) and
-ranks finished ones by log p(y | x) / lp(y) with the length penalty of Wu et
-al. (2016), lp(y) = ((5 + |y|) / 6)^alpha, the form Vaswani et al. (2017) use
-with alpha = 0.6. alpha = 0 ranks by log-probability alone, which favours short
-outputs. |y| counts the generated tokens including eos.
-
-Both return tokens without bos and eos, and for each sentence an attention
-array whose rows are the returned tokens and whose columns are that
-sentence's real source tokens (padding cut off), ready for a labelled heatmap.
-
-Decoding runs under ``torch.no_grad()`` in evaluation mode (dropout off); the
-model's training flag is restored afterwards.
-
-References
-----------
-Sutskever, Vinyals, Le (2014), section 3.2 (left-to-right beam search).
-Bahdanau, Cho, Bengio (2015), section 4.2 (beam search to approximate the most likely translation).
-Wu et al. (2016), "Google's Neural Machine Translation System", section 7, length penalty lp(Y).
-Vaswani et al. (2017), section 6.1 (beam size 4, alpha = 0.6).
+Source: Wu et al. (2016), "Google's Neural Machine Translation System", section 7.
 """
 
 from __future__ import annotations
@@ -69,10 +44,7 @@ def _model_device(model: torch.nn.Module) -> torch.device:
 
 
 def wu_length_penalty(length: int, alpha: float) -> float:
-    """GNMT length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, section 7).
-
-    A hypothesis is ranked by log p(Y | X) / lp(Y); alpha = 0 gives lp = 1.
-    """
+    """lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, section 7)."""
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -84,34 +56,11 @@ def greedy_decode(
     bos_id: int = 1,
     eos_id: int = 2,
 ) -> tuple[Tokens, Attention]:
-    """Greedy decoding of a batch: y_i = argmax_y p(y | y_<i, x) until eos.
+    """Greedy decoding, y_i = argmax p(y | y_<i, x), until eos or ``max_len``.
 
-    Parameters
-    ----------
-    model
-        Has ``encode``, ``init_state``, ``decode_step`` (see the module docstring).
-    src : (batch, src_len) long
-        Source token ids, padded on the right.
-    src_mask : (batch, src_len) bool
-        ``True`` at real tokens.
-    max_len : int
-        Most tokens generated per sentence, eos included; a sentence with no
-        eos by then is cut at ``max_len`` tokens.
-    bos_id, eos_id : int
-        Start and end token ids.
-
-    Returns
-    -------
-    tokens : list of list of int, length batch
-        Output ids, without bos and eos.
-    attention : list, length batch, of (out_len, src_len_b) float arrays or None
-        Row t holds the weights used to produce ``tokens[b][t]``; columns are
-        the ``src_len_b`` real source tokens. ``None`` for a model without attention.
-
-    Raises
-    ------
-    ValueError
-        If ``src`` and ``src_mask`` differ in shape or ``max_len < 1``.
+    Shapes: ``src`` (batch, src_len) long, right-padded, ``src_mask`` (batch, src_len)
+    bool -> tokens per sentence (no bos/eos), attention (out_len, src_len_b) or None.
+    Raises ``ValueError`` if the shapes differ or ``max_len < 1``.
     """
     _validate_inputs(src, src_mask, max_len)
     device = _model_device(model)
@@ -153,48 +102,11 @@ def beam_search(
     bos_id: int = 1,
     eos_id: int = 2,
 ) -> tuple[Tokens, Attention]:
-    """Beam search, each sentence searched on its own, all of them side by side.
+    """Beam search per sentence, ranked by log p(y | x) / lp(y).
 
-    At each step every live hypothesis is extended by every token; the
-    ``beam_size - n_finished`` best extensions by total log-probability are kept.
-    An extension ending in eos is finished and leaves the beam, which therefore
-    shrinks as hypotheses finish; the search stops when no live hypothesis is
-    left or after ``max_len`` steps. The best finished hypothesis by
-    log p(y | x) / lp(y), lp(y) = ((5 + |y|) / 6)^alpha, is returned (if none
-    finished, the best live one). With ``beam_size=1`` this is exactly
-    :func:`greedy_decode`.
-
-    Parameters
-    ----------
-    model
-        Has ``encode``, ``init_state``, ``decode_step`` and ``reorder``.
-    src : (batch, src_len) long
-    src_mask : (batch, src_len) bool
-        ``True`` at real tokens.
-    beam_size : int
-        Number of hypotheses kept (Vaswani et al. 2017 use 4).
-    max_len : int
-        Most tokens generated per sentence, eos included.
-    length_penalty : float
-        alpha of lp(y) (Wu et al. 2016); 0.6 in Vaswani et al. (2017); 0 ranks
-        by log-probability alone.
-    bos_id, eos_id : int
-
-    Returns
-    -------
-    tokens : list of list of int, length batch
-        Best hypothesis per sentence, without bos and eos.
-    attention : list, length batch, of (out_len, src_len_b) arrays or None
-        As in :func:`greedy_decode`.
-
-    Raises
-    ------
-    ValueError
-        If shapes disagree, ``beam_size < 1``, ``max_len < 1`` or ``length_penalty < 0``.
-
-    References
-    ----------
-    Wu et al. (2016), section 7; Vaswani et al. (2017), section 6.1.
+    ``beam_size=1`` is greedy. Shapes as :func:`greedy_decode`. Raises ``ValueError`` if
+    shapes disagree, ``beam_size < 1``, ``max_len < 1`` or ``length_penalty < 0``.
+    Source: Vaswani et al. (2017), section 6.1 (beam 4, alpha 0.6).
     """
     _validate_inputs(src, src_mask, max_len)
     if beam_size < 1:
@@ -239,7 +151,7 @@ def beam_search(
 
 
 class _Beam:
-    """The beam of one sentence: its live hypotheses, its finished ones, and one step of the search."""
+    """One sentence's beam: live and finished hypotheses."""
 
     def __init__(self, beam_size: int, alpha: float, bos_id: int, eos_id: int, device: torch.device) -> None:
         self.beam_size, self.alpha, self.bos_id, self.eos_id = beam_size, alpha, bos_id, eos_id
@@ -250,11 +162,7 @@ class _Beam:
         self.width: int | None = None  # source columns of the attention rows; None without attention
 
     def extend(self, log_probs: torch.Tensor, weights: torch.Tensor | None) -> list[int]:
-        """Extend every live hypothesis by every token and keep the best; the parents kept, in order.
-
-        ``log_probs`` (live, vocab) and ``weights`` (live, src_len) or None are this step's, row i
-        for live hypothesis i. An empty list: no live hypothesis left, the search is over.
-        """
+        """Extend every live hypothesis by every token; keep the best."""
         vocab = log_probs.shape[-1]
         self.width = None if weights is None else weights.shape[-1]
         totals = (self.live_scores[:, None] + log_probs).flatten()
@@ -279,7 +187,7 @@ class _Beam:
         return keep
 
     def best(self) -> tuple[list[int], np.ndarray | None]:
-        """The best finished hypothesis by log p / lp (if none finished, the best live one) and its weights."""
+        """The best finished hypothesis by log p / lp (else live), with weights."""
         finished = self.finished
         if not finished:  # nothing reached eos within max_len: rank the live hypotheses
             finished = [
@@ -303,27 +211,9 @@ def sequence_log_probs(
     eos_id: int = 2,
     append_eos: bool = True,
 ) -> list[float]:
-    """log p(y | x) = sum_i log p(y_i | y_<i, x) of given outputs, scored step by step.
+    """log p(y | x) of each output in ``hyps`` (no bos/eos), scored step by step.
 
-    Parameters
-    ----------
-    model
-        Has ``encode``, ``init_state`` and ``decode_step``.
-    src : (batch, src_len) long
-    src_mask : (batch, src_len) bool
-    hyps : list of list of int, length batch
-        Outputs without bos/eos (as returned by the decoders).
-    append_eos : bool
-        Score an eos after each output (as a finished hypothesis is scored).
-
-    Returns
-    -------
-    list of float, length batch
-
-    Raises
-    ------
-    ValueError
-        If ``len(hyps)`` differs from the batch size.
+    Raises ``ValueError`` if ``len(hyps)`` differs from the batch size.
     """
     _validate_inputs(src, src_mask, 1)
     if len(hyps) != src.shape[0]:
@@ -352,25 +242,7 @@ def sequence_log_probs(
 
 def translate(model: EncoderDecoder, src_vocab: Any, tgt_vocab: Any, text: str, level: str = "word",
               max_len: int = 50) -> tuple[list[str], np.ndarray | None]:
-    """Greedy translation of one sentence, with the attention weights of every output step.
-
-    Parameters
-    ----------
-    model
-        Any model with the decoding protocol (``Seq2Seq``, ``LuongSeq2Seq``, ``Transformer``).
-    src_vocab, tgt_vocab : Vocabulary
-    text : str
-        The source sentence, tokenized at ``level`` ("word" or "char"); ``<eos>`` is appended.
-    max_len : int
-        Output length limit, ``<eos>`` included.
-
-    Returns
-    -------
-    tokens : list of str
-        The translation, without ``<bos>``/``<eos>``.
-    attention : (out_len, src_len + 1) or None
-        Attention weights of each output token over the source tokens and ``<eos>``.
-    """
+    """Greedy translation of ``text``: tokens, attention (out_len, src_len + 1)."""
     from attncourse.data.pairs import tokenize
 
     src = torch.tensor([src_vocab.encode(tokenize(text, level), add_eos=True)])

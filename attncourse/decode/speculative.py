@@ -1,31 +1,7 @@
 """Speculative decoding: a small draft model proposes, the target verifies in one pass.
 
-Each round, the draft model q samples k tokens d_1 .. d_k one after another
-(k cheap passes); the target p scores all of them in *one* pass over the k + 1
-positions. Draft token d_i is accepted with probability min(1, p_i(d_i) / q_i(d_i));
-at the first rejection the token is drawn instead from the residual
-
-    p'(x) = max(0, p_i(x) - q_i(x)) / sum_y max(0, p_i(y) - q_i(y))
-
-and the round ends; if all k are accepted, one more token comes free from
-p_{k+1}. Every emitted token is distributed exactly as the target's own next-token
-distribution (Leviathan et al. 2023, appendix A.1; Chen et al. 2023, theorem 1):
-the token emitted at a position is x with probability
-
-    q(x) min(1, p(x) / q(x)) + (1 - sum_y min(p(y), q(y))) p'(x)
-      = min(p(x), q(x)) + max(0, p(x) - q(x)) = p(x),
-
-which :func:`emitted_distribution` computes term by term. A draft token is
-accepted with probability beta = sum_x min(p(x), q(x)) (Leviathan et al.,
-theorem 3.5). A round costs one target pass and emits between 1 and k + 1 tokens.
-
-References
-----------
-Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via
-Speculative Decoding": algorithm 1 (the method), theorem 3.5 (the acceptance
-rate), appendix A.1 (the proof that the output follows the target).
-Chen et al. (2023), "Accelerating Large Language Model Decoding with
-Speculative Sampling", algorithm 2 and theorem 1.
+Source: Leviathan, Kalman, Matias (2023), "Fast Inference from Transformers via
+Speculative Decoding", algorithm 1, appendix A.1.
 """
 
 from __future__ import annotations
@@ -45,30 +21,16 @@ from attncourse.runtime import quiet_progress
 
 
 def residual_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, p - q)) over the last axis; zeros where p <= q everywhere (then it is never used).
-
-    ``p, q : (..., vocab_size)`` probabilities -> ``(..., vocab_size)``.
-    """
+    """norm(max(0, p - q)) over the last axis, (..., vocab_size); zeros where p <= q."""
     excess = (p - q).clamp(min=0)
     total = excess.sum(-1, keepdim=True)
     return torch.where(total > 0, excess / total.clamp(min=torch.finfo(p.dtype).tiny), excess)
 
 
 def emitted_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """The distribution of the token the rule emits at one position, computed term by term.
+    """The emitted token's distribution, term by term (equals ``p``; appendix A.1).
 
-    P(x) = q(x) min(1, p(x) / q(x))  [proposed and accepted]
-         + (1 - sum_y q(y) min(1, p(y) / q(y))) norm(max(0, p - q))(x)  [rejected, redrawn]
-
-    Parameters
-    ----------
-    p, q : (..., vocab_size)
-        Target and draft probabilities at that position.
-
-    Returns
-    -------
-    (..., vocab_size)
-        Equal to ``p`` up to rounding (Leviathan et al. 2023, appendix A.1).
+    ``p, q`` (..., vocab_size): target and draft probabilities at one position.
     """
     ratio = torch.where(q > 0, p / q.clamp(min=torch.finfo(q.dtype).tiny), torch.ones_like(p))
     accepted = q * ratio.clamp(max=1.0)
@@ -77,10 +39,7 @@ def emitted_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 
 def speculative_token(p: torch.Tensor, q: torch.Tensor, generator: torch.Generator) -> tuple[int, bool]:
-    """One position of the rule: propose from q, accept with min(1, p/q), else draw from the residual.
-
-    ``p, q : (vocab_size,)``; returns ``(token, accepted)``. Used to check the rule by sampling.
-    """
+    """One position: propose from q, accept with min(1, p/q), else redraw."""
     proposed = int(torch.multinomial(q, 1, generator=generator))
     if float(torch.rand((), generator=generator)) * float(q[proposed]) < float(p[proposed]):
         return proposed, True
@@ -89,22 +48,7 @@ def speculative_token(p: torch.Tensor, q: torch.Tensor, generator: torch.Generat
 
 @dataclass
 class SpeculativeStats:
-    """Counts of one :func:`speculative_generate` run.
-
-    Attributes
-    ----------
-    rounds : int
-        Target forward passes (one per round).
-    drafted : int
-        Draft tokens proposed (k per round).
-    examined : int
-        Draft tokens the rule decided on: the accepted ones and the first rejected one of a
-        round (those after a rejection are discarded unexamined).
-    accepted : int
-        Draft tokens accepted.
-    emitted : int
-        Tokens returned.
-    """
+    """Counts of one run: rounds, drafted, examined, accepted and emitted tokens."""
 
     rounds: int = 0
     drafted: int = 0
@@ -114,11 +58,7 @@ class SpeculativeStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """accepted / examined: the estimated probability alpha that a draft token is accepted.
-
-        With acceptances independent at rate alpha, a round emits (1 - alpha^(k+1)) / (1 - alpha)
-        tokens (Leviathan et al. 2023, equation (1)).
-        """
+        """accepted / examined: the estimated acceptance probability alpha."""
         return self.accepted / max(1, self.examined)
 
     @property
@@ -128,8 +68,11 @@ class SpeculativeStats:
 
 
 def validate_draft(target: GPT, draft: GPT, k: int) -> None:
-    """ValueError (one line) unless ``draft`` can propose for ``target``: same vocabulary size, k >= 1,
-    and caches that can be cut back after a rejection (not a memory attention's fixed-size state)."""
+    """``ValueError`` unless ``draft`` can propose for ``target``.
+
+    Same vocabulary size, ``k >= 1``, and caches that can be cut back after a rejection
+    (not a memory attention's fixed-size state).
+    """
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
     if draft.vocab_size != target.vocab_size:
@@ -147,7 +90,7 @@ def validate_draft(target: GPT, draft: GPT, k: int) -> None:
 
 
 def _can_cut_back(cache) -> bool:
-    """Whether a layer's cache can drop its last tokens: any but a fixed-size state."""
+    """Whether a layer's cache can drop its last tokens."""
     return cache.kind != "state"
 
 
@@ -160,30 +103,12 @@ def _truncate(caches, length: int) -> None:
 def speculative_generate(target: GPT, draft: GPT, prompt: torch.Tensor, max_new_tokens: int, k: int = 4,
                          temperature: float = 1.0, top_k: int | None = None, seed: int = 0,
                          suppress_ids=SUPPRESSED_IDS) -> tuple[torch.Tensor, SpeculativeStats]:
-    """Sample ``max_new_tokens`` tokens from ``target`` with ``draft`` proposing ``k`` per round.
+    """Sample from ``target``, ``draft`` proposing ``k`` tokens per round.
 
-    Parameters
-    ----------
-    target, draft : GPT
-        Same vocabulary; both keep KV caches, cut back after a rejection.
-    prompt : (prompt_len,) int64
-    max_new_tokens : int
-    k : int
-        Draft tokens per round, >= 1.
-    temperature, top_k, suppress_ids
-        Applied to both models' distributions (:func:`~attncourse.decode.generation.next_token_probs`);
-        the tokens are samples of the target's distribution so modified.
-    seed : int
-
-    Returns
-    -------
-    tokens : (max_new_tokens,) int64, on the CPU
-    stats : SpeculativeStats
-
-    Raises
-    ------
-    ValueError
-        If ``k < 1``, the vocabularies differ, or the prompt is empty or does not fit.
+    ``temperature``, ``top_k`` and ``suppress_ids`` apply to both models
+    (:func:`~attncourse.decode.generation.next_token_probs`). Returns tokens
+    (max_new_tokens,) int64 and :class:`SpeculativeStats`. Raises ``ValueError`` if ``k
+    < 1``, the vocabularies differ or the prompt does not fit.
     """
     validate_draft(target, draft, k)
     _validate_prompt(target, prompt, max_new_tokens + k)

@@ -1,5 +1,4 @@
-"""Attention modules (``torch.nn.Module``): encoders, decoders, attention variants and
-the Transformer. Every module documents what plays the query, the keys and the values."""
+"""Attention modules: encoders, decoders, attention variants, the Transformer."""
 
 from attncourse.lazy import lazy_exports
 

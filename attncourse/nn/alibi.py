@@ -1,26 +1,7 @@
-"""ALiBi, attention with linear biases (Press, Smith, Lewis 2022): positions as a penalty on distance.
+"""ALiBi: a linear penalty on query-key distance instead of position vectors.
 
-ALiBi adds no position vector at all. Each head h subtracts from every
-alignment score a penalty proportional to how far back the key lies
-(Press et al. 2022, section 3):
-
-    softmax(q_i K^T / sqrt(d_k) + m_h * [-(i-1), ..., -2, -1, 0])
-
-The slopes m_h form a geometric sequence fixed before training: for n heads
-(n a power of two) it starts at 2^(-8/n) and has that same ratio, so for 8 heads
-m = 1/2, 1/4, ..., 1/256. That is the paper's rule, stated for powers of two. A
-head with a large slope looks at its neighbours only; one with a small slope sees
-far. For n not a power of two, the slopes here follow the authors' code
-(``get_slopes`` in their repository, ofirpress/attention_with_linear_biases):
-the slopes of the nearest smaller power of two, filled up with every other slope
-of the next one. Since the penalty grows with distance and never sees an absolute
-position, a model trained on short contexts can be run on longer ones.
-
-References
-----------
-Press, Smith, Lewis (2022), "Train Short, Test Long: Attention with Linear Biases
-Enables Input Length Extrapolation", ICLR, section 3 and figure 3; the authors' code
-for head counts that are not powers of two.
+Source: Press, Smith, Lewis (2022), "Train Short, Test Long", section 3; the authors'
+``get_slopes`` for head counts that are not powers of two.
 """
 
 from __future__ import annotations
@@ -31,23 +12,11 @@ import torch
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """The heads' slopes m_1 .. m_n (Press et al. 2022, section 3, and the authors' code).
+    """The slopes m_1 .. m_n as a (num_heads,) float64 tensor.
 
-    Parameters
-    ----------
-    num_heads : int
-        n; for a power of two the slopes are 2^(-8k/n), k = 1 .. n (the paper's rule);
-        otherwise those of the nearest smaller power of two, then every other slope of
-        the next power of two (the rule of the authors' ``get_slopes``).
-
-    Returns
-    -------
-    (num_heads,) float64 tensor
-
-    Raises
-    ------
-    ValueError
-        If ``num_heads < 1``.
+    For n a power of two, 2^(-8k/n), k = 1 .. n. Other n: the nearest smaller power of
+    two's slopes, then every other slope of the next one (the authors' code). Raises
+    ``ValueError`` if ``num_heads < 1``.
     """
     if int(num_heads) != num_heads or num_heads < 1:
         raise ValueError(f"num_heads must be a positive int, got {num_heads}")
@@ -65,33 +34,11 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 def alibi_bias(num_heads: int, tgt_len: int, src_len: int, offset: int | None = None,
                dtype: torch.dtype | None = None) -> torch.Tensor:
-    """The biases -m_h * |i - j| added to the scores of query i and key j.
+    """The biases -m_h |i - j|, (num_heads, tgt_len, src_len), in ``dtype``.
 
-    Parameters
-    ----------
-    num_heads : int
-    tgt_len, src_len : int
-        Numbers of queries and keys; the queries are ``tgt_len`` consecutive positions
-        among the keys, so ``tgt_len <= src_len``.
-    offset : int, optional
-        Position of the first query among the keys, ``0 <= offset <= src_len - tgt_len``;
-        default ``src_len - tgt_len`` (the queries are the last positions, as when decoding
-        over a KV cache).
-    dtype : torch.dtype, optional
-        Of the result, e.g. the model's; default ``torch.get_default_dtype()``. The
-        biases are computed in float64 and rounded once.
-
-    Returns
-    -------
-    (num_heads, tgt_len, src_len) tensor of ``dtype``
-        0 on the diagonal, -m_h per step of distance; causal attention uses the part
-        j <= i, where the bias is -m_h (i - j) as in the paper.
-
-    Raises
-    ------
-    ValueError
-        If a size is negative, ``num_heads < 1``, there are more queries than keys, or
-        ``offset`` puts a query outside the keys.
+    The queries sit at ``offset .. offset + tgt_len - 1`` among the keys (default: the
+    last). Raises ``ValueError`` for a negative size, ``num_heads < 1``, more queries
+    than keys, or an ``offset`` outside the keys.
     """
     for name, value in (("tgt_len", tgt_len), ("src_len", src_len)):
         if isinstance(value, bool) or int(value) != value or value < 0:

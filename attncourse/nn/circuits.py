@@ -1,24 +1,7 @@
-"""Open a trained :class:`~attncourse.nn.gpt.GPT` head by head: OV circuits and ablations.
+"""Open a trained GPT head by head: OV circuits and ablations (chapter 9).
 
-Elhage et al. (2021) write each head's contribution to the residual stream as two
-independent parts: the *QK circuit* decides where the head looks, the *OV circuit*
-what it writes once it looks there. For a token ``a`` attended to, the head adds
-``x_a W_V^h W_O^h`` to the stream; through the unembedding that changes the logits
-by ``W_E[a] W_V^h W_O^h W_U``, one row of the vocabulary-by-vocabulary matrix
-:func:`ov_circuit` returns. Its eigenvalues say whether the head copies
-(:func:`attncourse.functional.head_scores.copying_score`).
-
-An ablation removes one head and measures what is lost (Olsson et al. 2022,
-"Argument 3", direct ablation): :func:`ablate_heads` replaces the chosen heads'
-outputs (before ``W_O``) with zeros, or with their mean over a reference batch
-(:func:`head_output_means`), for the duration of a ``with`` block.
-
-References
-----------
-Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits",
-sections "Attention heads are independent and additive" and "OV and QK circuits".
-Olsson et al. (2022), "In-context Learning and Induction Heads", heading "Argument 3"
-(direct ablation; the paper's headings are unnumbered).
+Source: Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits",
+section "OV and QK circuits".
 """
 
 from __future__ import annotations
@@ -42,30 +25,11 @@ def _validate_head(model: nn.Module, layer: int, head: int) -> None:
 
 @torch.no_grad()
 def ov_circuit(model: nn.Module, layer: int, head: int) -> torch.Tensor:
-    """The OV circuit of one head through the embedding and the unembedding.
+    """W_E diag(g) W_V^h W_O^h diag(g_f) W_U, (vocab_size, vocab_size).
 
-    ``W_E diag(g) W_V^h W_O^h diag(g_f) W_U``: the token embedding, the gain of the
-    layer's LayerNorm (if any), the head's value and output maps, the gain of the final
-    LayerNorm (if any), and the unembedding. The LayerNorms'
-    centring, scaling by the standard deviation and biases are left out, as Elhage et
-    al. do (a linear approximation); the copying score does not depend on the overall
-    scale. With RoPE the values are not rotated, so this holds for every positional scheme.
-
-    Parameters
-    ----------
-    model : GPT
-    layer, head : int
-        0-based.
-
-    Returns
-    -------
-    (vocab_size, vocab_size) float tensor
-        Row ``a``: the change of every logit per unit of attention on token ``a``.
-
-    Raises
-    ------
-    ValueError
-        If ``(layer, head)`` is not in the model.
+    Row a: the logits' change per unit of attention on token a. LayerNorm centring and
+    biases are left out, as in Elhage et al. (2021). Raises ``ValueError`` if ``(layer,
+    head)`` (0-based) is not in the model.
     """
     _validate_head(model, layer, head)
     block = model.blocks[layer]
@@ -81,7 +45,7 @@ def ov_circuit(model: nn.Module, layer: int, head: int) -> torch.Tensor:
 
 
 def _gain(norm: nn.Module) -> torch.Tensor | float:
-    """A LayerNorm's gain, or 1 for the identity (the attention-only GPT has no LayerNorm)."""
+    """A LayerNorm's gain, or 1 for the identity."""
     return getattr(norm, "weight", 1.0)
 
 
@@ -95,19 +59,7 @@ def _head_slices(model: nn.Module, heads: Iterable[tuple[int, int]]) -> dict[int
 
 @torch.no_grad()
 def head_output_means(model: nn.Module, tokens: torch.Tensor) -> list[torch.Tensor]:
-    """Every head's output (before ``W_O``), averaged over the sequences and positions of ``tokens``.
-
-    Parameters
-    ----------
-    model : GPT
-    tokens : (batch, seq_len) int
-        A reference batch from the data the model is evaluated on.
-
-    Returns
-    -------
-    list over layers of (num_heads, d_k) tensors
-        What :func:`ablate_heads` puts in place of a head in ``mode="mean"``.
-    """
+    """Each head's mean output before W_O over ``tokens``, (num_heads, d_k)."""
     means: list[torch.Tensor] = []
     hooks = []
     for block in model.blocks:
@@ -129,43 +81,12 @@ def head_output_means(model: nn.Module, tokens: torch.Tensor) -> list[torch.Tens
 @contextmanager
 def ablate_heads(model: nn.Module, heads: Sequence[tuple[int, int]], mode: str = "zero",
                  means: Sequence[torch.Tensor] | None = None) -> Iterator[nn.Module]:
-    """Within the ``with`` block, the chosen heads' outputs are replaced (zero or mean ablation).
+    """Context manager: zero or mean ablation of ``heads`` [(layer, head), ...].
 
-    The replacement happens at the input of each layer's output projection ``W_O``,
-    where the heads' outputs sit side by side, ``(batch, seq_len, num_heads * d_k)``;
-    the other heads and the residual stream are untouched. The hooks are removed on
-    leaving the block, even after an error.
-
-    Parameters
-    ----------
-    model : GPT
-    heads : sequence of (layer, head)
-        0-based; empty ablates nothing.
-    mode : {"zero", "mean"}
-        ``"zero"``: the head writes nothing. ``"mean"``: it writes its mean output from
-        ``means`` (the same vector at every position), which removes what depends on the
-        input but keeps the head's constant contribution.
-    means : list over layers of (num_heads, d_k), optional
-        From :func:`head_output_means`; required with ``mode="mean"``.
-
-    Yields
-    ------
-    model
-
-    Raises
-    ------
-    ValueError
-        If ``mode`` is unknown, ``means`` is missing for mean ablation, or a head is
-        not in the model.
-
-    Examples
-    --------
-    >>> with ablate_heads(gpt, [(1, 2)]):            # doctest: +SKIP
-    ...     logits, _ = gpt(tokens)
-
-    References
-    ----------
-    Olsson et al. (2022), "Argument 3" (direct ablation); Elhage et al. (2021).
+    ``means`` comes from :func:`head_output_means` (required with ``mode="mean"``).
+    Raises ``ValueError`` for an unknown mode, missing means or a head not in the model.
+    Source: Olsson et al. (2022), "In-context Learning and Induction Heads", "Argument
+    3".
     """
     if mode not in ABLATIONS:
         raise ValueError(f"mode must be one of {ABLATIONS}, got {mode!r}")

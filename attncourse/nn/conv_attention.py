@@ -1,48 +1,7 @@
 """Self-attention inside a CNN: every position of a feature map looks at every other.
 
-A convolution mixes a pixel with its neighbours only; to relate two things far
-apart, a plain CNN stacks many layers until one unit's receptive field covers
-both. A *non-local* block (Wang et al. 2018), the self-attention layer of SAGAN
-(Zhang et al. 2019), relates any two positions in one step. On a feature map
-x of shape (C, H, W), treated as N = H W position vectors x_1..x_N:
-
-    q_i = W_q x_i,   k_j = W_k x_j,   v_j = W_v x_j        (1x1 convolutions)
-    alpha_ij = softmax_j(q_i . k_j / sqrt(d_k))             (weights over all positions j)
-    o_i = W_o sum_j alpha_ij v_j
-    y_i = x_i + gamma o_i                                   (gamma learned, starts at 0)
-
-Query, keys, values: the **query** is the projection W_q x_i of the position
-being updated; the **keys** W_k x_j and the **values** W_v x_j come from every
-position of the *same* map, which is what makes it self-attention.
-
-A 1x1 convolution is the same linear map applied at every position, so it
-plays the role of W^Q, W^K, W^V of the Transformer. The residual gate gamma
-starts at zero, so a freshly added block is the identity and the network first
-learns from local cues, then lets in the non-local ones (Zhang et al. 2019,
-section 3). Wang et al. (2018) instead start the output projection W_o at
-zero (section 3.3), which also makes the block the identity at first.
-
-One difference from both papers: the course's :func:`~attncourse.functional.attention`
-divides the scores by sqrt(d_k), as the Transformer does; the papers do not.
-It only rescales the scores (the same as rescaling W_q), and keeps the
-softmax from saturating when d_k is large.
-
-:class:`PlainCNN` and :class:`AttentionCNN` are two small classifiers of about
-the same size, identical except for one block: a 3x3 convolution in the first,
-a :class:`SelfAttention2d` in the second. On
-:func:`~attncourse.data.canvases.digit_relation_task` the two digits are
-farther apart than the plain CNN's receptive field, which :func:`receptive_field`
-computes from the kernel sizes and strides of its layers.
-
-References
-----------
-Wang, Girshick, Gupta, He (2018), "Non-local Neural Networks", CVPR, sections 3.1-3.3
-(equation (1), the embedded Gaussian, and the residual non-local block, eq. (6)).
-Zhang, Goodfellow, Metaxas, Odena (2019), "Self-Attention Generative Adversarial
-Networks", ICML, section 3 (1x1 convolutions f, g, h, v and y = gamma o + x).
-Vaswani et al. (2017), section 3.2.1 (scaled dot-product attention).
-Araujo, Norris, Sim (2019), "Computing Receptive Fields of Convolutional Neural
-Networks", Distill (single-path networks: the receptive field size).
+Source: Wang et al. (2018), "Non-local Neural Networks", sections 3.1-3.3; Zhang et al.
+(2019), "Self-Attention Generative Adversarial Networks", section 3.
 """
 
 from __future__ import annotations
@@ -59,54 +18,11 @@ from attncourse.nn.pooling import MaxPool2d
 
 
 def receptive_field(layers: Sequence[tuple[int, int]]) -> int:
-    """Side, in input pixels, of the window that one unit of the last layer sees.
+    """Side, in input pixels, of what one unit of the last layer sees.
 
-    Walk the layers from the input. A unit of layer l covers k_l neighbouring
-    units of layer l - 1, and neighbouring units of layer l - 1 lie ``jump``
-    input pixels apart, the product of the strides below it. So each layer
-    widens the window by (k_l - 1) * jump::
-
-        r = 1, jump = 1
-        for each layer (k, s):  r = r + (k - 1) * jump;  jump = jump * s
-
-    which is r_0 = 1 + sum_l (k_l - 1) prod_{i<l} s_i. The stride of the last
-    layer does not widen its own units' window, only those of layers above it.
-
-    Parameters
-    ----------
-    layers : sequence of (kernel_size, stride) pairs
-        The spatial layers in order from the input, positive ints: a 3x3
-        convolution with stride 1 is ``(3, 1)``, a 2x2 max pooling with
-        stride 2 is ``(2, 2)``. Layers that act on each position alone (ReLU,
-        a 1x1 convolution with stride 1) are ``(1, 1)`` and may be left out.
-        Padding does not change the window's size; a dilated kernel counts as
-        its span, dilation * (k - 1) + 1.
-
-    Returns
-    -------
-    int
-        r, the side of the square window in input pixels (the same along the
-        height and the width for square kernels and strides). Near the border
-        part of the window may fall on padding.
-
-    Raises
-    ------
-    ValueError
-        If ``layers`` is empty, an entry is not a (kernel_size, stride) pair,
-        or a size is not a positive int; the message names the layer.
-
-    References
-    ----------
-    Araujo, Norris, Sim (2019), "Computing Receptive Fields of Convolutional
-    Neural Networks", Distill, section "Single-path networks" (the closed form
-    of the receptive field size r_0).
-
-    Examples
-    --------
-    >>> receptive_field([(3, 1), (3, 1)])  # two 3x3 convolutions see 5x5
-    5
-    >>> receptive_field([(3, 1), (2, 2), (3, 1), (2, 2), (3, 1)])  # PlainCNN
-    18
+    ``layers`` is a sequence of (kernel_size, stride) pairs. Raises ``ValueError`` for
+    an empty sequence, a malformed pair or a non-positive size. Source: Araujo et al.
+    (2019), "Computing Receptive Fields of Convolutional Neural Networks", Distill.
     """
     layers = list(layers)
     if not layers:
@@ -128,44 +44,10 @@ def receptive_field(layers: Sequence[tuple[int, int]]) -> int:
 
 
 class SelfAttention2d(nn.Module):
-    """Self-attention among all H W positions of a feature map, with a zero-initialised gate.
+    """Self-attention among all H W positions of a feature map, y = x + gamma o.
 
-    Parameters
-    ----------
-    channels : int
-        C, channels of the input and of the output.
-    key_channels : int, optional
-        d_k, width of queries and keys; default ``max(1, channels // 8)``, the
-        reduction SAGAN uses.
-    value_channels : int, optional
-        d_v, width of the values; default ``channels``.
-    gamma_init : float
-        Starting value of the gate gamma. 0 (the default, as in both papers)
-        makes a new block the identity. A block that must learn a relation
-        no local feature predicts can stall there: while gamma = 0 nothing
-        behind it gets a gradient, and gamma's own gradient averages to
-        nothing until the block reads something useful.
-
-    Attributes
-    ----------
-    w_q, w_k : Conv2d (channels -> key_channels, 1x1)
-        Query and key projections.
-    w_v : Conv2d (channels -> value_channels, 1x1)
-        Value projection.
-    w_o : Conv2d (value_channels -> channels, 1x1)
-        Output projection (W_z of Wang et al., v of Zhang et al.).
-    gamma : Parameter (1,)
-        The residual gate, initialised to ``gamma_init`` (0 by default): y =
-        x + gamma o, so at gamma = 0 the block returns its input exactly.
-
-    Raises
-    ------
-    ValueError
-        If a size is not positive.
-
-    References
-    ----------
-    Wang et al. (2018), section 3; Zhang et al. (2019), section 3.
+    Raises ``ValueError`` if a size is not positive. Source: Zhang et al. (2019),
+    section 3.
     """
 
     def __init__(
@@ -193,27 +75,11 @@ class SelfAttention2d(nn.Module):
             )
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
-        """y = x + gamma o, o the attention output at every position.
+        """y = x + gamma o: (batch, channels, height, width) -> the same shape.
 
-        Parameters
-        ----------
-        x : (batch, channels, height, width)
-        return_weights : bool
-            Also return the attention weights.
-
-        Returns
-        -------
-        y : (batch, channels, height, width)
-            Equal to ``x`` exactly while ``gamma == 0``.
-        weights : (batch, height * width, height * width), only if ``return_weights``
-            ``weights[b, i, j]`` = alpha_ij, how much query position i reads key
-            position j; positions are flattened row by row (``i = row * width + col``);
-            every row sums to 1.
-
-        Raises
-        ------
-        ValueError
-            If ``x`` is not 4-D with ``channels`` channels; the message names the shape.
+        Also returns the weights (batch, height * width, height * width) if
+        ``return_weights``. Raises ``ValueError`` if ``x`` is not 4-D with ``channels``
+        channels.
         """
         self._check(x)
         batch, _, height, width = x.shape
@@ -227,24 +93,9 @@ class SelfAttention2d(nn.Module):
         return (y, weights) if return_weights else y
 
     def attention_map(self, x: torch.Tensor, query_position: tuple[int, int]) -> torch.Tensor:
-        """Where one position looks: its row of the weights, as an image.
+        """Where position (row, col) looks: its weights, (batch, height, width).
 
-        Parameters
-        ----------
-        x : (batch, channels, height, width)
-        query_position : (row, col)
-            The query position, 0-based.
-
-        Returns
-        -------
-        (batch, height, width)
-            alpha_{i, j} for the query i = ``row * width + col`` and every key
-            position j; sums to 1 over the map.
-
-        Raises
-        ------
-        ValueError
-            If ``x`` has the wrong shape or the position is outside the map.
+        Raises ``ValueError`` for a wrong shape or a position outside the map.
         """
         self._check(x)
         height, width = x.shape[2], x.shape[3]
@@ -256,12 +107,7 @@ class SelfAttention2d(nn.Module):
 
 
 def conv_stem(in_channels: int, channels: int) -> list[nn.Module]:
-    """The classifiers' stem: two blocks of [3x3 convolution, ReLU, 2x2 max pooling].
-
-    An image ``(batch, in_channels, H, W)`` becomes ``(batch, channels, H/4, W/4)`` once the
-    layers are chained (``nn.Sequential(*conv_stem(...))``); the relation recipe
-    pretrains one and shares it between the two classifiers.
-    """
+    """Two blocks of [3x3 convolution, ReLU, 2x2 max pooling]."""
     return [
         nn.Conv2d(in_channels, channels, 3, padding=1), nn.ReLU(), MaxPool2d(2),
         nn.Conv2d(channels, channels, 3, padding=1), nn.ReLU(), MaxPool2d(2),
@@ -269,7 +115,7 @@ def conv_stem(in_channels: int, channels: int) -> list[nn.Module]:
 
 
 class _Classifier(nn.Module):
-    """Shared layout: stem, a mixing block, 1x1 convolution + ReLU, global average pooling, linear."""
+    """Stem, mixing block, 1x1 convolution + ReLU, global average pooling, linear."""
 
     def __init__(self, mixer: nn.Module, in_channels: int, channels: int, num_classes: int) -> None:
         super().__init__()
@@ -280,7 +126,7 @@ class _Classifier(nn.Module):
         self.classifier = nn.Linear(channels, num_classes)
 
     def validate_images(self, images: torch.Tensor) -> None:
-        """Raise ``ValueError`` unless ``images`` is (batch, in_channels, height >= 4, width >= 4)."""
+        """Raise ``ValueError`` unless ``images`` is (batch, in_channels, >=4, >=4)."""
         if images.dim() != 4 or images.shape[1] != self.in_channels:
             raise ValueError(
                 f"images must be (batch, channels={self.in_channels}, height, width), got {tuple(images.shape)}"
@@ -290,52 +136,23 @@ class _Classifier(nn.Module):
                              "height and width >= 4")
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
-        """The feature map after the mixing block, (batch, channels, height // 4, width // 4)."""
+        """Feature map after the mixing block, (batch, channels, H // 4, W // 4)."""
         self.validate_images(images)
         return self.mixer(self.stem(images))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Class scores.
+        """Logits (batch, num_classes) of ``images`` (batch, in_channels, H, W).
 
-        Parameters
-        ----------
-        images : (batch, in_channels, height, width), height and width >= 4
-
-        Returns
-        -------
-        logits : (batch, num_classes)
-
-        Raises
-        ------
-        ValueError
-            If the images have the wrong channel count or are smaller than 4x4.
+        Raises ``ValueError`` for a wrong channel count or images smaller than 4x4.
         """
         pooled = self.head(self.features(images)).mean(dim=(2, 3))  # global average pooling
         return self.classifier(pooled)
 
 
 class PlainCNN(_Classifier):
-    """A small CNN whose mixing block is a 3x3 convolution: local mixing only.
+    """The classifier with a 3x3 convolution as mixing block.
 
-    Layout: conv3x3-ReLU-pool, conv3x3-ReLU-pool, **conv3x3-ReLU**, conv1x1-ReLU,
-    global average pooling, linear. Each output unit before the pooling sees
-    a window of ``receptive_field = 18`` pixels (3, then 4 after the first
-    pooling, 8, 10, 18: :func:`receptive_field` of ``spatial_layers``). The
-    only path between two digits farther apart than that is the final
-    average, which adds up what each digit's neighbourhood detected separately.
-
-    Parameters
-    ----------
-    num_classes : int
-    channels : int
-        Width of every hidden layer. The default 32 gives about as many
-        parameters as ``AttentionCNN()`` (40 channels).
-    in_channels : int
-
-    Raises
-    ------
-    ValueError
-        If a size is not positive.
+    Raises ``ValueError`` if a size is not positive.
     """
 
     #: (kernel_size, stride) of the layers that widen the window, from the input:
@@ -352,36 +169,9 @@ class PlainCNN(_Classifier):
 
 
 class AttentionCNN(_Classifier):
-    """The same CNN with a :class:`SelfAttention2d` block where :class:`PlainCNN` has its third convolution.
+    """The classifier with :class:`SelfAttention2d` as mixing block.
 
-    Layout: conv3x3-ReLU-pool, conv3x3-ReLU-pool, **SelfAttention2d**,
-    conv1x1-ReLU, global average pooling, linear. After the attention block
-    every position has read from every other, so the 1x1 convolution can
-    compare what is *here* with what was read from *there* before anything is
-    averaged away.
-
-    Parameters
-    ----------
-    num_classes : int
-    channels : int
-        Width of every hidden layer; the default 40 matches ``PlainCNN()``'s
-        parameter count within 10% (self-attention has fewer weights than a
-        3x3 convolution of the same width).
-    key_channels : int, optional
-        d_k of the attention block (default ``channels // 8``).
-    in_channels : int
-    gamma_init : float
-        Starting gate of the attention block (see :class:`SelfAttention2d`).
-
-    Attributes
-    ----------
-    attention : SelfAttention2d
-        The mixing block (also reachable as ``mixer``).
-
-    Raises
-    ------
-    ValueError
-        If a size is not positive.
+    Raises ``ValueError`` if a size is not positive.
     """
 
     def __init__(
@@ -394,9 +184,6 @@ class AttentionCNN(_Classifier):
         self.attention = block
 
     def attention_map(self, images: torch.Tensor, query_position: tuple[int, int]) -> torch.Tensor:
-        """Where one grid position looks, (batch, height // 4, width // 4).
-
-        See :meth:`SelfAttention2d.attention_map`.
-        """
+        """Where one grid position looks, (batch, height // 4, width // 4)."""
         self.validate_images(images)
         return self.attention.attention_map(self.stem(images), query_position)

@@ -1,56 +1,7 @@
-"""Show, attend and tell: a recurrent decoder that attends over an image grid.
+"""Show, attend and tell: a recurrent decoder attending over an image grid.
 
-Xu et al. (2015) caption an image one word at a time and, before each word,
-look at part of the image. A CNN turns the image into a grid of L annotation
-vectors a_1..a_L, one per location, each D wide (section 3.1.1). At output step
-t the decoder, in state h_{t-1}, scores every location with a small MLP and
-turns the scores into weights (eqs. (4)-(5)):
-
-    e_ti = f_att(a_i, h_{t-1}) = v_a^T tanh(W_a h_{t-1} + U_a a_i)
-    alpha_ti = exp(e_ti) / sum_k exp(e_tk)
-
-and reads a context vector z_t from the grid. The two attentions of the paper
-differ only in *how* z_t is read (eq. (6)):
-
-* **soft** (deterministic, section 4.2): z_t = sum_i alpha_ti a_i, the expected
-  annotation; everything is differentiable and trained by backpropagation.
-* **hard** (stochastic, section 4.1): one location s_t ~ Multinoulli(alpha_t)
-  is *sampled* and z_t = a_{s_t}. Sampling has no gradient, so the attention
-  is trained with REINFORCE (eqs. (10)-(12); Williams 1992), see
-  :func:`hard_attention_loss`. As in the paper, a share of the images may
-  read the expectation instead while training (``expectation_prob``), which
-  helps the decoder learn while the sampled locations are still poor.
-
-A third reading, **gumbel**, is not in the paper: the straight-through
-Gumbel-softmax estimator (Jang, Gu, Poole 2017; Maddison et al. 2017), the
-modern alternative to REINFORCE for a discrete choice. Its forward pass reads
-one sampled location like hard attention; its backward pass uses the gradient
-of a softened sample, so it trains with the plain likelihood.
-
-Query, keys, values: the **query** is the decoder state h_{t-1}; the **keys**
-and the **values** are both the annotation vectors a_i (the keys through U_a).
-
-Then, as in the RNN decoder of :mod:`attncourse.nn.rnn`,
-
-    h_t = GRU([E y_{t-1}; z_t], h_{t-1})
-    p(y_t | a, y_<t) = softmax(W_o [h_t; z_t; E y_{t-1}] + b_o)
-
-Differences from the paper, all for a small course task: a 2-block CNN
-trained from scratch instead of VGG features; a GRU instead of an LSTM; one
-linear output layer on [h_t; z_t; E y_{t-1}] instead of the deep output of
-eq. (7) (the same three inputs); no gating scalar beta_t (section 4.2.1); and
-two coordinate features appended to every a_i (see :class:`ConvEncoder`).
-
-References
-----------
-Xu et al. (2015), "Show, Attend and Tell: Neural Image Caption Generation with
-Visual Attention", ICML, sections 3.1, 4.1, 4.2, equations (4)-(14).
-Bahdanau, Cho, Bengio (2015), section 3.1 (the additive scorer f_att).
-Williams (1992), "Simple statistical gradient-following algorithms for
-connectionist reinforcement learning" (REINFORCE).
-Jang, Gu, Poole (2017), "Categorical Reparameterization with Gumbel-Softmax", ICLR.
-Maddison, Mnih, Teh (2017), "The Concrete Distribution: A Continuous Relaxation of
-Discrete Random Variables", ICLR.
+Source: Xu et al. (2015), "Show, Attend and Tell", sections 3.1, 4.1, 4.2, eqs.
+(4)-(14).
 """
 
 from __future__ import annotations
@@ -78,45 +29,8 @@ _TINY = torch.finfo(torch.float32).tiny
 class ConvEncoder(nn.Module):
     """A small CNN that turns an image into a grid of L annotation vectors a_i.
 
-    ``num_blocks`` blocks of [3x3 convolution (padding 1), ReLU, 2x2 max
-    pooling]; the grid has ``grid = (height // 2**num_blocks, width // 2**num_blocks)``
-    locations, L = grid rows x grid columns, read row by row (location
-    ``i = row * grid_width + col``). With the default 2 blocks each location
-    covers a 10x10-pixel window with stride 4, so an 8x8 digit spans two or
-    three locations.
-
-    With ``coordinates=True`` the last two entries of every a_i are the
-    location's column and row, scaled to [-1, 1]. Xu et al. need nothing of
-    the kind for captions, but reading digits *left to right* needs to know
-    where a location is, and a CNN's features say little about that (only
-    its zero padding marks the border). Being part of a_i, the coordinates
-    reach both the scorer f_att (so attention can move by position) and the
-    context z_t (so the decoder knows where it looked).
-
-    Parameters
-    ----------
-    in_channels : int
-        Image channels (1 for the digit canvases).
-    feature_dim : int
-        Width D of each annotation vector, coordinates included.
-    channels : int
-        Channels of the hidden convolution blocks.
-    num_blocks : int
-        Convolution-pooling blocks; the grid shrinks by 2 per block.
-    coordinates : bool
-        Append (column, row) in [-1, 1] to every a_i.
-
-    Raises
-    ------
-    ValueError
-        If a size is not positive, or ``feature_dim < 3`` with coordinates.
-
-    References
-    ----------
-    Xu et al. (2015), section 3.1.1 (annotation vectors from a CNN's lower
-    convolutional layer: L = 14 x 14 = 196 locations, D = 512).
-    Liu et al. (2018), "An intriguing failing of convolutional neural networks
-    and the CoordConv solution" (coordinates as features).
+    Raises ``ValueError`` for a non-positive size, or ``feature_dim < 3`` with
+    coordinates. Source: Xu et al. (2015), section 3.1.1.
     """
 
     def __init__(
@@ -149,7 +63,7 @@ class ConvEncoder(nn.Module):
         return height // self.stride, width // self.stride
 
     def validate_images(self, images: torch.Tensor) -> None:
-        """Raise ``ValueError`` unless ``images`` is (batch, in_channels, height, width) and big enough."""
+        """Raise ``ValueError`` unless ``images`` is (batch, in_channels, H, W)."""
         if images.dim() != 4 or images.shape[1] != self.in_channels:
             raise ValueError(
                 f"images must be (batch, channels={self.in_channels}, height, width), got {tuple(images.shape)}"
@@ -161,25 +75,10 @@ class ConvEncoder(nn.Module):
             )
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
-        """Annotation vectors of a batch of images.
+        """Annotations (batch, L, feature_dim) and the grid (rows, cols) of ``images``.
 
-        Parameters
-        ----------
-        images : (batch, in_channels, height, width) float
-
-        Returns
-        -------
-        features : (batch, L, feature_dim)
-            a_1..a_L, locations row by row; with coordinates the last two
-            columns are (column, row) in [-1, 1].
-        grid : (int, int)
-            (grid rows, grid columns), with L = their product.
-
-        Raises
-        ------
-        ValueError
-            If ``images`` does not have ``in_channels`` channels or is smaller
-            than ``2**num_blocks`` pixels in height or width; the message names the shape.
+        ``images`` is (batch, in_channels, height, width). Raises ``ValueError`` for a
+        wrong channel count or an image smaller than ``2 ** num_blocks`` pixels.
         """
         self.validate_images(images)
         maps = self.cnn(images)  # (batch, cnn_out, rows, cols)
@@ -196,17 +95,7 @@ class ConvEncoder(nn.Module):
 
 @dataclass
 class ImageEncoding:
-    """What the decoder reads from the encoder, computed once per batch of images.
-
-    Attributes
-    ----------
-    features : (batch, L, feature_dim)
-        Annotation vectors a_i (keys and values).
-    projected_keys : (batch, L, attn_dim)
-        U_a a_i, computed once for all steps.
-    grid : (int, int)
-        (grid rows, grid columns).
-    """
+    """What the decoder reads from the encoder, computed once per batch of images."""
 
     features: torch.Tensor
     projected_keys: torch.Tensor
@@ -215,31 +104,7 @@ class ImageEncoding:
 
 @dataclass
 class ImageAttentionOutput:
-    """Output of :meth:`ImageCaptioner.forward`.
-
-    Attributes
-    ----------
-    logits : (batch, steps, num_classes)
-        Unnormalised scores of y_t.
-    weights : (batch, steps, L)
-        alpha_ti, the softmax of the scores e_ti over locations; every row sums
-        to 1. For hard and Gumbel attention these are the probabilities the
-        location was drawn from, not what was read (see :attr:`effective_weights`).
-    context : (batch, steps, feature_dim)
-        z_t, what the decoder read: sum_i alpha_ti a_i (soft) or a_{s_t} (hard, gumbel).
-    sampled : (batch, steps) long or None
-        The location s_t read at each step (hard, gumbel); ``None`` for soft attention.
-    log_probs : (batch, steps) or None
-        log p(s_t | a) = log alpha_{t, s_t}, differentiable with respect to the
-        attention's parameters; ``None`` for soft attention.
-    grid : (int, int)
-        (grid rows, grid columns) of the L locations.
-    expected : (batch,) bool or None
-        Hard attention with ``expectation_prob > 0``: ``True`` for the images
-        that read the expectation z_t = sum_i alpha_ti a_i at every step
-        instead of a sampled location (their ``sampled`` entries were drawn
-        but not read). ``None`` otherwise.
-    """
+    """Output of :meth:`ImageCaptioner.forward`."""
 
     logits: torch.Tensor
     weights: torch.Tensor
@@ -251,11 +116,7 @@ class ImageAttentionOutput:
 
     @property
     def effective_weights(self) -> torch.Tensor:
-        """(batch, steps, L): the weights z_t was actually read with, z_t = sum_i w_ti a_i.
-
-        One-hot at s_t for hard and Gumbel attention; alpha itself for soft
-        attention and for the images in :attr:`expected`.
-        """
+        """(batch, steps, L): the weights z_t was actually read with."""
         if self.sampled is None:
             return self.weights
         one_hot = F.one_hot(self.sampled, self.weights.shape[-1]).to(self.weights.dtype)
@@ -264,68 +125,16 @@ class ImageAttentionOutput:
         return torch.where(self.expected[:, None, None], self.weights, one_hot)
 
     def weight_maps(self, effective: bool = False) -> torch.Tensor:
-        """Weights as images, shape (batch, steps, grid rows, grid columns), for heatmaps."""
+        """The weights as images, (batch, steps, grid rows, grid columns)."""
         weights = self.effective_weights if effective else self.weights
         return weights.reshape(*weights.shape[:2], *self.grid)
 
 
 class ImageCaptioner(nn.Module):
-    """CNN encoder + GRU decoder with soft, hard or Gumbel attention over the image grid.
+    """CNN encoder + GRU decoder with soft, hard or Gumbel attention over the grid.
 
-    The decoder emits ``steps`` class labels (e.g. the digits of a canvas, left
-    to right). The start symbol y_0 is the extra embedding index ``num_classes``.
-    The first state is h_0 = tanh(W_init mean_i a_i) (section 3.1.2 of the
-    paper initialises its LSTM from the mean annotation the same way).
-
-    Query: the decoder state h_{t-1}. Keys: U_a a_i. Values: a_i.
-
-    Parameters
-    ----------
-    num_classes : int
-        Number of output labels (10 digits).
-    attention : {"soft", "hard", "gumbel"}
-        How z_t is read from the weights (see the module docstring).
-    feature_dim : int
-        Width D of the annotation vectors.
-    hidden_dim : int
-        Width of the decoder state h_t.
-    emb_dim : int
-        Width of the label embeddings E y.
-    attn_dim : int, optional
-        Hidden width of f_att; default ``hidden_dim``.
-    channels : int
-        Hidden channels of the CNN.
-    in_channels : int
-        Image channels.
-    num_blocks : int
-        CNN blocks (each halves the grid).
-    coordinates : bool
-        Append location coordinates to the annotations (see :class:`ConvEncoder`).
-    tau : float
-        Temperature of the Gumbel-softmax (``attention="gumbel"`` only).
-    expectation_prob : float in [0, 1)
-        Hard attention only: while sampling, each image reads the expectation
-        sum_i alpha_ti a_i (soft attention) instead of a sampled location with
-        this probability, at all its steps. Xu et al. (2015, section 4.1) use
-        0.5 to train the decoder on good contexts while the policy is still
-        poor; 0 is pure hard attention.
-
-    Attributes
-    ----------
-    config : dict
-        Constructor arguments; ``ImageCaptioner(**model.config)`` rebuilds the architecture.
-    encoder : ConvEncoder
-    attention : AdditiveAttention
-        f_att; ``v_a`` starts at zero, so attention starts uniform.
-
-    Raises
-    ------
-    ValueError
-        If ``attention`` is unknown or a size is not positive.
-
-    References
-    ----------
-    Xu et al. (2015), sections 3.1 (model) and 4 (soft and hard attention).
+    Raises ``ValueError`` if ``attention`` is unknown or a size is not positive. Source:
+    Xu et al. (2015), sections 3.1 and 4.
     """
 
     def __init__(
@@ -373,21 +182,7 @@ class ImageCaptioner(nn.Module):
         self.output = nn.Linear(hidden_dim + feature_dim + emb_dim, self.num_classes)  # W_o, b_o
 
     def encode(self, images: torch.Tensor) -> ImageEncoding:
-        """Annotation vectors a_i and their key projections U_a a_i.
-
-        Parameters
-        ----------
-        images : (batch, in_channels, height, width)
-
-        Returns
-        -------
-        ImageEncoding
-
-        Raises
-        ------
-        ValueError
-            From :meth:`ConvEncoder.forward` for a wrong channel count or too small an image.
-        """
+        """Annotations a_i and their projections U_a a_i of ``images``."""
         features, grid = self.encoder(images)
         return ImageEncoding(features=features, projected_keys=self.attention.project_keys(features), grid=grid)
 
@@ -396,13 +191,7 @@ class ImageCaptioner(nn.Module):
         return torch.tanh(self.init_proj(enc.features.mean(dim=1)))
 
     def scores(self, state: torch.Tensor, enc: ImageEncoding) -> torch.Tensor:
-        """e_ti = f_att(a_i, h_{t-1}) = v_a^T tanh(W_a h_{t-1} + U_a a_i) (eq. (4)), shape (batch, L).
-
-        The same scorer as :class:`~attncourse.nn.additive.AdditiveAttention`
-        (whose parameters it uses), written out because hard attention needs
-        the scores themselves: log alpha = log_softmax(e) stays finite where
-        alpha underflows to 0.
-        """
+        """e_ti = v_a^T tanh(W_a h_{t-1} + U_a a_i) (eq. (4)), shape (batch, L)."""
         if state.shape != (enc.features.shape[0], self.hidden_dim):
             raise ValueError(
                 f"state must be (batch, hidden_dim) = {(enc.features.shape[0], self.hidden_dim)} to fit "
@@ -415,33 +204,10 @@ class ImageCaptioner(nn.Module):
         self, state: torch.Tensor, enc: ImageEncoding, sample: bool, location: torch.Tensor | None = None,
         use_expectation: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        """Weights alpha_t and context z_t for one step.
+        """Weights alpha_t (batch, L) and context z_t (batch, feature_dim) for one step.
 
-        Parameters
-        ----------
-        state : (batch, hidden_dim)
-            h_{t-1}, the query.
-        enc : ImageEncoding
-        sample : bool
-            Hard / Gumbel attention: draw s_t (``True``) or take the most
-            probable location argmax_i alpha_ti (``False``). Ignored for soft attention.
-        location : (batch,) long, optional
-            Read this location instead of choosing one (hard / Gumbel only),
-            e.g. to score given locations.
-        use_expectation : (batch,) bool, optional
-            Hard attention: these images read sum_i alpha_ti a_i instead (see
-            ``expectation_prob``).
-
-        Returns
-        -------
-        context : (batch, feature_dim)
-            z_t.
-        weights : (batch, L)
-            alpha_t.
-        sampled : (batch,) long or None
-            s_t (``None`` for soft attention).
-        log_prob : (batch,) or None
-            log alpha_{t, s_t}.
+        Also the sampled location (batch,) and its log-probability for hard attention
+        (else None); ``location`` forces it.
         """
         scores = self.scores(state, enc)
         weights = torch.softmax(scores, dim=-1)  # alpha_ti (eq. (5))
@@ -482,25 +248,7 @@ class ImageCaptioner(nn.Module):
         self, prev_tokens: torch.Tensor, state: torch.Tensor, enc: ImageEncoding,
         sample: bool = False, location: torch.Tensor | None = None, use_expectation: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, Any, Any]]:
-        """One output step: from y_{t-1} and h_{t-1} to the scores of y_t and h_t.
-
-        Parameters
-        ----------
-        prev_tokens : (batch,) long
-            y_{t-1}; ``num_classes`` (the start symbol) at the first step.
-        state : (batch, hidden_dim)
-            h_{t-1}.
-        enc : ImageEncoding
-        sample, location, use_expectation
-            As in :meth:`attend`.
-
-        Returns
-        -------
-        logits : (batch, num_classes)
-        new_state : (batch, hidden_dim)
-        attended : tuple
-            ``(context, weights, sampled, log_prob)`` from :meth:`attend`.
-        """
+        """From y_{t-1} (batch,) and h_{t-1} to logits (batch, num_classes) and h_t."""
         context, weights, chosen, log_prob = self.attend(state, enc, sample, location, use_expectation)
         y_prev = self.embedding(prev_tokens)
         new_state = self.cell(torch.cat([y_prev, context], dim=-1), state)
@@ -515,41 +263,11 @@ class ImageCaptioner(nn.Module):
         sample: bool | None = None,
         locations: torch.Tensor | None = None,
     ) -> ImageAttentionOutput:
-        """Read a batch of images step by step.
+        """Read ``images`` (batch, in_channels, H, W) step by step.
 
-        With ``targets`` (teacher forcing) step t is fed the true y_{t-1};
-        without, it is fed its own previous prediction (greedy decoding).
-
-        Parameters
-        ----------
-        images : (batch, in_channels, height, width)
-        targets : (batch, steps) long, optional
-            Labels in 0..num_classes-1.
-        num_steps : int, optional
-            Steps to decode; required without ``targets``, must equal
-            ``targets.shape[1]`` with them.
-        sample : bool, optional
-            Draw the hard / Gumbel locations (``True``) or take argmax
-            (``False``); default: draw in training mode, argmax in evaluation mode.
-        locations : (batch, steps) long, optional
-            Read these locations instead (hard / Gumbel only).
-
-        With ``expectation_prob > 0`` and sampling, a random share of the
-        images reads the expectation instead (``out.expected``).
-
-        Returns
-        -------
-        ImageAttentionOutput
-            ``logits (batch, steps, num_classes)``, ``weights (batch, steps, L)``,
-            ``context (batch, steps, feature_dim)``, ``sampled`` and ``log_probs``
-            ``(batch, steps)`` (``None`` for soft attention).
-
-        Raises
-        ------
-        ValueError
-            For images of the wrong shape, targets that do not fit the batch or
-            hold labels out of range, a missing or inconsistent ``num_steps``,
-            or ``locations`` with soft attention or of the wrong shape.
+        ``targets`` is (batch, steps). Raises ``ValueError`` for a wrong image shape,
+        targets that do not fit or are out of range, a missing ``num_steps``, or
+        ``locations`` with soft attention.
         """
         self.encoder.validate_images(images)
         batch = images.shape[0]
@@ -608,19 +326,7 @@ class ImageCaptioner(nn.Module):
 
     @torch.no_grad()
     def predict(self, images: torch.Tensor, num_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Greedy labels and attention weights, in evaluation mode (argmax locations).
-
-        Parameters
-        ----------
-        images : (batch, in_channels, height, width)
-        num_steps : int
-
-        Returns
-        -------
-        predictions : (batch, num_steps) long
-        weights : (batch, num_steps, L)
-            alpha_t (for hard / Gumbel attention the location read is their argmax).
-        """
+        """Greedy labels (batch, steps) and weights (batch, steps, L), eval mode."""
         was_training = self.training
         self.eval()
         try:
@@ -631,45 +337,10 @@ class ImageCaptioner(nn.Module):
 
 
 def doubly_stochastic_penalty(weights: torch.Tensor, target: float | str = "uniform") -> torch.Tensor:
-    """sum_i (tau - sum_t alpha_ti)^2 for each image: how unevenly attention covered the grid.
+    """sum_i (tau - sum_t alpha_ti)^2: (batch, steps, L) -> (batch,).
 
-    The weights are *stochastic* over locations at every step (sum_i alpha_ti = 1);
-    the penalty pushes them towards being stochastic over steps as well, each
-    location receiving a total attention of tau across the steps ("doubly
-    stochastic", Xu et al. 2015, section 4.2.1, eq. (14), with tau = 1).
-
-    With T steps and L locations the totals c_i = sum_t alpha_ti always add up
-    to T, so tau = 1 is reachable only if T = L; with T << L (3 digits, 48
-    locations) the paper's penalty cannot reach 0. It still does its job:
-    expanding, sum_i (tau - c_i)^2 = L tau^2 - 2 tau T + sum_i c_i^2, and the
-    first two terms are constants, so *every* tau gives the scores e_ti (and
-    everything behind them) the same gradient, the gradient of sum_i c_i^2,
-    which discourages attending to the same locations at several steps. We therefore default to ``target="uniform"``,
-    tau = T / L, the only value whose minimum (total attention spread evenly
-    over the locations) is 0, so that a printed loss means something; it
-    differs from the paper's value (``target=1.0``) by the constant
-    L (1 - T/L)^2 and trains identically. With T = L the two coincide.
-
-    Parameters
-    ----------
-    weights : (batch, steps, L)
-        alpha_ti.
-    target : float or "uniform"
-        tau: ``"uniform"`` for T / L (default), 1.0 for the paper's.
-
-    Returns
-    -------
-    (batch,)
-        The penalty of each image (not yet multiplied by lambda).
-
-    Raises
-    ------
-    ValueError
-        If ``weights`` is not 3-D or ``target`` is neither a number nor "uniform".
-
-    References
-    ----------
-    Xu et al. (2015), section 4.2.1, equation (14).
+    Raises ``ValueError`` if ``weights`` is not 3-D or ``target`` is neither a number
+    nor "uniform". Source: Xu et al. (2015), section 4.2.1, eq. (14).
     """
     if weights.dim() != 3:
         raise ValueError(f"weights must be (batch, steps, L), got {tuple(weights.shape)}")
@@ -696,38 +367,9 @@ def soft_attention_loss(
     out: ImageAttentionOutput, targets: torch.Tensor, doubly_stochastic: float = 0.0,
     coverage_target: float | str = "uniform",
 ) -> torch.Tensor:
-    """Negative log-likelihood plus the doubly stochastic penalty (soft or Gumbel attention).
+    """Negative log-likelihood plus lambda times the penalty of eq. (14).
 
-    loss = -(1 / (B T)) sum_b sum_t log p(y_t | a, y_<t)
-           + lambda (1 / B) sum_b sum_i (tau - sum_t alpha_ti)^2
-
-    The paper sums the log-likelihood over the words of a caption (eq. (14));
-    we average it over labels so that the loss does not scale with the
-    number of steps, so lambda here is relative to one label's NLL.
-
-    Parameters
-    ----------
-    out : ImageAttentionOutput
-        From teacher forcing with ``targets``.
-    targets : (batch, steps) long
-    doubly_stochastic : float
-        lambda, the weight of the penalty (0 turns it off; Xu et al. use 1).
-    coverage_target : float or "uniform"
-        tau, see :func:`doubly_stochastic_penalty`: T / L by default, 1.0 for
-        the paper's form; the gradient is the same for every tau.
-
-    Returns
-    -------
-    Tensor, scalar
-
-    Raises
-    ------
-    ValueError
-        If ``targets`` does not fit ``out.logits`` or lambda is negative.
-
-    References
-    ----------
-    Xu et al. (2015), section 4.2.1, equation (14).
+    Raises ``ValueError`` if ``targets`` (batch, steps) does not fit or lambda < 0.
     """
     _validate_targets(out, targets)
     if doubly_stochastic < 0:
@@ -739,24 +381,7 @@ def soft_attention_loss(
 
 
 class MovingAverageBaseline:
-    """Exponential moving average of the reward, the REINFORCE baseline b.
-
-    After each batch, b_k = decay * b_{k-1} + (1 - decay) * mean(reward_k)
-    (Xu et al. 2015, section 4.1, with decay 0.9). The first update sets b to
-    the first batch's mean reward. The value is a plain float: it never
-    carries a gradient.
-
-    Parameters
-    ----------
-    decay : float in [0, 1)
-    initial : float, optional
-        Starting value; ``None`` means "not yet known".
-
-    Raises
-    ------
-    ValueError
-        If ``decay`` is not in [0, 1).
-    """
+    """Exponential moving average b of the reward; 0 <= ``decay`` < 1."""
 
     def __init__(self, decay: float = 0.9, initial: float | None = None) -> None:
         if not 0.0 <= decay < 1.0:
@@ -765,7 +390,7 @@ class MovingAverageBaseline:
         self.value: float | None = None if initial is None else float(initial)
 
     def update(self, reward: torch.Tensor | float) -> float:
-        """Fold in one batch's rewards (their mean) and return the new b."""
+        """Fold in one batch's mean reward and return the new b."""
         mean = float(torch.as_tensor(reward, dtype=torch.float64).detach().mean())
         self.value = mean if self.value is None else self.decay * self.value + (1.0 - self.decay) * mean
         return self.value
@@ -776,23 +401,7 @@ class MovingAverageBaseline:
 
 @dataclass
 class HardAttentionLoss:
-    """The parts of :func:`hard_attention_loss`.
-
-    Attributes
-    ----------
-    loss : scalar Tensor
-        What to call ``backward()`` on.
-    nll : scalar Tensor
-        Mean negative log-likelihood per label.
-    reward : (batch,) Tensor
-        R, detached.
-    baseline : float
-        b used for this batch (before any update).
-    advantage : (batch,) Tensor
-        R - b, detached (0 for the images in ``out.expected``).
-    entropy : scalar Tensor
-        Mean entropy H(alpha_t) over images and steps, in nats.
-    """
+    """The parts of :func:`hard_attention_loss`."""
 
     loss: torch.Tensor
     nll: torch.Tensor
@@ -813,67 +422,8 @@ def hard_attention_loss(
 ) -> HardAttentionLoss:
     """REINFORCE loss for hard attention (Xu et al. 2015, section 4.1, eqs. (10)-(12)).
 
-    With locations s = (s_1..s_T) drawn from alpha, reward R and baseline b:
-
-        loss = NLL - lambda_r (R - b) sum_t log p(s_t | a) - lambda_e H(alpha)
-
-    * NLL = -(1 / (B T)) sum log p(y_t | s, a): trains the encoder and the
-      decoder through the locations that were read.
-    * The REINFORCE term: (R - b) is a constant (detached), so the gradient
-      of -(R - b) log p(s) is -(R - b) times the score function
-      d log p(s) / dW. **Sign convention**: gradient *descent* on this loss
-      moves W along +(R - b) d log p(s) / dW, so it *raises* the probability
-      of the sampled locations when their reward beats the baseline
-      (R > b) and lowers it when it falls short (R < b). Averaged over
-      samples this follows the gradient of the expected reward (eq. (11));
-      the baseline leaves that mean unchanged and shrinks its variance.
-    * The entropy bonus -lambda_e H(alpha), H = -sum_i alpha_ti log alpha_ti,
-      keeps the attention from collapsing onto one location too early (eq. (12)).
-
-    Images that read the expectation instead of samples (``out.expected``,
-    see ``ImageCaptioner(expectation_prob=...)``) get no REINFORCE term
-    (the NLL trains their attention directly) and are left out of the
-    baseline, whose rewards they would inflate.
-
-    Rewards (``reward=``), one per image, shared by all its steps:
-
-    * ``"log_likelihood"`` (the paper's): R = log p(y | s, a) = sum_t log p(y_t | ...),
-      the log-probability of the whole target given the locations read.
-    * ``"correct"``: R = 1 if every label is predicted right (argmax), else 0;
-      bounded and easy to read, but coarser.
-
-    Parameters
-    ----------
-    out : ImageAttentionOutput
-        From a hard-attention model run with sampling, with teacher forcing.
-    targets : (batch, steps) long
-    baseline : MovingAverageBaseline or float
-        b. A :class:`MovingAverageBaseline` without a value yet uses this
-        batch's mean reward, then (``update_baseline=True``) folds the batch's
-        rewards in, outside the gradient.
-    entropy_weight : float
-        lambda_e.
-    reward : {"log_likelihood", "correct"}
-    reward_weight : float
-        lambda_r.
-    update_baseline : bool
-        Update a :class:`MovingAverageBaseline` with this batch's rewards
-        after using its old value.
-
-    Returns
-    -------
-    HardAttentionLoss
-        ``loss`` (scalar to backpropagate) and its parts.
-
-    Raises
-    ------
-    ValueError
-        If ``out`` has no sampled locations (soft attention), ``targets`` does
-        not fit, ``reward`` is unknown, or a weight is negative.
-
-    References
-    ----------
-    Xu et al. (2015), section 4.1, equations (10)-(12); Williams (1992).
+    Raises ``ValueError`` if ``out`` has no sampled locations, ``targets`` (batch,
+    steps) does not fit, ``reward`` is unknown or a weight is negative.
     """
     if out.log_probs is None or out.sampled is None:
         raise ValueError("hard_attention_loss needs the sampled locations of hard attention; "

@@ -1,41 +1,7 @@
-"""Attention as a fixed-size memory: linear attention, DeltaNet and Gated DeltaNet as decoder attentions.
+"""Attention as a fixed-size memory: linear attention, DeltaNet and Gated DeltaNet.
 
-Each head keeps one matrix ``S (d_k, d_v)`` instead of the keys and values of every earlier
-token; a token writes to it and reads from it (:mod:`attncourse.functional.fast_weights`,
-:mod:`attncourse.functional.delta_rule`). Three rules are registered as variants of a
-:class:`~attncourse.nn.spec.DecoderSpec`:
-
-- ``"linear"``: causal linear attention (Katharopoulos et al. 2020), ``phi = elu + 1`` on
-  queries and keys, ``S_t = S_{t-1} + phi(k_t)^T v_t``, the read divided by the same read of a
-  memory of ones (their eq. 19's normaliser, kept as one more column of S);
-- ``"deltanet"``: the delta rule (Yang et al. 2024), queries and keys ``L2norm(SiLU(x W))``,
-  a writing strength ``beta_t = sigmoid(x w_beta)`` per head;
-- ``"gated-deltanet"``: the gated delta rule (Yang et al. 2025), with a decay per head and
-  step, ``a_t = exp(-exp(A_log) softplus(x w_a + b_a))`` as in Mamba-2 (Dao & Gu 2024).
-
-The fast path is the parallel form (linear attention) or the chunkwise form (the delta
-rules, chunks of ``chunk_size``), the written-out path (``fast=False``) the recurrent loop;
-they agree to rounding (tested). DeltaNet's and Gated DeltaNet's short convolution is an
-option (``conv_size``, 4 in the papers, 0 = none): a causal depthwise convolution over the
-last ``conv_size`` tokens of each query, key and value projection, which lets one layer bind
-a token to its predecessor (a key to the value after it in associative recall); unlike the
-papers' it has no SiLU of its own. Left out, for now: DeltaNet's output normalisation and gate.
-
-The cache (:class:`MemoryState`) is the state itself, the same size whatever the number of
-tokens: :meth:`MemoryAttention.cache_numbers_per_token` is 0 and
-:meth:`MemoryAttention.state_numbers` gives its fixed size. Because the memory keeps no keys,
-the attention weights exist only for a call without a cache (the matrix of the parallel form,
-whose rows sum to 1 for ``"linear"`` only), a mask may hide keys but not choose them per
-query (a padding mask), and no position scheme acts inside (positions ``"learned"``,
-``"sinusoidal"`` or ``"none"``; RoPE and ALiBi are refused).
-
-References
-----------
-Katharopoulos, Vyas, Pappas, Fleuret (2020), "Transformers are RNNs", eqs. (7), (18)-(19).
-Yang, Wang, Zhang, Shen, Kim (2024), "Parallelizing Linear Transformers with the Delta Rule
-over Sequence Length", sections 3-4 (the DeltaNet layer).
-Yang, Kautz, Hatamizadeh (2025), "Gated Delta Networks", section 3.
-Dao, Gu (2024), "Transformers are SSMs" (Mamba-2's decay parametrisation).
+Source: Katharopoulos et al. (2020), "Transformers are RNNs", eqs. (18)-(19); Yang et
+al. (2024), "Parallelizing Linear Transformers with the Delta Rule", sections 3-4.
 """
 
 from __future__ import annotations
@@ -64,21 +30,9 @@ from attncourse.nn.spec import register_attention
 
 @dataclass(frozen=True)
 class MemoryOptions:
-    """The options of the memory variants (``"linear"``, ``"deltanet"``, ``"gated-deltanet"``).
+    """Options of the variants ``"linear"``, ``"deltanet"``, ``"gated-deltanet"``.
 
-    Attributes
-    ----------
-    chunk_size : int
-        Positions per chunk of the delta rules' chunkwise form (unused by ``"linear"``).
-    bias : bool
-        Biases on the four projections W^Q, W^K, W^V, W^O (beta's and the decay's maps always have one).
-    conv_size : int
-        Width of the short causal convolution on the projections; 0: none (Yang et al. use 4).
-
-    Raises
-    ------
-    ValueError
-        If ``chunk_size`` is not a positive int or ``conv_size`` a non-negative one.
+    Raises ``ValueError`` unless ``chunk_size`` > 0 and ``conv_size`` >= 0 are ints.
     """
 
     chunk_size: int = field(default=64, metadata={
@@ -100,17 +54,7 @@ class MemoryOptions:
 
 @dataclass
 class MemoryState:
-    """The cache of a memory attention: its state, whatever the number of tokens read.
-
-    Attributes
-    ----------
-    state : (batch, num_heads, d_k, width)
-        S of every head (``width`` = d_v, plus one for linear attention's normaliser).
-    length : int
-        Tokens written so far (``len``): the next token's position.
-    tail : (batch, conv_size - 1, 3 d_model) or None
-        The last tokens' projections, for the short convolution (None without one).
-    """
+    """A memory attention's cache: its state, whatever the tokens read."""
 
     kind = "state"
 
@@ -122,27 +66,16 @@ class MemoryState:
         return self.length
 
     def advance(self, state: torch.Tensor, positions: int, tail: torch.Tensor | None = None) -> None:
-        """Replace the state (and the convolution's tail) by those after ``positions`` more tokens."""
+        """Replace the state and convolution tail by those ``positions`` later."""
         self.state, self.tail = state, tail
         self.length += positions
 
 
 class MemoryAttention(nn.Module, DecoderAttention):
-    """A decoder attention whose cache is a fixed-size memory per head; a subclass gives the rule.
+    """Decoder attention with a fixed-size memory per head as its cache.
 
-    Parameters
-    ----------
-    d_model, num_heads : int
-        d_k = d_v = d_model / num_heads.
-    chunk_size : int
-    bias : bool
-    conv_size : int
-        As :class:`MemoryOptions`.
-
-    Raises
-    ------
-    ValueError
-        If ``num_heads`` does not divide ``d_model``.
+    A subclass gives the update rule. Raises ``ValueError`` if ``num_heads`` does not
+    divide ``d_model``.
     """
 
     #: Its cache is a state of fixed size (the contract tests read this): no weights over cached keys.
@@ -164,13 +97,10 @@ class MemoryAttention(nn.Module, DecoderAttention):
     @classmethod
     def from_options(cls, options: MemoryOptions, *, d_model: int, num_heads: int, causal: bool,
                      positional: str | None, rope_base: float) -> MemoryAttention:
-        """Build the variant for a model spec (:mod:`attncourse.nn.spec`).
+        """Build the variant for a model spec (causal, no positions inside).
 
-        Raises
-        ------
-        ValueError
-            If ``causal`` is False (the memory is read in order) or a position scheme acts
-            inside attention (the state keeps no positions).
+        Raises ``ValueError`` if ``causal`` is False or a position scheme acts inside
+        attention.
         """
         if not causal:
             raise ValueError(f"{cls.__name__} is a causal memory: it needs causal=True")
@@ -186,17 +116,16 @@ class MemoryAttention(nn.Module, DecoderAttention):
         return self.d_k
 
     def state_numbers(self) -> int:
-        """Numbers the cache holds per sequence, whatever its length: ``num_heads * d_k * width``, and
-        the convolution's tail, ``(conv_size - 1) * 3 * d_model``."""
+        """Numbers cached per sequence: num_heads d_k width + the conv tail."""
         tail = max(self.conv_size - 1, 0) * 3 * self.d_model
         return self.num_heads * self.d_k * self.state_width() + tail
 
     def cache_numbers_per_token(self) -> int:
-        """0: the memory does not grow with the tokens (:meth:`state_numbers` is its size)."""
+        """0: the memory does not grow with the tokens."""
         return 0
 
     def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> MemoryState:
-        """A zero state ``(batch, num_heads, d_k, width)``; default dtype and device: the weights'."""
+        """A zero state (batch, num_heads, d_k, width), like the weights."""
         weight = self.w_q.weight
         dtype, device = dtype or weight.dtype, device or weight.device
         tail = (torch.zeros(batch, self.conv_size - 1, 3 * self.d_model, dtype=dtype, device=device)
@@ -206,17 +135,12 @@ class MemoryAttention(nn.Module, DecoderAttention):
 
     def features(self, x: torch.Tensor, keep: torch.Tensor | None,
                  tail: torch.Tensor | None = None) -> dict[str, torch.Tensor | None]:
-        """The memory's inputs from x ``(batch, seq_len, d_model)``: q, k, v per head, the
-        per-step beta and decay ``(batch, num_heads, seq_len)`` (None where the rule has none) and
-        the convolution's new tail. ``keep`` ``(batch, num_heads, seq_len)``: 1 at keys that may
-        be written, 0 at hidden ones; ``tail``: the cache's (None: zeros, the sequence's start)."""
+        """q, k, v (batch, num_heads, seq_len, d_k), beta, decay and conv tail."""
         raise NotImplementedError
 
     def projections(self, x: torch.Tensor, keep: torch.Tensor | None,
                     tail: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """``x W^Q, x W^K, x W^V`` per head ``(batch, num_heads, seq_len, d_k)``, through the short
-        convolution if there is one, and its new tail. A hidden token's projections are zeroed
-        first, so that no later token's convolution reads it."""
+        """x W^Q, x W^K, x W^V per head, through the short convolution if any."""
         p = torch.cat([self.w_q(x), self.w_k(x), self.w_v(x)], dim=-1)  # (batch, n, 3 d_model)
         new_tail = None
         if keep is not None:
@@ -232,15 +156,15 @@ class MemoryAttention(nn.Module, DecoderAttention):
 
     def memory(self, inputs: dict[str, torch.Tensor | None], state: torch.Tensor | None,
                fast: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run the rule over the new positions from ``state``: outputs and the state after them."""
+        """Run the rule over the new positions: outputs and the new state."""
         raise NotImplementedError
 
     def weights(self, inputs: dict[str, torch.Tensor | None]) -> torch.Tensor:
-        """The matrix ``(batch, num_heads, n, n)`` the parallel form applies to the values."""
+        """The (batch, num_heads, n, n) matrix the parallel form applies."""
         raise NotImplementedError
 
     def read_out(self, out: torch.Tensor) -> torch.Tensor:
-        """Each head's output from the memory's read (linear attention divides by its normaliser)."""
+        """Each head's output from the memory's read."""
         return out
 
     def _keep(self, mask: torch.Tensor | None, batch: int, n: int, offset: int) -> torch.Tensor | None:
@@ -255,18 +179,10 @@ class MemoryAttention(nn.Module, DecoderAttention):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: MemoryState | None = None,
                 need_weights: bool = False, fast: bool = True,
                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """As :meth:`attncourse.nn.protocol.DecoderAttention.forward`, with a memory for a cache.
+        """As :meth:`DecoderAttention.forward`, with a memory as cache.
 
-        ``mask`` may only hide keys (shape ``(..., 1, cache_len + seq_len)``): a hidden token is
-        neither written nor decays the state nor enters the convolution; the columns of cached
-        tokens are not read (they were written when they came). ``positions`` are checked and
-        otherwise unused.
-
-        Raises
-        ------
-        ValueError
-            As the protocol, and for a mask that differs between queries, or ``need_weights``
-            with a non-empty cache (the memory keeps no keys to weigh).
+        Raises ``ValueError`` also for a mask that differs between queries, or
+        ``need_weights`` with a non-empty cache.
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
@@ -285,11 +201,7 @@ class MemoryAttention(nn.Module, DecoderAttention):
 
 
 class LinearMemoryAttention(MemoryAttention):
-    """Causal linear attention, ``phi = elu + 1``, normalised (Katharopoulos et al. 2020, eqs. 18-19).
-
-    The state holds d_v + 1 columns: the last is the normaliser ``z_t = sum_j phi(k_j)``, the
-    read of a value of 1 written with every key.
-    """
+    """Causal linear attention, phi = elu + 1 (Katharopoulos et al. 2020)."""
 
     def state_width(self) -> int:
         """d_v + 1: the values' columns and the normaliser's."""
@@ -319,15 +231,7 @@ class LinearMemoryAttention(MemoryAttention):
 
 
 class DeltaNetAttention(MemoryAttention):
-    """The delta rule (Yang et al. 2024): ``S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})``.
-
-    Queries and keys are ``L2norm(SiLU(x W))`` per head, ``beta_t = sigmoid(x w_beta + b)`` per
-    head (in (0, 1): the state stays bounded with unit keys).
-
-    Attributes
-    ----------
-    w_beta : nn.Linear(d_model, num_heads)
-    """
+    """The delta rule, S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -354,16 +258,9 @@ class DeltaNetAttention(MemoryAttention):
 
 
 class GatedDeltaNetAttention(DeltaNetAttention):
-    """The gated delta rule (Yang et al. 2025): ``S_t = a_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t``.
+    """The gated delta rule S_t = a_t (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t.
 
-    ``a_t = exp(-exp(A_log) softplus(x w_a + b_a))`` per head, in (0, 1) (Mamba-2's form);
-    initialised with ``A_log = 0`` and ``b_a = -3``, so ``a`` starts near 0.95: a memory of
-    some twenty tokens that training may lengthen or shorten.
-
-    Attributes
-    ----------
-    w_a : nn.Linear(d_model, num_heads)
-    a_log : (num_heads,) parameter
+    Source: Yang, Kautz, Hatamizadeh (2025), "Gated Delta Networks", section 3.
     """
 
     def __init__(self, *args, **kwargs) -> None:

@@ -1,43 +1,6 @@
 """Multi-head latent attention (MLA): a KV cache of one small latent per token.
 
-DeepSeek-V2 (DeepSeek-AI 2024, section 2.1) compresses each token's keys and
-values into one latent vector c_KV of width d_c, and caches that instead of the
-keys and values of h heads. With the equations' numbers (section 2.1.2-2.1.3):
-
-    c_t^KV = W^DKV h_t                                   (9)   (d_c,)
-    k_t^C  = W^UK c_t^KV,   v_t^C = W^UV c_t^KV          (10, 11)   (h * d_h,)
-    q_t^C  = W^Q h_t                                     (queries not compressed here)
-    q_t^R  = RoPE(W^QR h_t)                              (14)  (h * d_h^R,)
-    k_t^R  = RoPE(W^KR h_t)                              (15)  (d_h^R,), shared by all heads
-    q_{t,i} = [q_{t,i}^C; q_{t,i}^R],  k_{t,i} = [k_{t,i}^C; k_t^R]      (16, 17)
-    o_{t,i} = sum_j softmax_j(q_{t,i} . k_{j,i} / sqrt(d_h + d_h^R)) v_{j,i}^C   (18)
-    u_t = W^O [o_{t,1}; ...; o_{t,h}]                    (19)
-
-RoPE cannot act on k^C (a rotation between W^UK and the query would stop W^UK
-from being absorbed), hence the *decoupled* rotary key k^R of width d_h^R,
-computed from h_t and shared by the heads.
-
-At inference the up-projections are **absorbed** (section 2.1.2): the score
-q_{t,i}^C . (W_i^UK c_j) equals ((W_i^UK)^T q_{t,i}^C) . c_j, and
-W^O_i W_i^UV folds into one (d_model, d_c) matrix per head, so attention reads
-the latents c_j directly and the cache holds d_c + d_h^R numbers per token and
-layer, whatever the number of heads. :class:`MultiHeadLatentAttention` computes
-the plain form while training and, with a :class:`LatentCache`, either form
-(``absorbed``); both give the same output (tested in float64).
-
-Simplifications against the paper: the queries are not compressed (DeepSeek-V2
-also compresses them, eqs. 12-13, to save activation memory in training; this
-changes nothing in the cache), and there is no bias.
-
-:class:`MultiHeadLatentAttention` implements
-:class:`~attncourse.nn.protocol.DecoderAttention`, registered as ``"mla"`` with
-its options in :class:`MLAOptions` (:mod:`attncourse.nn.spec`).
-
-References
-----------
-DeepSeek-AI (2024), "DeepSeek-V2: A Strong, Economical, and Efficient
-Mixture-of-Experts Language Model", section 2.1, equations (9)-(19).
-Su et al. (2021), "RoFormer", section 3.4.2 (RoPE).
+Source: DeepSeek-AI (2024), "DeepSeek-V2", section 2.1, eqs. (9)-(19).
 """
 
 from __future__ import annotations
@@ -59,16 +22,7 @@ from attncourse.nn.spec import register_attention
 
 @dataclass(frozen=True)
 class MLAOptions:
-    """The options of attention variant ``"mla"`` (:class:`MultiHeadLatentAttention`) in a model spec.
-
-    Attributes
-    ----------
-    latent_dim : int, optional
-        d_c; None for 4 d_h, DeepSeek-V2's ratio (section 3.1.2: d_c = 512 for d_h = 128).
-    rope_dim : int, optional
-        d_h^R; None for d_h / 2 rounded up to even with RoPE (DeepSeek-V2's ratio),
-        0 without RoPE.
-    """
+    """Options of variant ``"mla"`` in a model spec."""
 
     latent_dim: int | None = field(default=None, metadata={
         "help": "multi-head latent attention (chapter 10): cache a latent of D numbers per token "
@@ -82,14 +36,7 @@ class MLAOptions:
 
 @dataclass
 class LatentCache:
-    """What MLA keeps per token: the latent c^KV and the rotated decoupled key k^R.
-
-    Attributes
-    ----------
-    c_kv : (batch, cache_len, latent_dim)
-    k_rope : (batch, cache_len, rope_dim)
-        Already rotated to each token's position (width 0 without RoPE).
-    """
+    """Per token: latent ``c_kv`` (.., d_c) and rotated key ``k_rope`` (.., d_h^R)."""
 
     kind = "latent"
 
@@ -100,7 +47,7 @@ class LatentCache:
         return int(self.c_kv.shape[1])
 
     def append(self, c_kv: torch.Tensor, k_rope: torch.Tensor) -> None:
-        """Extend along the sequence axis with ``c_kv (batch, new, d_c)``, ``k_rope (batch, new, d_h^R)``."""
+        """Extend with ``c_kv`` (batch, new, d_c), ``k_rope`` (batch, new, d_h^R)."""
         self.c_kv = torch.cat([self.c_kv, c_kv], dim=1)
         self.k_rope = torch.cat([self.k_rope, k_rope], dim=1)
 
@@ -110,28 +57,10 @@ class LatentCache:
 
 
 def mla_dims(options: MLAOptions, d_model: int, num_heads: int, positional: str | None) -> tuple[int, int]:
-    """``(latent_dim, rope_dim)`` of ``options`` for a model of these sizes: the defaults filled in and
-    every rule of MLA's options checked, here only (the spec, GPT's keywords and train-lm all come here).
+    """``(latent_dim, rope_dim)`` of ``options``, defaults filled in, checked.
 
-    Parameters
-    ----------
-    options : MLAOptions
-    d_model, num_heads : int
-        d_h = d_model / num_heads (0 if it does not divide: the model's own check says so).
-    positional : {None, "rope", "alibi"}
-        The scheme acting inside attention (None for positions added to the embeddings, or none).
-
-    Returns
-    -------
-    (int, int)
-        d_c (default 4 d_h) and d_h^R (default d_h / 2 rounded up to even with RoPE, else 0).
-
-    Raises
-    ------
-    ValueError
-        With ALiBi (its bias is not part of MLA), a ``latent_dim`` that is not a positive int,
-        a ``rope_dim`` that is not an even int >= 0, or one that does not match the scheme
-        (RoPE needs ``rope_dim > 0``, the others 0).
+    Raises ``ValueError`` with ALiBi, a ``latent_dim`` that is not a positive int, a
+    ``rope_dim`` that is not an even int >= 0, or one that does not fit the scheme.
     """
     if positional not in (None, "rope"):
         raise ValueError(f"MLA cannot be combined with ALiBi (positional={positional!r}): its positions are "
@@ -154,46 +83,10 @@ def mla_dims(options: MLAOptions, d_model: int, num_heads: int, positional: str 
 
 
 class MultiHeadLatentAttention(nn.Module, DecoderAttention):
-    """Causal self-attention whose keys and values are up-projected from a cached latent (MLA).
+    """Causal self-attention with keys and values up-projected from a latent.
 
-    Parameters
-    ----------
-    d_model : int
-    num_heads : int
-        h; each head's content query, key and value are d_h = d_model / h wide.
-    latent_dim : int
-        d_c, the width of the cached latent c^KV (DeepSeek-V2: 4 d_h).
-    rope_dim : int
-        d_h^R, the width of the decoupled rotary query (per head) and key (shared);
-        0 for no rotary part (positions added to the embeddings). Even.
-    causal : bool
-    rope_base : float
-
-    Attributes
-    ----------
-    w_dkv : nn.Linear(d_model, d_c)
-        W^DKV, eq. (9).
-    w_uk, w_uv : nn.Linear(d_c, h * d_h)
-        W^UK, W^UV, eqs. (10)-(11).
-    w_q : nn.Linear(d_model, h * d_h)
-    w_qr : nn.Linear(d_model, h * d_h^R) or None
-        W^QR, eq. (14).
-    w_kr : nn.Linear(d_model, d_h^R) or None
-        W^KR, eq. (15).
-    w_o : nn.Linear(h * d_h, d_model)
-    absorbed : bool
-        With a cache, compute the absorbed form (default True); without a cache the
-        plain form is used (training).
-
-    Raises
-    ------
-    ValueError
-        If a size is not a positive int (``rope_dim`` may be 0), ``d_model`` is not
-        divisible by ``num_heads`` or ``rope_dim`` is odd.
-
-    References
-    ----------
-    DeepSeek-AI (2024), section 2.1, eqs. (9)-(19).
+    Raises ``ValueError`` for a bad size, ``num_heads`` not dividing ``d_model`` or an
+    odd ``rope_dim``. Source: DeepSeek-AI (2024), section 2.1, eqs. (9)-(19).
     """
 
     def __init__(self, d_model: int, num_heads: int, latent_dim: int, rope_dim: int = 0,
@@ -226,19 +119,15 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
     @classmethod
     def from_options(cls, options: MLAOptions, *, d_model: int, num_heads: int, causal: bool,
                      positional: str | None, rope_base: float) -> MultiHeadLatentAttention:
-        """Build the ``"mla"`` variant of a model spec (:mod:`attncourse.nn.spec`); its sizes are
-        :func:`mla_dims`'s, which checks every rule of MLA's options.
+        """Build variant ``"mla"``, sized and checked by :func:`mla_dims`.
 
-        Raises
-        ------
-        ValueError
-            As :func:`mla_dims`.
+        Raises ``ValueError`` as :func:`mla_dims`.
         """
         latent_dim, rope_dim = mla_dims(options, d_model, num_heads, positional)
         return cls(d_model, num_heads, latent_dim, rope_dim, causal, rope_base)
 
     def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> LatentCache:
-        """A :class:`LatentCache` with no entries: ``c_kv (batch, 0, d_c)``, ``k_rope (batch, 0, d_h^R)``."""
+        """A :class:`LatentCache` with no positions."""
         dtype = self.w_q.weight.dtype if dtype is None else dtype
         device = self.w_q.weight.device if device is None else device
         return LatentCache(torch.zeros(batch, 0, self.latent_dim, dtype=dtype, device=device),
@@ -266,32 +155,10 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 kv_cache: LatentCache | None = None, need_weights: bool = False,
                 fast: bool = True, positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """MLA from each new position to the cached and the allowed new ones.
+        """As :meth:`DecoderAttention.forward`, from the cached latents.
 
-        Parameters
-        ----------
-        x : (batch, seq_len, d_model)
-        mask : bool tensor broadcastable to (batch, num_heads, seq_len, cache_len + seq_len), optional
-            ``True`` = may attend; combined with the causal mask.
-        kv_cache : LatentCache, optional
-            Latents of earlier positions; this call's are appended in place.
-        need_weights : bool
-            Return the attention weights.
-        fast : bool
-            Use ``scaled_dot_product_attention`` in the plain form when no weights are asked for.
-        positions : (seq_len,) int tensor, optional
-            Positions of the new tokens for the rotary parts; default ``cache_len + arange(seq_len)``.
-
-        Returns
-        -------
-        output : (batch, seq_len, d_model)
-        weights : (batch, num_heads, seq_len, cache_len + seq_len) or None
-
-        Raises
-        ------
-        ValueError
-            If ``x`` is not ``(batch, seq_len, d_model)``, the cache's shapes do not fit, or
-            ``positions`` is not a ``(seq_len,)`` integer tensor.
+        Raises ``ValueError`` if ``x`` is not (batch, seq_len, d_model), the cache does
+        not fit, or ``positions`` is not a (seq_len,) integer tensor.
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
@@ -320,13 +187,7 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
         return self.plain(q, q_rope, c_kv, k_rope, allowed, sdpa)
 
     def plain(self, q, q_rope, c_kv, k_rope, allowed, sdpa: bool = False):
-        """Equations (10)-(19) as written: every head's keys and values up-projected from the latents.
-
-        ``q (batch, h, n, d_h)``, ``q_rope (batch, h, n, d_h^R)`` or None, ``c_kv (batch, m, d_c)``,
-        ``k_rope (batch, m, d_h^R)``, ``allowed (n, m)`` or broadcastable bool or None ->
-        ``(output (batch, n, d_model), weights (batch, h, n, m) or None)``. ``sdpa``: the
-        weights are not returned and ``allowed`` is None or the plain causal mask.
-        """
+        """Eqs. (10)-(19) as written: keys and values up-projected."""
         k = split_heads(self.w_uk(c_kv), self.num_heads)  # (batch, h, m, d_h), eq. (10)
         v = split_heads(self.w_uv(c_kv), self.num_heads)  # eq. (11)
         if self.rope_dim:  # eqs. (16)-(17): the shared rotary key joins every head
@@ -340,10 +201,7 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
         return self.w_o(merge_heads(weights @ v)), weights
 
     def absorbed_heads(self, q, q_rope, c_kv, k_rope, allowed):
-        """Attention over the latents themselves: W^UK absorbed into the queries.
-
-        Returns ``(sum_j a_ij c_j : (batch, h, n, d_c), weights (batch, h, n, m))``.
-        """
+        """Attention over the latents themselves: W^UK absorbed into the queries."""
         w_uk = self.w_uk.weight.view(self.num_heads, self.d_k, self.latent_dim)  # W_i^UK (d_h, d_c)
         q_latent = torch.einsum("bhnd,hdc->bhnc", q, w_uk)  # (W_i^UK)^T q_i^C
         scores = q_latent @ c_kv[:, None].transpose(-2, -1)  # (batch, h, n, m)
@@ -353,7 +211,7 @@ class MultiHeadLatentAttention(nn.Module, DecoderAttention):
         return weights @ c_kv[:, None], weights
 
     def absorbed_output(self, heads: torch.Tensor) -> torch.Tensor:
-        """u = sum_i (W^O_i W_i^UV) (sum_j a_ij c_j): ``(batch, h, n, d_c)`` -> ``(batch, n, d_model)``."""
+        """sum_i W^O_i W_i^UV sum_j a_ij c_j: (batch, h, n, d_c) -> (batch, n, d)."""
         w_uv = self.w_uv.weight.view(self.num_heads, self.d_k, self.latent_dim)  # W_i^UV (d_h, d_c)
         w_o = self.w_o.weight.view(self.d_model, self.num_heads, self.d_k)  # W^O_i (d_model, d_h)
         w_ov = torch.einsum("mhd,hdc->hmc", w_o, w_uv)  # (h, d_model, d_c)

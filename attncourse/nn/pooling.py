@@ -1,19 +1,4 @@
-"""Max pooling for the course's small CNNs, computed where PyTorch's CPU kernels are fast.
-
-On a CPU, PyTorch's forward kernel of max pooling is several times slower on
-contiguous ``(batch, channels, height, width)`` tensors than on channels-last ones,
-and its backward kernel the other way round. For chapter 3b's first block,
-``(50, 16, 16, 48)`` on one thread, forward and backward took 3.7 ms with
-``nn.MaxPool2d`` and 1.5 ms with :class:`MaxPool2d` (``benchmarks/max_pool_layout.py``);
-pooling was the largest single operation in training chapter 3b's captioners.
-:class:`MaxPool2d` takes the forward pass in channels-last memory and the backward
-pass in contiguous memory, each with PyTorch's own kernel. Its output is contiguous,
-so the next convolution reads the same layout as after ``nn.MaxPool2d`` and computes
-the same numbers: the maximum is exact, and the gradient goes to the same element of
-each window (the first maximum in the window's row-major order, the indices being the
-same in both layouts), so a training run is bit-identical to one with ``nn.MaxPool2d``
-(``tests/test_pooling.py``).
-"""
+"""Max pooling for the course's small CNNs, on PyTorch's fast CPU kernels."""
 
 from __future__ import annotations
 
@@ -25,7 +10,7 @@ from torch.nn.modules.utils import _pair
 
 
 class _ChannelsLastForward(torch.autograd.Function):
-    """Max pooling: forward on a channels-last copy, backward on the contiguous input."""
+    """Forward on a channels-last copy, backward on the contiguous input."""
 
     @staticmethod
     def forward(ctx, x, kernel_size, stride, padding, dilation, ceil_mode):
@@ -45,14 +30,7 @@ class _ChannelsLastForward(torch.autograd.Function):
 
 
 class MaxPool2d(nn.MaxPool2d):
-    """``nn.MaxPool2d`` with PyTorch's faster CPU kernel for each pass.
-
-    Same arguments, same output and gradients as :class:`torch.nn.MaxPool2d`;
-    input ``(batch, channels, height, width)``, output
-    ``(batch, channels, height_out, width_out)``, contiguous. On other devices,
-    for unbatched input, with ``return_indices=True`` and inside ``torch.func``
-    transforms it is ``nn.MaxPool2d`` unchanged; no second derivative. No parameters, so state dicts are the same.
-    """
+    """``nn.MaxPool2d`` with PyTorch's faster CPU kernel for each pass."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Under torch.func transforms (vmap, grad; benchmarks/ensemble_vmap.py) a channels-last

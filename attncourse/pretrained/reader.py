@@ -1,23 +1,6 @@
-"""Reading a GGUF file: its metadata as a :class:`LlamaConfig`, its tensors as float32 torch tensors.
+"""Reading a GGUF file: metadata as a LlamaConfig, tensors as float32.
 
-GGUF is llama.cpp's single-file format for a model (specification:
-https://github.com/ggml-org/ggml/blob/master/docs/gguf.md): the magic bytes ``GGUF``,
-a version, typed key/value metadata (hyper-parameters, the tokenizer's vocabulary and
-merges, a chat template), a table of tensors (name, shape, type, offset) and the
-tensors' bytes, aligned. The parsing is done by ``gguf.GGUFReader``, the reader that
-llama.cpp itself ships in Python, which maps the file into memory without reading
-it; the dequantisation is ours (:mod:`~attncourse.pretrained.quants`).
-
-Two conventions of the file are turned into torch's here:
-
-- GGUF lists a shape innermost dimension first: the embedding of a 49,152-token
-  vocabulary of width 576 is ``[576, 49152]``; torch's is ``(49152, 576)``. A
-  matrix therefore comes out as ``(out_features, in_features)``, the orientation of
-  ``torch.nn.Linear.weight``, with no transpose: the bytes are the same.
-- Tensors keep GGUF's names (``token_embd.weight``, ``blk.{i}.attn_q.weight``, ...,
-  :func:`~attncourse.pretrained.config.expected_shapes`) and GGUF's row order, in
-  which the rows of Q and K are arranged for RoPE on adjacent pairs
-  (:mod:`~attncourse.pretrained.rope_layout`).
+Shapes are torch's (GGUF's reversed), names GGUF's. Source: ggml's ``docs/gguf.md``.
 """
 
 from __future__ import annotations
@@ -44,7 +27,7 @@ GGUF_PIN = "gguf==0.19.0"
 
 
 def _gguf():
-    """The ``gguf`` package, or a one-line ModuleNotFoundError saying how to install it."""
+    """The ``gguf`` package, or a ModuleNotFoundError saying how to install it."""
     try:
         import gguf
     except ModuleNotFoundError as error:
@@ -57,19 +40,7 @@ def _gguf():
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One entry of a GGUF file's tensor table.
-
-    Attributes
-    ----------
-    name : str
-        GGUF's name, e.g. ``blk.0.attn_q.weight``.
-    type_name : str
-        The GGML type: ``F32``, ``F16``, ``Q4_1``, ``Q8_0``, ...
-    shape : tuple of int
-        Torch's shape (GGUF's reversed): ``(out_features, in_features)`` for a matrix.
-    n_bytes : int
-        Bytes stored in the file.
-    """
+    """One entry of the tensor table: name, GGML type, torch shape, bytes stored."""
 
     name: str
     type_name: str
@@ -82,18 +53,7 @@ class TensorInfo:
 
 
 class GGUFFile:
-    """An opened GGUF file of a Llama model; build it with :func:`open_gguf`.
-
-    Attributes
-    ----------
-    path : Path
-    metadata : dict
-        Key -> value (lists for arrays), e.g. ``"llama.block_count": 30``.
-    config : LlamaConfig
-        The model's hyper-parameters, from the metadata.
-    tensors_info : dict
-        Name -> :class:`TensorInfo`, in the file's order.
-    """
+    """An opened GGUF file: ``metadata``, ``config``, ``tensors_info``."""
 
     def __init__(self, path: Path, reader) -> None:
         self.path = path
@@ -120,15 +80,7 @@ class GGUFFile:
         )
 
     def raw(self, name: str) -> torch.Tensor:
-        """A tensor's stored bytes, one row of the tensor per row: ``(rows, bytes_per_row)`` uint8.
-
-        ``rows`` is the product of torch's shape but the last dimension (1 for a vector).
-
-        Raises
-        ------
-        KeyError
-            If the file has no tensor ``name`` (the message lists a few it has).
-        """
+        """A tensor's stored bytes, (rows, bytes_per_row) uint8 (else KeyError)."""
         info = self._info(name)
         start = self._offsets[name]
         data = np.array(self._data[start : start + info.n_bytes], dtype=np.uint8)
@@ -136,29 +88,14 @@ class GGUFFile:
         return torch.from_numpy(data).reshape(rows, -1)
 
     def tensor(self, name: str) -> torch.Tensor:
-        """A tensor dequantised to float32, in torch's shape (``(out_features, in_features)`` for a matrix).
-
-        Raises
-        ------
-        KeyError
-            If the file has no tensor ``name``.
-        """
+        """A tensor as float32 in torch's shape (``KeyError`` if absent)."""
         info = self._info(name)
         return dequantize(self.raw(name), info.type_name).reshape(info.shape)
 
     def tensors(self) -> dict[str, torch.Tensor]:
-        """Every tensor of the model, float32, checked against the shapes the configuration implies.
+        """Every tensor (GGUF name -> float32), checked against :func:`expected_shapes`.
 
-        Returns
-        -------
-        dict
-            GGUF name -> tensor, for the names of
-            :func:`~attncourse.pretrained.config.expected_shapes`.
-
-        Raises
-        ------
-        GGUFError
-            If a tensor is missing or has another shape than the configuration implies.
+        Raises ``GGUFError`` if a tensor is missing or has another shape.
         """
         shapes = expected_shapes(self.config)
         for name, shape in shapes.items():
@@ -187,30 +124,11 @@ class GGUFFile:
 
 
 def open_gguf(path: str | os.PathLike) -> GGUFFile:
-    """Open a GGUF file of a Llama model, checking that it is whole and of a kind read here.
+    """Open a GGUF Llama file; tensors are read on demand via a memory map.
 
-    Nothing but the header and the tables is read: tensors are read when asked for
-    (:meth:`GGUFFile.tensor`), through a memory map.
-
-    Parameters
-    ----------
-    path : str or PathLike
-        The file, e.g. :func:`~attncourse.pretrained.locate.gguf_path`'s.
-
-    Returns
-    -------
-    GGUFFile
-
-    Raises
-    ------
-    FileNotFoundError
-        If there is no file at ``path``.
-    GGUFError
-        One line naming the file, if it is not a GGUF file (its first bytes are not
-        ``GGUF``), is truncated or damaged, holds a tensor type other than
-        F32/F16/Q4_1/Q8_0, or does not describe a Llama model.
-    ModuleNotFoundError
-        If the ``gguf`` package is not installed (the message gives the command).
+    Raises ``FileNotFoundError``; ``GGUFError`` naming the file if it is not GGUF, is
+    damaged, has a type other than F32/F16/Q4_1/Q8_0 or is not Llama;
+    ``ModuleNotFoundError`` without ``gguf``.
     """
     path = Path(path)
     if not path.is_file():

@@ -1,28 +1,7 @@
-"""The tokenizer and the chat template of a GGUF file, rebuilt from its metadata with ``tokenizers``.
+"""A GGUF file's byte-level BPE tokenizer and chat template.
 
-A GGUF file carries its tokenizer as metadata rather than as a ``tokenizer.json``:
-``tokenizer.ggml.model`` names the algorithm (``gpt2``: byte-level BPE, Radford et
-al. 2019, section 2.2), ``tokenizer.ggml.tokens`` the vocabulary in id order,
-``tokenizer.ggml.merges`` the BPE merges in the order they were learned (Sennrich
-et al. 2016), ``tokenizer.ggml.token_type`` which tokens are control tokens
-(``<|im_start|>``...), ``tokenizer.ggml.pre`` how text is split into words before
-BPE, and ``tokenizer.chat_template`` a Jinja template that writes a conversation as
-one string. :func:`tokenizer_from_metadata` builds the same tokenizer with
-Hugging Face's ``tokenizers``:
-
-1. **pre-tokenisation** ``smollm`` (llama.cpp's ``LLAMA_VOCAB_PRE_TYPE_SMOLLM``, and
-   SmolLM2's own ``tokenizer.json``): every digit on its own, then GPT-2's split into
-   words, numbers, punctuation and spaces, with a space kept at the start of the word
-   it precedes;
-2. **bytes to symbols**: each byte of UTF-8 becomes one of 256 printable characters
-   (a space is ``Ġ``, a newline ``Ċ``), so any text, in any script, has a spelling
-   in the vocabulary and nothing is ever unknown;
-3. **BPE**: the merges are applied in their order within each word;
-4. control tokens are matched whole in the text before all of this, so
-   ``<|im_start|>`` is one id, never seven pieces.
-
-Decoding maps the symbols back to bytes and the bytes to text, so ``decode(encode(s))
-== s`` for every string.
+Source: Radford et al. (2019), "Language Models are Unsupervised Multitask Learners",
+section 2.2 (byte-level BPE).
 """
 
 from __future__ import annotations
@@ -50,20 +29,7 @@ def _tokenizers():
 
 
 class GGUFTokenizer:
-    """A GGUF file's tokenizer and chat template; build it with :func:`tokenizer_from_metadata`.
-
-    Attributes
-    ----------
-    tokenizer : tokenizers.Tokenizer
-        The byte-level BPE tokenizer itself.
-    bos_id, eos_id : int
-        ``tokenizer.ggml.bos_token_id`` and ``eos_token_id``. In SmolLM2-Instruct they are
-        ``<|im_start|>`` (1) and ``<|im_end|>`` (2): an assistant's turn ends with ``<|im_end|>``.
-    add_bos : bool
-        Whether :meth:`encode` puts ``bos_id`` first (``tokenizer.ggml.add_bos_token``; False in SmolLM2).
-    chat_template : str or None
-        The Jinja source of ``tokenizer.chat_template``.
-    """
+    """A GGUF file's tokenizer, ``bos_id``/``eos_id`` and chat template."""
 
     def __init__(
         self,
@@ -82,26 +48,14 @@ class GGUFTokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (control tokens written in it, like ``<|im_end|>``, are one id each).
-
-        Raises
-        ------
-        TypeError
-            If ``text`` is not a string.
-        """
+        """Token ids of ``text``, control tokens one id each; TypeError if not str."""
         if not isinstance(text, str):
             raise TypeError(f"encode needs a string, got {type(text).__name__}")
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         return [self.bos_id, *ids] if self.add_bos else ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
-        """The text of token ids; control tokens are written out unless ``skip_special_tokens``.
-
-        Raises
-        ------
-        ValueError
-            If an id is outside ``0 .. vocab_size - 1``.
-        """
+        """The text of token ids; ``ValueError`` for an id outside the vocabulary."""
         ids = [int(i) for i in ids]
         wrong = [i for i in ids if not 0 <= i < self.vocab_size]
         if wrong:
@@ -111,30 +65,15 @@ class GGUFTokenizer:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token(self, token_id: int) -> str:
-        """The vocabulary's spelling of one id (byte-level symbols: a leading space shows as ``Ġ``)."""
+        """The vocabulary's spelling of one id (a leading space shows as ``Ġ``)."""
         return self.tokenizer.id_to_token(int(token_id))
 
     def render_chat(
         self, messages: Sequence[dict], add_generation_prompt: bool = True
     ) -> str:
-        """A conversation written as the model was trained to read it, by the file's chat template.
+        """``messages`` ({role, content} dicts) written by the chat template.
 
-        SmolLM2-Instruct's template is ChatML: each message becomes
-        ``<|im_start|>{role}\\n{content}<|im_end|>\\n``, a default system message comes
-        first when the conversation has none, and ``add_generation_prompt`` ends the
-        text with ``<|im_start|>assistant\\n`` for the model to go on from.
-
-        Parameters
-        ----------
-        messages : sequence of dict
-            ``{"role": "system" | "user" | "assistant", "content": str}`` each.
-        add_generation_prompt : bool
-
-        Raises
-        ------
-        ValueError
-            If the file has no chat template, or a message is not a dict with string
-            ``role`` and ``content``.
+        Raises ``ValueError`` without a template or for a malformed message.
         """
         if not self.chat_template:
             raise ValueError(
@@ -178,22 +117,9 @@ class GGUFTokenizer:
 def tokenizer_from_metadata(metadata: dict) -> GGUFTokenizer:
     """Build a GGUF file's byte-level BPE tokenizer from its metadata.
 
-    Parameters
-    ----------
-    metadata : dict
-        :attr:`~attncourse.pretrained.reader.GGUFFile.metadata`.
-
-    Returns
-    -------
-    GGUFTokenizer
-
-    Raises
-    ------
-    GGUFError
-        If the tokenizer is not byte-level BPE (``tokenizer.ggml.model`` other than
-        ``gpt2``), its pre-tokeniser is not one of :data:`PRE_TOKENIZERS`, or a key is missing.
-    ModuleNotFoundError
-        If ``tokenizers`` is not installed (the message gives the command).
+    Raises ``GGUFError`` if it is not ``gpt2`` BPE, its pre-tokeniser is not in
+    :data:`PRE_TOKENIZERS` or a key is missing; ``ModuleNotFoundError`` without
+    ``tokenizers``.
     """
     model = metadata.get("tokenizer.ggml.model")
     if model != "gpt2":
