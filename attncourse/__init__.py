@@ -1,8 +1,6 @@
 """attncourse: the helper package of an interactive course on attention mechanisms.
 
-The package is layered by role. A part imports only parts on the levels above
-its own, never a part of its own level or below (``tests/test_layers.py`` holds
-the code to this map)::
+A part imports only parts on levels above its own (``tests/test_layers.py`` checks)::
 
     0  lazy        the packages' re-exports, imported on first use (PEP 562)
     1  functional  the attention maths: tensors in, tensors out
@@ -19,8 +17,7 @@ the code to this map)::
        checks      instant feedback on the exercises
     6  cli         the command line, ``python -m attncourse``
        chapters    each chapter's own checks, recipe, explorer, figures and rubrics
-    7  course      student editions, nbgrader, the instructor's guide (reads the
-                   chapters' rubrics)
+    7  course      student editions, nbgrader, the instructor's guide (reads rubrics)
 """
 
 __version__ = "0.1.0"

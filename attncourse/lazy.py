@@ -1,21 +1,4 @@
-"""Lazy re-exports for the packages' ``__init__`` files (PEP 562).
-
-A package lists which of its modules defines each public name; the name is imported
-the first time it is read (``from attncourse.nn import GPT``, ``attncourse.nn.GPT``),
-so that importing one module of the package (``import attncourse.nn.gpt``) loads
-only what that module needs, not every module the package re-exports. A submodule
-reads as an attribute as before (``attncourse.functional.sparse_masks``), imported
-on first use too.
-
-Where a re-exported name is also the name of the submodule defining it
-(``attncourse.functional.flash_attention``, the function and its module), the name
-stays the function's, as it was when the ``__init__`` files imported everything:
-the import system's binding of the submodule to the package is ignored for it.
-
-References
-----------
-PEP 562, "Module __getattr__ and __dir__" (Python 3.7).
-"""
+"""Lazy re-exports for the packages' ``__init__`` files (PEP 562 ``__getattr__``)."""
 
 from __future__ import annotations
 
@@ -38,26 +21,9 @@ class _Package(types.ModuleType):
 
 
 def lazy_exports(package: str, sources: Mapping[str, tuple[str, ...]]) -> tuple[Callable, Callable]:
-    """The ``__getattr__`` and ``__dir__`` of package ``package`` that import ``sources`` on demand.
+    """``(__getattr__, __dir__)`` of ``package``, importing ``sources`` on demand.
 
-    Parameters
-    ----------
-    package : str
-        The package's ``__name__``.
-    sources : mapping submodule -> names
-        The names each submodule (relative to ``package``) defines and the package re-exports.
-
-    Returns
-    -------
-    (__getattr__, __dir__)
-        To assign to the package's globals. ``__getattr__(name)`` imports the submodule
-        defining ``name`` (or the submodule ``name``), caches the value in the package
-        and returns it.
-
-    Raises
-    ------
-    AttributeError
-        From ``__getattr__``, for a name that is neither re-exported nor a submodule.
+    ``__getattr__`` raises AttributeError for names neither exported nor submodules.
     """
     where = {name: module for module, names in sources.items() for name in names}
     namespace = sys.modules[package].__dict__

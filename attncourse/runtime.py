@@ -1,4 +1,4 @@
-"""Where a run happens and how it is made repeatable: device choice, seeding, progress bars."""
+"""Where a run happens and how it repeats: device, seeds, progress bars, run folders."""
 
 from __future__ import annotations
 
@@ -19,21 +19,9 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
 def pick_device(prefer: str | None = None) -> torch.device:
-    """The best available device: CUDA, then Apple's MPS, then the CPU.
+    """The best available device (CUDA, then MPS, then CPU), or ``prefer`` if given.
 
-    Parameters
-    ----------
-    prefer : str, optional
-        Force a device such as ``"cpu"``, ``"cuda"``, ``"cuda:1"`` or ``"mps"``.
-
-    Raises
-    ------
-    ValueError
-        If ``prefer`` is not a device string torch understands (``"gpu"``,
-        ``"cuda:x"``), names a device type other than those of
-        :data:`DEVICE_TYPES` (``"meta"``, ``"xla"``), gives the CPU an index
-        (``"cpu:5"``), or names a device this machine does not have (CUDA or
-        MPS missing, ``"cuda:3"`` on a machine with fewer GPUs).
+    Raises ValueError if ``prefer`` is no :data:`DEVICE_TYPES` device this machine has.
     """
     if prefer is not None:
         try:
@@ -61,7 +49,7 @@ def pick_device(prefer: str | None = None) -> torch.device:
 
 
 def describe_device(device: torch.device) -> str:
-    """A one-line description such as ``"cuda (NVIDIA H100 80GB HBM3)"`` or ``"cpu (2 threads)"``."""
+    """One line such as ``"cuda (NVIDIA H100 80GB HBM3)"`` or ``"cpu (2 threads)"``."""
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     if device.type == "cpu":
@@ -75,24 +63,9 @@ SEED_OFFSET_ENV = "ATTNCOURSE_SEED_OFFSET"
 
 
 def seed_offset() -> int:
-    """The integer in ``$ATTNCOURSE_SEED_OFFSET`` (default 0), added to every seed drawn from.
+    """``$ATTNCOURSE_SEED_OFFSET`` (default 0), added to every seed (other-seed runs).
 
-    Why: a chapter's claims about trained models (a loss below a bound, a head found at a
-    step) hold for the seeds the chapter uses; ``tools/claims.py``'s ``other-seeds`` variant
-    (``make claims``) runs every chapter again with every model trained from another seed,
-    on other drawn data, without editing the chapters, to see by how much each claim still
-    holds. This is the one place that reads the variable. :func:`seed_everything`, the
-    training loops (:func:`attncourse.train.loop.train_epochs`,
-    :func:`attncourse.train.fit.fit`) and the recipes take their model seeds through
-    :func:`training_seed`; the recipes take the seeds of the data they draw (tasks, batches,
-    evaluation contexts, closed-form draws) through :func:`data_seed`; :func:`runs_dir`
-    keeps such runs apart from the cached runs of the chapters' own seeds. What a chapter's
-    cell draws itself with a literal seed (a toy example the prose walks through) stays.
-
-    Raises
-    ------
-    ValueError
-        If the variable is set to something other than a non-negative integer.
+    Raises ValueError if it is set to something other than an integer >= 0.
     """
     value = os.environ.get(SEED_OFFSET_ENV, "").strip()
     try:
@@ -105,7 +78,7 @@ def seed_offset() -> int:
 
 
 def _shifted(seed: int, what: str) -> int:
-    """``seed`` plus :func:`seed_offset`, refusing a seed the offset would not keep apart."""
+    """``seed + offset``; with an offset, ValueError unless ``0 <= seed < offset``."""
     offset = seed_offset()
     if offset and not 0 <= int(seed) < offset:
         # seeds in [0, offset) shift to [offset, 2 offset): disjoint from every seed the
@@ -116,36 +89,17 @@ def _shifted(seed: int, what: str) -> int:
 
 
 def training_seed(seed: int) -> int:
-    """``seed`` plus :func:`seed_offset`: the seed a model is initialised and trained with.
-
-    Raises
-    ------
-    ValueError
-        If an offset is set and ``seed`` is not in ``[0, offset)``.
-    """
+    """The seed a model is initialised and trained with; raises as :func:`_shifted`."""
     return _shifted(seed, "training seed")
 
 
 def data_seed(seed: int) -> int:
-    """``seed`` plus :func:`seed_offset`: the seed a recipe draws its data with.
-
-    Tasks, batches' contexts, evaluation sets and closed-form draws; the same number as
-    ``seed`` in normal use (offset 0).
-
-    Raises
-    ------
-    ValueError
-        If an offset is set and ``seed`` is not in ``[0, offset)``.
-    """
+    """The seed a recipe draws its data with; raises as :func:`_shifted`."""
     return _shifted(seed, "data seed")
 
 
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python's, NumPy's and torch's global generators (with :func:`training_seed`).
-
-    Library code takes explicit ``seed`` arguments; this is for notebooks and
-    scripts, so that a whole run is repeatable.
-    """
+    """Seed Python's, NumPy's and torch's generators with :func:`training_seed`."""
     seed = training_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
@@ -153,12 +107,7 @@ def seed_everything(seed: int = 0) -> None:
 
 
 def env_flag(name: str) -> bool:
-    """Whether the environment variable ``name`` is set to something other than off.
-
-    Unset, empty, ``0``, ``false``, ``no`` and ``off`` (any case, spaces ignored) are off;
-    anything else is on. The one reader of the course's on/off variables
-    (``ATTNCOURSE_NO_TRAINING``, ``ATTNCOURSE_STATIC_EXPLORERS``, ``ATTNCOURSE_CACHE_FITS``).
-    """
+    """Whether ``$name`` is set to anything but empty, 0, false, no or off."""
     return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
@@ -171,24 +120,7 @@ class UnpreparedRun(RuntimeError):
 
 
 def refuse_cached_training(name: str, done: int, total: int) -> None:
-    """Raise :class:`UnpreparedRun` if ``$ATTNCOURSE_NO_TRAINING`` is 1; else return.
-
-    Why: grading must never train. ``python -m attncourse prepare`` trains every cached model
-    of the chapters once, before any submission; a submission's grading (the course's
-    ``nbgrader_config.py`` sets the variable for ``nbgrader autograde``) then only loads
-    them. A run the cache lacks, or holds unfinished (an interrupted training), fails at
-    once, naming itself, rather than costing minutes of every submission's time limit.
-    Called by the training loops for runs they keep on disk (``train_epochs``, ``fit``
-    with an ``out_dir``); a model trained in memory only (a chapter's small in-notebook
-    model, a learner's own loop) is not a cached run and trains as usual.
-
-    Parameters
-    ----------
-    name : str
-        The run (its folder).
-    done, total : int
-        Epochs its checkpoint holds, and epochs it is to have.
-    """
+    """Raise :class:`UnpreparedRun` if ``$ATTNCOURSE_NO_TRAINING`` is on (grading)."""
     if env_flag(NO_TRAINING_ENV):
         raise UnpreparedRun(f"{name} holds {done} of the run's {total} epochs, and ${NO_TRAINING_ENV} "
                             "says grading does not train: prepare the "
@@ -197,25 +129,7 @@ def refuse_cached_training(name: str, done: int, total: int) -> None:
 
 
 def runs_dir(name: str | None = None) -> Path:
-    """Folder where chapters keep their trained models, so a run is never lost.
-
-    ``$ATTNCOURSE_RUNS`` if set (``make`` sets it to ``_build/runs`` of the
-    repository, and ``make test`` empties it first so that every test run trains
-    afresh); otherwise ``_build/runs`` next to the package in a source checkout,
-    or ``~/.cache/attncourse/runs`` for an installed package. With a
-    :func:`seed_offset` k other than 0, the runs live in its sub-folder
-    ``seed-offset-k``.
-
-    Parameters
-    ----------
-    name : str, optional
-        A sub-folder for one run, e.g. ``"numbers-en-fr/bahdanau-all"``.
-
-    Returns
-    -------
-    pathlib.Path
-        The folder, created if missing.
-    """
+    """``$ATTNCOURSE_RUNS``, ``_build/runs`` or ``~/.cache/attncourse/runs``; made."""
     root = os.environ.get("ATTNCOURSE_RUNS")
     if root:
         base = Path(root)
@@ -232,20 +146,7 @@ def runs_dir(name: str | None = None) -> Path:
 
 @contextlib.contextmanager
 def run_lock(out_dir: str | Path) -> Iterator[None]:
-    """Hold an exclusive lock on a cached run's folder while it trains.
-
-    Two notebooks may ask for the same run at once: two chapters open side by side
-    in JupyterLab, or the book's chapters executed in parallel. Without a lock both
-    would train it and write the same checkpoint; with it the second waits, then
-    finds the finished run and loads it. The lock is ``out_dir/.lock``
-    (``fcntl.flock``, released when the process ends, even if it is killed).
-    Where ``fcntl`` does not exist (Windows), no lock is taken.
-
-    Parameters
-    ----------
-    out_dir : path
-        The run's folder, created if missing.
-    """
+    """Hold an exclusive ``fcntl`` lock on ``out_dir/.lock`` while a run trains."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory file locks in the standard library
@@ -268,7 +169,7 @@ BOOK_ENV = "ATTNCOURSE_STATIC_EXPLORERS"
 
 
 def book_build() -> bool:
-    """Whether this process executes a chapter for the static book (``ATTNCOURSE_STATIC_EXPLORERS=1``)."""
+    """Whether this process executes a chapter for the static book."""
     return env_flag(BOOK_ENV)
 
 
@@ -283,15 +184,7 @@ class _Nowhere:
 
 
 class _CellLoops:
-    """The training loops one notebook cell ran in a book build, shown as one line.
-
-    A cell that trains 18 models would leave 18 lines of finished bars above its results;
-    the page needs one: how many loops, how many steps in how long, how many loaded from
-    their checkpoints. Each loop's line is kept here while the cell runs and printed, one
-    line for all of them, when the cell ends (IPython's ``post_run_cell`` event, on which
-    the output still belongs to the cell). Outside IPython (a script) each line is printed
-    at once.
-    """
+    """The training loops of one cell in a book build, printed as one line."""
 
     def __init__(self) -> None:
         self.entries: list[dict] = []
@@ -321,11 +214,7 @@ def _ipython():
 
 
 def summary_line(entries: list[dict]) -> str:
-    """One line for a cell's loops: a loop's own line when alone, else what they did.
-
-    Each entry has ``line`` (what the loop alone would print), ``desc``, ``loaded`` (bool),
-    ``n`` (steps), ``unit`` and ``elapsed`` (seconds; 0 for a loaded run).
-    """
+    """One line for a cell's loops (entries: line, desc, loaded, n, unit, elapsed s)."""
     if len(entries) == 1:
         return entries[0]["line"]
     trained = [e for e in entries if not e["loaded"]]
@@ -347,7 +236,7 @@ _CELL_LOOPS = _CellLoops()
 
 
 def announce_loaded(desc: str, steps: int, unit: str) -> None:
-    """Say that a cached run was loaded, not trained: a line, or its part of the cell's line."""
+    """Say that a cached run was loaded, not trained."""
     line = f"{desc}: trained already ({steps} {unit}), loaded from its checkpoint"
     if book_build():
         _CELL_LOOPS.add({"line": line, "desc": desc, "loaded": True, "n": steps,
@@ -357,16 +246,7 @@ def announce_loaded(desc: str, steps: int, unit: str) -> None:
 
 
 class BookBar(text_tqdm):
-    """A text bar that draws nothing while it runs and prints its final state once, on stdout.
-
-    A static page keeps a cell's outputs as they were when the cell ended. A widget bar
-    leaves only its first frame there (its text fallback, ``0/300 [00:00<?, ?step/s]``),
-    and a text bar's redraws would each become a line; this bar's one line is the state
-    the reader needs: the steps done, the time taken and the rate. Several bars of one cell
-    (a cell that trains many models) share one line, printed when the cell ends
-    (:func:`summary_line`). A bar that would vanish when done (``leave=False``) prints
-    nothing.
-    """
+    """A text bar printing only its final state, once, on stdout (the static book)."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs["file"] = _Nowhere()
@@ -374,7 +254,7 @@ class BookBar(text_tqdm):
         super().__init__(*args, **kwargs)
 
     def close(self) -> None:
-        """Close the bar, giving its final state to the cell's line if it is left on the page."""
+        """Close the bar, adding its final state to the cell's line if ``leave``."""
         if self.disable:
             return
         final = str(self) if self.leave else ""
@@ -387,24 +267,7 @@ class BookBar(text_tqdm):
 
 
 def progress_bar(iterable=None, *, progress: bool = True, **kwargs) -> tqdm:
-    """A ``tqdm.auto`` bar (a widget in a notebook, text in a terminal), off when ``progress`` is False.
-
-    With ``progress=True`` the environment still decides: ``TQDM_DISABLE=1``
-    turns every bar of the course off, and ``TQDM_MININTERVAL`` sets how often
-    they redraw (tqdm reads both, when it is imported). ``make test`` sets
-    ``TQDM_DISABLE=1`` for the notebooks: nobody watches the bars there. While the
-    static book is built (:func:`book_build`) the bar is a :class:`BookBar`, whose
-    one line of final state is what the page shows.
-
-    Parameters
-    ----------
-    iterable : iterable, optional
-        What to iterate over, as for ``tqdm``.
-    progress : bool
-        False: no bar, whatever the environment says.
-    **kwargs
-        Passed to ``tqdm`` (``total``, ``desc``, ``unit``, ``leave``, ...).
-    """
+    """A ``tqdm.auto`` bar, off when ``progress`` is False or ``TQDM_DISABLE=1``."""
     if not progress:
         kwargs["disable"] = True
     bar = BookBar if book_build() else tqdm
@@ -416,19 +279,6 @@ QUIET_PROGRESS_DELAY_S = 5.0
 
 
 def quiet_progress(iterable=None, **kwargs) -> tqdm:
-    """A :func:`progress_bar` that appears only once the loop has run ``QUIET_PROGRESS_DELAY_S``.
-
-    For work that takes a moment on a fast machine and minutes on a slow one (reading a
-    model, generating tokens): a learner on a laptop sees steps, rate and time left, and
-    a fast machine prints nothing. The bar goes when the loop ends (``leave=False``),
-    since such loops run many times in one cell.
-
-    Parameters
-    ----------
-    iterable : iterable, optional
-        What to iterate over, as for ``tqdm``.
-    **kwargs
-        Passed to ``tqdm`` (``total``, ``desc``, ``unit``, ...).
-    """
+    """A :func:`progress_bar` shown only after ``QUIET_PROGRESS_DELAY_S`` seconds."""
     kwargs.setdefault("leave", False)
     return progress_bar(iterable, delay=QUIET_PROGRESS_DELAY_S, **kwargs)

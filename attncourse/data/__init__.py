@@ -1,19 +1,4 @@
-"""Data for the course, all generated offline and deterministic given a seed.
-
-- toy sentences and embeddings for the self-attention chapter (:mod:`.toy`);
-- sequence-to-sequence tasks: number translation (:mod:`.numbers`), date
-  normalisation (:mod:`.dates`) and your own TSV pairs (:mod:`.pairs`);
-- vocabularies (:mod:`.vocab`) and padded, length-bucketed batches (:mod:`.batching`);
-- toy copy/reverse/sort tasks (:mod:`.toy_tasks`) and digit canvases built from
-  scikit-learn's bundled 8x8 digits (:mod:`.canvases`);
-- character-level text for language models, by default the course's own chapters 1-6
-  (:mod:`.text`).
-- associative recall, N (key, value) pairs and a query (:mod:`.recall`), and its multi-query
-  form (MQAR, :mod:`.mqar`).
-
-``tokenize`` here is the toy sentences' word splitter; the pairs' level-aware
-splitter is :func:`attncourse.data.pairs.tokenize`.
-"""
+"""Data for the course, all generated offline and deterministic given a seed."""
 
 from attncourse.lazy import lazy_exports
 

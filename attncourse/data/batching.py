@@ -1,30 +1,7 @@
 """From token pairs to padded tensor batches for encoder-decoder models.
 
-Conventions (every model and the training loop rely on them):
-
-* The **source** is x_1..x_S followed by ``<eos>``, with no ``<bos>``. The
-  encoder reads the whole source before the decoder starts, so it needs no
-  start signal. The final ``<eos>`` tells the encoder the source is over: its
-  state there has read every word, which makes it the summary a plain
-  (attention-free) decoder starts from, and it gives attention a position to
-  look at when no source word fits (e.g. when emitting the target's
-  ``<eos>``). Sutskever et al. (2014) and Bahdanau et al. (2015) also end
-  their sources with an end-of-sentence token.
-* The **target** is ``<bos> y_1..y_T <eos>``. With teacher forcing the decoder
-  reads ``tgt_in = <bos> y_1..y_T`` and is trained to predict
-  ``tgt_out = y_1..y_T <eos>``, one position ahead.
-* Shorter sequences are filled with ``<pad>`` (id 0) on the right; the masks are
-  True at real tokens (``<bos>`` and ``<eos>`` included) and False at padding.
-
-Padding costs compute, so :func:`make_batches` puts sequences of similar length
-together ("bucketing").
-
-References
-----------
-I. Sutskever, O. Vinyals, Q. V. Le, "Sequence to Sequence Learning with Neural
-Networks", NeurIPS 2014, section 2.
-D. Bahdanau, K. Cho, Y. Bengio, "Neural Machine Translation by Jointly Learning
-to Align and Translate", ICLR 2015, section 3.
+Source: Bahdanau et al. (2015), "Neural Machine Translation by Jointly Learning to Align
+and Translate", section 3.
 """
 
 from __future__ import annotations
@@ -42,23 +19,8 @@ Example = tuple[list[int], list[int]]
 
 @dataclass
 class Batch:
-    """A padded batch of source and target id sequences.
-
-    Attributes
-    ----------
-    src : (batch, src_len) int64
-        x_1..x_S ``<eos>``, then ``<pad>``.
-    src_mask : (batch, src_len) bool
-        True at real tokens (``<eos>`` included), False at padding.
-    src_lengths : (batch,) int64
-        Real tokens per source, ``<eos>`` included: ``src_mask.sum(1)``.
-    tgt : (batch, tgt_len) int64
-        ``<bos>`` y_1..y_T ``<eos>``, then ``<pad>``.
-    tgt_mask : (batch, tgt_len) bool
-        True at real tokens (``<bos>`` and ``<eos>`` included).
-    index : (batch,) int64 or None
-        Position of each example in the dataset it came from, so predictions
-        can be matched with their source text; None if unknown.
+    """A padded batch: src (batch, src_len) and tgt (batch, tgt_len) int64 ids, their bool
+    masks, src_lengths (batch,) and the examples' index (batch,) or None.
     """
 
     src: torch.Tensor
@@ -89,11 +51,7 @@ class Batch:
 
     @property
     def tgt_out(self) -> torch.Tensor:
-        """What the decoder should predict, y_1..y_T ``<eos>``: (batch, tgt_len - 1).
-
-        Padding positions hold ``pad_id``; use ``ignore_index=pad_id`` in the
-        loss, or :attr:`tgt_out_mask`.
-        """
+        """What the decoder should predict, y_1..y_T ``<eos>``: (batch, tgt_len - 1)."""
         return self.tgt[:, 1:]
 
     @property
@@ -108,20 +66,7 @@ class Batch:
 
 
 def encode_pairs(dataset: PairDataset, src_vocab: Vocabulary, tgt_vocab: Vocabulary) -> list[Example]:
-    """Turn token pairs into id lists, adding the special tokens.
-
-    Parameters
-    ----------
-    dataset : PairDataset
-    src_vocab, tgt_vocab : Vocabulary
-
-    Returns
-    -------
-    list of (src_ids, tgt_ids)
-        ``src_ids`` = x_1..x_S ``<eos>`` (length S + 1), ``tgt_ids`` =
-        ``<bos>`` y_1..y_T ``<eos>`` (length T + 2); unknown tokens become
-        ``<unk>``.
-    """
+    """Token pairs as ``(src_ids, tgt_ids)`` lists, with the special tokens added."""
     return [
         (src_vocab.encode(src, add_eos=True), tgt_vocab.encode(tgt, add_bos=True, add_eos=True))
         for src, tgt in dataset.pairs
@@ -140,26 +85,8 @@ def _pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor
 def collate(examples: list[Example], pad_id: int = 0, index: list[int] | None = None) -> Batch:
     """Pad a list of encoded examples into one :class:`Batch`.
 
-    Parameters
-    ----------
-    examples : list of (src_ids, tgt_ids)
-        As returned by :func:`encode_pairs`: sources end with ``<eos>``, targets
-        are ``<bos>`` ... ``<eos>``.
-    pad_id : int
-        Fill value; ``Vocabulary.pad_id`` (0).
-    index : list of int, optional
-        Dataset positions of the examples, stored in ``Batch.index``.
-
-    Returns
-    -------
-    Batch
-        ``src``: (batch, max source length), ``tgt``: (batch, max target length).
-
-    Raises
-    ------
-    ValueError
-        If ``examples`` is empty, a sequence is empty, or ``index`` has a
-        different length.
+    Shapes: examples list of (src_ids, tgt_ids). Raises ValueError if ``examples`` is
+    empty, a sequence is empty, or ``index`` has a different length.
     """
     if not examples:
         raise ValueError("cannot collate an empty list of examples")
@@ -190,35 +117,7 @@ def make_batches(
 ) -> list[Batch]:
     """Encode, group and pad a whole dataset; every example lands in exactly one batch.
 
-    With ``bucket=True`` the examples (shuffled first if ``shuffle``) are cut
-    into chunks of ``50 * batch_size``; within a chunk they are sorted by
-    source length (then target length) and cut into batches, so a batch holds
-    sequences of similar length and little padding. With ``shuffle=True`` the
-    batch order is then shuffled too, so training does not see short
-    sequences first. All of this is deterministic given ``seed``; pass a
-    different seed each epoch (e.g. the epoch number) for fresh batches.
-    With ``shuffle=False`` the order depends on the dataset only (use it for
-    evaluation).
-
-    Parameters
-    ----------
-    dataset : PairDataset
-    src_vocab, tgt_vocab : Vocabulary
-    batch_size : int
-        Examples per batch; the last batch of a chunk may be smaller.
-    shuffle : bool
-    seed : int
-    bucket : bool
-
-    Returns
-    -------
-    list of Batch
-        With ``Batch.index`` set to the dataset positions.
-
-    Raises
-    ------
-    ValueError
-        If ``batch_size < 1`` or the dataset is empty.
+    Raises ValueError if ``batch_size < 1`` or the dataset is empty.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
@@ -245,21 +144,7 @@ def make_batches(
 
 
 def build_vocabs(dataset: PairDataset, min_freq: int = 1) -> tuple[Vocabulary, Vocabulary]:
-    """Source and target vocabularies from a (training) dataset.
-
-    Build them from the training split only: tokens that appear only in
-    validation or test data then become ``<unk>``, as they would for new data.
-
-    Parameters
-    ----------
-    dataset : PairDataset
-    min_freq : int
-        See :meth:`Vocabulary.build`.
-
-    Returns
-    -------
-    (src_vocab, tgt_vocab) : tuple of Vocabulary
-    """
+    """``(src_vocab, tgt_vocab)`` of a (training) dataset."""
     return (
         Vocabulary.build((s for s, _ in dataset.pairs), min_freq=min_freq),
         Vocabulary.build((t for _, t in dataset.pairs), min_freq=min_freq),
@@ -267,39 +152,11 @@ def build_vocabs(dataset: PairDataset, min_freq: int = 1) -> tuple[Vocabulary, V
 
 
 def pad_to_buckets(batches: list[Batch], n_buckets: int, batch_size: int) -> list[Batch]:
-    """The same batches, padded to a few fixed shapes: at most ``n_buckets`` distinct shapes in all.
+    """The same batches, padded to a few fixed shapes: at most ``n_buckets`` distinct
+    shapes in all.
 
-    The batches are sorted by (source length, target length) and cut into
-    ``n_buckets`` groups of about equal count; every batch of a group is padded
-    on the right to the group's longest source and target, and filled up to
-    ``batch_size`` rows with *filler rows*. A compiled model
-    (:func:`torch.compile` with ``dynamic=False``) then compiles one graph per
-    shape instead of one per batch length.
-
-    A filler row repeats the batch's first source and has the target
-    ``<bos>`` followed by padding, so its ``tgt_out`` is all padding: it adds
-    nothing to the loss (``ignore_index=pad_id``) nor to the counts of
-    :attr:`Batch.n_tgt_tokens`, and no row is fully masked. Its ``index`` is -1.
-
-    Parameters
-    ----------
-    batches : list of Batch
-        E.g. from :func:`make_batches`; none may hold more than ``batch_size`` rows.
-    n_buckets : int
-        At least 1.
-    batch_size : int
-
-    Returns
-    -------
-    list of Batch
-        In the order of ``batches``; shapes ``(batch_size, S_b)`` and
-        ``(batch_size, T_b + 2)`` with S_b, T_b the bucket's longest.
-
-    Raises
-    ------
-    ValueError
-        If ``n_buckets < 1``, ``batches`` is empty, or a batch holds more than
-        ``batch_size`` rows.
+    Raises ValueError if ``n_buckets < 1``, ``batches`` is empty, or a batch holds more
+    than ``batch_size`` rows.
     """
     if n_buckets < 1:
         raise ValueError(f"n_buckets must be at least 1, got {n_buckets}")

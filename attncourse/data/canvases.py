@@ -1,43 +1,6 @@
-"""Canvases of handwritten digits: data for attention over images.
+"""Canvases of handwritten digits: data for attention over images (chapter 6).
 
-Both tasks paste scikit-learn's bundled 8x8 handwritten digits
-(``sklearn.datasets.load_digits``: 1797 images, pixel values 0..16, shipped
-with the library, so nothing is downloaded) onto a larger black canvas.
-
-* :func:`digit_canvas_task` -- *read the digits*: ``k`` digits at random,
-  non-overlapping places; the target is their labels read left to right, a
-  short "caption" of the image. A captioning model with attention should look
-  at one digit per output step (Xu et al. 2015), and its attention weights can
-  be checked against the known positions.
-* :func:`digit_relation_task` -- *compare two far-apart digits*: label 1 if
-  the relation holds (e.g. the two digits are equal), else 0, with balanced
-  classes. The digits are farther apart than a small CNN's receptive field, so
-  a plain CNN can only relate them through its final pooling, while
-  self-attention between positions can relate them directly (Wang et al.
-  2018; Zhang et al. 2019).
-
-**No source image is shared between splits.** The 1797 images are divided,
-class by class, into a train, a valid and a test *pool* (fractions
-``pool_fractions``); each split draws its digits from its own pool only, so a
-test canvas never shows a handwritten digit seen in training, however many
-canvases are made. The pools depend on ``seed`` and ``pool_fractions`` only,
-and each split has its own random stream, so asking for more training
-canvases leaves the valid and test canvases unchanged.
-
-Images are ``float32`` in [0, 1] (the 0..16 intensities divided by 16), shape
-``(n, 1, height, width)``: batch, channels, rows, columns, as PyTorch's
-convolutions expect.
-
-References
-----------
-Alpaydin, Kaynak (1998), "Optical Recognition of Handwritten Digits", UCI
-Machine Learning Repository (the data behind ``load_digits``).
-Xu et al. (2015), "Show, Attend and Tell: Neural Image Caption Generation with
-Visual Attention", ICML.
-Mnih et al. (2014), "Recurrent Models of Visual Attention", NeurIPS (cluttered
-digit canvases).
-Wang et al. (2018), "Non-local Neural Networks", CVPR.
-Zhang et al. (2019), "Self-Attention Generative Adversarial Networks", ICML.
+Source: Alpaydin & Kaynak (1998), "Optical Recognition of Handwritten Digits", UCI.
 """
 
 from __future__ import annotations
@@ -64,7 +27,7 @@ _SPLIT_NAMES = ("train", "valid", "test")
 
 @lru_cache(maxsize=1)
 def _load_digits() -> tuple[np.ndarray, np.ndarray]:
-    """The 1797 digits as float32 images in [0, 1], shape (1797, 8, 8), and their labels (1797,)."""
+    """The 1797 digits as float32 images (1797, 8, 8) in [0, 1], and labels (1797,)."""
     try:
         from sklearn.datasets import load_digits
     except ImportError as err:  # pragma: no cover - depends on the environment
@@ -82,46 +45,16 @@ def _load_digits() -> tuple[np.ndarray, np.ndarray]:
 def load_digit_images() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's 8x8 digits, scaled to [0, 1].
 
-    Returns
-    -------
-    images : (1797, 8, 8) float32, read-only
-        Pixel intensities 0..16 divided by 16.
-    labels : (1797,) int64, read-only
-        The digit 0..9 drawn in each image. Row ``i`` is source image id ``i``
-        (the ``sources`` of a :class:`CanvasDataset`).
-
-    Raises
-    ------
-    ImportError
-        If scikit-learn is not installed.
+    Returns images (1797, 8, 8) float32, read-only; labels (1797,) int64, read-only.
+    Raises ImportError if scikit-learn is not installed.
     """
     return _load_digits()
 
 
 @dataclass(frozen=True)
 class CanvasDataset:
-    """Canvases of digits with their labels and where each digit was pasted.
-
-    Attributes
-    ----------
-    images : (n, 1, height, width) float32
-        Canvases, values in [0, 1]; background 0.
-    targets : (n, k) int64 or (n,) int64
-        What a model must predict: the digit labels read left to right
-        (:func:`digit_canvas_task`), or 0/1 for the relation
-        (:func:`digit_relation_task`).
-    digits : (n, k) int64
-        Label of every pasted digit, left to right.
-    sources : (n, k) int64
-        Source image id of every pasted digit (row of :func:`load_digit_images`),
-        left to right.
-    positions : (n, k, 2) int64
-        (row, col) of the top-left corner of every pasted digit, left to right,
-        so digit j covers ``images[i, 0, r:r+8, c:c+8]``.
-    name : str
-        For messages and figure titles, e.g. ``"digits3-train"``.
-
-    All arrays are read-only.
+    """Canvases with their labels and where each digit was pasted: images (n, 1, height,
+    width) float32; targets (n, k) or (n,); digits, sources (n, k); positions (n, k, 2).
     """
 
     images: np.ndarray
@@ -157,15 +90,7 @@ class CanvasDataset:
 
 @dataclass(frozen=True)
 class CanvasSplits:
-    """Train, validation and test canvases drawn from disjoint pools of source images.
-
-    Attributes
-    ----------
-    train, valid, test : CanvasDataset
-    pools : dict of str to (n_pool,) int64 array
-        The source image ids each split may use; the three pools are disjoint
-        and together hold all 1797 images.
-    """
+    """Train, validation and test canvases drawn from disjoint ``pools`` of source images."""
 
     train: CanvasDataset
     valid: CanvasDataset
@@ -194,25 +119,7 @@ def _validate_fractions(pool_fractions) -> np.ndarray:
 def source_pools(seed: int = 0, pool_fractions=(0.6, 0.2, 0.2)) -> dict[str, np.ndarray]:
     """Divide the 1797 source images into disjoint train / valid / test pools.
 
-    The division is stratified: each digit class is shuffled and cut in the
-    given fractions, so every pool holds every class in about the same share.
-
-    Parameters
-    ----------
-    seed : int
-        Seed of the shuffle.
-    pool_fractions : three positive floats
-        Shares of train, valid and test (normalised to sum to 1).
-
-    Returns
-    -------
-    dict with keys ``"train"``, ``"valid"``, ``"test"``
-        Sorted int64 arrays of source image ids; disjoint, together all ids.
-
-    Raises
-    ------
-    ValueError
-        If ``pool_fractions`` is not three positive numbers.
+    Raises ValueError if ``pool_fractions`` is not three positive numbers.
     """
     fractions = _validate_fractions(pool_fractions)
     _, labels = _load_digits()
@@ -227,14 +134,14 @@ def source_pools(seed: int = 0, pool_fractions=(0.6, 0.2, 0.2)) -> dict[str, np.
 
 
 def _paste(canvas: np.ndarray, patch: np.ndarray, row: int, col: int) -> None:
-    """Draw ``patch`` onto ``canvas`` at (row, col), keeping the brighter pixel where they overlap."""
+    """Draw ``patch`` onto ``canvas`` at (row, col), keeping the brighter pixel."""
     h, w = patch.shape
     np.maximum(canvas[row:row + h, col:col + w], patch, out=canvas[row:row + h, col:col + w])
 
 
 def _add_clutter(canvas: np.ndarray, boxes: list[tuple[int, int]], pool: np.ndarray,
                  clutter: int, rng: np.random.Generator) -> None:
-    """Paste ``clutter`` random 4x4 pieces of pool digits, away from the digits' 8x8 boxes if possible."""
+    """Paste ``clutter`` random 4x4 pieces of pool digits, away from ``boxes`` if possible."""
     images, _ = _load_digits()
     height, width = canvas.shape
     f = FRAGMENT_SIZE
@@ -255,7 +162,7 @@ def _add_clutter(canvas: np.ndarray, boxes: list[tuple[int, int]], pool: np.ndar
 
 def _draw_sources(pool: np.ndarray, labels_wanted: np.ndarray, rng: np.random.Generator,
                   distinct: bool) -> np.ndarray:
-    """For each wanted label, a random source id from the pool with that label (distinct within a row)."""
+    """A random pool source per wanted label, distinct within a row."""
     _, labels = _load_digits()
     by_label = {c: pool[labels[pool] == c] for c in range(10)}
     out = np.empty(labels_wanted.shape, dtype=np.int64)
@@ -324,48 +231,8 @@ def digit_canvas_task(
 ) -> CanvasSplits:
     """Canvases with ``k`` digits; the target is the digits read left to right.
 
-    Each canvas is ``height x width`` pixels, black, with ``k`` digits drawn
-    from its split's pool (with replacement across canvases). Columns: the
-    ``width - 8k`` free columns are split into ``k + 1`` random gaps, so the
-    digits never overlap, their left-to-right order is the target order, and
-    the spacing varies (digits may touch). Rows: each digit's top row is
-    uniform in ``0 .. height - 8``. With ``clutter > 0``, that many random
-    4x4 pieces of other digits of the same pool are pasted per canvas, where
-    they miss every digit's 8x8 box if such a place is found in 20 tries
-    (as in the cluttered digits of Mnih et al. 2014).
-
-    Parameters
-    ----------
-    n_train, n_valid, n_test : int
-        Number of canvases per split (0 allowed).
-    k : int
-        Digits per canvas, the length of each target.
-    height, width : int
-        Canvas size in pixels.
-    clutter : int
-        Clutter fragments per canvas.
-    seed : int
-        Seed of the pools and of every random choice.
-    pool_fractions : three positive floats
-        Shares of the 1797 source images given to train, valid, test.
-
-    Returns
-    -------
-    CanvasSplits
-        Each split a :class:`CanvasDataset` with ``images (n, 1, height, width)``
-        float32 in [0, 1], ``targets (n, k)`` int64 digits 0..9 left to right,
-        ``sources (n, k)``, ``positions (n, k, 2)``.
-
-    Raises
-    ------
-    ValueError
-        If a count or ``clutter`` is negative, ``k < 1``, or the canvas is too
-        small for ``k`` digits (``height < 8`` or ``width < 8 k``).
-
-    References
-    ----------
-    Xu et al. (2015), section 5 (attention follows the words of the caption);
-    Mnih et al. (2014), section 4.1 (translated and cluttered digits).
+    Raises ValueError if a count or ``clutter`` is negative, ``k < 1``, or the canvas is
+    too small (``height < 8`` or ``width < 8 k``). Source: Mnih et al. (2014), section 4.1.
     """
     counts = _validate_counts(n_train, n_valid, n_test)
     if int(k) != k or k < 1:
@@ -417,49 +284,8 @@ def digit_relation_task(
 ) -> CanvasSplits:
     """Canvases with two far-apart digits; the target says whether a relation holds.
 
-    ``relation="equal"``: label 1 if the two digits are the same digit (drawn
-    from two *different* source images, so pixel matching is not enough), else
-    0. ``relation="less"``: two different digits; label 1 if the left one is
-    smaller. In each split exactly ``n // 2`` canvases have label 1 (``n - n//2``
-    label 0), in random order; given the label, the digit pair is uniform among
-    the pairs with that label.
-
-    The left digit's column is uniform in ``0 .. width - 16 - min_gap`` and
-    the right digit starts at least ``min_gap`` columns after the left one
-    ends; rows are uniform in ``0 .. height - 8``.
-
-    Parameters
-    ----------
-    n_train, n_valid, n_test : int
-        Canvases per split.
-    height, width : int
-        Canvas size in pixels.
-    seed : int
-    relation : {"equal", "less"}
-    min_gap : int, optional
-        Fewest blank columns between the two digits; default
-        ``width // 2 - 8`` (16 for the default width of 48), wider than the
-        receptive field of :class:`~attncourse.nn.conv_attention.PlainCNN`
-        minus the two digits' widths.
-    pool_fractions : three positive floats
-        Shares of the source images given to train, valid, test.
-
-    Returns
-    -------
-    CanvasSplits
-        Datasets with ``targets (n,)`` int64 in {0, 1}, ``digits (n, 2)``,
-        ``sources (n, 2)``, ``positions (n, 2, 2)``.
-
-    Raises
-    ------
-    ValueError
-        If a count or ``min_gap`` is negative, ``relation`` is unknown, or the
-        canvas cannot hold two digits ``min_gap`` apart.
-
-    References
-    ----------
-    Wang et al. (2018), section 1 (long-range dependencies need many local
-    layers); Zhang et al. (2019), section 3.
+    Raises ValueError if a count or ``min_gap`` is negative, ``relation`` is unknown, or
+    the canvas cannot hold two digits ``min_gap`` apart. Source: Wang et al. (2018), sec. 1.
     """
     counts = _validate_counts(n_train, n_valid, n_test)
     if relation not in RELATIONS:

@@ -1,28 +1,6 @@
 """Number translation: English number words to French or German number words.
 
-The task of the sequence-to-sequence chapter. The source is a number written in
-English words, the target the same number in French or German words, all
-produced by the ``num2words`` library, so nothing is downloaded::
-
-    seventy-one                ->  soixante et onze
-    twenty-four                ->  vier und zwanzig      (German, split into parts)
-
-Why this task: the source length grows with the number's size, so we can watch a
-fixed-size encoder summary (the bottleneck) fail on long numbers while attention
-copes; and the languages reorder words. French counts 71 as "sixty and eleven";
-German says the units before the tens ("vierundzwanzig" is "four and twenty"),
-so its alignment with English crosses.
-
-Tokens are words: we split on spaces and hyphens and drop commas, so
-"seventy-one" gives ``["seventy", "one"]``. German writes a number below a
-million as one long compound ("vierhundertdreiundzwanzig"); we split it into
-number parts (:func:`split_german`), otherwise every number would be a single,
-unseen token.
-
-References
-----------
-num2words 0.5.14 (https://github.com/savoirfairelinux/num2words): the words of
-every number; :func:`number_text` reproduces its output exactly, only faster.
+Source: num2words 0.5.14 (https://github.com/savoirfairelinux/num2words).
 """
 
 from __future__ import annotations
@@ -83,34 +61,8 @@ def _small_text(lang: str, n: int) -> str:
 def number_text(n: int, lang: str) -> str:
     """The number ``n`` in words, exactly as ``num2words(n, lang=lang)`` writes it.
 
-    num2words takes 0.1-0.3 ms per large number, too slow for building data sets
-    on the fly. It writes ``n = g * 1000**k + rest`` (``g`` below 1000, ``k``
-    as large as possible) as ``merge(merge(words(g), "thousand"/"million"/...),
-    words(rest))``, where ``merge`` is the language's rule for joining two
-    pieces (English "one thousand and five", French "quatre-vingt mille" but
-    "quatre-vingts millions", German "eine Million" but "zweitausend"). We do
-    the same with the language's own ``merge``, taking ``words(g)`` from a
-    cache of num2words calls for 0..999. ``merge`` and the scale words come
-    from num2words' converter objects (``CONVERTER_CLASSES``), which are not
-    part of its documented API; the tests check the result equals num2words.
-
-    Parameters
-    ----------
-    n : int
-        Non-negative.
-    lang : {"en", "fr", "de"}
-
-    Returns
-    -------
-    str
-        e.g. ``number_text(71, "fr") == "soixante et onze"``.
-
-    Raises
-    ------
-    ValueError
-        If ``n < 0`` or ``lang`` is unknown.
-    TypeError
-        If ``n`` is not an integer.
+    Raises ValueError if ``n < 0`` or ``lang`` is unknown; TypeError if ``n`` is not an
+    integer.
     """
     n = _validate_number(n)
     _validate_lang(lang)
@@ -134,22 +86,7 @@ def number_text(n: int, lang: str) -> str:
 def split_german(word: str) -> list[str]:
     """Split a German number word into its parts, greedily, longest part first.
 
-    Parameters
-    ----------
-    word : str
-        One word without spaces, e.g. ``"vierhundertdreiundzwanzig"``.
-
-    Returns
-    -------
-    list of str
-        Slices of ``word`` (original case kept) that join back to it, e.g.
-        ``["vier", "hundert", "drei", "und", "zwanzig"]``; "Millionen" stays one
-        part.
-
-    Raises
-    ------
-    ValueError
-        If some part of ``word`` matches none of :data:`GERMAN_MORPHEMES`.
+    Raises ValueError if some part of ``word`` matches none of :data:`GERMAN_MORPHEMES`.
     """
     return list(_split_german(word))
 
@@ -176,25 +113,7 @@ def _split_german(word: str) -> tuple[str, ...]:
 def number_words(n: int, lang: str) -> list[str]:
     """The number ``n`` as word tokens in ``lang``.
 
-    Split :func:`number_text` on spaces and hyphens, drop commas, and split
-    German compounds with :func:`split_german`.
-
-    Parameters
-    ----------
-    n : int
-        Non-negative.
-    lang : {"en", "fr", "de"}
-
-    Returns
-    -------
-    list of str
-        e.g. 71: en ``["seventy", "one"]``, fr ``["soixante", "et", "onze"]``,
-        de ``["ein", "und", "siebzig"]``.
-
-    Raises
-    ------
-    ValueError
-        If ``n < 0`` or ``lang`` is unknown.
+    Raises ValueError if ``n < 0`` or ``lang`` is unknown.
     """
     words = number_text(n, lang).replace(",", " ").replace("-", " ").split()
     if lang == "de":
@@ -205,23 +124,7 @@ def number_words(n: int, lang: str) -> list[str]:
 def number_pairs(lang: str, numbers: Iterable[int], name: str | None = None) -> PairDataset:
     """English words -> ``lang`` words for each number, in the given order.
 
-    Parameters
-    ----------
-    lang : {"en", "fr", "de"}
-        Target language.
-    numbers : iterable of int
-    name : str, optional
-        Defaults to ``f"numbers-en-{lang}"``.
-
-    Returns
-    -------
-    PairDataset
-        Word level, one pair per number.
-
-    Raises
-    ------
-    ValueError
-        If ``lang`` is unknown or a number is negative.
+    Raises ValueError if ``lang`` is unknown or a number is negative.
     """
     _validate_lang(lang)
     pairs = tuple((tuple(number_words(n, "en")), tuple(number_words(n, lang))) for n in numbers)
@@ -245,32 +148,7 @@ def _digit_buckets(min_value: int, max_value: int) -> list[tuple[int, int]]:
 def draw_numbers(count: int, min_value: int = 0, max_value: int = 10**9, seed: int = 0) -> list[int]:
     """Draw distinct numbers in ``[min_value, max_value)``, spread over magnitudes.
 
-    Each draw picks a number of digits uniformly (among those with numbers
-    left), then a number with that many digits uniformly. So 7 and 7,000,000
-    are equally likely sizes, and short and long number words are both common;
-    drawing uniformly from the range would make almost every number 9 digits
-    long. When a size runs out (there are only ten 1-digit numbers) the others
-    share its draws.
-
-    Parameters
-    ----------
-    count : int
-    min_value : int
-        Inclusive lower bound, >= 0.
-    max_value : int
-        Exclusive upper bound, as in ``range``.
-    seed : int
-
-    Returns
-    -------
-    list of int, length ``count``
-        Distinct, in drawing order (not sorted). The first ``m`` numbers do not
-        depend on ``count``. Drawn with Python's ``random.Random(seed)``.
-
-    Raises
-    ------
-    ValueError
-        If the range is empty or holds fewer than ``count`` numbers.
+    Raises ValueError if the range is empty or holds fewer than ``count`` numbers.
     """
     if min_value < 0 or max_value <= min_value:
         raise ValueError(f"need 0 <= min_value < max_value, got min_value={min_value}, max_value={max_value}")
@@ -314,35 +192,8 @@ def number_task(
 ) -> Splits:
     """English -> French/German number words, split disjointly by number.
 
-    Numbers are drawn with :func:`draw_numbers` (spread over magnitudes, no
-    repeats), shuffled, and cut into test, validation and training sets, so no
-    number is in two splits. The shuffle matters: the small sizes run out
-    (there are only 90 two-digit numbers), and without it the test set, drawn
-    first, would take all of them and leave the training set without a single
-    bare two-digit number.
-
-    Parameters
-    ----------
-    lang : {"fr", "de", "en"}
-        Target language ("en" gives a copy task).
-    n_train, n_valid, n_test : int
-        Number of pairs per split.
-    max_value : int
-        Exclusive upper bound; the default gives up to nine digits, English
-        sources of 1 to 17 words.
-    seed : int
-    min_value : int
-        Inclusive lower bound.
-
-    Returns
-    -------
-    Splits
-        Word-level datasets named ``numbers-en-{lang}-{split}``.
-
-    Raises
-    ------
-    ValueError
-        If ``lang`` is unknown or the range holds fewer numbers than asked for.
+    Raises ValueError if ``lang`` is unknown or the range holds fewer numbers than asked
+    for.
     """
     _validate_lang(lang)
     for arg, v in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):

@@ -1,15 +1,4 @@
-"""Sequence-to-sequence data: (source, target) token pairs, splits, and TSV files.
-
-Every task of the sequence-to-sequence chapter (numbers, dates, your own data)
-produces the same objects: a :class:`PairDataset` of token pairs, and a
-:class:`Splits` with train / valid / test datasets. Tokens are words
-(``level="word"``) or characters (``level="char"``).
-
-Your own data is a UTF-8 text file with one pair per line, source and target
-separated by a single TAB::
-
-    seventy-one<TAB>soixante et onze
-"""
+"""Sequence-to-sequence data: (source, target) token pairs, splits, and TSV files."""
 
 from __future__ import annotations
 
@@ -34,21 +23,7 @@ def _validate_level(level: str) -> None:
 def tokenize(text: str, level: str) -> list[str]:
     """Split text into tokens.
 
-    Parameters
-    ----------
-    text : str
-    level : {"word", "char"}
-        ``"word"``: split on runs of whitespace. ``"char"``: every character
-        (spaces included) is a token.
-
-    Returns
-    -------
-    list of str
-
-    Raises
-    ------
-    ValueError
-        If ``level`` is not ``"word"`` or ``"char"``.
+    Raises ValueError if ``level`` is not ``"word"`` or ``"char"``.
     """
     _validate_level(level)
     return text.split() if level == "word" else list(text)
@@ -57,12 +32,7 @@ def tokenize(text: str, level: str) -> list[str]:
 def detokenize(tokens: list[str] | tuple[str, ...], level: str) -> str:
     """Join tokens back into text: the inverse of :func:`tokenize`.
 
-    ``"word"`` joins with single spaces, ``"char"`` with nothing.
-
-    Raises
-    ------
-    ValueError
-        If ``level`` is not ``"word"`` or ``"char"``.
+    Raises ValueError if ``level`` is not ``"word"`` or ``"char"``.
     """
     _validate_level(level)
     return (" " if level == "word" else "").join(tokens)
@@ -72,19 +42,7 @@ def detokenize(tokens: list[str] | tuple[str, ...], level: str) -> str:
 class PairDataset:
     """An immutable list of (source tokens, target tokens) pairs.
 
-    Attributes
-    ----------
-    pairs : tuple of (tuple of str, tuple of str)
-        ``pairs[i] = (x_1..x_S, y_1..y_T)``, without special tokens.
-    level : {"word", "char"}
-        How the text was split into tokens; :func:`detokenize` undoes it.
-    name : str
-        For messages and figure titles, e.g. ``"numbers-fr-train"``.
-
-    Raises
-    ------
-    ValueError
-        If ``level`` is unknown or a source or target is empty.
+    Raises ValueError if ``level`` is unknown or a source or target is empty.
     """
 
     pairs: tuple[Pair, ...]
@@ -111,11 +69,11 @@ class PairDataset:
         return iter(self.pairs)
 
     def src_lengths(self) -> np.ndarray:
-        """Source lengths S in tokens, shape (n_pairs,), int64 (no special tokens)."""
+        """Source lengths ``(n_pairs,)`` int64, in tokens, without special tokens."""
         return np.fromiter((len(s) for s, _ in self.pairs), dtype=np.int64, count=len(self.pairs))
 
     def tgt_lengths(self) -> np.ndarray:
-        """Target lengths T in tokens, shape (n_pairs,), int64 (no special tokens)."""
+        """Target lengths ``(n_pairs,)`` int64, in tokens, without special tokens."""
         return np.fromiter((len(t) for _, t in self.pairs), dtype=np.int64, count=len(self.pairs))
 
     def texts(self, i: int) -> tuple[str, str]:
@@ -134,18 +92,7 @@ class Splits:
 
 
 class TSVError(ValueError):
-    """A TSV file that cannot be read as ``source<TAB>target`` pairs.
-
-    A :class:`ValueError`, so code that catches those keeps working.
-
-    Attributes
-    ----------
-    path : Path
-        The file.
-    lineno : int or None
-        1-based number of the offending line; None when the problem is the
-        whole file (it holds no pairs).
-    """
+    """A TSV file that cannot be read as ``source<TAB>target`` pairs."""
 
     def __init__(self, path: Path, lineno: int | None, problem: str) -> None:
         where = f"{path}, line {lineno}" if lineno is not None else str(path)
@@ -154,7 +101,7 @@ class TSVError(ValueError):
 
 
 def _parse_line(raw: bytes, path: Path, lineno: int) -> tuple[str, str] | None:
-    """(source text, target text) of one raw line, None for a blank line; raise TSVError if malformed."""
+    """(source, target) of one raw line, None if blank; TSVError if malformed."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -193,49 +140,8 @@ def read_tsv(
 ) -> tuple[PairDataset, list[int]]:
     """Read ``source<TAB>target`` lines from a UTF-8 file, with limits on their lengths.
 
-    Blank lines are skipped; spaces around each side are stripped; a UTF-8 byte
-    order mark at the start is ignored. Lines end with LF or CRLF.
-
-    Memory: the file is read one line at a time, and a pair whose source has
-    more than ``max_src_tokens`` tokens or whose target has more than
-    ``max_tgt_tokens`` is never stored, so what is kept is at most
-    ``max_src_tokens + max_tgt_tokens`` tokens per line; one line is held
-    whole while it is read (bounded by the file's size).
-
-    Parameters
-    ----------
-    path : str or path-like
-    level : {"word", "char"}
-        How to split each side into tokens (see :func:`tokenize`).
-    name : str, optional
-        Dataset name; defaults to the file name without extension.
-    max_src_tokens, max_tgt_tokens : int, optional
-        Most tokens a source / target may have; None: no limit.
-    skip_long : bool
-        False (default): a pair above a limit raises :class:`TSVError` naming
-        the line and the limit. True: such pairs are left out and their line
-        numbers returned.
-    hint : str
-        Appended to the message about a pair above a limit (e.g. which option sets it).
-
-    Returns
-    -------
-    dataset : PairDataset
-    skipped : list of int
-        1-based line numbers of the pairs left out for their length (empty unless ``skip_long``).
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    IsADirectoryError
-        If ``path`` is a directory.
-    TSVError
-        (a ValueError) If a line has no TAB, more than one TAB, an empty source
-        or target, a carriage return inside it, is not valid UTF-8, or (without
-        ``skip_long``) has a side above its limit; the message names the file
-        and the 1-based line number (``TSVError.lineno``). Also if the file
-        holds no pairs at all (``lineno`` None).
+    Raises FileNotFoundError, IsADirectoryError; TSVError (a ValueError naming the file
+    and 1-based line) for a malformed or (without ``skip_long``) too long line.
     """
     _validate_level(level)
     path = Path(path)
@@ -268,29 +174,15 @@ def read_tsv(
 
 
 def load_tsv(path: str | PathLike, level: str = "word", name: str | None = None) -> PairDataset:
-    """Read ``source<TAB>target`` lines from a UTF-8 file: :func:`read_tsv` without length limits.
-
-    Returns
-    -------
-    PairDataset
-
-    Raises
-    ------
-    FileNotFoundError, IsADirectoryError, TSVError
-        As :func:`read_tsv` (TSVError is a ValueError naming the file and the line).
-    """
+    """:func:`read_tsv` without length limits; raises as it does."""
     return read_tsv(path, level, name)[0]
 
 
 def save_tsv(dataset: PairDataset, path: str | PathLike) -> None:
-    """Write a dataset as UTF-8 ``source<TAB>target`` lines, readable by :func:`load_tsv`.
+    """Write UTF-8 ``source<TAB>target`` lines, readable by :func:`load_tsv`.
 
-    Raises
-    ------
-    ValueError
-        If a token contains a TAB or a line break, or (word level) a space, or
-        a side would start or end with whitespace (char level): such a file
-        would not read back to the same tokens.
+    Raises ValueError if a token holds a TAB, a line break or (word level) a space, or a
+    side starts or ends with whitespace.
     """
     lines = []
     for i, (src, tgt) in enumerate(dataset.pairs):

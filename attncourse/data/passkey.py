@@ -1,19 +1,6 @@
-"""A passkey hidden in filler: retrieval at a chosen distance, generated, nothing downloaded.
+"""A passkey hidden in filler: retrieval at a chosen distance.
 
-Each example is a sequence of ``length`` tokens: filler symbols drawn at random, one
-*passkey* symbol (one of ``n_keys``) at ``distance`` positions before the last token, and
-the *query* token last; the target is the passkey. The model reads the sequence and must
-name the passkey at the query, which takes attention to one token among ``length - 1``:
-the barest form of the passkey tests of long-context models (Mohtashami and Jaggi 2023
-hide a number in repeated filler sentences and ask for it at the end).
-
-The vocabulary: ids ``0 .. n_filler - 1`` are filler, ``n_filler .. n_filler + n_keys - 1``
-the passkeys, ``n_filler + n_keys`` the query (:func:`passkey_vocab_size`).
-
-References
-----------
-Mohtashami, Jaggi (2023), "Landmark Attention: Random-Access Infinite Context Length for
-Transformers", section 4.2 (the passkey retrieval task).
+Source: Mohtashami & Jaggi (2023), "Landmark Attention", section 4.2.
 """
 
 from __future__ import annotations
@@ -25,17 +12,7 @@ import torch
 
 @dataclass(frozen=True)
 class PasskeyBatch:
-    """A batch of passkey examples.
-
-    Attributes
-    ----------
-    tokens : (batch, length) long
-        Filler, the passkey at ``length - 1 - distance``, and the query last.
-    answer : (batch,) long
-        The passkey's id (``n_filler .. n_filler + n_keys - 1``).
-    distance : (batch,) long
-        Positions from the passkey to the query, 1 .. length - 1.
-    """
+    """Passkey examples: tokens (batch, length); answer and distance (batch,); all long."""
 
     tokens: torch.Tensor
     answer: torch.Tensor
@@ -51,27 +28,8 @@ def passkey_batch(batch: int, length: int, distance: int | None = None, n_filler
                   generator: torch.Generator | None = None) -> PasskeyBatch:
     """Draw ``batch`` passkey examples of ``length`` tokens.
 
-    Parameters
-    ----------
-    batch : int
-    length : int
-        Tokens per sequence, query included; at least 2.
-    distance : int, optional
-        Positions from the passkey to the query, 1 .. length - 1 (``length - 1``: the passkey
-        is the first token). Default: drawn uniformly for each example.
-    n_filler, n_keys : int
-        Filler symbols and passkey symbols.
-    generator : torch.Generator, optional
-        For reproducible batches.
-
-    Returns
-    -------
-    PasskeyBatch
-
-    Raises
-    ------
-    ValueError
-        If a size is not positive, ``length < 2``, or ``distance`` is outside 1 .. length - 1.
+    Raises ValueError if a size is not positive, ``length < 2``, or ``distance`` is
+    outside 1 .. length - 1.
     """
     for name, value in (("batch", batch), ("n_filler", n_filler), ("n_keys", n_keys)):
         if isinstance(value, bool) or int(value) != value or value < 1:

@@ -1,14 +1,4 @@
-"""Associative recall: find the value stored with a key, among N (key, value) pairs.
-
-Each example is a context of ``n_pairs`` pairs (key symbol, value symbol), with distinct
-keys drawn from ``n_keys`` symbols and values drawn with repetition from ``n_values``, and
-a query that repeats one of the context's keys; the target is the value stored with it.
-Answering needs exact retrieval of one item among N, the ability that separates softmax
-attention from fixed-state approximations such as linear attention (Arora et al. 2023,
-"Zoology", study a multi-query form of this task).
-
-Batches come from a ``torch.Generator`` so that a seeded run sees the same examples.
-"""
+"""Associative recall: find the value stored with a key, among N (key, value) pairs."""
 
 from __future__ import annotations
 
@@ -19,19 +9,7 @@ import torch
 
 @dataclass(frozen=True)
 class RecallBatch:
-    """A batch of associative-recall examples.
-
-    Attributes
-    ----------
-    keys : (batch, n_pairs) long
-        Key symbols of the context, distinct within an example.
-    values : (batch, n_pairs) long
-        Value symbols stored with them.
-    query : (batch,) long
-        The key asked for (one of the example's keys).
-    target : (batch,) long
-        The value stored with ``query``.
-    """
+    """Recall examples: keys, values (batch, n_pairs); query, target (batch,); all long."""
 
     keys: torch.Tensor
     values: torch.Tensor
@@ -43,25 +21,7 @@ def associative_recall(batch: int, n_pairs: int, n_keys: int, n_values: int,
                        generator: torch.Generator | None = None) -> RecallBatch:
     """Draw ``batch`` associative-recall examples of ``n_pairs`` pairs each.
 
-    Parameters
-    ----------
-    batch : int
-        Examples (>= 1).
-    n_pairs : int
-        N, pairs per context, 1..n_keys.
-    n_keys, n_values : int
-        Sizes of the key and value vocabularies (>= 1).
-    generator : torch.Generator, optional
-        Source of randomness (seed it for a reproducible batch).
-
-    Returns
-    -------
-    RecallBatch
-
-    Raises
-    ------
-    ValueError
-        If a size is below 1 or ``n_pairs > n_keys`` (keys must be distinct).
+    Raises ValueError if a size is below 1 or ``n_pairs > n_keys`` (keys are distinct).
     """
     if min(batch, n_pairs, n_keys, n_values) < 1:
         raise ValueError(f"batch, n_pairs, n_keys and n_values must be at least 1, got {batch}, {n_pairs}, "

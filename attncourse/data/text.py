@@ -1,19 +1,4 @@
-"""Character-level text for the language-model chapter: the course's own chapters, or any UTF-8 file.
-
-The default corpus is the prose and code of chapters 1-6 (``notebooks/0[1-6]*.md``,
-about 200 kB), as a snapshot shipped in the package (``data/corpus/``): offline,
-deterministic, and text that the learner has read. A snapshot, not the notebooks
-themselves, because every language model of chapters 7-12 is trained on it: an edit
-to chapter 3's prose retrained them all and moved numbers those chapters assert.
-
-The corpus is split *by position*: the first 90 % trains, the last 10 % is held out,
-so held-out text is text the model has never seen a window of. Characters are the
-tokens; a character that the training part does not contain maps to ``<unk>``.
-
-A count-based bigram model, P(x_{t+1} | x_t) with add-alpha smoothing, is the
-baseline every neural model here must beat: it knows which character tends to
-follow which, and nothing about longer contexts.
-"""
+"""Character-level text for the language-model chapter: the course or a UTF-8 file."""
 
 from __future__ import annotations
 
@@ -37,21 +22,7 @@ SNAPSHOT = Path(__file__).resolve().parent / "corpus" / "chapters_01-06.txt"
 def course_text(notebooks: str | Path | None = None) -> str:
     """The chapters 1-6 of the course, concatenated in file-name order.
 
-    Parameters
-    ----------
-    notebooks : path, optional
-        The folder of the chapters' MyST files, read as they are now; by default the
-        package's snapshot of them (:data:`SNAPSHOT`), so that editing a chapter does not
-        change the corpus the language models are trained on.
-
-    Returns
-    -------
-    str
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``notebooks`` holds no chapter.
+    Raises FileNotFoundError if ``notebooks`` holds no chapter.
     """
     if notebooks is None:
         return SNAPSHOT.read_text(encoding="utf-8")
@@ -70,17 +41,7 @@ def text_digest(text: str) -> str:
 
 @dataclass
 class CharCorpus:
-    """A text as character ids, split by position.
-
-    Attributes
-    ----------
-    vocab : Vocabulary
-        The characters of the training part (ids from 4; ``<unk>`` = 3).
-    train, valid : (n_train,), (n_valid,) integer tensors
-        The first ``1 - valid_fraction`` of the text, and the rest: int64, or
-        with ``char_corpus(..., compact=True)`` the training part as int16
-        (int32 for vocabularies of 32,768 characters or more).
-    """
+    """A text as character ids, split by position: train (n_train,), valid (n_valid,)."""
 
     vocab: Vocabulary
     train: torch.Tensor
@@ -104,27 +65,8 @@ def char_corpus(text: str, valid_fraction: float = 0.1, vocab: Vocabulary | None
                 compact: bool = False) -> CharCorpus:
     """Split ``text`` by position and map characters to ids.
 
-    Parameters
-    ----------
-    text : str
-    valid_fraction : float
-        Share of the text, at its end, held out; in (0, 1).
-    vocab : Vocabulary, optional
-        Reuse a vocabulary (e.g. a trained model's); default: built from the training part.
-    compact : bool
-        Keep the training part as int16 ids (int32 past 32,767 ids) instead of
-        int64: 2 bytes a character instead of 8, for large texts.
-        :func:`random_windows` returns int64 windows either way; the held-out
-        part stays int64.
-
-    Returns
-    -------
-    CharCorpus
-
-    Raises
-    ------
-    ValueError
-        If ``valid_fraction`` is outside (0, 1) or a part has fewer than 2 characters.
+    Raises ValueError if ``valid_fraction`` is outside (0, 1) or a part has fewer than 2
+    characters.
     """
     if not 0.0 < valid_fraction < 1.0:
         raise ValueError(f"valid_fraction must lie in (0, 1), got {valid_fraction}")
@@ -169,24 +111,10 @@ def _code_points(text: str) -> np.ndarray:
 
 
 def read_utf8(path: str | Path, max_bytes: int | None = None, option: str = "the file") -> str:
-    """The UTF-8 text of a file, as read with ``newline=""`` (line ends kept as they are).
+    """The UTF-8 text of a file, read with ``newline=""``.
 
-    Parameters
-    ----------
-    path : str or path-like
-    max_bytes : int, optional
-        Read at most this many bytes (a longer file is cut there; a character cut
-        in two at the end is dropped).
-    option : str
-        Names the file in the message, e.g. ``"--text"``.
-
-    Raises
-    ------
-    ValueError
-        ``"--text 'big.txt' is not UTF-8 text (invalid start byte at byte 52,428,801, line 4,411)"``:
-        the offset counts from the start of the file, whatever its size.
-    OSError
-        If the file cannot be read.
+    Raises ValueError naming the byte offset and line of the first invalid byte; OSError
+    if the file cannot be read.
     """
     with open(path, "rb") as f:
         data = f.read() if max_bytes is None else f.read(max_bytes)
@@ -203,17 +131,9 @@ def read_utf8(path: str | Path, max_bytes: int | None = None, option: str = "the
 
 def random_windows(ids: torch.Tensor, context: int, batch_size: int,
                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch_size`` windows of ``context + 1`` consecutive ids at random places: inputs and next tokens.
+    """Inputs and next tokens ``(batch_size, context)`` int64 from random windows of ``ids``.
 
-    Returns
-    -------
-    inputs, targets : (batch_size, context) int64
-        ``targets[:, t] = inputs[:, t + 1]``, shifted by one along the text.
-
-    Raises
-    ------
-    ValueError
-        If ``ids`` holds no window of ``context + 1`` tokens.
+    Raises ValueError if ``ids`` holds no window of ``context + 1`` tokens.
     """
     if ids.numel() < context + 1:
         raise ValueError(f"a text of {ids.numel()} tokens holds no window of context + 1 = {context + 1}")
@@ -223,22 +143,7 @@ def random_windows(ids: torch.Tensor, context: int, batch_size: int,
 
 
 def bigram_bits_per_char(train: torch.Tensor, valid: torch.Tensor, vocab_size: int, alpha: float = 0.1) -> float:
-    """Held-out cross-entropy, in bits per character, of an add-alpha bigram model.
-
-    P(b | a) = (count(a, b) + alpha) / (count(a) + alpha * vocab_size), counted on ``train``.
-
-    Parameters
-    ----------
-    train, valid : (n,) int64 tensors of ids < vocab_size
-    vocab_size : int
-    alpha : float
-        Additive smoothing (> 0), so that an unseen pair has a finite cost.
-
-    Returns
-    -------
-    float
-        -1/(n-1) sum_t log2 P(valid[t+1] | valid[t]).
-    """
+    """Held-out cross-entropy, in bits per character, of an add-alpha bigram model."""
     if alpha <= 0:
         raise ValueError(f"alpha must be > 0, got {alpha}")
     train, valid = train.long(), valid.long()  # compact ids too

@@ -1,9 +1,4 @@
-"""Small, deterministic example sentences and embeddings for the self-attention chapter.
-
-The embeddings are random but reproducible: a word's vector depends only on the
-word and the seed, so "the" has the same embedding in every sentence. They carry
-no meaning; they let us watch the mechanics before any training happens.
-"""
+"""Small, deterministic example sentences and embeddings for the self-attention chapter."""
 
 from __future__ import annotations
 
@@ -23,10 +18,7 @@ SENTENCES: tuple[str, ...] = (
 def tokenize(sentence: str) -> list[str]:
     """Split a sentence into lower-case word tokens on whitespace.
 
-    Raises
-    ------
-    ValueError
-        If the sentence has no tokens.
+    Raises ValueError if the sentence has no tokens.
     """
     tokens = sentence.lower().split()
     if not tokens:
@@ -35,22 +27,7 @@ def tokenize(sentence: str) -> list[str]:
 
 
 def embed(tokens: list[str], d_model: int = 4, seed: int = 0) -> np.ndarray:
-    """Reproducible random embeddings, one row per token.
-
-    Parameters
-    ----------
-    tokens : list of str
-        Word tokens; equal words get equal rows.
-    d_model : int
-        Embedding width.
-    seed : int
-        Changes every word's vector.
-
-    Returns
-    -------
-    (seq_len, d_model) float64
-        Entries drawn from N(0, 1) by a generator seeded from (word, seed).
-    """
+    """Reproducible random embeddings ``(seq_len, d_model)``, one row per token."""
     if d_model < 1:
         raise ValueError(f"d_model must be at least 1, got {d_model}")
     rows = [np.random.default_rng([zlib.crc32(t.encode()), seed]).standard_normal(d_model) for t in tokens]
@@ -58,16 +35,7 @@ def embed(tokens: list[str], d_model: int = 4, seed: int = 0) -> np.ndarray:
 
 
 def projections(d_model: int = 4, d_k: int = 3, d_v: int | None = None, seed: int = 0):
-    """Random projection matrices W^Q, W^K, W^V, scaled by 1/sqrt(d_model).
-
-    The scaling keeps the entries of Q, K and V of order 1 when X has unit
-    variance entries (the usual initialisation of a linear layer).
-
-    Returns
-    -------
-    w_q, w_k : (d_model, d_k)
-    w_v : (d_model, d_v), with ``d_v = d_k`` by default
-    """
+    """Random W^Q, W^K ``(d_model, d_k)``, W^V ``(d_model, d_v)``, scaled by 1/sqrt(d_model)."""
     d_v = d_k if d_v is None else d_v
     rng = np.random.default_rng(seed)
     scale = 1.0 / np.sqrt(d_model)

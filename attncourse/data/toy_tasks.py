@@ -1,23 +1,6 @@
 """Copy, reverse and sort: toy sequence-to-sequence tasks for checking a Transformer.
 
-Each source is a random sequence of symbols; the target is the same sequence
-(``"copy"``), the sequence backwards (``"reverse"``) or its symbols in
-ascending order (``"sort"``). The tasks need no world knowledge, the right
-answer is known for every input, and each one asks attention for a particular
-pattern: copying reads the source left to right (a diagonal in the
-cross-attention maps), reversing reads it right to left (the anti-diagonal),
-and sorting must find the smallest remaining symbol wherever it is.
-
-Symbols are the digits ``"0"`` .. ``"9"`` followed by the lower-case letters
-``"a"`` .. ``"z"``; ``vocab_size`` takes the first ones, so the default of 10
-gives digits only. Sources are word-level token tuples, e.g.
-``("3", "1", "4")``, in :class:`~attncourse.data.pairs.PairDataset` objects.
-
-References
-----------
-Sutskever, Vinyals, Le (2014), "Sequence to Sequence Learning with Neural
-Networks" (reversing the source).
-Vaswani et al. (2017), "Attention Is All You Need".
+Source: Sutskever et al. (2014), "Sequence to Sequence Learning with Neural Networks".
 """
 
 from __future__ import annotations
@@ -44,10 +27,7 @@ Tokens = tuple[str, ...]
 def toy_symbols(vocab_size: int) -> tuple[str, ...]:
     """The first ``vocab_size`` symbols: digits, then letters.
 
-    Raises
-    ------
-    ValueError
-        If ``vocab_size`` is not in 2..36.
+    Raises ValueError if ``vocab_size`` is not in 2..36.
     """
     if not 2 <= int(vocab_size) <= len(SYMBOLS):
         raise ValueError(f"vocab_size must lie in 2..{len(SYMBOLS)} (digits, then letters), got {vocab_size}")
@@ -57,22 +37,8 @@ def toy_symbols(vocab_size: int) -> tuple[str, ...]:
 def toy_target(kind: str, source: Tokens | list[str]) -> Tokens:
     """The target of one source sequence.
 
-    Parameters
-    ----------
-    kind : {"copy", "reverse", "sort"}
-    source : sequence of str
-        Symbols from :data:`SYMBOLS`.
-
-    Returns
-    -------
-    tuple of str
-        ``source`` itself, reversed, or sorted in the order of :data:`SYMBOLS`
-        (so ``"9"`` comes before ``"a"``).
-
-    Raises
-    ------
-    ValueError
-        If ``kind`` is unknown, or a symbol of a sort task is not in :data:`SYMBOLS`.
+    Raises ValueError if ``kind`` is unknown, or a symbol of a sort task is not in
+    :data:`SYMBOLS`.
     """
     if kind not in TOY_KINDS:
         raise ValueError(f"kind must be one of {TOY_KINDS}, got {kind!r}")
@@ -92,33 +58,8 @@ def draw_sequences(
 ) -> list[Tokens]:
     """Draw distinct random symbol sequences, their lengths spread evenly.
 
-    Each draw picks a length uniformly among those with sequences left, then
-    a sequence of that length uniformly among those not yet drawn. So lengths
-    are about equally common, as long as the short lengths last (there are only
-    ``vocab_size`` sequences of length 1); once a length runs out the others
-    share its draws.
-
-    Parameters
-    ----------
-    count : int
-        Number of sequences.
-    vocab_size : int
-        Number of symbols (2..36).
-    min_len, max_len : int
-        Inclusive range of lengths.
-    seed : int
-        Seeds Python's ``random.Random``; the result depends on nothing else.
-
-    Returns
-    -------
-    list of tuple of str, length ``count``
-        Distinct sequences, in drawing order.
-
-    Raises
-    ------
-    ValueError
-        If a length bound is out of order or below 1, ``count`` is negative, or
-        fewer than ``count`` distinct sequences exist.
+    Raises ValueError if a length bound is out of order or below 1, ``count`` is
+    negative, or fewer than ``count`` distinct sequences exist.
     """
     symbols = toy_symbols(vocab_size)
     if int(min_len) < 1 or int(max_len) < int(min_len):
@@ -167,38 +108,8 @@ def toy_task(
 ) -> Splits:
     """A copy, reverse or sort task, split disjointly by source sequence.
 
-    Sources are drawn with :func:`draw_sequences` (distinct, lengths spread
-    evenly), shuffled, and cut into test, validation and training sets, so no
-    source appears in two splits; targets come from :func:`toy_target`.
-
-    Parameters
-    ----------
-    kind : {"copy", "reverse", "sort"}
-    n_train, n_valid, n_test : int
-        Number of pairs per split.
-    vocab_size : int
-        Number of symbols, 2..36: the digits ``"0"``..``"9"``, then ``"a"``..``"z"``.
-    min_len, max_len : int
-        Inclusive range of source lengths, in tokens.
-    seed : int
-
-    Returns
-    -------
-    Splits
-        Word-level datasets named ``{kind}-train``, ``{kind}-valid``, ``{kind}-test``.
-
-    Raises
-    ------
-    ValueError
-        If ``kind`` is unknown, a count is negative, the lengths or ``vocab_size``
-        are out of range, or fewer distinct sources exist than asked for.
-
-    Examples
-    --------
-    >>> splits = toy_task("reverse", n_train=3, n_valid=1, n_test=1, seed=0)
-    >>> src, tgt = splits.train[0]
-    >>> tgt == src[::-1]
-    True
+    Raises ValueError if ``kind`` is unknown, a count is negative, the lengths or
+    ``vocab_size`` are out of range, or fewer distinct sources exist than asked for.
     """
     if kind not in TOY_KINDS:
         raise ValueError(f"kind must be one of {TOY_KINDS}, got {kind!r}")

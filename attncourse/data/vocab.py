@@ -1,19 +1,4 @@
-"""Vocabularies: the map between tokens and the integer ids a model sees.
-
-Four special tokens come first, at fixed ids, in every vocabulary of the course:
-
-===========  ====  ==============================================================
-token        id    role
-===========  ====  ==============================================================
-``<pad>``    0     fills short sequences up to the batch's length; never predicted
-``<bos>``    1     "begin of sequence": the decoder's first input y_0
-``<eos>``    2     "end of sequence": the decoder predicts it to stop
-``<unk>``    3     stands for any token the training data did not contain
-===========  ====  ==============================================================
-
-Fixed ids mean a model, a loss (``ignore_index=Vocabulary.pad_id``) and a
-checkpoint can rely on them without looking the tokens up.
-"""
+"""Vocabularies: the map between tokens and the integer ids a model sees."""
 
 from __future__ import annotations
 
@@ -28,26 +13,7 @@ SPECIALS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>", "<unk>")
 class Vocabulary:
     """A token <-> id map with the four special tokens at ids 0-3.
 
-    Parameters
-    ----------
-    tokens : iterable of str
-        The regular (non-special) tokens in id order; they get ids 4, 5, ...
-        Build from data with :meth:`build` rather than by hand.
-
-    Raises
-    ------
-    ValueError
-        If a token repeats or a special token is among ``tokens``.
-    TypeError
-        If a token is not a string.
-
-    Examples
-    --------
-    >>> v = Vocabulary.build([["a", "b", "a"]])
-    >>> v.tokens
-    ['<pad>', '<bos>', '<eos>', '<unk>', 'a', 'b']
-    >>> v.encode(["a", "z"], add_eos=True)
-    [4, 3, 2]
+    Raises ValueError if a token repeats or is special; TypeError if it is not a string.
     """
 
     PAD = "<pad>"
@@ -77,28 +43,7 @@ class Vocabulary:
     def build(cls, token_lists: Iterable[Sequence[str]], min_freq: int = 1) -> Vocabulary:
         """Count tokens and keep those seen at least ``min_freq`` times.
 
-        The order is deterministic: by frequency, most frequent first, ties
-        broken by the token's string order. Special tokens that occur in the
-        data are not counted; they keep their fixed ids.
-
-        Parameters
-        ----------
-        token_lists : iterable of sequences of str
-            One token sequence per example, e.g. the sources of a training set.
-        min_freq : int
-            Rarer tokens are left out and will encode to ``<unk>``.
-
-        Returns
-        -------
-        Vocabulary
-
-        Raises
-        ------
-        ValueError
-            If ``min_freq < 1``.
-        TypeError
-            If an element of ``token_lists`` is a single string (pass a list
-            of tokens, e.g. ``[tokenize(s, "word") for s in texts]``).
+        Raises ValueError if ``min_freq < 1``; TypeError if an element is a single string.
         """
         if min_freq < 1:
             raise ValueError(f"min_freq must be at least 1, got {min_freq}")
@@ -142,10 +87,7 @@ class Vocabulary:
     def token_of(self, idx: int) -> str:
         """The token with id ``idx``.
 
-        Raises
-        ------
-        ValueError
-            If ``idx`` is not in ``range(len(self))``.
+        Raises ValueError if ``idx`` is not in ``range(len(self))``.
         """
         if not 0 <= idx < len(self._itos):
             raise ValueError(f"id {idx} is outside the vocabulary (size {len(self)})")
@@ -154,21 +96,7 @@ class Vocabulary:
     def encode(self, tokens: Sequence[str], add_bos: bool = False, add_eos: bool = False) -> list[int]:
         """Map tokens to ids; unknown tokens map to :attr:`unk_id`.
 
-        Parameters
-        ----------
-        tokens : sequence of str, length L
-        add_bos, add_eos : bool
-            Put ``<bos>`` in front / ``<eos>`` at the end.
-
-        Returns
-        -------
-        list of int, length L + add_bos + add_eos
-
-        Raises
-        ------
-        TypeError
-            If ``tokens`` is a single string: its characters would silently
-            become tokens. Pass ``list(text)`` for characters on purpose.
+        Raises TypeError if ``tokens`` is a single string.
         """
         if isinstance(tokens, str):
             raise TypeError(
@@ -183,24 +111,9 @@ class Vocabulary:
         return ids
 
     def decode(self, ids: Iterable[int], strip_special: bool = True) -> list[str]:
-        """Map ids back to tokens.
+        """Map ids (a list, 1-d tensor or array) back to tokens.
 
-        Parameters
-        ----------
-        ids : iterable of int, e.g. a list, a 1-d tensor or array (length L)
-        strip_special : bool
-            If True (default) read ``ids`` as a model's output: stop at the
-            first ``<eos>`` and drop ``<pad>`` and ``<bos>``; ``<unk>`` is kept,
-            because it stands for a real token. If False, map every id.
-
-        Returns
-        -------
-        list of str, length at most L
-
-        Raises
-        ------
-        ValueError
-            If an id is outside ``range(len(self))``.
+        Raises ValueError if an id is outside ``range(len(self))``.
         """
         if hasattr(ids, "tolist"):  # torch tensors and numpy arrays
             ids = ids.tolist()
@@ -216,24 +129,14 @@ class Vocabulary:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable description, for checkpoints.
-
-        Returns
-        -------
-        dict
-            ``{"tokens": [...]}`` with every token in id order, specials first.
-        """
+        """A JSON-serialisable description, for checkpoints."""
         return {"tokens": list(self._itos)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Vocabulary:
         """Rebuild a vocabulary saved with :meth:`to_dict`.
 
-        Raises
-        ------
-        ValueError
-            If ``data`` has no ``"tokens"`` list or it does not start with the
-            four special tokens in order.
+        Raises ValueError if ``data`` lacks a ``"tokens"`` list that starts with the specials.
         """
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list):

@@ -1,7 +1,4 @@
-"""The maths of attention: a traced NumPy teaching path and a batched torch path.
-
-Masks are boolean with ``True`` meaning *may attend*, everywhere in the course.
-"""
+"""The maths of attention: a traced NumPy teaching path and a batched torch path."""
 
 from attncourse.lazy import lazy_exports
 

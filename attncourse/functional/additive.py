@@ -1,35 +1,7 @@
-"""One decoding step of Bahdanau attention in NumPy, one named move at a time.
+"""One Bahdanau attention step in NumPy, every intermediate kept (chapter 2 teaches it).
 
-This is the teaching path for additive attention. At target step i the decoder
-has its previous state s_{i-1}; the encoder has left one annotation h_j per
-source position j. Bahdanau et al. (2015) turn them into a context vector c_i
-in five moves:
-
-1. **score**: an alignment score for every source position,
-   e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j)             (eq. (6), appendix A.1.2);
-2. **softmax**: attention weights alpha_ij = exp(e_ij) / sum_k exp(e_ik)   (eq. (6));
-3. **context**: their weighted sum c_i = sum_j alpha_ij h_j                (eq. (5));
-4. **output**: the decoder reads c_i, s_{i-1} and y_{i-1} to get s_i and
-   p(y_i | y_<i, x) = g(y_{i-1}, s_i, c_i)                                  (eq. (4));
-5. **repeat** with s_i for the next target word.
-
-:func:`additive_attention_step` computes moves 1-3 for one step and keeps every
-intermediate in a frozen :class:`AdditiveStepTrace`; moves 4-5 belong to the
-decoder (:class:`attncourse.nn.rnn.Seq2Seq`). In the general language of
-attention, s_{i-1} is the *query* and the annotations h_j are both the *keys*
-and the *values*. The batched torch module
-:class:`attncourse.nn.additive.AdditiveAttention` computes the same numbers and
-is tested equal.
-
-Matrices are stored as in the paper, acting on column vectors:
-``w_a`` is W_a with shape ``(attn_dim, query_dim)``, ``u_a`` is U_a with shape
-``(attn_dim, key_dim)`` and ``v_a`` is ``(attn_dim,)``; the paper's sizes are
-n' = n = 1000 and key_dim = 2n (a bidirectional encoder).
-
-References
-----------
-Bahdanau, Cho, Bengio (2015), "Neural Machine Translation by Jointly Learning to
-Align and Translate", ICLR, section 3.1, equations (4)-(6), appendix A.1.2.
+Source: Bahdanau et al. (2015), "Neural Machine Translation by Jointly Learning to Align
+and Translate", section 3.1, eqs. (4)-(6).
 """
 
 from __future__ import annotations
@@ -47,38 +19,8 @@ BAHDANAU_MOVES: tuple[str, ...] = ("score", "softmax", "context", "output", "rep
 
 @dataclass(frozen=True)
 class AdditiveStepTrace:
-    """Every intermediate of one Bahdanau attention step, in the order computed.
-
-    Attributes
-    ----------
-    s_prev : (query_dim,)
-        Input: previous decoder state s_{i-1} (the query).
-    h : (src_len, key_dim)
-        Input: encoder annotations h_j (the keys, and also the values).
-    w_a : (attn_dim, query_dim)
-        Input: W_a, applied to the decoder state.
-    u_a : (attn_dim, key_dim)
-        Input: U_a, applied to each annotation.
-    v_a : (attn_dim,)
-        Input: v_a, which reduces each hidden vector to one score.
-    b : (attn_dim,) or None
-        Input: optional bias inside the tanh (the paper has none).
-    mask : (src_len,) bool or None
-        Input: ``True`` at source positions that may be attended (real tokens).
-    query_term : (attn_dim,)
-        Move 1: W_a s_{i-1}, computed once per step.
-    key_terms : (src_len, attn_dim)
-        Move 1: U_a h_j for every j; it does not depend on i, so a decoder
-        computes it once per sentence.
-    hidden : (src_len, attn_dim)
-        Move 1: tanh(W_a s_{i-1} + U_a h_j (+ b)), one hidden vector per j.
-    scores : (src_len,)
-        Move 1: alignment scores e_ij = v_a^T hidden_j.
-    weights : (src_len,)
-        Move 2: attention weights alpha_ij, softmax of the scores over j; masked
-        positions get exactly 0 and the rest sum to 1.
-    context : (key_dim,)
-        Move 3: context vector c_i = sum_j alpha_ij h_j.
+    """Every intermediate of one Bahdanau step: the inputs, then query_term (attn_dim,),
+    key_terms and hidden (src_len, attn_dim), scores and weights (src_len,), context (key_dim,).
     """
 
     s_prev: np.ndarray
@@ -136,47 +78,11 @@ def additive_attention_step(
     b: np.ndarray | None = None,
     mask: np.ndarray | None = None,
 ) -> AdditiveStepTrace:
-    """Attention for one Bahdanau decoding step, keeping every intermediate.
+    """Scores, weights and context of one Bahdanau step (Bahdanau et al. 2015, eqs. (5)-(6)).
 
-    Computes the first three of the five moves (:data:`BAHDANAU_MOVES`):
-    scores e_ij = v_a^T tanh(W_a s_{i-1} + U_a h_j), weights
-    alpha_ij = softmax_j(e_ij), context c_i = sum_j alpha_ij h_j.
-
-    Parameters
-    ----------
-    s_prev : (query_dim,)
-        Previous decoder state s_{i-1}, the query.
-    h : (src_len, key_dim)
-        Encoder annotations h_j, one row per source position (keys = values).
-    w_a : (attn_dim, query_dim)
-        W_a in the paper's layout (it multiplies a column vector).
-    u_a : (attn_dim, key_dim)
-        U_a in the paper's layout.
-    v_a : (attn_dim,)
-        v_a. With ``v_a = 0`` (the paper's initialisation) every score is 0 and
-        the weights are uniform over the unmasked positions.
-    b : (attn_dim,), optional
-        Bias added inside the tanh; the paper has none.
-    mask : (src_len,) bool, optional
-        ``True`` where position j may be attended (a real token); masked
-        positions get weight exactly 0. If all are masked the weights and
-        context are 0.
-
-    Returns
-    -------
-    AdditiveStepTrace
-        Inputs, then ``query_term``, ``key_terms``, ``hidden``, ``scores``,
-        ``weights`` and ``context``; see its attributes for their shapes.
-
-    Raises
-    ------
-    ValueError
-        If a matrix does not fit the state, the annotations or v_a; the
-        message names both shapes.
-
-    References
-    ----------
-    Bahdanau et al. (2015), section 3.1, equations (5) and (6); appendix A.1.2.
+    Shapes: s_prev (query_dim,); h (src_len, key_dim); w_a (attn_dim, query_dim); u_a
+    (attn_dim, key_dim); v_a and b (attn_dim,); mask (src_len,) bool, True = attend.
+    Raises ValueError if a matrix does not fit the state, the annotations or v_a.
     """
     s_prev, h, w_a, u_a, v_a = (np.asarray(a) for a in (s_prev, h, w_a, u_a, v_a))
     b = None if b is None else np.asarray(b)

@@ -1,19 +1,6 @@
 """FlashAttention in PyTorch: the tiled forward and the recomputing backward, batched.
 
-The same algorithm as the NumPy teaching path :mod:`attncourse.functional.tiled_attention`
-(online softmax over blocks of keys, one query block at a time), written for tensors with
-leading batch dimensions, plus the backward pass as an ``torch.autograd.Function``:
-the forward saves only the output O and the log-sum-exp ``L`` of each row, never the
-``(tgt_len, src_len)`` weights, and the backward rebuilds each tile of weights as
-``P = exp(S - L)`` from Q and K (Dao 2023, algorithm 2). It is written with Python loops
-over tiles of ordinary tensor operations: it shows the algorithm and its memory, not the
-speed of a fused GPU kernel (that is ``torch.nn.functional.scaled_dot_product_attention``).
-
-References
-----------
-Dao, Fu, Ermon, Rudra, Ré (2022), "FlashAttention: Fast and Memory-Efficient Exact
-Attention with IO-Awareness", algorithms 1-2 and appendix B.
-Dao (2023), "FlashAttention-2", algorithm 1 (forward) and algorithm 2 (backward).
+Source: Dao (2023), "FlashAttention-2", algorithms 1 and 2.
 """
 
 from __future__ import annotations
@@ -28,7 +15,7 @@ from attncourse.functional.validation import validate_attention_shapes
 
 
 def _tile_allowed(mask, causal, r0, r1, c0, c1, device) -> torch.Tensor | None:
-    """The boolean ``(..., rows, cols)`` tile of what may be attended, or None (everything)."""
+    """The boolean ``(..., rows, cols)`` tile that may be attended, or None (all of it)."""
     allowed = None if mask is None else mask[..., r0:r1, c0:c1]
     if causal:
         future = torch.arange(c0, c1, device=device)[None, :] > torch.arange(r0, r1, device=device)[:, None]
@@ -37,7 +24,7 @@ def _tile_allowed(mask, causal, r0, r1, c0, c1, device) -> torch.Tensor | None:
 
 
 def _forward(q, k, v, mask, causal, block_q, block_k, scale):
-    """Tiled forward pass: returns the output ``(..., tgt_len, d_v)`` and ``L (..., tgt_len)``."""
+    """Tiled forward: the output ``(..., tgt_len, d_v)`` and ``L (..., tgt_len)``."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     out = torch.empty(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=q.dtype, device=q.device)
@@ -67,7 +54,7 @@ def _forward(q, k, v, mask, causal, block_q, block_k, scale):
 
 
 def _backward(q, k, v, out, lse, grad_out, mask, causal, block_q, block_k, scale):
-    """Tiled backward pass, recomputing each tile of weights from ``L`` (Dao 2023, algorithm 2)."""
+    """Tiled backward, recomputing each tile of weights from ``L``."""
     n_q, n_k = q.shape[-2], k.shape[-2]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     delta = (grad_out * out).sum(dim=-1)  # D_i = rowsum(dO_i * O_i), line 4
@@ -92,14 +79,7 @@ def _backward(q, k, v, out, lse, grad_out, mask, causal, block_q, block_k, scale
 
 
 class FlashAttentionFunction(torch.autograd.Function):
-    """Tiled attention whose backward recomputes the weights instead of storing them.
-
-    ``FlashAttentionFunction.apply(q, k, v, mask, causal, block_q, block_k)`` with the
-    shapes of :func:`flash_attention` (mask already a bool tensor broadcast to
-    ``(..., tgt_len, src_len)``, or None); returns the output and ``L`` (no gradient).
-    Saved for backward: q, k, v, the output and
-    ``L`` of each row, O(n d) numbers instead of the O(n^2) weights.
-    """
+    """Tiled attention whose backward recomputes the weights instead of storing them."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, block_q, block_k):
@@ -128,47 +108,12 @@ def flash_attention(
     block_k: int = 64,
     return_lse: bool = False,
 ):
-    """Exact scaled dot-product attention computed tile by tile, with a memory-light backward.
+    """Exact attention, tile by tile, with a backward that recomputes the weights (Dao 2023).
 
-    Parameters
-    ----------
-    query : (..., tgt_len, d_k)
-    key : (..., src_len, d_k)
-    value : (..., src_len, d_v)
-        The leading (batch, head) dimensions of the three must be equal.
-    mask : bool tensor broadcastable to (..., tgt_len, src_len), optional
-        ``True`` where a query may attend to a key (a key padding mask ``(batch, src_len)``
-        goes in as ``mask[:, None, :]``).
-    is_causal : bool
-        Query i sees keys j <= i (top-left alignment, as in
-        ``torch.nn.functional.scaled_dot_product_attention``); future key blocks are skipped.
-    block_q, block_k : int
-        B_r and B_c, rows of queries and keys per tile; any positive sizes (the last block
-        may be shorter). They change the memory held at once (``block_q * block_k`` scores
-        per batch entry) and the number of passes over K and V (``ceil(tgt_len / block_q)``),
-        not the result.
-    return_lse : bool
-        Also return ``L (..., tgt_len)``, the log-sum-exp of each row (``-inf`` for a fully
-        masked row); it carries no gradient.
-
-    Returns
-    -------
-    output : (..., tgt_len, d_v)
-        Equal to ``softmax(Q K^T / sqrt(d_k)) V``; zero for a query that may attend to
-        nothing (where SDPA gives NaN). Differentiable through :class:`FlashAttentionFunction`.
-    lse : (..., tgt_len), only with ``return_lse``
-
-    Raises
-    ------
-    ValueError
-        If the shapes do not fit (the message names both), the batch dimensions differ,
-        or a block size is not a positive integer.
-    TypeError
-        If the mask is not boolean.
-
-    References
-    ----------
-    Dao (2023), "FlashAttention-2", algorithms 1 and 2; Dao et al. (2022), algorithm 1.
+    Shapes: query (..., tgt_len, d_k); key (..., src_len, d_k); value (..., src_len, d_v);
+    mask bool, broadcastable to (..., tgt_len, src_len). Returns (..., tgt_len, d_v), and
+    lse (..., tgt_len) with ``return_lse``. Raises ValueError on shapes or block sizes
+    that do not fit; TypeError if the mask is not boolean.
     """
     validate_block_sizes(block_q, block_k)
     mask = _as_mask(mask, query.device)

@@ -1,19 +1,6 @@
-"""Local attention that reads only its window: 2D + 1 keys per query instead of S.
+"""Local attention that reads only its window of 2D + 1 keys per query.
 
-:class:`attncourse.nn.LuongAttention` computes local attention the way the
-paper describes it, and the way that is easiest to check: it scores all S
-source positions and then gives those outside the window [p_t - D, p_t + D]
-zero weight. That costs O(S) per target step, the same as global attention.
-:func:`windowed_attention` first *gathers* the at most 2D + 1 encoder states
-inside the window and scores only those, which is where local attention's
-saving, O(T (2D + 1)) instead of O(T S) for a whole translation, comes from.
-The two give the same context vectors and weights (tested), and
-``benchmarks/local_attention.py`` times them side by side.
-
-References
-----------
-Luong, Pham, Manning (2015), "Effective Approaches to Attention-based Neural
-Machine Translation", EMNLP, section 3.2, equations (10)-(11).
+Source: Luong et al. (2015), section 3.2, eqs. (10)-(11).
 """
 
 from __future__ import annotations
@@ -29,16 +16,7 @@ from attncourse.functional.torch_attention import masked_softmax
 class WindowedAttention:
     """What :func:`windowed_attention` returns.
 
-    Attributes
-    ----------
-    context : (batch, d_v)
-        c_t = sum over the window of a_t(s) v_s.
-    weights : (batch, 2D + 1)
-        a_t(s) for the positions in ``positions``; 0 where a slot falls outside
-        the window or the sentence.
-    positions : (batch, 2D + 1) long
-        The source position of each slot, ceil(p_t - D) + 0..2D; slots outside
-        the sentence are clamped into it and carry weight 0.
+    Fields: context (batch, d_v); weights, positions (batch, 2D + 1).
     """
 
     context: torch.Tensor
@@ -46,7 +24,7 @@ class WindowedAttention:
     positions: torch.Tensor
 
     def full_weights(self, src_len: int) -> torch.Tensor:
-        """The weights spread back over every source position: (batch, src_len), 0 outside the window."""
+        """The weights over every source position, (batch, src_len), 0 outside the window."""
         full = self.weights.new_zeros(self.weights.shape[0], src_len)
         return full.scatter_add(1, self.positions, self.weights)
 
@@ -60,49 +38,11 @@ def windowed_attention(
     src_lengths: torch.Tensor | None = None,
     gaussian: bool = True,
 ) -> WindowedAttention:
-    """Local attention with dot-product scores that reads only the window around p_t.
+    """Dot-product attention over the window around p_t only (Luong et al. 2015, sec. 3.2).
 
-    For each query, the positions s with |s - p_t| <= D inside the sentence
-    (at most 2D + 1 of them) are gathered from ``keys`` and ``values``; the
-    weights are the softmax of q . k_s over them (eq. (7) with the dot score,
-    eq. (8)), times exp(-(s - p_t)^2 / (2 sigma^2)) with sigma = D / 2 when
-    ``gaussian`` (local-p, eq. (11)). For Luong's *general* score pass the
-    projected keys W_a h_s as ``keys``.
-
-    Parameters
-    ----------
-    query : (batch, d_k)
-        The decoder states h_t.
-    keys : (batch, src_len, d_k)
-        The encoder states h_s (or W_a h_s).
-    values : (batch, src_len, d_v)
-        The encoder states h_s.
-    p_t : (batch,) float
-        Aligned positions, 0-based and real-valued (eq. (10) for local-p, t for
-        local-m). The Gaussian passes gradients to p_t; the window's edges do not.
-    D : int >= 1
-        Half-width of the window.
-    src_lengths : (batch,) long, optional
-        Real length S of each source (padding follows); default ``src_len``.
-    gaussian : bool
-        Multiply by the Gaussian centred on p_t (local-p) or not (local-m).
-
-    Returns
-    -------
-    WindowedAttention
-        ``context (batch, d_v)``, ``weights (batch, 2D + 1)`` and
-        ``positions (batch, 2D + 1)``. A window with no real position gives
-        zero weights and a zero context.
-
-    Raises
-    ------
-    ValueError
-        If ``D`` is not a positive int or the shapes do not fit each other (the
-        message names them).
-
-    References
-    ----------
-    Luong et al. (2015), section 3.2, equations (7), (8), (10), (11).
+    Shapes: query (batch, d_k); keys (batch, src_len, d_k); values (batch, src_len, d_v);
+    p_t (batch,); src_lengths (batch,). Raises ValueError if ``D`` is not a positive int
+    or the shapes do not fit.
     """
     if isinstance(D, bool) or not isinstance(D, int) or D < 1:
         raise ValueError(f"D must be a positive int, got {D!r}")

@@ -1,16 +1,6 @@
-"""Scaled dot-product self-attention in NumPy, one named step at a time.
+"""Scaled dot-product self-attention in NumPy, one named step at a time (chapter 4).
 
-This is the teaching path: every intermediate of the computation is kept in a
-frozen :class:`SelfAttentionTrace`, so a chapter, a figure or a widget can show
-any step. The fast, batched path lives in :mod:`attncourse.functional.torch_attention`
-and the two are tested equal.
-
-Masks follow one convention everywhere in the course: ``True`` means *may attend*.
-
-References
-----------
-Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, equation (1):
-``Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V``.
+Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, eq. (1).
 """
 
 from __future__ import annotations
@@ -30,31 +20,9 @@ STEPS: tuple[str, ...] = ("project", "score", "scale", "softmax", "weight", "sum
 
 
 def softmax(x: np.ndarray, axis: int = -1, mask: np.ndarray | None = None) -> np.ndarray:
-    """Numerically stable softmax, with an optional boolean mask.
+    """Numerically stable softmax over ``axis``; masked entries (False) get 0.
 
-    The row maximum is subtracted before exponentiating, which leaves the result
-    unchanged (softmax is invariant to adding a constant to a row) but keeps
-    ``exp`` from overflowing at large logits.
-
-    Parameters
-    ----------
-    x : ndarray, any shape
-        Logits, e.g. scaled alignment scores ``(tgt_len, src_len)``.
-    axis : int
-        Axis to normalise over (the key axis for attention).
-    mask : ndarray of bool, broadcastable to ``x.shape``, optional
-        ``True`` where an entry may receive weight. Masked entries get exactly 0.
-
-    Returns
-    -------
-    ndarray, same shape as ``x``
-        Non-negative weights that sum to 1 along ``axis``; a row whose entries
-        are all masked is all zeros (never NaN).
-
-    Raises
-    ------
-    ValueError
-        If ``mask`` does not broadcast to ``x.shape``.
+    Raises ValueError if ``mask`` does not broadcast to ``x``.
     """
     x = np.asarray(x)
     x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
@@ -84,43 +52,8 @@ Array = Any
 
 @dataclass(frozen=True)
 class SelfAttentionTrace:
-    """Every intermediate of one self-attention computation, one field per step.
-
-    The torch path (:func:`attncourse.functional.torch_attention.self_attention`)
-    fills the same fields with tensors that carry leading batch dimensions.
-
-    In matrix form (all queries) ``n_q = seq_len``; in vector form (one query,
-    ``query_index`` set) the leading query axis is dropped from ``q``,
-    ``scores``, ``scaled_scores``, ``weights``, ``weighted_values`` and ``output``.
-
-    Attributes
-    ----------
-    x : (seq_len, d_model)
-        Input embeddings X.
-    w_q, w_k : (d_model, d_k)
-        Query and key projection matrices W^Q, W^K.
-    w_v : (d_model, d_v)
-        Value projection matrix W^V.
-    q : (n_q, d_k)
-        Step 1, queries Q = X W^Q (only the chosen row in vector form).
-    k : (seq_len, d_k)
-        Step 1, keys K = X W^K.
-    v : (seq_len, d_v)
-        Step 1, values V = X W^V.
-    scores : (n_q, seq_len)
-        Step 2, alignment scores Q K^T.
-    scaled_scores : (n_q, seq_len)
-        Step 3, scores / sqrt(d_k).
-    weights : (n_q, seq_len)
-        Step 4, attention weights, softmax over keys; rows sum to 1 (0 if fully masked).
-    weighted_values : (n_q, seq_len, d_v)
-        Step 5, each value vector multiplied by its weight: ``weights[..., j] * v[j]``.
-    output : (n_q, d_v)
-        Step 6, the sum of the weighted values over keys (the context vectors).
-    mask : (n_q, seq_len) bool or None
-        ``True`` where a query may attend to a key.
-    query_index : int or None
-        The query position in vector form, ``None`` in matrix form.
+    """Every intermediate of one self-attention: q (n_q, d_k), k (seq_len, d_k), v (seq_len,
+    d_v), scores and weights (n_q, seq_len), output (n_q, d_v).
     """
 
     x: Array
@@ -147,38 +80,11 @@ class SelfAttentionTrace:
 def scaled_dot_product_attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Scaled dot-product attention, ``softmax(Q K^T / sqrt(d_k)) V``, in NumPy.
+    """``softmax(Q K^T / sqrt(d_k)) V`` (Vaswani et al. 2017, eq. (1)).
 
-    Queries may come from any sequence (cross-attention) or from the same one
-    as the keys (self-attention).
-
-    Parameters
-    ----------
-    q : (tgt_len, d_k) or (d_k,)
-        Queries; a 1-D array is a single query.
-    k : (src_len, d_k)
-        Keys.
-    v : (src_len, d_v)
-        Values, one per key.
-    mask : bool array broadcastable to (tgt_len, src_len), optional
-        ``True`` where a query may attend to a key.
-
-    Returns
-    -------
-    output : (tgt_len, d_v) or (d_v,)
-        Context vectors.
-    weights : (tgt_len, src_len) or (src_len,)
-        Attention weights; a fully masked row is all zeros and its output is 0.
-
-    Raises
-    ------
-    ValueError
-        If query and key widths differ, keys and values differ in number, or
-        the mask does not fit; the message names both shapes.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.1, equation (1).
+    Shapes: q (tgt_len, d_k) or (d_k,); k (src_len, d_k); v (src_len, d_v); mask bool,
+    broadcastable to (tgt_len, src_len). Returns output (tgt_len, d_v) and weights
+    (tgt_len, src_len). Raises ValueError if the shapes or the mask do not fit.
     """
     q, k, v = (np.asarray(a) for a in (q, k, v))
     if q.ndim > 2 or k.ndim != 2 or v.ndim != 2:
@@ -200,40 +106,10 @@ def self_attention_trace(
     mask: np.ndarray | None = None,
     query_index: int | None = None,
 ) -> SelfAttentionTrace:
-    """Self-attention of a sequence with itself, keeping every intermediate.
+    """Self-attention of x (seq_len, d_model), every step kept (Vaswani et al. 2017, eq. (1)).
 
-    With ``query_index=None`` this is the matrix form (all positions at once);
-    with ``query_index=i`` it is the vector form, the walk-through for token i.
-    Both run the same six steps of :data:`STEPS`: project, score, scale,
-    softmax, weight, sum.
-
-    Parameters
-    ----------
-    x : (seq_len, d_model)
-        Input embeddings X, one row per token.
-    w_q, w_k : (d_model, d_k)
-        Query and key projections W^Q, W^K.
-    w_v : (d_model, d_v)
-        Value projection W^V.
-    mask : bool array broadcastable to (seq_len, seq_len), optional
-        ``True`` where query i may attend to key j (e.g. :func:`causal_mask`).
-    query_index : int, optional
-        Compute only the output of this position (vector form).
-
-    Returns
-    -------
-    SelfAttentionTrace
-        See its attributes for the shape of every step.
-
-    Raises
-    ------
-    ValueError
-        If a projection does not fit ``x`` or ``query_index`` is out of range;
-        messages name the shapes involved.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.1, equation (1).
+    Shapes: w_q, w_k (d_model, d_k); w_v (d_model, d_v). Raises ValueError if a
+    projection does not fit ``x`` or ``query_index`` is out of range.
     """
     x, w_q, w_k, w_v = (np.asarray(a) for a in (x, w_q, w_k, w_v))
     if x.ndim != 2:
@@ -271,38 +147,14 @@ def self_attention_trace(
 
 
 def causal_mask(seq_len: int) -> np.ndarray:
-    """Boolean causal mask: position i may attend to positions j <= i.
-
-    Returns
-    -------
-    (seq_len, seq_len) bool
-        Lower-triangular, ``True`` = may attend.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.3 (masking in the decoder).
-    """
+    """``(seq_len, seq_len)`` bool: i may attend to j <= i (Vaswani et al. 2017, sec. 3.2.3)."""
     if seq_len < 1:
         raise ValueError(f"seq_len must be at least 1, got {seq_len}")
     return np.tril(np.ones((seq_len, seq_len), dtype=bool))
 
 
 def padding_mask(lengths, max_len: int | None = None) -> np.ndarray:
-    """Key padding mask from sequence lengths.
-
-    Parameters
-    ----------
-    lengths : (batch,) ints
-        Number of real tokens in each sequence.
-    max_len : int, optional
-        Padded length; defaults to ``max(lengths)``.
-
-    Returns
-    -------
-    (batch, max_len) bool
-        ``True`` at real tokens (may be attended), ``False`` at padding.
-        Broadcast it over queries as ``mask[:, None, :]``.
-    """
+    """``(batch, max_len)`` bool, True at real tokens, from lengths ``(batch,)``."""
     lengths = np.asarray(lengths)
     if lengths.ndim != 1 or lengths.size == 0:
         raise ValueError(f"lengths must be a non-empty 1-D sequence of ints, got shape {lengths.shape}")

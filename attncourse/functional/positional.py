@@ -1,27 +1,6 @@
-"""Sinusoidal positional encodings in NumPy, and the rotation that shifts them.
+"""Sinusoidal positional encodings in NumPy, and the rotation that shifts them (chapter 5).
 
-Self-attention treats its input as a set: permute the tokens and the outputs
-are permuted the same way. To let the model use word order, Vaswani et al.
-(2017, section 3.5) add to each token embedding a vector that depends only on
-its position pos. Dimension pair i (columns 2i and 2i+1) is a sine and a cosine
-of the same angle,
-
-    PE(pos, 2i)     = sin(pos * omega_i)
-    PE(pos, 2i + 1) = cos(pos * omega_i),      omega_i = 1 / 10000^(2i / d_model),
-
-so the wavelengths 2 pi / omega_i grow geometrically from 2 pi to 10000 * 2 pi.
-
-The paper chose sinusoids because "for any fixed offset k, PE_{pos+k} can be
-represented as a linear function of PE_pos". :func:`relative_shift_matrix`
-builds that linear function: each pair (sin, cos) is turned by the angle
-k * omega_i, a 2 x 2 rotation, and the rotation does not depend on pos.
-
-This module is the one place where the formula lives; the torch module
-:class:`attncourse.nn.positional.SinusoidalPositionalEncoding` reuses it.
-
-References
-----------
-Vaswani et al. (2017), "Attention Is All You Need", section 3.5.
+Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.5.
 """
 
 from __future__ import annotations
@@ -37,29 +16,9 @@ def _validate_d_model(d_model: int) -> None:
 
 
 def positional_frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
-    """The angular frequencies omega_i = 1 / base^(2i / d_model), one per dimension pair.
+    """omega_i = 1 / base^(2i / d_model), ``(d_model // 2,)``.
 
-    Parameters
-    ----------
-    d_model : int
-        Model width; must be even.
-    base : float
-        10000 in the paper; the longest wavelength is ``2 * pi * base``.
-
-    Returns
-    -------
-    (d_model // 2,) float64
-        omega_0 = 1 down to omega_{d_model/2 - 1} = base^(-(d_model - 2) / d_model), in
-        radians per position.
-
-    Raises
-    ------
-    ValueError
-        If ``d_model`` is not a positive even number or ``base <= 1``.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.5.
+    Raises ValueError if ``d_model`` is not a positive even number or ``base <= 1``.
     """
     _validate_d_model(d_model)
     if base <= 1:
@@ -69,32 +28,9 @@ def positional_frequencies(d_model: int, base: float = 10000.0) -> np.ndarray:
 
 
 def sinusoidal_encoding(max_len: int, d_model: int, base: float = 10000.0) -> np.ndarray:
-    """The sinusoidal positional encodings PE(pos, i) of positions 0..max_len-1.
+    """PE(pos, i) of positions 0 .. max_len - 1, ``(max_len, d_model)`` (Vaswani et al. 2017).
 
-    Parameters
-    ----------
-    max_len : int
-        Number of positions.
-    d_model : int
-        Model width; must be even.
-    base : float
-        10000 in the paper.
-
-    Returns
-    -------
-    (max_len, d_model) float64
-        Row pos is PE(pos): column 2i holds sin(pos * omega_i), column 2i + 1
-        holds cos(pos * omega_i) (see :func:`positional_frequencies`). Every
-        entry lies in [-1, 1]; row 0 is (0, 1, 0, 1, ...).
-
-    Raises
-    ------
-    ValueError
-        If ``max_len < 1`` or ``d_model`` is not a positive even number.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.5.
+    Raises ValueError if ``max_len < 1`` or ``d_model`` is not a positive even number.
     """
     if int(max_len) < 1:
         raise ValueError(f"max_len must be at least 1, got {max_len}")
@@ -107,43 +43,9 @@ def sinusoidal_encoding(max_len: int, d_model: int, base: float = 10000.0) -> np
 
 
 def relative_shift_matrix(k: int, d_model: int, base: float = 10000.0) -> np.ndarray:
-    """The matrix M_k with PE(pos + k) = PE(pos) @ M_k for every position pos.
+    """M_k ``(d_model, d_model)`` with PE(pos + k) = PE(pos) @ M_k.
 
-    PE(pos) is a row vector, as the rows of :func:`sinusoidal_encoding` and the
-    token embeddings X elsewhere in the course, so M_k multiplies from the
-    right. M_k is block diagonal; block i acts on the pair (sin a, cos a),
-    a = pos * omega_i, and is the rotation by k * omega_i:
-
-        [sin a, cos a] @ [[ cos(k omega_i), -sin(k omega_i)],
-                          [ sin(k omega_i),  cos(k omega_i)]]
-            = [sin(a + k omega_i), cos(a + k omega_i)].
-
-    It depends on k but not on pos: shifting by k is the same linear map at
-    every position. M_k is orthogonal, M_{-k} = M_k^T, and M_j @ M_k = M_{j+k}.
-
-    Parameters
-    ----------
-    k : int
-        The offset; may be negative (or fractional: the identity holds for any real k).
-    d_model : int
-        Model width; must be even.
-    base : float
-        10000 in the paper.
-
-    Returns
-    -------
-    (d_model, d_model) float64
-        M_k.
-
-    Raises
-    ------
-    ValueError
-        If ``d_model`` is not a positive even number.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.5 ("PE_{pos+k} can be represented as a
-    linear function of PE_pos").
+    Raises ValueError if ``d_model`` is not a positive even number.
     """
     theta = k * positional_frequencies(d_model, base)  # (d_model / 2,)
     cos, sin = np.cos(theta), np.sin(theta)

@@ -1,14 +1,6 @@
 """Scaled dot-product attention in PyTorch, batched and differentiable.
 
-The same maths as :mod:`attncourse.functional.numpy_attention`, written for
-tensors with any number of leading batch dimensions. Masks use the course
-convention: ``True`` means *may attend* (the same as the boolean ``attn_mask``
-of ``torch.nn.functional.scaled_dot_product_attention``, and the opposite of
-``key_padding_mask`` in ``torch.nn.MultiheadAttention``).
-
-References
-----------
-Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, equation (1).
+Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, eq. (1).
 """
 
 from __future__ import annotations
@@ -37,23 +29,7 @@ def _as_mask(mask, device: torch.device) -> torch.Tensor | None:
 
 
 def masked_softmax(logits: torch.Tensor, mask: torch.Tensor | None = None, dim: int = -1) -> torch.Tensor:
-    """Softmax over ``dim`` where masked entries get exactly zero weight.
-
-    Parameters
-    ----------
-    logits : (..., tgt_len, src_len)
-        Scaled alignment scores.
-    mask : bool tensor broadcastable to ``logits``, optional
-        ``True`` where an entry may receive weight.
-    dim : int
-        The key axis.
-
-    Returns
-    -------
-    Tensor, same shape as ``logits``
-        Weights summing to 1 along ``dim``; a fully masked row is all zeros,
-        and its gradient is zero, never NaN.
-    """
+    """Softmax of logits ``(..., tgt_len, src_len)`` over ``dim``; masked entries get 0."""
     if mask is None:
         return torch.softmax(logits, dim=dim)
     mask = _as_mask(mask, logits.device)
@@ -67,34 +43,12 @@ def masked_softmax(logits: torch.Tensor, mask: torch.Tensor | None = None, dim: 
 def attention(
     query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Batched scaled dot-product attention that also returns the weights.
+    """Batched ``softmax(Q K^T / sqrt(d_k)) V`` with its weights (Vaswani et al. 2017, eq. (1)).
 
-    Parameters
-    ----------
-    query : (..., tgt_len, d_k)
-    key : (..., src_len, d_k)
-    value : (..., src_len, d_v)
-    mask : bool tensor broadcastable to (..., tgt_len, src_len), optional
-        ``True`` where a query may attend to a key. For a key padding mask of
-        shape ``(batch, src_len)`` pass ``mask[:, None, :]``.
-
-    Returns
-    -------
-    output : (..., tgt_len, d_v)
-        Context vectors; zero for a query that may attend to nothing.
-    weights : (..., tgt_len, src_len)
-        Attention weights, rows summing to 1 (0 for fully masked rows).
-
-    Raises
-    ------
-    ValueError
-        If the shapes do not fit; the message names both shapes.
-    TypeError
-        If the mask is not boolean.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.1, equation (1).
+    Shapes: query (..., tgt_len, d_k); key (..., src_len, d_k); value (..., src_len, d_v);
+    mask bool, broadcastable to (..., tgt_len, src_len). Returns (..., tgt_len, d_v) and
+    (..., tgt_len, src_len). Raises ValueError on shapes that do not fit; TypeError if the
+    mask is not boolean.
     """
     mask = _as_mask(mask, query.device)
     validate_attention_shapes(query.shape, key.shape, value.shape, None if mask is None else tuple(mask.shape))
@@ -110,32 +64,10 @@ def self_attention(
     w_v: torch.Tensor,
     mask: torch.Tensor | None = None,
 ) -> SelfAttentionTrace:
-    """Batched self-attention with every intermediate kept (matrix form).
+    """Batched self-attention of x (..., seq_len, d_model), every intermediate kept (eq. (1)).
 
-    Parameters
-    ----------
-    x : (..., seq_len, d_model)
-        Input embeddings; any number of leading batch dimensions.
-    w_q, w_k : (d_model, d_k)
-    w_v : (d_model, d_v)
-    mask : bool tensor broadcastable to (..., seq_len, seq_len), optional
-        ``True`` where query i may attend to key j.
-
-    Returns
-    -------
-    SelfAttentionTrace
-        Fields hold tensors with the batch dimensions in front, e.g.
-        ``weights: (..., seq_len, seq_len)``,
-        ``weighted_values: (..., seq_len, seq_len, d_v)``.
-
-    Raises
-    ------
-    ValueError
-        If a projection or the mask does not fit ``x``.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.1, equation (1).
+    Shapes: w_q, w_k (d_model, d_k); w_v (d_model, d_v). Raises ValueError if a
+    projection or the mask does not fit ``x``.
     """
     validate_projection_shapes(x.shape, w_q.shape, w_k.shape, w_v.shape)
     mask = _as_mask(mask, x.device)

@@ -1,8 +1,4 @@
-"""Shape checks shared by the NumPy and torch attention functions.
-
-They raise ``ValueError`` at the boundary, naming both shapes, so that a
-mismatch never surfaces as a matmul error three calls deep.
-"""
+"""Shape checks shared by the NumPy and torch attention functions."""
 
 from __future__ import annotations
 
@@ -18,32 +14,16 @@ def _fmt(shape: Shape) -> str:
 
 
 def validate_positive_ints(**sizes: int) -> None:
-    """Check that every size given by name is a positive integer (an integral float passes).
-
-    Raises
-    ------
-    ValueError
-        Naming the first size that is not, e.g. ``channels must be a positive int, got 0``.
-    """
+    """Raise ValueError naming the first size that is not a positive integer."""
     for name, value in sizes.items():
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def validate_attention_shapes(q: Shape, k: Shape, v: Shape, mask: Shape | None = None) -> tuple[int, ...]:
-    """Check queries ``(..., tgt_len, d_k)``, keys ``(..., src_len, d_k)`` and
-    values ``(..., src_len, d_v)``; a 1-D query ``(d_k,)`` is one query.
+    """Check q ``(..., tgt_len, d_k)``, k ``(..., src_len, d_k)``, v ``(..., src_len, d_v)``.
 
-    Returns
-    -------
-    tuple of int
-        The shape of the scores, ``(..., tgt_len, src_len)`` (``(src_len,)`` for one query).
-
-    Raises
-    ------
-    ValueError
-        When widths, lengths, batch dimensions or the mask disagree; the message
-        names both shapes.
+    Raises ValueError naming both shapes when they disagree.
     """
     q, k, v = tuple(q), tuple(k), tuple(v)
     if len(q) < 1 or len(k) < 2 or len(v) < 2:
@@ -84,14 +64,9 @@ def validate_attention_shapes(q: Shape, k: Shape, v: Shape, mask: Shape | None =
 
 
 def validate_projection_shapes(x: Shape, w_q: Shape, w_k: Shape, w_v: Shape) -> None:
-    """Check embeddings ``(..., seq_len, d_model)`` against projections
-    W^Q, W^K ``(d_model, d_k)`` and W^V ``(d_model, d_v)``.
+    """Check x ``(..., seq_len, d_model)``, W^Q, W^K ``(d_model, d_k)``, W^V ``(d_model, d_v)``.
 
-    Raises
-    ------
-    ValueError
-        When a projection's input width is not ``d_model`` or W^Q and W^K differ
-        in ``d_k``; the message names both shapes.
+    Raises ValueError naming both shapes when they disagree.
     """
     x = tuple(x)
     if len(x) < 2:

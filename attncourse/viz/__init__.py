@@ -1,19 +1,4 @@
-"""Static figures for the course, built on matplotlib.
-
-- :func:`heatmap`: a labelled matrix with the value written in each cell.
-- :func:`plot_curves`: named line series against one x axis.
-- :func:`plot_encoder_decoder`, :func:`plot_alignment`, :func:`plot_by_length`,
-  :func:`plot_history`, :func:`plot_bahdanau_step`: the encoder-decoder chapters.
-- :func:`plot_positional_encoding`, :func:`plot_head_maps`, :func:`plot_attention_maps`:
-  multi-head attention, positions and the Transformer.
-- :func:`plot_attention_overlay`, :func:`plot_seed_curves`: soft and hard attention over
-  digit canvases, and learning curves over seeds.
-
-The figures one chapter alone draws are its folder's ``figures`` (``attncourse/chapters/``).
-
-Every function creates its figure with ``plt.subplots(..., layout="constrained")``
-when no axes are given; close figures you no longer need with ``plt.close(fig)``.
-"""
+"""Static figures for the course, built on matplotlib."""
 
 from attncourse.lazy import lazy_exports
 

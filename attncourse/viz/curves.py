@@ -1,9 +1,4 @@
-"""Line plots of several named series against one x axis.
-
-Chapters use :func:`plot_curves` for every "how does y change with x" figure:
-loss curves, accuracy against sequence length, the spread of dot products
-against d_k. One helper keeps titles, labels, legends and grids uniform.
-"""
+"""Line plots of several named series against one x axis."""
 
 from __future__ import annotations
 
@@ -34,44 +29,11 @@ def plot_curves(
     logy: bool = False,
     markers: bool = True,
 ) -> Axes:
-    """Plot one line per named series against a shared x axis, with legend and grid.
+    """One line per named series against a shared x axis, with legend and grid.
 
-    Parameters
-    ----------
-    x : array-like, (n_points,)
-        Positions on the x axis, e.g. training steps or values of d_k.
-    series : mapping of str to array-like, each (n_points,)
-        Legend label -> y values; lines are drawn in the mapping's order.
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure with constrained layout is made if omitted.
-    title, xlabel, ylabel : str
-        Required: every figure in the course has a title and labelled axes.
-    logx, logy : bool
-        Use a logarithmic x or y axis.
-    markers : bool
-        Mark the data points (a different marker per series, so the lines stay
-        distinguishable in black and white).
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-        The axes drawn on; ``ax.get_lines()`` holds one line per series.
-
-    Raises
-    ------
-    ValueError
-        If ``series`` is empty, ``x`` is not 1-D, a series' length differs from
-        ``len(x)`` (both lengths and the series name are in the message), or a
-        log axis is asked for with values that are not positive.
-
-    Examples
-    --------
-    >>> import matplotlib
-    >>> matplotlib.use("Agg")
-    >>> ax = plot_curves([1, 2, 4], {"train": [0.9, 0.5, 0.2]}, title="Loss",
-    ...                  xlabel="epoch", ylabel="cross-entropy")
-    >>> [line.get_label() for line in ax.get_lines()]
-    ['train']
+    Shapes: x (n_points,); series mapping label -> (n_points,), drawn in order. Raises
+    ValueError if ``series`` is empty, ``x`` is not 1-D, a series' length differs from
+    ``len(x)``, or a log axis gets values that are not positive.
     """
     if not series:
         raise ValueError("series is empty: give at least one {label: y_values} entry")

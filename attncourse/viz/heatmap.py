@@ -1,11 +1,4 @@
-"""A labelled heatmap: the one picture of a matrix that every chapter reuses.
-
-Attention weights, scores, queries and keys are all small matrices whose rows
-and columns belong to tokens or to feature dimensions. :func:`heatmap` draws
-such a matrix with those labels on the axes and the number written in each
-cell, so that a learner can read values off the figure and check them against
-the code.
-"""
+"""A labelled heatmap: the one picture of a matrix that every chapter reuses."""
 
 from __future__ import annotations
 
@@ -23,17 +16,7 @@ _DARK_BELOW = 0.45
 
 
 def to_numpy(array: Any) -> np.ndarray:
-    """Turn an array-like (NumPy array, list, CPU or GPU torch tensor) into a float ndarray.
-
-    Parameters
-    ----------
-    array : array-like, any shape
-        Values to convert; a torch tensor is detached and moved to the CPU first.
-
-    Returns
-    -------
-    ndarray of float, same shape as ``array``
-    """
+    """A float ndarray from an array-like (NumPy array, list, CPU or GPU torch tensor)."""
     if hasattr(array, "detach"):
         array = array.detach().cpu().numpy()
     return np.asarray(array, dtype=float)
@@ -77,61 +60,12 @@ def heatmap(
     colorbar: bool = False,
     fontsize: float | None = None,
 ) -> Axes:
-    """Draw a matrix as a grid of coloured cells, with labels and the value in each cell.
+    """A matrix as coloured cells, row r drawn r-th from the top, with labels and values.
 
-    Row ``r`` of the matrix is drawn as the ``r``-th row from the top, so the
-    picture reads like the printed array. The text in each cell is white on dark
-    cells and black on light ones, whatever the colour map.
-
-    Parameters
-    ----------
-    matrix : array-like, (n_rows, n_cols) or (n_cols,)
-        Values to draw, e.g. attention weights ``(tgt_len, src_len)``. A 1-D
-        array is drawn as a single row. Torch tensors are accepted.
-    row_labels : sequence of str, length n_rows, optional
-        Tick labels of the rows (e.g. query tokens). Without them the rows are
-        numbered from 0.
-    col_labels : sequence of str, length n_cols, optional
-        Tick labels of the columns (e.g. key tokens or ``q1, q2, ...``).
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure with constrained layout is made if omitted.
-    title, xlabel, ylabel : str, optional
-        Axes title and axis labels.
-    annotate : bool
-        Write each value, formatted with ``fmt``, in its cell. Non-finite
-        values are left blank.
-    fmt : str
-        Format specification for the cell texts, as in ``format(value, fmt)``.
-    cmap : str or Colormap
-        Colour map, e.g. ``"Blues"`` for weights in [0, 1], ``"RdBu_r"`` with
-        ``vmin=-vmax`` for signed values.
-    vmin, vmax : float, optional
-        Limits of the colour scale; the data range by default.
-    colorbar : bool
-        Add a colour bar next to the axes.
-    fontsize : float, optional
-        Size of the cell texts in points; chosen from the matrix size if omitted.
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-        The axes drawn on; its only image is the heatmap and ``ax.texts`` holds
-        the cell texts in row-major order.
-
-    Raises
-    ------
-    ValueError
-        If ``matrix`` is not 1-D or 2-D, or if the number of row or column
-        labels differs from the number of rows or columns (both numbers are in
-        the message).
-
-    Examples
-    --------
-    >>> import matplotlib
-    >>> matplotlib.use("Agg")
-    >>> ax = heatmap([[0.9, 0.1], [0.3, 0.7]], ["time", "flies"], ["time", "flies"])
-    >>> [t.get_text() for t in ax.texts]
-    ['0.90', '0.10', '0.30', '0.70']
+    Shapes: matrix (n_rows, n_cols), e.g. weights (tgt_len, src_len), or (n_cols,) for one
+    row; row_labels (n_rows,); col_labels (n_cols,). ``fontsize`` in points. Returns the
+    Axes; ``ax.texts`` holds the cell texts in row-major order. Raises ValueError if
+    ``matrix`` is not 1-D or 2-D or the labels do not fit its shape.
     """
     values = to_numpy(matrix)
     if values.ndim == 1:

@@ -1,16 +1,7 @@
 """Figures for attention over images: where the captioner looked, and how seeds learned.
 
-* :func:`plot_attention_overlay`: a canvas once per output step, with that
-  step's attention weights alpha_t (a grid of L locations) stretched over
-  the image, as in the attention figures of Xu et al. (2015, figures 2-3).
-* :func:`plot_seed_curves`: learning curves of several seeds of several
-  models (a thin line per seed, a thick line for their mean), to show how
-  much a result depends on the seed, which matters for REINFORCE.
-
-References
-----------
-Xu et al. (2015), "Show, Attend and Tell: Neural Image Caption Generation with
-Visual Attention", ICML, section 5.4 and figures 2-3 (attention over the image).
+Source: Xu et al. (2015), "Show, Attend and Tell: Neural Image Caption Generation with
+Visual Attention", section 5.4 and figures 2-3.
 """
 
 from __future__ import annotations
@@ -29,7 +20,7 @@ from attncourse.viz.heatmap import to_numpy
 
 
 def as_image(image: Any) -> np.ndarray:
-    """A single-channel image, (height, width) or (1, height, width), as a (height, width) ndarray."""
+    """A (height, width) ndarray from a (height, width) or (1, height, width) image."""
     array = to_numpy(image)
     if array.ndim == 3 and array.shape[0] == 1:
         array = array[0]
@@ -51,47 +42,9 @@ def plot_attention_overlay(
 ) -> Figure:
     """The canvas once per output step, with that step's attention weights laid over it.
 
-    Each panel stretches the (grid rows x grid columns) weights alpha_t over
-    the whole canvas (``imshow(..., extent=...)``, nearest neighbour, so every
-    grid cell shows as the block of ``stride x stride`` pixels its location
-    stands for; its CNN window is somewhat wider) and titles it with the
-    label predicted at that step.
-
-    Parameters
-    ----------
-    image : (height, width) or (1, height, width) array or tensor
-        One canvas.
-    weight_maps : (steps, grid rows, grid columns) array or tensor
-        alpha_t per output step, e.g. ``out.weight_maps()[i]`` of an
-        :class:`~attncourse.nn.image_attention.ImageAttentionOutput`.
-    predicted : sequence of length steps
-        The label emitted at each step.
-    target : sequence of length steps, optional
-        True labels; a wrong step's title reads "pred (true t)" in red.
-    title : str, optional
-        Figure title (a new figure), or the first panel's y label (given ``ax_row``).
-    ax_row : sequence of ``steps`` Axes, optional
-        Where to draw, e.g. one row of a larger grid; a new 1 x steps figure if omitted.
-    mark_argmax : bool
-        Outline the most probable location of each step: for hard attention
-        evaluated greedily, the location that was read.
-    alpha : float
-        Opacity of the largest weight of a step; smaller weights are more
-        transparent in proportion, and zero weights invisible.
-    cmap : str
-        Colour map of the weights (each step scaled to its largest weight).
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        The figure drawn on; nothing is closed.
-
-    Raises
-    ------
-    ValueError
-        If ``image`` or ``weight_maps`` has the wrong number of dimensions, or
-        ``predicted``, ``target``, ``ax_row`` do not have one entry per step;
-        the message names the shapes.
+    Shapes: image (height, width) or (1, height, width); weight_maps (steps, grid_rows,
+    grid_cols); predicted, target, ax_row one entry per step. Raises ValueError if a
+    shape does not fit.
     """
     canvas = as_image(image)
     maps = to_numpy(weight_maps)
@@ -151,31 +104,9 @@ def plot_seed_curves(
 ) -> Figure:
     """Learning curves of several seeds per model: a thin line per seed, a thick mean.
 
-    Parameters
-    ----------
-    histories : mapping of str to list of histories
-        Model name (e.g. "soft", "hard") -> one history per seed, each a list
-        of per-epoch dicts such as ``EpochRun.history``.
-    key : str
-        The metric to plot, e.g. ``"valid_exact_match"`` or ``"train_loss"``.
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure with constrained layout if omitted.
-    x : str
-        The x value of each row: ``"epoch"`` or ``"seconds"``. The mean is
-        taken epoch by epoch over the seeds' common epochs (at their mean x).
-    title, ylabel : str, optional
-        Default: the metric's name.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        ``ax.get_lines()`` holds, per model, its seeds' lines then its mean.
-
-    Raises
-    ------
-    ValueError
-        If ``histories`` is empty, a model has no seeds, a history is empty, or
-        a row lacks ``key`` or ``x`` (the message lists the row's keys).
+    ``histories``: model -> one per-epoch history per seed; ``x``: ``"epoch"`` or
+    ``"seconds"``. Raises ValueError if a model, seed or history is empty, or a row
+    lacks ``key`` or ``x``.
     """
     if not histories:
         raise ValueError("histories is empty: give at least one model with one seed")

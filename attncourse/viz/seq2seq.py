@@ -1,29 +1,7 @@
-"""Figures for the encoder-decoder chapters: "The bottleneck" and "Bahdanau attention".
+"""Figures for the encoder-decoder chapters: the bottleneck and Bahdanau attention.
 
-- :func:`plot_encoder_decoder`: the RNN encoder-decoder as boxes and arrows.
-  Without attention one fixed-size context c carries the whole source to every
-  decoder step (the bottleneck); with attention weights, step t reads its own
-  context c_t, a weighted sum of all encoder states h_j.
-- :func:`plot_alignment`: the weights alpha_tj of a whole translation as a
-  heatmap, output tokens as rows and source tokens as columns (Bahdanau et al.
-  2015, figure 3).
-- :func:`plot_by_length`: a score per source-length bucket, one bar group per
-  model (Bahdanau et al. 2015, figure 2).
-- :func:`plot_history`: learning curves of several runs, by epoch or by
-  training time.
-- :func:`plot_bahdanau_step`: the scores, weights and context vector of one
-  decoding step, drawn from an :class:`attncourse.functional.AdditiveStepTrace`.
-
-Token labels are drawn as given, except that a token made only of whitespace
-(a space in a character-level task) is drawn as "␣" so that it stays visible.
-
-References
-----------
-Cho et al. (2014), "Learning Phrase Representations using RNN Encoder-Decoder
-for Statistical Machine Translation", section 2.2 (the fixed context c).
-Bahdanau, Cho, Bengio (2015), "Neural Machine Translation by Jointly Learning
-to Align and Translate", ICLR, section 3.1, equations (4)-(6), appendix A.1.2;
-figures 2 and 3.
+Source: Bahdanau et al. (2015), "Neural Machine Translation by Jointly Learning to Align
+and Translate", section 3.1 and figure 3.
 """
 
 from __future__ import annotations
@@ -70,7 +48,7 @@ def token_label(token: Any) -> str:
 
 
 def weights_2d(weights: Any, src_tokens: Sequence[str], tgt_tokens: Sequence[str]) -> np.ndarray:
-    """Weights as a (tgt_len, src_len) array that fits the token lists, or a ValueError naming both."""
+    """Weights as a (tgt_len, src_len) array that fits the tokens; else ValueError."""
     values = to_numpy(weights)
     if values.ndim != 2:
         raise ValueError(
@@ -112,14 +90,7 @@ def _schematic_fontsize(n: int) -> float:
 
 
 def _step_weights(weights: Any, step: int | None, src: list[str], tgt: list[str]) -> tuple[Any, int | None]:
-    """Row ``step`` (1-based) of ``weights`` (tgt_len, src_len) and the step as an int; (None, None) without weights.
-
-    Raises
-    ------
-    ValueError
-        If ``weights`` has another shape, comes without ``step`` or ``step`` without it,
-        or ``step`` lies outside 1..tgt_len.
-    """
+    """Row ``step`` (1-based) of ``weights`` and the step as an int, or (None, None)."""
     if weights is None:
         if step is not None:
             raise ValueError("step was given without weights: pass weights=(tgt_len, src_len) as well")
@@ -133,11 +104,7 @@ def _step_weights(weights: Any, step: int | None, src: list[str], tgt: list[str]
 
 
 def _draw_context(ax: Axes, row: Any, step: int | None, x_enc: np.ndarray, x_dec: np.ndarray, size: float) -> str:
-    """The context between encoder and decoder, and the default title.
-
-    Without attention (``row`` None) one fixed box c fed by h_S and read by every s_t; with
-    it, c_step joined to every h_j by a line as wide and opaque as alpha_(step, j).
-    """
+    """The context between encoder and decoder, and the default title."""
     if row is None:
         x_c = 0.0
         _box(ax, x_c, _Y_CTX, "$c$", _CTX_COLOUR, fontsize=size + 1, lw=2.5, edge=_HIGHLIGHT)
@@ -177,58 +144,12 @@ def plot_encoder_decoder(
     title: str | None = None,
     bidirectional: bool = False,
 ) -> Axes:
-    """Draw an RNN encoder-decoder as boxes and arrows, with or without attention.
+    """An RNN encoder-decoder as boxes and arrows: one fixed context, or step t's c_t.
 
-    Bottom to top: the source tokens x_1..x_S, the encoder states h_1..h_S
-    (arrows between neighbours), the context, the decoder states s_1..s_T
-    (arrows between neighbours) and the output tokens y_1..y_T.
-
-    * Without ``weights``: one box "fixed-size context c", fed by the last
-      encoder state h_S, with an arrow to *every* decoder state. Whatever the
-      length of the source, this one vector is all the decoder sees of it: the
-      bottleneck (Cho et al. 2014, section 2.2).
-    * With ``weights`` and ``step`` t: a context box c_t under s_t, joined to
-      every h_j by a line whose width and opacity grow with alpha_tj and which
-      is labelled with alpha_tj; c_t feeds s_t, the other decoder states are
-      faded (Bahdanau et al. 2015, eq. (5)).
-
-    Parameters
-    ----------
-    src_tokens : sequence of str, length src_len
-        Source tokens x_1..x_S.
-    tgt_tokens : sequence of str, length tgt_len
-        Output tokens y_1..y_T.
-    weights : array-like, (tgt_len, src_len), optional
-        Attention weights alpha_tj, e.g. one sentence's array from
-        :func:`attncourse.decode.search.greedy_decode`. Torch tensors are accepted.
-    step : int, optional
-        The step t to draw, 1-based (1..tgt_len); required with ``weights``.
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure of about (10, 4) inches is made if omitted.
-    title : str, optional
-        Axes title; a default says which of the two pictures this is.
-    bidirectional : bool
-        Draw the links between encoder states as double-headed arrows (a
-        bidirectional encoder, as in Bahdanau et al. 2015, section 3.2).
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-        The axes drawn on, with its axis turned off. The attention lines (only
-        with ``weights``) are ``[l for l in ax.lines if l.get_gid() == "attention"]``,
-        in source order.
-
-    Raises
-    ------
-    ValueError
-        If a token list is empty; if ``weights`` is not ``(tgt_len, src_len)``
-        for the given tokens (both shapes are in the message); if ``weights``
-        is given without ``step``, ``step`` without ``weights``, or ``step``
-        outside 1..tgt_len.
-
-    References
-    ----------
-    Cho et al. (2014), section 2.2; Bahdanau et al. (2015), section 3.1, eq. (5), figure 1.
+    Shapes: weights (tgt_len, src_len), with ``step`` t in 1 .. tgt_len. Returns the Axes;
+    the attention lines have gid ``"attention"``. Raises ValueError if a token list is
+    empty, ``weights`` does not fit the tokens, or ``weights`` and ``step`` do not come
+    together. Source: Cho et al. (2014), section 2.2.
     """
     src = [token_label(t) for t in src_tokens]
     tgt = [token_label(t) for t in tgt_tokens]
@@ -290,49 +211,11 @@ def plot_alignment(
     annotate: bool = True,
     highlight: int | None = None,
 ) -> Axes:
-    """Heatmap of the attention weights of one translation: which source token each output read.
+    """Heatmap of one translation's attention weights: which source token each output read.
 
-    Row t holds alpha_t., the weights with which output token y_t was
-    produced; it sums to 1 over the source tokens. A monotone translation
-    shows a diagonal; reordered words show as off-diagonal cells (Bahdanau et
-    al. 2015, figure 3).
-
-    Parameters
-    ----------
-    weights : array-like, (tgt_len, src_len)
-        alpha_tj for every output step t and source position j, e.g. one
-        sentence's array from :func:`attncourse.decode.search.greedy_decode`.
-        Torch tensors are accepted.
-    src_tokens : sequence of str, length src_len
-        Column labels (x axis, "input (source) token").
-    tgt_tokens : sequence of str, length tgt_len
-        Row labels (y axis, "output (target) token").
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure sized to the matrix is made if omitted.
-    title : str, optional
-        Axes title; "Attention weights alpha_tj (rows sum to 1)" by default.
-    annotate : bool
-        Write each weight, with two decimals, in its cell.
-    highlight : int, optional
-        A step t (1-based) whose row gets a red frame, e.g. the step a widget
-        is showing.
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-        The axes drawn on; the colour scale is fixed to [0, 1] and
-        ``ax.texts`` holds the cell texts in row-major order.
-
-    Raises
-    ------
-    ValueError
-        If ``weights`` is not 2-D, if the numbers of target and source tokens
-        differ from its shape (both are in the message), or if ``highlight``
-        lies outside 1..tgt_len.
-
-    References
-    ----------
-    Bahdanau et al. (2015), section 5.2.1 and figure 3.
+    Shapes: weights (tgt_len, src_len); ``highlight`` a 1-based step. Raises ValueError if
+    ``weights`` is not 2-D, the tokens do not fit it, or ``highlight`` lies outside
+    1 .. tgt_len. Source: Bahdanau et al. (2015), section 5.2.1 and figure 3.
     """
     src = [token_label(t) for t in src_tokens]
     tgt = [token_label(t) for t in tgt_tokens]
@@ -386,42 +269,12 @@ def plot_by_length(
     title: str | None = None,
     ylabel: str | None = None,
 ) -> Axes:
-    """A score per source-length bucket, one group of bars per bucket and one bar per model.
+    """A score per source-length bucket: one group of bars per bucket, one bar per model.
 
-    The picture of Bahdanau et al. (2015), figure 2: without attention the
-    score falls as sentences get longer; with attention it holds up.
-
-    Parameters
-    ----------
-    results : mapping of str to dict
-        Model name -> the result of :func:`attncourse.train.metrics.evaluate_by_bucket`,
-        ``{"overall": row, "<bucket label>": row, ...}`` with rows holding
-        ``count``, ``exact_match``, ``token_accuracy``, ``bleu`` and ``chrf``.
-        Every key but ``"overall"`` is a bucket, drawn in the given order.
-    metric : {"exact_match", "token_accuracy", "bleu", "chrf"}
-        What to draw. exact_match and token_accuracy (fractions in [0, 1]) are
-        drawn in percent; bleu and chrf are already on a 0-100 scale.
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure is made if omitted.
-    title, ylabel : str, optional
-        Defaults name the metric.
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-        ``ax.containers`` holds one bar container per model, in the order of
-        ``results``; the x tick labels read like ``"1-4\\n(n=120)"`` (the counts
-        of all models, joined by "/", where they differ).
-
-    Raises
-    ------
-    ValueError
-        If ``results`` is empty, ``metric`` is unknown, a result has no bucket,
-        or two models have different buckets.
-
-    References
-    ----------
-    Bahdanau et al. (2015), section 5.1 and figure 2.
+    ``metric``: fractions (exact_match, token_accuracy) drawn in percent, bleu and chrf
+    on their 0-100 scale. Raises ValueError if ``results`` is empty, ``metric`` is
+    unknown, or the models' buckets are missing or differ. Source: Bahdanau et al.
+    (2015), figure 2.
     """
     names, buckets, values, counts = _bucket_table(results, metric)
     if ax is None:
@@ -465,36 +318,9 @@ def plot_history(
 ) -> Axes:
     """Learning curves of several training runs, one line per run.
 
-    Parameters
-    ----------
-    histories : mapping of str to list of dict
-        Run name -> per-epoch rows, as in :attr:`attncourse.train.fit.FitResult.history`:
-        ``epoch`` (1-based), ``train_loss``, ``valid_loss``, ``valid_exact_match``,
-        ``seconds`` (wall-clock seconds of that epoch), ... Runs may have
-        different numbers of epochs (early stopping).
-    key : str
-        The row entry to draw. Fractions (keys ending in ``exact_match``,
-        ``_acc`` or ``accuracy``) are drawn in percent, others (losses) as they are.
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure is made if omitted.
-    title, ylabel : str, optional
-        Defaults name ``key``.
-    xaxis : {"epoch", "seconds"}
-        Plot against the epoch number, or against the cumulative training time
-        in seconds (the sum of ``seconds`` up to and including each epoch), to
-        compare runs whose epochs cost different amounts of time.
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-        ``ax.get_lines()`` holds one line per run, labelled with its name.
-
-    Raises
-    ------
-    ValueError
-        If ``histories`` is empty, a run has no rows, ``xaxis`` is unknown, or a
-        row lacks ``key`` or the x entry (the run, the epoch and the keys it
-        has are in the message).
+    ``xaxis``: ``"epoch"``, or ``"seconds"`` of cumulative training time; fractions are
+    drawn in percent. Raises ValueError if ``histories`` or a run is empty, ``xaxis``
+    is unknown, or a row lacks an entry.
     """
     if not histories:
         raise ValueError("histories is empty: give {run name: list of per-epoch dicts}")
@@ -529,7 +355,7 @@ def plot_history(
 
 
 def bahdanau_step_size(src_len: int, key_dim: int) -> tuple[float, float]:
-    """Figure size (inches) that :func:`plot_bahdanau_step` uses for a sentence and a context width."""
+    """Figure size, in inches, of :func:`plot_bahdanau_step` for ``src_len`` and ``key_dim``."""
     widest = max(src_len, min(key_dim, MAX_CONTEXT_ENTRIES))
     return max(6.0, 0.5 * widest + 2.0), 5.2
 
@@ -542,52 +368,10 @@ def plot_bahdanau_step(
     out_token: str | None = None,
     fig: Figure | SubFigure | None = None,
 ) -> Figure | SubFigure:
-    """The three numbers of one Bahdanau decoding step: scores, weights, context.
+    """The scores, weights and context of one Bahdanau step, from an AdditiveStepTrace.
 
-    Three one-row heatmaps, top to bottom:
-
-    1. alignment scores e_tj = v_a^T tanh(W_a s_{t-1} + U_a h_j), one per
-       source token (eq. (6), appendix A.1.2), on a colour scale centred on 0;
-    2. attention weights alpha_tj = softmax_j(e_tj), on [0, 1]; they sum to 1
-       (eq. (6));
-    3. the context vector c_t = sum_j alpha_tj h_j (eq. (5)), one cell per
-       entry; for a key_dim over 24 only the first 24 entries are drawn and
-       the panel title says so.
-
-    Only what the trace holds is drawn; nothing is recomputed. Masked source
-    positions (``trace.mask`` False) are left blank in the score panel.
-
-    Parameters
-    ----------
-    trace : AdditiveStepTrace
-        From :func:`attncourse.functional.additive_attention_step`; uses
-        ``scores (src_len,)``, ``weights (src_len,)``, ``context (key_dim,)``
-        and ``mask``.
-    src_tokens : sequence of str, length src_len
-        Column labels of the score and weight panels.
-    step_label : int or str, optional
-        The step t, shown in the suptitle "Decoding step t".
-    out_token : str, optional
-        The token the decoder outputs at this step, shown as ": next output 'onze'".
-    fig : Figure or SubFigure, optional
-        Where to draw (e.g. one subfigure of a widget's figure); a new figure
-        with constrained layout is made if omitted.
-
-    Returns
-    -------
-    Figure or SubFigure
-        ``fig`` if given, else the new figure; its axes are, in order, the
-        score, weight and context panels.
-
-    Raises
-    ------
-    ValueError
-        If the trace is not one unbatched step, or the number of source tokens
-        differs from its src_len (both numbers are in the message).
-
-    References
-    ----------
-    Bahdanau, Cho, Bengio (2015), section 3.1, equations (5)-(6); appendix A.1.2.
+    Raises ValueError if the trace is not one unbatched step or the tokens do not fit its
+    src_len. Source: Bahdanau et al. (2015), section 3.1, eqs. (5)-(6).
     """
     scores, weights, context = (to_numpy(getattr(trace, name)) for name in ("scores", "weights", "context"))
     if scores.ndim != 1 or weights.shape != scores.shape or context.ndim != 1:

@@ -1,21 +1,6 @@
-"""Figures for the chapters on multi-head attention, positional encoding and the Transformer.
+"""Figures for multi-head attention, positional encoding and the Transformer.
 
-- :func:`plot_positional_encoding`: the table PE(pos, i) as an image,
-  positions down, dimensions across (Vaswani et al. 2017, section 3.5).
-- :func:`plot_positional_detail`: one position and one dimension of that
-  table picked out: the table with the row and column framed, the column as a
-  sinusoid over positions, and the row as a vector. The
-  :class:`~attncourse.chapters.ch05_multihead_positional.explorer.PositionalEncodingExplorer` draws it.
-- :func:`plot_head_maps`: one attention map per head, side by side, with token labels.
-- :func:`plot_attention_maps`: one layer of a
-  :meth:`Transformer.attention_maps <attncourse.nn.transformer.Transformer.attention_maps>`
-  result (encoder self-attention, masked decoder self-attention or cross-attention)
-  for one example, with the right tokens on each axis. The
-  :class:`~attncourse.widgets.explorer.AttentionExplorer` draws it.
-
-References
-----------
-Vaswani et al. (2017), "Attention Is All You Need", sections 3.2.2, 3.2.3 and 3.5.
+Source: Vaswani et al. (2017), "Attention Is All You Need", sections 3.2 and 3.5.
 """
 
 from __future__ import annotations
@@ -64,38 +49,9 @@ def plot_positional_encoding(
     title: str | None = None,
     colorbar: bool = True,
 ) -> Axes:
-    """Draw a positional-encoding table, positions down and dimensions across.
+    """A positional-encoding table pe (max_len, d_model), positions down, dimensions across.
 
-    With the sinusoids of Vaswani et al. (2017) the left columns (fast
-    frequencies) flicker from row to row and the right ones (slow frequencies)
-    barely change: each position gets its own pattern of stripes.
-
-    Parameters
-    ----------
-    pe : array-like, (max_len, d_model)
-        PE(pos, i) in row pos, column i, e.g.
-        :func:`attncourse.functional.positional.sinusoidal_encoding` or a learned
-        table. Torch tensors are accepted.
-    ax : matplotlib Axes, optional
-        Where to draw; a new figure is made if omitted.
-    title : str, optional
-        Defaults to "Positional encodings PE(pos, i)".
-    colorbar : bool
-        Add a colour bar.
-
-    Returns
-    -------
-    matplotlib.axes.Axes
-        Its only image is the table, drawn with a colour scale symmetric about 0.
-
-    Raises
-    ------
-    ValueError
-        If ``pe`` is not 2-D.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.5.
+    Raises ValueError if ``pe`` is not 2-D. Source: Vaswani et al. (2017), section 3.5.
     """
     values = to_numpy(pe)
     if values.ndim != 2:
@@ -120,15 +76,9 @@ def _validate_index(name: str, value: int, size: int, what: str) -> int:
 
 
 def dimension_wavelength(dimension: int, d_model: int, base: float = 10000.0) -> float:
-    """Wavelength in positions of column ``dimension``: 2 pi * base^(2i / d_model), i = dimension // 2.
+    """Wavelength in positions of column ``dimension``: 2 pi base^(2i / d_model), i = dim // 2.
 
-    Columns 2i (sine) and 2i + 1 (cosine) share the frequency omega_i of
-    :func:`attncourse.functional.positional.positional_frequencies`.
-
-    Raises
-    ------
-    ValueError
-        If ``dimension`` is outside 0..d_model-1 or ``d_model`` is not even.
+    Raises ValueError if ``dimension`` is outside 0 .. d_model - 1 or ``d_model`` is odd.
     """
     omega = positional_frequencies(d_model, base)
     _validate_index("dimension", dimension, int(d_model), "dimensions")
@@ -143,41 +93,10 @@ def plot_positional_detail(
     base: float = 10000.0,
     fig: Figure | None = None,
 ) -> Figure:
-    """One position and one dimension of a sinusoidal table: where they are, and what they hold.
+    """One position and one dimension of a sinusoidal table pe (max_len, d_model).
 
-    Three panels: the table (:func:`plot_positional_encoding`) with row
-    ``position`` and column ``dimension`` framed; column ``dimension`` as a
-    function of the position, the sinusoid drawn through its values at the
-    integer positions and its wavelength in the title; and row ``position``,
-    the vector PE(position) added to the token at that position, as bars.
-
-    Parameters
-    ----------
-    pe : array-like, (max_len, d_model)
-        A sinusoidal table (:func:`~attncourse.functional.positional.sinusoidal_encoding`
-        with the same ``base``); the smooth curve of the middle panel assumes it.
-    position : int
-        Row, 0..max_len-1.
-    dimension : int
-        Column, 0..d_model-1.
-    base : float
-        The table's base (10000 in the paper).
-    fig : Figure, optional
-        Draw into this figure (cleared first); a new one is made if omitted.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        ``fig.axes[:3]`` are the table, the column and the row (a colour bar follows).
-
-    Raises
-    ------
-    ValueError
-        If ``pe`` is not 2-D with an even width, or an index is out of range.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.5.
+    Raises ValueError if ``pe`` is not 2-D with an even width, or an index is out of
+    range. Source: Vaswani et al. (2017), section 3.5.
     """
     values = to_numpy(pe)
     if values.ndim != 2 or values.shape[1] % 2:
@@ -246,42 +165,10 @@ def plot_head_maps(
     annotate: bool | None = None,
     heads: Sequence[int] | None = None,
 ) -> Figure:
-    """One attention heatmap per head, in a grid, with token labels.
+    """One attention heatmap per head, in a grid: maps (num_heads, q_len, k_len).
 
-    Parameters
-    ----------
-    maps : array-like, (num_heads, q_len, k_len)
-        Each head's attention weights, rows summing to 1 (e.g. one example of
-        ``MultiHeadAttention(..., need_weights=True)``). Torch tensors are accepted.
-    q_tokens : sequence of str, length q_len
-        Row labels.
-    k_tokens : sequence of str, length k_len
-        Column labels.
-    title : str, optional
-        Figure title.
-    xlabel, ylabel : str
-        Axis labels of every panel.
-    annotate : bool, optional
-        Write the weights in the cells; by default only when the maps are at
-        most 6 x 6.
-    heads : sequence of int, optional
-        Numbers to put in the panel titles ("head 1", ...), 1-based; default
-        1..num_heads.
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-        One axes per head (row-major, at most :data:`MAX_COLUMNS` per row), then
-        one colour bar; the colour scale is [0, 1] in every panel.
-
-    Raises
-    ------
-    ValueError
-        If ``maps`` is not 3-D or the token counts do not fit its shape.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.2.
+    Raises ValueError if ``maps`` is not 3-D or the tokens do not fit its shape.
+    Source: Vaswani et al. (2017), section 3.2.2.
     """
     values = to_numpy(maps)
     if values.ndim != 3:
@@ -329,52 +216,10 @@ def plot_attention_maps(
     title: str | None = None,
     annotate: bool | None = None,
 ) -> Figure:
-    """The attention maps of one layer of a Transformer for one example, with the right tokens on each axis.
+    """One layer's attention maps for one example, with the right tokens on each axis.
 
-    ``kind`` decides the labels: encoder self-attention has source tokens on
-    both axes, masked decoder self-attention target inputs on both, and
-    cross-attention target inputs as queries (rows) and source tokens as keys
-    (columns). Maps of a padded batch are cut to the tokens given, so padding
-    does not show.
-
-    Parameters
-    ----------
-    maps : dict
-        :meth:`attncourse.nn.transformer.Transformer.attention_maps` output:
-        ``"encoder_self"`` -> list over layers of (batch, num_heads, src_len, src_len),
-        ``"decoder_self"`` -> list of (batch, num_heads, tgt_len, tgt_len),
-        ``"cross"`` -> list of (batch, num_heads, tgt_len, src_len).
-    kind : {"encoder_self", "decoder_self", "cross"}
-    layer : int
-        0-based index into ``maps[kind]`` (titles count layers from 1).
-    example_index : int
-        Row of the batch.
-    src_tokens : sequence of str
-        The source as the encoder read it, e.g. x_1..x_S ``<eos>``.
-    tgt_tokens : sequence of str
-        The decoder's inputs, e.g. ``<bos>`` y_1..y_T: row t of a decoder map
-        is the query that predicts the next token.
-    head : int, optional
-        0-based head to draw alone (a single larger panel, weights written in
-        the cells when they fit); ``None`` draws every head (:func:`plot_head_maps`).
-    title : str, optional
-        Figure title; by default names the kind, layer and head.
-    annotate : bool, optional
-        Write the weights in the cells (default: when they fit).
-
-    Returns
-    -------
-    matplotlib.figure.Figure
-
-    Raises
-    ------
-    ValueError
-        If ``kind`` is unknown, ``layer``, ``example_index`` or ``head`` is out of
-        range, or there are more tokens than positions in the maps.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.3 (the three uses of attention).
+    Raises ValueError if ``kind`` is unknown, an index is out of range, or there are more
+    tokens than positions. Source: Vaswani et al. (2017), section 3.2.3.
     """
     if kind not in ATTENTION_KINDS:
         raise ValueError(f"kind must be one of {ATTENTION_KINDS}, got {kind!r}")

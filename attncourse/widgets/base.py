@@ -1,21 +1,8 @@
 """What every explorer of :mod:`attncourse.widgets` does the same way.
 
-An explorer is a few controls above a caption above a figure. :class:`Explorer`
-holds the parts that do not depend on what is explored: it shows itself as its
-``widget``, redraws when a control changes, moves a slider with Previous and
-Next buttons, and puts a matplotlib figure into its ``out`` area. A subclass
-creates its controls (calling :meth:`Explorer._step_buttons` first if it wants
-Previous and Next), calls ``super().__init__`` with the rows of controls, and
-writes :meth:`Explorer._update`, which fills ``shown`` and ``caption`` and then
-calls :meth:`Explorer._render` with a new figure.
-
-Every explorer has two renderings. In a kernel it is the live ipywidget. In the
-rendered book, which has no kernel, it is :meth:`Explorer.to_html`: the states
-listed by the subclass's :meth:`Explorer._book_axes`, drawn in advance by the
-same ``_update`` and shown behind plain HTML controls
-(:mod:`attncourse.widgets.static`). The book's build sets
-``ATTNCOURSE_STATIC_EXPLORERS=1``, and then the explorer's display carries both:
-the widget view for JupyterLab and ``text/html`` for the book.
+A subclass creates its controls, calls ``super().__init__`` with their rows and writes
+:meth:`Explorer._update` (fill ``shown`` and ``caption``, then :meth:`Explorer._render` a
+figure) and :meth:`Explorer._book_axes`, the states the kernel-less book pre-renders.
 """
 
 from __future__ import annotations
@@ -47,22 +34,7 @@ from attncourse.widgets.static import (
 
 @dataclass(frozen=True)
 class BookState:
-    """One pre-computed state of an explorer's book rendering.
-
-    Attributes
-    ----------
-    values : tuple
-        The value of each :class:`~attncourse.widgets.static.BookAxis`, in
-        order; None where the axis does not apply.
-    labels : tuple of str or None
-        How the book writes each value (the dropdown label, the slider readout).
-    caption : str
-        The caption HTML the live widget shows for these values.
-    shown : dict
-        A copy of the live widget's ``shown`` for these values.
-    frame : str
-        The figure as a data URI (:func:`~attncourse.widgets.static.figure_data_uri`).
-    """
+    """One pre-computed state of an explorer's book rendering."""
 
     values: tuple
     labels: tuple
@@ -82,12 +54,7 @@ def _in_kernel() -> bool:
 
 
 def _display_data(fig: Figure) -> dict[str, Any]:
-    """``fig`` as one ``display_data`` output, formatted as ``display(fig)`` formats it.
-
-    The kernel's display formatter gives the inline backend's PNG; where it has
-    none (no IPython, another backend) the PNG is drawn here, with a tight
-    bounding box as the inline backend draws it.
-    """
+    """``fig`` as one ``display_data`` output, formatted as ``display(fig)`` formats it."""
     shell = get_ipython()
     data, metadata = shell.display_formatter.format(fig) if shell is not None else ({}, {})
     if "image/png" not in data:
@@ -100,34 +67,6 @@ def _display_data(fig: Figure) -> dict[str, Any]:
 
 class Explorer:
     """Base class of the explorers: layout, display, redraw on change and figure output.
-
-    Parameters
-    ----------
-    *rows : ipywidgets.Widget
-        The controls, one widget (often an ``ipywidgets.HBox``) per row, top to
-        bottom; the caption and the figure come below them.
-
-    Attributes
-    ----------
-    caption : ipywidgets.HTML
-        Text below the controls; empty until the subclass fills it.
-    out : ipywidgets.Output
-        Holds the figure.
-    widget : ipywidgets.VBox
-        The whole explorer: the rows, then ``caption``, then ``out``.
-    figure : matplotlib.figure.Figure or None
-        The figure on display, None before the first :meth:`_render`. It is
-        closed in pyplot as soon as it is shown, so no figures pile up; the
-        object stays readable.
-    shown : dict
-        What is on display; the subclass decides the keys.
-
-    Notes
-    -----
-    ``_quiet`` is False except inside ``with self._quietly():``, where the
-    subclass changes several controls in a row (say, a slider's range and
-    value); there :meth:`_on_change` does not redraw, so the subclass redraws
-    once at the end.
 
     Examples
     --------
@@ -172,45 +111,24 @@ class Explorer:
     # ------------------------------------------------------------ book rendering
 
     def _book_axes(self) -> list[BookAxis]:
-        """The controls the book rendering offers and the values it pre-renders; each subclass writes it."""
+        """The controls the book offers and the values it pre-renders (per subclass)."""
         raise NotImplementedError
 
     def _frame_key(self) -> Any:
-        """A key equal for two states whose figures are equal, or None (always draw).
-
-        It must depend on the controls' values only: the book walk asks for it
-        before :meth:`_update`, and where an earlier state had the same key it
-        reuses that frame instead of drawing it again (drawing is most of the
-        walk's time); there :attr:`_frame_drawn` is True while ``_update`` runs.
-        """
+        """A key equal for two states whose figures are equal, or None (always draw)."""
         return None
 
     @property
     def _frame_drawn(self) -> bool:
-        """True while the book walk runs ``_update`` for a state whose frame it holds already.
-
-        ``_update`` may then skip creating its figure (and not call
-        :meth:`_render`); it must still set ``shown`` and ``caption``.
-        """
+        """True while the book walk redraws a state whose frame it already holds."""
         return self._reuse_frame
 
     def _book_note(self, n_states: int) -> str:
-        """The line under the book rendering: what it covers. Subclasses say more."""
+        """The line under the book rendering: what it covers."""
         return f"{n_states} settings drawn in advance; in JupyterLab the explorer computes any setting live."
 
     def book_states(self) -> list[BookState]:
-        """Every state the book rendering holds, drawn by the live widget's own ``_update``.
-
-        The controls are walked axis by axis (:meth:`_book_axes`), so an axis
-        whose options depend on an earlier one (the query tokens of a sentence)
-        offers the options of that state. Nothing is displayed meanwhile; the
-        controls are set back to where they were at the end.
-
-        Returns
-        -------
-        list of BookState
-            In walking order: the first axis varies slowest.
-        """
+        """Every state the book rendering holds, drawn by the live widget's own ``_update``."""
         axes = self._book_axes()
         start = [axis.control.value for axis in axes]
         states: list[BookState] = []
@@ -227,10 +145,7 @@ class Explorer:
 
     def _walk(self, axes: Sequence[BookAxis], k: int, values: tuple, labels: tuple,
               out: list[BookState], drawn: dict[Any, str]) -> None:
-        """Set axis ``k`` to each of its values in turn and walk on; at the end, record the state.
-
-        ``drawn`` maps :meth:`_frame_key` keys to the frames already drawn in this walk.
-        """
+        """Set axis ``k`` to each of its values and walk on; at the end, record the state."""
         if k == len(axes):
             key = self._frame_key()
             frame = drawn.get(key) if key is not None else None
@@ -256,18 +171,7 @@ class Explorer:
             self._walk(axes, k + 1, values + (value,), labels + (axis.label_of(value),), out, drawn)
 
     def to_html(self) -> str:
-        """The explorer for a page without a kernel: pre-computed states behind plain HTML controls.
-
-        Every state of :meth:`book_states` becomes a PNG frame (deduplicated)
-        and a caption; the HTML holds them all, a ``<select>``, a checkbox or a
-        range input with Previous and Next buttons per control, and an inline
-        script; it loads nothing from the network.
-
-        Returns
-        -------
-        str
-            Self-contained HTML (:func:`attncourse.widgets.static.render_player`).
-        """
+        """The explorer for a page without a kernel: drawn states behind HTML controls."""
         axes = self._book_axes()
         start_applies = [axis.applies is None or axis.applies() for axis in axes]
         start = tuple(axis.control.value if on else None for axis, on in zip(axes, start_applies))
@@ -294,7 +198,7 @@ class Explorer:
                              note=self._book_note(len(table)))
 
     def _update(self) -> None:
-        """Redraw ``shown``, ``caption`` and the figure for the current controls; each subclass writes it."""
+        """Redraw ``shown``, ``caption`` and the figure for the controls (per subclass)."""
         raise NotImplementedError
 
     def _on_change(self, _change: dict) -> None:
@@ -304,7 +208,7 @@ class Explorer:
 
     @contextmanager
     def _quietly(self) -> Iterator[None]:
-        """Within this ``with`` block, changed controls do not redraw (``_quiet`` is True)."""
+        """Within this block, changed controls do not redraw."""
         # Restore what was there: a quiet block may sit inside another one.
         previous, self._quiet = self._quiet, True
         try:
@@ -313,13 +217,7 @@ class Explorer:
             self._quiet = previous
 
     def _step_buttons(self, slider: widgets.IntSlider) -> None:
-        """Create ``self.previous`` and ``self.next``, buttons that move ``slider`` one step back or forward.
-
-        Parameters
-        ----------
-        slider : ipywidgets.IntSlider
-            The slider the buttons move; see :meth:`_move`.
-        """
+        """Create ``self.previous`` and ``self.next``, moving ``slider`` one step."""
         self.previous = widgets.Button(description="Previous", icon="arrow-left",
                                        layout=widgets.Layout(width="8em"))
         self.next = widgets.Button(description="Next", icon="arrow-right", layout=widgets.Layout(width="8em"))
@@ -327,29 +225,11 @@ class Explorer:
         self.next.on_click(lambda _: self._move(slider, +1))
 
     def _move(self, slider: widgets.IntSlider, delta: int) -> None:
-        """Move ``slider`` by ``delta``, stopping at its ends.
-
-        Parameters
-        ----------
-        slider : ipywidgets.IntSlider
-            The slider to move.
-        delta : int
-            How far: -1 one step back, +1 one step forward.
-        """
+        """Move ``slider`` by ``delta``, stopping at its ends."""
         slider.value = int(np.clip(slider.value + delta, slider.min, slider.max))
 
     def _render(self, fig: Figure) -> None:
-        """Show ``fig`` in ``out`` in place of the previous figure, and keep it as ``figure``.
-
-        The previous figure and ``fig`` are both closed in pyplot. ``fig`` is
-        displayed only inside a Jupyter kernel; elsewhere (a script, pytest)
-        it is only kept as ``figure``.
-
-        Parameters
-        ----------
-        fig : matplotlib.figure.Figure
-            The new figure, freshly drawn by the subclass.
-        """
+        """Show ``fig`` in ``out`` in place of the previous one, and keep it as ``figure``."""
         previous, self.figure = self.figure, fig
         if previous is not None:
             plt.close(previous)

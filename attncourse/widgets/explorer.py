@@ -1,19 +1,6 @@
-"""An explorer of a trained Transformer's attention: every kind, layer and head, on an example.
+"""An explorer of a trained Transformer's attention: every kind, layer and head.
 
-:class:`AttentionExplorer` translates a source sentence greedily with a
-:class:`~attncourse.nn.transformer.Transformer`, then runs the model once more
-on the source and ``<bos>`` + its own output with
-:meth:`~attncourse.nn.transformer.Transformer.attention_maps`, which returns the
-weights of every head of every layer of the three uses of attention (section
-3.2.3 of the paper): encoder self-attention, masked decoder self-attention and
-cross-attention. Dropdowns and a slider pick the example, the kind, the layer
-and one head or all of them; the figure is
-:func:`attncourse.viz.transformer.plot_attention_maps`, the one a chapter shows
-next to the widget.
-
-References
-----------
-Vaswani et al. (2017), "Attention Is All You Need", sections 3.2.2 and 3.2.3.
+Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.2.3.
 """
 
 from __future__ import annotations
@@ -44,24 +31,9 @@ ALL_HEADS = -1
 
 
 def source_sentences(texts: str | Sequence[str], level: str, name: str = "sources") -> tuple[str, ...]:
-    """The source sentences a translation explorer offers, checked; one string is one sentence.
+    """The source sentences a translation explorer offers; one string is one sentence.
 
-    Parameters
-    ----------
-    texts : str or sequence of str
-    level : {"word", "char"}
-        The tokenisation each sentence must give at least one token at.
-    name : str
-        The argument's name in the error messages (a plural; its singular drops the "s").
-
-    Returns
-    -------
-    tuple of str
-
-    Raises
-    ------
-    ValueError
-        If there is no sentence, or one has no token at ``level``.
+    Raises ValueError if there is no sentence, or one has no token at ``level``.
     """
     if isinstance(texts, str):
         texts = [texts]
@@ -77,78 +49,11 @@ def source_sentences(texts: str | Sequence[str], level: str, name: str = "source
 class AttentionExplorer(Explorer):
     """Pick an example, a kind of attention, a layer and a head of a trained Transformer.
 
-    Display the explorer by making it the last expression of a notebook cell.
-
-    Parameters
-    ----------
-    model : attncourse.nn.transformer.Transformer
-        Usually trained. It is run in evaluation mode without gradients; its
-        training flag is restored afterwards.
-    src_vocab, tgt_vocab : Vocabulary
-        The vocabularies the model was trained with; unknown source tokens
-        become ``<unk>``.
-    sources : sequence of str
-        Source sentences offered in the ``example`` dropdown; the first is shown first.
-    level : {"word", "char"}
-        How to split the sources into tokens and join the output.
-    max_len : int
-        Most output tokens of the greedy translation, ``<eos>`` included.
-    kind : {"encoder_self", "decoder_self", "cross"}
-        The kind shown first.
-    layer : int, optional
-        The layer shown first, 1-based; default the last.
-    head : int, optional
-        The head shown first, 1-based; default all heads.
-
-    Attributes
-    ----------
-    example : ipywidgets.Dropdown
-        The source sentence.
-    kind : ipywidgets.Dropdown
-        ``"encoder_self"``, ``"decoder_self"`` or ``"cross"``.
-    layer : ipywidgets.IntSlider
-        The layer, 1..N, where N is the number of encoder layers for encoder
-        self-attention and of decoder layers otherwise; its range follows ``kind``.
-    head : ipywidgets.Dropdown
-        ``-1`` (:data:`ALL_HEADS`) for all heads, else a 0-based head (labels
-        read "head 1", ...).
-    caption : ipywidgets.HTML
-        The translation and what the figure shows.
-    out : ipywidgets.Output
-        Holds the figure.
-    widget : ipywidgets.VBox
-        The whole explorer.
-    src_tokens : list of str
-        The source as the encoder reads it, x_1..x_S ``<eos>``.
-    tgt_tokens : list of str
-        The decoder's inputs, ``<bos>`` y_1..y_T, where y is the greedy output.
-    translation : str
-        The greedy output joined at ``level``.
-    maps : dict
-        ``Transformer.attention_maps`` of the current example (batch of one),
-        as NumPy arrays: kind -> list over layers of (1, num_heads, q_len, k_len).
-    figure : matplotlib.figure.Figure
-        The figure on display; closed in pyplot once shown, so none pile up.
-    shown : dict
-        What is on display: ``"example"``, ``"kind"``, ``"layer"`` (0-based),
-        ``"head"`` (0-based, or None for all), ``"weights"`` ((num_heads, q_len,
-        k_len) for all heads, (q_len, k_len) for one), ``"q_tokens"``,
-        ``"k_tokens"`` and ``"translation"``.
-
-    Notes
-    -----
-    The book (no kernel) shows :meth:`to_html`: every example, kind, layer
-    and head (and all heads together), drawn in advance.
-
-    Raises
-    ------
-    ValueError
-        If ``sources`` is empty, a source has no token, ``kind`` is unknown, or
-        ``max_len``, ``layer`` or ``head`` is out of range.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.3.
+    ``layer`` and ``head`` are 1-based (default: the last layer, all heads); ``max_len``
+    counts output tokens, ``<eos>`` included. ``shown["weights"]`` is (num_heads, q_len,
+    k_len) for all heads, (q_len, k_len) for one. Raises ValueError if ``sources`` is
+    empty, a source has no token, ``kind`` is unknown, or ``max_len``, ``layer`` or
+    ``head`` is out of range. Source: Vaswani et al. (2017), section 3.2.3.
     """
 
     def __init__(
@@ -215,7 +120,7 @@ class AttentionExplorer(Explorer):
     # ------------------------------------------------------------------ model
 
     def _translate(self, text: str) -> None:
-        """Greedy translation of ``text``, then every attention map on (source, <bos> + output)."""
+        """Greedy translation of ``text``, then its attention maps (source, <bos> + output)."""
         tokens = tokenize(text, self.level)
         device = next(self.model.parameters()).device
         src = torch.tensor([self.src_vocab.encode(tokens, add_eos=True)], dtype=torch.long, device=device)

@@ -1,27 +1,4 @@
-"""The book's rendering of an explorer: pre-computed states behind plain HTML controls.
-
-In a Jupyter kernel an explorer is an ipywidget whose controls call Python. The
-rendered book has no kernel, so there the same explorer is shown as a
-self-contained piece of HTML: its states drawn in advance (one PNG frame and one
-caption each), and plain controls (a ``<select>`` per dropdown, a range input
-with Previous and Next buttons per slider, a checkbox per checkbox) whose few
-lines of inline JavaScript swap the frame and the caption. Nothing is loaded
-from anywhere: the frames are data URIs and the script is inline, so the page
-works offline, from ``file://``.
-
-This module holds what every explorer shares: :class:`BookAxis` (which values
-of one control the book covers), :func:`figure_data_uri` (a figure as a small
-palette PNG) and :func:`render_player` (the one HTML template and its script).
-:class:`attncourse.widgets.base.Explorer` walks the axes, draws every state
-with the live widget's own code and calls :func:`render_player`.
-
-A state is keyed by its axes' option indices joined with ``/``, for example
-``"1/3/0"``; ``-`` stands for an axis that does not apply in that state (say,
-the ``p_t`` slider in local-m mode), whose control the player hides. The options
-an axis offers may depend on the axes before it (the query tokens depend on the
-sentence): the player offers, for each axis, only the options that some state
-with the current earlier choices has.
-"""
+"""The book's rendering of an explorer: pre-computed states behind plain HTML controls."""
 
 from __future__ import annotations
 
@@ -57,20 +34,8 @@ PAD_INCHES = 0.1
 class BookAxis:
     """One control of an explorer and the values of it that the book pre-renders.
 
-    Parameters
-    ----------
-    control : ipywidgets.Widget
-        The live control: a ``Dropdown``, ``ToggleButtons``, ``Checkbox``,
-        ``IntSlider``, ``FloatSlider`` or ``FloatLogSlider``.
-    values : sequence, optional
-        The values to pre-render. By default every option of a dropdown (as it
-        stands once the earlier axes are set), both states of a checkbox and
-        every step of an ``IntSlider``; float sliders must list their values.
-    label : str, optional
-        The control's label in the book; its ``description`` by default.
-    applies : callable, optional
-        Called once the earlier axes are set; False means this control does not
-        apply (the live widget hides it) and the book hides it too.
+    ``values`` default to every option, both checkbox states or every IntSlider step
+    (float sliders must list them); ``applies`` False hides the control for a state.
     """
 
     control: Any
@@ -99,11 +64,8 @@ class BookAxis:
     def current_values(self) -> list[Any]:
         """The values to pre-render, given the earlier axes as they are set now.
 
-        Raises
-        ------
-        ValueError
-            If a float slider has no ``values``, or a value is not one the
-            control accepts (outside its range or options).
+        Raises ValueError if a float slider has no ``values``, or a value is not one the
+        control accepts (outside its range or options).
         """
         control = self.control
         if hasattr(control, "_options_values"):  # a dropdown, or a slider over options
@@ -142,43 +104,7 @@ class BookAxis:
 
 def figure_data_uri(fig: Figure, dpi: int = FRAME_DPI, colors: int = FRAME_COLORS,
                     max_width: int = FRAME_MAX_WIDTH) -> str:
-    """A matplotlib figure as a ``data:image/png;base64,...`` URI of a palette PNG.
-
-    The figure may already be closed in pyplot. It is cropped to what it shows
-    plus a margin of :data:`PAD_INCHES`, as the notebook's inline backend draws
-    it with a tight bounding box.
-
-    Parameters
-    ----------
-    fig : matplotlib.figure.Figure
-    dpi : int
-        Resolution of the frame, dots per inch, lowered where the figure would
-        be wider than ``max_width`` pixels.
-    colors : int
-        Size of the palette (2..256); the colours are chosen by median cut,
-        without dithering, so flat areas stay flat.
-    max_width : int
-        Widest frame, in pixels.
-
-    Returns
-    -------
-    str
-        The URI; its length is what the frame adds to a page, in bytes.
-
-    Notes
-    -----
-    Drawing is nearly all of an explorer's book rendering (chapter 4's stepper
-    draws 168 frames). A figure with a layout engine (``layout="constrained"``
-    or ``"tight"``, as every figure of :mod:`attncourse.viz` has) keeps all its
-    labels inside itself, so it is drawn once, onto its own canvas, and the
-    pixels are cropped to the figure's content: ``savefig(bbox_inches="tight")``
-    drew it twice (once to measure the tight box, once to print it) and encoded a
-    PNG that was decoded again here. A figure laid out once by
-    ``fig.tight_layout()`` (chapters 7 and 9's explorers) is drawn once too and its
-    tight box measured; where a label sticks out of it, and for a figure with no
-    layout engine at all, only ``savefig``'s tight box keeps everything, and it is
-    saved that way.
-    """
+    """A figure as a ``data:image/png;base64,...`` URI of a palette PNG (``dpi``: dots/inch)."""
     dpi = min(dpi, max_width / fig.get_figwidth())
     # A figure with fixed margins (no layout engine, say chapter 8's tiles) often has a
     # tick label a pixel past its edge: drawing it once first would only add a draw.
@@ -194,14 +120,7 @@ def figure_data_uri(fig: Figure, dpi: int = FRAME_DPI, colors: int = FRAME_COLOR
 
 
 def _drawn_once(fig: Figure, dpi: float) -> Image.Image | None:
-    """``fig`` drawn once at ``dpi`` on an Agg canvas, cropped to its content plus :data:`PAD_INCHES`.
-
-    The content is every pixel that differs from the figure's background colour.
-    None where the figure has no layout engine that runs at each draw
-    (constrained or tight) and its tight box reaches past its edges (a label
-    sticking out): only ``savefig``'s tight box keeps that.
-    The figure's dpi and canvas are set back afterwards.
-    """
+    """``fig`` drawn once at ``dpi``, cropped to its content plus :data:`PAD_INCHES`."""
     old_dpi, old_canvas = fig.dpi, fig.canvas
     canvas = FigureCanvasAgg(fig)
     try:
@@ -343,37 +262,12 @@ def render_player(
     initial: str,
     note: str = "",
 ) -> str:
-    """The self-contained HTML of an explorer's book rendering.
+    """The self-contained HTML of an explorer's book rendering; it loads nothing.
 
-    Parameters
-    ----------
-    title : str
-        What the explorer is, for screen readers (the group's label).
-    axes : sequence of mapping
-        One per control, in order: ``{"label": str, "kind": "select" | "slider"
-        | "checkbox", "options": [str, ...]}``; a state's key holds indices
-        into ``options`` (for a checkbox, 0 = off, 1 = on).
-    states : mapping
-        Key (indices joined by ``/``, ``-`` for an axis that does not apply) to
-        ``(frame index, caption HTML, alternative text of the frame)``.
-    frames : sequence of str
-        Data URIs of the frames.
-    initial : str
-        Key of the state shown first.
-    note : str
-        A line under the figure saying what the book version covers (HTML).
-
-    Returns
-    -------
-    str
-        A ``<div class="attncourse-explorer">`` with its controls, caption,
-        frame, data and script; it loads nothing from the network.
-
-    Raises
-    ------
-    ValueError
-        If ``initial`` is not a state, or a state's key does not have one
-        part per axis.
+    ``axes``: one ``{"label", "kind", "options"}`` per control; ``states``: key (option
+    indices joined by ``/``, ``-`` where an axis does not apply) -> (frame index, caption
+    HTML, alternative text); ``frames``: data URIs. Raises ValueError if ``initial`` is
+    not a state, or a key does not have one part per axis.
     """
     if initial not in states:
         raise ValueError(f"the initial state {initial!r} is not among the {len(states)} states")
