@@ -79,6 +79,7 @@ import torch
 from attncourse.data.batching import Batch, pad_to_buckets
 from attncourse.runtime import pick_device, training_seed
 from attncourse.train import distributed as dist_utils
+from attncourse.train import store
 from attncourse.train.checkpoint import (
     differences,
     load_checkpoint,
@@ -86,12 +87,12 @@ from attncourse.train.checkpoint import (
     validate_compatible,
 )
 from attncourse.train.config import FitConfig
-from attncourse.train.fit_cache import batches_fingerprint, graded_fit_dir
 from attncourse.train.loop import Loop, Record, run_epochs, validate_amp
 from attncourse.train.schedule import noam_lambda
 from attncourse.train.seq2seq import seq2seq_epoch, validate
+from attncourse.train.store import batches_fingerprint
 
-CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_NAME = store.CHECKPOINT
 BEST_NAME = "best.pt"
 
 #: FitConfig fields that shape the training path; a resumed run must keep them. The first ones are
@@ -465,7 +466,7 @@ def fit(
         ``best.pt`` (its weights), both atomically; an existing run there is
         overwritten unless ``resume``. Without it, while a course is prepared or
         graded, the run gets a folder of the trained-model cache and a finished
-        one there is loaded (:mod:`attncourse.train.fit_cache`).
+        one there is loaded (:mod:`attncourse.train.store`).
     resume : bool
         Continue the run saved in ``out_dir/checkpoint.pt`` with the epoch
         after the saved one, restoring weights, optimizer and scheduler state,
@@ -510,35 +511,41 @@ def fit(
         out.mkdir(parents=True, exist_ok=True)
     extra = {} if extra is None else dict(extra)
     fingerprint = batches_fingerprint(train_batches)
-    if out is None and not world.distributed:  # preparing or grading a course: trained once
-        out = graded_fit_dir(model, fingerprint, valid_batches, _cache_settings(config), extra)
-        resume = out is not None and (out / CHECKPOINT_NAME).is_file()
-    was_training = model.training
-    with _threads(config.num_threads):
-        try:
-            model.to(device)
-            optimizer = make_optimizer(model, config, device)
-            scheduler = make_scheduler(optimizer, config, model)
-            seed = training_seed(config.seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
-            generator = torch.Generator().manual_seed(seed)
-            if resume:
-                saved = validate_resume(out, model, train_batches, config, extra, fingerprint)
-                record = _resume(saved, model, optimizer, scheduler, generator, device)
-            else:
-                torch.manual_seed(seed + world.rank)
-                record = Record()
-            start_epoch = len(record.history)
-            epoch = seq2seq_epoch(_padded(train_batches, config), generator, config.teacher_forcing,
-                                  config.label_smoothing, seed)
-            save = _saver(out, model, optimizer, scheduler, generator, device, extra,
-                          _replay_settings(config, world.world_size), fingerprint)
-            run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device),
-                       _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save,
-                       cached=out)
-            if world.distributed:
-                torch.distributed.barrier()  # rank 0's files are written before any rank returns
-        finally:
-            model.train(was_training)
+    stored = out is None and not world.distributed and store.keeps_fits()
+    if stored:  # preparing or grading a course: a fit without a folder is trained once
+        name = store.run_name(f"fits/{type(model).__name__}",
+                              {"class": type(model).__name__, "config": getattr(model, "config", None)},
+                              weights=model, data=(fingerprint, batches_fingerprint(valid_batches)),
+                              settings={**_cache_settings(config), "extra": extra})
+    with store.open_run(name) if stored else contextlib.nullcontext(out) as out:
+        if stored:
+            resume = (out / CHECKPOINT_NAME).is_file()
+        was_training = model.training
+        with _threads(config.num_threads):
+            try:
+                model.to(device)
+                optimizer = make_optimizer(model, config, device)
+                scheduler = make_scheduler(optimizer, config, model)
+                seed = training_seed(config.seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
+                generator = torch.Generator().manual_seed(seed)
+                if resume:
+                    saved = validate_resume(out, model, train_batches, config, extra, fingerprint)
+                    record = _resume(saved, model, optimizer, scheduler, generator, device)
+                else:
+                    torch.manual_seed(seed + world.rank)
+                    record = Record()
+                start_epoch = len(record.history)
+                epoch = seq2seq_epoch(_padded(train_batches, config), generator, config.teacher_forcing,
+                                      config.label_smoothing, seed)
+                save = _saver(out, model, optimizer, scheduler, generator, device, extra,
+                              _replay_settings(config, world.world_size), fingerprint)
+                run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device),
+                           _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save,
+                           cached=out)
+                if world.distributed:
+                    torch.distributed.barrier()  # rank 0's files are written before any rank returns
+            finally:
+                model.train(was_training)
     return _result(record, start_epoch, time.perf_counter() - start_time, device, world)
 
 

@@ -39,11 +39,9 @@ folder under :func:`~attncourse.runtime.runs_dir`:
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import numbers
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,21 +53,13 @@ from attncourse.runtime import (
     book_build,
     pick_device,
     progress_bar,
-    refuse_cached_training,
-    run_lock,
-    runs_dir,
     training_seed,
 )
 from attncourse.train import distributed as dist_utils
-from attncourse.train.checkpoint import (
-    differences,
-    load_checkpoint,
-    save_checkpoint,
-    validate_compatible,
-)
+from attncourse.train import store
+from attncourse.train.checkpoint import validate_compatible
 from attncourse.train.schedule import TimeBudget
 
-CHECKPOINT = "checkpoint.pt"
 AMP_DTYPES = ("bf16",)
 #: Where rank 0's training time travels with the validation scores (not a metric).
 _TRAIN_SECONDS = "train_seconds"
@@ -403,7 +393,7 @@ def run_epochs(
     start = len(record.history)
     finished = start >= loop.epochs or (start > 0 and record.out_of_patience(start + 1, loop.patience))
     if cached is not None and not finished:  # grading loads prepared runs, never trains one
-        refuse_cached_training(str(cached), start, loop.epochs)
+        store.refuse_while_grading(str(cached), start, loop.epochs)
     if shown and finished:  # a bar frozen at its end would look like a stalled run
         announce_loaded(loop.desc, start * (loop.steps_per_epoch or 1),
                         "steps" if loop.steps_per_epoch else "epochs")
@@ -472,37 +462,17 @@ class EpochRun:
     stopped_early: bool = False
 
 
-def config_digest(config: Mapping[str, Any]) -> str:
-    """Ten hex digits of the SHA-256 of ``config`` as sorted JSON.
-
-    Raises
-    ------
-    TypeError
-        If ``config`` holds something JSON cannot write.
-    """
-    return hashlib.sha256(json.dumps(dict(config), sort_keys=True).encode()).hexdigest()[:10]
-
-
 def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     # rank 0 keeps the seeds of a single process; other ranks draw other samples. Modulo
     # 2**63: torch seeds are 64-bit; seeds below ~9.2e13 (all of the course's) are unchanged
     return (int(seed) * 100_003 + int(epoch) + 1_000_003 * int(rank)) % 2**63
 
 
-def _resume_cached(path: Path, config: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                   device: torch.device, extendable: Collection[str] = ()) -> tuple[Record, dict]:
-    """The run saved at ``path`` (weights and optimizer loaded into the arguments), or a new one."""
-    if not path.is_file():
+def _resume(saved: dict | None, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            path: Path) -> tuple[Record, dict]:
+    """Load a stored run (:func:`~attncourse.train.store.load_run`) into the arguments; the run so far."""
+    if saved is None:
         return Record(), {}
-    saved = load_checkpoint(path, map_location=device)
-    saved_config = saved["extra"].get("config")
-    saved_config = saved_config if isinstance(saved_config, dict) else {}
-    current = json.loads(json.dumps(config))
-    problems = differences({k: v for k, v in saved_config.items() if k not in extendable},
-                           {k: v for k, v in current.items() if k not in extendable}, "config")
-    if problems:
-        raise ValueError(f"{path} holds a run of another config ({'; '.join(problems)}); "
-                         "delete the folder to train this one afresh")
     # the model class, its config and every weight's name, shape and dtype, before loading any
     validate_compatible(saved, model, path=path)
     if saved["optimizer_state"] is None:
@@ -512,14 +482,6 @@ def _resume_cached(path: Path, config: dict, model: torch.nn.Module, optimizer: 
     trainer = saved["trainer"]
     record = Record(list(saved["history"]), int(trainer.get("best_epoch", 0)), trainer.get("best_model_state"))
     return record, dict(trainer.get("state", {}))
-
-
-@contextlib.contextmanager
-def _cached_run(out: Path, shared: bool) -> Iterator[None]:
-    # A run in the shared cache may be asked for by two notebooks at once: the second
-    # waits for the first, then loads its checkpoint (see run_lock).
-    with run_lock(out) if shared else contextlib.nullcontext():
-        yield
 
 
 def train_epochs(
@@ -573,7 +535,7 @@ def train_epochs(
     device : str or torch.device, optional
         Default: :func:`~attncourse.runtime.pick_device`.
     out_dir : path, optional
-        Default: ``runs_dir(f"{name}-{config_digest(config)}")``.
+        Default: the store's folder ``runs_dir(run_name(name, config))`` (:mod:`~attncourse.train.store`).
     amp, compile, clip_norm : optional
         As in :class:`Loop`; put ``amp`` in ``config`` too when it is set, as it
         changes the numbers.
@@ -606,15 +568,14 @@ def train_epochs(
                 steps_per_epoch=steps_per_epoch,
                 seconds="training")
     config = dict(config)
-    out = Path(out_dir) if out_dir is not None else runs_dir(f"{name}-{config_digest(config)}")
-    out.mkdir(parents=True, exist_ok=True)
-    with _cached_run(out, shared=out_dir is None):
+    with store.open_run(store.run_name(name, config), out_dir) as out:
+        out.mkdir(parents=True, exist_ok=True)
         device = pick_device(None if device is None else str(device))
         seed = training_seed(seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims' other-seeds)
         torch.manual_seed(seed)
         model, optimizer = build(device)
-        path = out / CHECKPOINT
-        record, state = _resume_cached(path, config, model, optimizer, device, extendable)
+        saved = store.load_run(out, config, extendable, map_location=device)
+        record, state = _resume(saved, model, optimizer, out / store.CHECKPOINT)
         is_main = dist_utils.current().is_main
         rank = dist_utils.current().rank
 
@@ -624,8 +585,8 @@ def train_epochs(
             trainer: dict[str, Any] = {"state": state}
             if score is not None:
                 trainer.update(best_epoch=record.best_epoch, best_model_state=record.best_state)
-            save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch, history=record.history,
-                            extra={"config": config, "name": name}, trainer=trainer)
+            store.save_run(out, config, model=model, optimizer=optimizer, epoch=epoch,
+                           history=record.history, extra={"name": name}, trainer=trainer)
 
         run_epochs(model, optimizer, train_epoch, evaluate, loop, record, device=device, state=state,
                    save=save, begin_epoch=lambda epoch: torch.manual_seed(_epoch_seed(seed, epoch, rank)),
