@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -142,19 +141,20 @@ def read_manifest(directory: Path) -> dict[str, str] | None:
 
 
 def write_manifest(directory: Path, files: dict[str, str]) -> None:
-    """Write ``files`` as ``directory``'s manifest, atomically (temporary + rename)."""
+    """Write ``files`` as ``directory``'s manifest, atomically.
+
+    Raises
+    ------
+    OSError
+        As :func:`~attncourse.train.checkpoint.atomic_write_text`.
+    """
+    # imported here: checkpoint imports this module
+    from attncourse.train.checkpoint import atomic_write_text
+
     text = json.dumps(
         {"format": "attncourse-run", "files": dict(sorted(files.items()))}, indent=2
     )
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=MANIFEST_TEMPORARY_PREFIX, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.replace(tmp, directory / MANIFEST_NAME)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(text + "\n", directory / MANIFEST_NAME)
 
 
 def start_manifest(directory: Path) -> None:
