@@ -1,31 +1,13 @@
-"""One epoch of an encoder-decoder, its validation, and scoring a dataset.
+"""One epoch of an encoder-decoder (:func:`seq2seq_epoch`), its validation and scoring a dataset.
 
-One epoch of :func:`~attncourse.train.fit.fit` (:func:`seq2seq_epoch`, run by
-the engine's loop, :func:`~attncourse.train.loop.run_epochs`) does, for every
-training batch (in an order drawn afresh each epoch):
-
-1. **Forward with teacher forcing**: the decoder reads the gold previous token
-   y_{i-1} at every step (``Batch.tgt_in`` = ``<bos>`` y_1..y_T) and scores the
-   next one; logits have shape (batch, tgt_len, tgt_vocab).
-2. **Loss**: the cross-entropy -log p(y_i | y_<i, x) averaged over the real
-   target tokens (``Batch.tgt_out`` = y_1..y_T ``<eos>``); padding is ignored.
-   This is the negative log-likelihood that Bahdanau et al. (2015, section 2)
-   and Sutskever et al. (2014, section 3.1) maximise.
-3. **Update**: backpropagate, clip the gradient's global norm, take an Adam step.
-
-After each epoch :func:`validate` measures the model on the validation
-batches: the same loss and token accuracy under teacher forcing, and the exact
-match of greedy decoding, where the model reads its *own* previous outputs as it
-must on new data. :func:`evaluate` decodes a whole dataset (greedy or beam
-search) and scores it overall and by source length.
+An epoch, per batch: teacher-forced logits (batch, tgt_len, tgt_vocab) from
+``Batch.tgt_in``; the cross-entropy -log p(y_i | y_<i, x) over the real tokens of
+``Batch.tgt_out`` (padding ignored); a clipped Adam step. :func:`validate` adds greedy
+exact match; :func:`evaluate` decodes a dataset and scores it by source length.
 
 References
 ----------
-Bengio, Vinyals, Jaitly, Shazeer (2015), "Scheduled Sampling for Sequence
-Prediction with Recurrent Neural Networks".
-Vaswani et al. (2017), "Attention Is All You Need", section 5.4 (label smoothing).
-Szegedy et al. (2016), "Rethinking the Inception Architecture for Computer
-Vision", section 7 (label smoothing).
+Bahdanau et al. (2015), section 2 (the log-likelihood maximised).
 """
 
 from __future__ import annotations

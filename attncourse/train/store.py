@@ -41,13 +41,7 @@ refuse_while_grading = refuse_cached_training
 
 
 def tensor_digest(tensors: Iterable[torch.Tensor]) -> str:
-    """SHA-256 (hex) of the tensors' shapes and bytes, in order.
-
-    Parameters
-    ----------
-    tensors : iterable of torch.Tensor
-        Any dtype, any device.
-    """
+    """SHA-256 (hex) of the tensors' shapes and bytes, in order (any dtype, any device)."""
     digest = hashlib.sha256()
     for tensor in tensors:
         t = tensor.detach().to("cpu").contiguous()
@@ -65,16 +59,8 @@ def run_key(spec: Mapping[str, Any], *, weights: torch.nn.Module | None = None,
             data: Sequence[str | torch.Tensor] = (), settings: Mapping[str, Any] | None = None) -> str:
     """The first :data:`KEY_DIGITS` hex digits of the SHA-256 of a run's description.
 
-    Parameters
-    ----------
-    spec : mapping
-        JSON-able: what is trained (a model's config, a recipe's fields).
-    weights : torch.nn.Module, optional
-        As built, before training: its parameter and buffer names and bytes.
-    data : sequence of str or torch.Tensor
-        Digests (str) or tensors of the data, in order.
-    settings : mapping, optional
-        JSON-able settings of the training (epochs, learning rate, ...).
+    ``spec`` (what is trained) and ``settings`` (how) are JSON-able; ``weights`` is the
+    model as built, before training; ``data`` holds digests (str) or tensors.
 
     Raises
     ------
@@ -105,11 +91,9 @@ def keeps_fits() -> bool:
 
 @contextlib.contextmanager
 def open_run(name: str, out_dir: str | Path | None = None) -> Iterator[Path]:
-    """The run's folder, ``runs_dir(name)`` locked for the block, or ``out_dir`` as given.
+    """``runs_dir(name)``, locked for the block (a second writer waits), or ``out_dir`` as given.
 
-    A second process that opens the same stored run waits until the first leaves the
-    block (``fcntl.flock`` on ``.lock``: :func:`~attncourse.runtime.run_lock`), then
-    finds its checkpoint. ``out_dir``, a folder the caller chose, is not locked here.
+    The lock is :func:`~attncourse.runtime.run_lock` (``flock`` on ``.lock``).
     """
     if out_dir is not None:
         yield Path(out_dir)
@@ -123,13 +107,7 @@ def load_run(folder: Path, spec: Mapping[str, Any], extendable: Collection[str] 
              map_location: str | torch.device | None = "cpu") -> dict[str, Any] | None:
     """The checkpoint in ``folder`` (``weights_only=True``), or None if there is none.
 
-    Parameters
-    ----------
-    folder : Path
-    spec : mapping
-        Must equal the spec saved with the run (:func:`save_run`), but for ``extendable``.
-    extendable : collection of str
-        Keys of ``spec`` that may differ (a budget the run continues up to).
+    ``spec`` must equal the saved one (:func:`save_run`) but for the keys ``extendable``.
 
     Raises
     ------
@@ -154,14 +132,9 @@ def load_run(folder: Path, spec: Mapping[str, Any], extendable: Collection[str] 
 
 def save_run(folder: Path, spec: Mapping[str, Any], *, model: torch.nn.Module,
              extra: Mapping[str, Any] | None = None, **fields: Any) -> Path:
-    """Write ``folder/checkpoint.pt`` atomically, ``spec`` in its ``extra["config"]``.
+    """Save ``folder/checkpoint.pt`` atomically, ``spec`` in ``extra["config"]``.
 
-    ``fields``: :func:`~attncourse.train.checkpoint.save_checkpoint`'s other arguments.
-
-    Raises
-    ------
-    TypeError, OSError
-        As :func:`~attncourse.train.checkpoint.save_checkpoint`.
+    ``fields``: :func:`~attncourse.train.checkpoint.save_checkpoint`'s, which raises.
     """
     extra = {"config": dict(spec), **(extra or {})}
     return save_checkpoint(folder / CHECKPOINT, model=model, extra=extra, **fields)
@@ -174,23 +147,8 @@ def train_once(name: str, spec: Mapping[str, Any], model: torch.nn.Module,
     The run is ``runs_dir(run_name(name, spec))``, saved when ``train`` returns: an
     interrupted ``train`` leaves no checkpoint.
 
-    Parameters
-    ----------
-    name : str
-        The run's prefix, e.g. ``"passkey/rope-seed0"``.
-    spec : mapping
-        JSON-able description of everything that shapes the training.
-    model : torch.nn.Module
-        Freshly built (seeded): trained in place, or given the saved weights.
-    train : callable
-        The training loop.
-    announce : bool
-        Print one line when the weights are loaded rather than trained.
-
-    Returns
-    -------
-    torch.nn.Module
-        ``model``.
+    ``model`` is freshly built (seeded); it is returned. ``announce`` prints one line when
+    the weights are loaded.
 
     Raises
     ------
