@@ -85,12 +85,8 @@ def sequence_loss(
         Gold next tokens y_1..y_T ``<eos>``, ``pad_id`` at padding.
     pad_id : int
     label_smoothing : float in [0, 1)
-        epsilon: the target puts ``1 - eps + eps / V`` on the gold token and
-        ``eps / V`` on every other of the V tokens (Vaswani et al. 2017,
-        section 5.4). The loss is then
-        ``(1 - eps) * (-log p(y_i)) + eps * mean_k(-log p(k))``, averaged over
-        the real tokens; it is finite for any logits, -inf included (see
-        :class:`FitConfig`).
+        eps: the loss is ``(1 - eps) * (-log p(y_i)) + eps * mean_k(-log p(k))`` over the
+        real tokens (Vaswani et al. 2017, section 5.4); finite for any logits.
 
     Returns
     -------
@@ -106,10 +102,6 @@ def sequence_loss(
     ------
     ValueError
         If the shapes do not fit together or ``label_smoothing`` is out of range.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 5.4; Szegedy et al. (2016), section 7.
     """
     loss, _, n_correct, n_tokens = _loss_terms(logits, tgt_out, pad_id, label_smoothing)
     return loss, int(n_correct), int(n_tokens)
@@ -150,22 +142,16 @@ def seq2seq_epoch(batches: Sequence[Batch], generator: torch.Generator, teacher_
                   label_smoothing: float = 0.0, seed: int = 0, log_every: int = LOG_EVERY) -> Any:
     """The ``train_epoch`` of an encoder-decoder, for :func:`~attncourse.train.loop.run_epochs`.
 
-    The loop is written so that a GPU never waits for the host: the batches are
-    moved to the device once, at the first epoch (not once per step), their
-    token counts are counted once on the CPU, and the step reads nothing back
-    from the device. The losses and counts are summed on the device and read
-    once every ``log_every`` steps for the progress bar, and at the end of the
-    epoch.
+    The batches move to the device once; the step reads nothing back from it but every
+    ``log_every`` steps (the bar) and at the epoch's end.
 
     Parameters
     ----------
     batches : sequence of Batch
-        All training batches, on the CPU; each epoch visits them in an order
-        drawn from ``generator`` (with several processes, each rank its share:
+        On the CPU; visited in an order drawn from ``generator`` (several processes:
         :func:`~attncourse.train.distributed.rank_batch_order` with ``seed``).
     generator : torch.Generator
-        The CPU generator of the batch order and of scheduled sampling's coin
-        flips; its state is checkpointed, so a resumed run replays them.
+        The CPU generator of the batch order and of scheduled sampling's coin flips.
     teacher_forcing, label_smoothing : float
         As in :class:`~attncourse.train.fit.FitConfig`.
     seed : int
