@@ -16,7 +16,7 @@ from test_fit import (
 )
 
 from attncourse.runtime import NO_TRAINING_ENV, UnpreparedRun
-from attncourse.train.fit_cache import FIT_CACHE_ENV
+from attncourse.train.store import FIT_CACHE_ENV
 
 # importlib: the package re-exports the function fit, which shadows the module's name
 fit_module = importlib.import_module("attncourse.train.fit")
@@ -67,7 +67,7 @@ def test_prepared_then_graded_the_fit_loads_the_same_run_without_training(data, 
     assert torch.equal(torch.get_rng_state(), after)              # what the chapter draws next
 
 
-@pytest.mark.parametrize("change", ["seed", "epochs", "lr"])
+@pytest.mark.parametrize("change", ["seed", "epochs", "lr", "valid"])
 def test_grading_refuses_a_fit_that_was_not_prepared(data, runs, monkeypatch, change):
     monkeypatch.setenv(FIT_CACHE_ENV, "1")
     run(data, new_model(data), config(epochs=2))
@@ -75,5 +75,7 @@ def test_grading_refuses_a_fit_that_was_not_prepared(data, runs, monkeypatch, ch
     monkeypatch.setenv(NO_TRAINING_ENV, "1")
     model = new_model(data, seed=1 if change == "seed" else 0)
     cfg = config(epochs=3 if change == "epochs" else 2, lr=2e-2 if change == "lr" else 1e-2)
+    if change == "valid":
+        data = {**data, "valid_batches": data["train_batches"][:1]}
     with pytest.raises(UnpreparedRun, match="prepare the chapter first"):
         run(data, model, cfg)

@@ -7,7 +7,8 @@ import pytest
 import torch
 from tqdm import tqdm
 
-from attncourse.train.loop import config_digest, train_epochs
+from attncourse.train.loop import train_epochs
+from attncourse.train.store import run_name
 
 
 def _problem():
@@ -83,8 +84,8 @@ def test_default_folder_is_named_by_config(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path))
     build, train_epoch, evaluate, _ = _problem()
     run = train_epochs("toy/run", {"lr": 0.05}, build, train_epoch, evaluate, 1, progress=False, device="cpu")
-    assert run.out_dir == tmp_path / "toy" / f"run-{config_digest({'lr': 0.05})}"
-    assert config_digest({"lr": 0.05}) != config_digest({"lr": 0.1})
+    assert run.out_dir == tmp_path / run_name("toy/run", {"lr": 0.05})
+    assert run_name("toy/run", {"lr": 0.05}) != run_name("toy/run", {"lr": 0.1})
 
 
 def test_bad_input_gives_clear_errors(tmp_path):

@@ -7,7 +7,7 @@ in a kernel, so that every model it trains through the course's trained-model ca
 language models, chapter 8's recall models, chapter 12's context-extension runs, ...) is
 in ``$ATTNCOURSE_RUNS`` (``--runs``), finished; so is every model a chapter trains in
 memory with :func:`~attncourse.train.fit.fit` (chapters 5 and 6), through
-:mod:`attncourse.train.fit_cache`. Running the chapter itself, rather than a
+:mod:`attncourse.train.store`. Running the chapter itself, rather than a
 list of its models kept here, leaves one statement of what a chapter trains: its notebook.
 
 Grading then only loads: the course's ``nbgrader_config.py`` sets
@@ -41,7 +41,7 @@ from pathlib import Path
 from attncourse.cli.options import EXIT_USAGE
 from attncourse.course.grade_cli import NOTEBOOKS, chapter_path
 from attncourse.runtime import NO_TRAINING_ENV, runs_dir
-from attncourse.train.fit_cache import FIT_CACHE_ENV
+from attncourse.train.store import FIT_CACHE_ENV
 
 COMMAND = "prepare"
 #: The list of prepared chapters, in the runs folder.

@@ -16,10 +16,7 @@ Vaswani et al. (2017) with their training recipe, for one GPU or more.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +30,8 @@ from attncourse.data.vocab import Vocabulary
 from attncourse.nn.luong import LuongSeq2Seq
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.nn.transformer import Transformer
-from attncourse.runtime import data_seed, run_lock, runs_dir, training_seed
+from attncourse.runtime import data_seed, training_seed
+from attncourse.train import store
 from attncourse.train.config import (
     FFN_WIDTH,
     HEADS,
@@ -46,7 +44,7 @@ from attncourse.train.config import (
     redefault,
     setting,
 )
-from attncourse.train.fit import CHECKPOINT_NAME, FitResult, fit
+from attncourse.train.fit import FitResult, fit
 
 #: Generated tasks, by the names the command line uses.
 TASKS: tuple[str, ...] = ("numbers-en-fr", "numbers-en-de", "dates")
@@ -68,10 +66,6 @@ GPU_TARGET_TOKENS: dict[str, int] = {"numbers-en-fr": 10, "numbers-en-de": 11, "
 GPU_TIME_BUDGET = 360.0
 #: sqrt(400 / 4000): the gpu preset's warm-up of 400 steps peaks at the paper's rate (warm-up 4000).
 GPU_LR_SCALE = 0.316
-#: The fields every run's folder name hashes; every other field enters the hash only when it is not at its
-#: default, so that runs described before it existed keep their folders (see Experiment's Notes).
-ALWAYS_HASHED = frozenset({"task", "attention", "n_train", "n_valid", "n_test", "max_train_src_len", "emb_dim",
-                           "hidden_dim", "epochs", "lr", "batch_size", "patience", "seed", "data_seed"})
 _PAIRS = Limit(0, 1_000_000, "generated pairs are held in memory")
 
 
@@ -117,7 +111,7 @@ def shorter_than(dataset: PairDataset, max_src_len: int) -> PairDataset:
 
 @dataclass(frozen=True)
 class Experiment(TrainingSettings):
-    """One training run, fully described (and hashed into its folder name).
+    """One training run, fully described (its fields are the run's key in the store).
 
     Attributes
     ----------
@@ -163,11 +157,6 @@ class Experiment(TrainingSettings):
 
     Notes
     -----
-    The folder name ends with a hash of the fields. Fields added with the
-    Transformer and after it (all but :data:`ALWAYS_HASHED`) enter the hash
-    only when they differ from their defaults, so runs described before they
-    existed keep their folders (and their trained checkpoints).
-
     The training settings' fields are :class:`~attncourse.train.config.TrainingSettings`'s
     (inherited, with ``epochs`` 12 and ``lr`` 3e-3 by default); the fields made
     with :func:`~attncourse.train.config.setting` are also options of the
@@ -193,7 +182,6 @@ class Experiment(TrainingSettings):
     data_seed: int = setting(
         0, "seed of the generated data and of how pairs are grouped into batches (default 0)", check="seed",
         group="data", metavar="S")
-    # Added with the Transformer: hashed only when not at their defaults (see Notes).
     model: str = "rnn"
     d_model: int = setting(
         128, "transformer: width of embeddings and of every sub-layer's output (cpu 128, gpu 512)",
@@ -234,21 +222,16 @@ class Experiment(TrainingSettings):
 
     @property
     def name(self) -> str:
-        """Folder name: readable prefix plus a hash of every field (later fields only when not default)."""
-        described = asdict(self)
-        for f in fields(self):
-            if f.name not in ALWAYS_HASHED and described[f.name] == f.default:
-                del described[f.name]
-        if "betas" in described:
-            described["betas"] = list(described["betas"])
-        digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:10]
+        """The run's folder under ``runs_dir``: a readable prefix, then :func:`~attncourse.train.store.run_key`."""
+        described = {**asdict(self), "betas": list(self.betas)}
         span = "all" if self.max_train_src_len is None else f"upto{self.max_train_src_len}"
         if self.model == "transformer":
-            return f"{self.task}/transformer-{span}-d{self.d_model}-{digest}"
-        if self.model == "luong":
-            return f"{self.task}/luong-{self.score}-{self.mode}-{span}-h{self.hidden_dim}-{digest}"
-        kind = self.attention or "rnn"
-        return f"{self.task}/{kind}-{span}-h{self.hidden_dim}-{digest}"
+            prefix = f"{self.task}/transformer-{span}-d{self.d_model}"
+        elif self.model == "luong":
+            prefix = f"{self.task}/luong-{self.score}-{self.mode}-{span}-h{self.hidden_dim}"
+        else:
+            prefix = f"{self.task}/{self.attention or 'rnn'}-{span}-h{self.hidden_dim}"
+        return store.run_name(prefix, described)
 
     def fit_config(self, device: str | None = None, num_threads: int | None = None) -> FitConfig:
         """The :class:`~attncourse.train.config.FitConfig` this experiment trains with.
@@ -410,7 +393,8 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
     progress : bool
         tqdm progress bars while training.
     out_dir : path, optional
-        Defaults to ``runs_dir(experiment.name)``.
+        Default: the store's folder ``runs_dir(experiment.name)``, locked while it trains
+        (:func:`~attncourse.train.store.open_run`).
     device : str, optional
         Force a device; default: the best available.
 
@@ -426,18 +410,15 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
     src_vocab, tgt_vocab = build_vocabs(train)
     torch.manual_seed(training_seed(e.seed))  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
     model = build_model(e, src_vocab, tgt_vocab)
-    out = Path(out_dir) if out_dir is not None else runs_dir(e.name)
     config = e.fit_config(device=device)
-    # Two chapters may ask for the same cached run at once: the second waits for the
-    # first, then resumes (loads) the finished run (see run_lock).
-    with run_lock(out) if out_dir is None else contextlib.nullcontext():
+    with store.open_run(e.name, out_dir) as out:
         result = fit(
             model,
             make_batches(train, src_vocab, tgt_vocab, e.batch_size, shuffle=True, seed=data_seed(e.data_seed)),
             make_batches(splits.valid, src_vocab, tgt_vocab, 256, shuffle=False),
             config,
             out_dir=out,
-            resume=(out / CHECKPOINT_NAME).is_file(),
+            resume=(out / store.CHECKPOINT).is_file(),
             progress=progress,
             extra={"src_vocab": src_vocab.to_dict(), "tgt_vocab": tgt_vocab.to_dict(), "level": train.level,
                    "task": e.task},

@@ -1,34 +1,15 @@
-"""Checkpoints: saving a training run so that it survives a crash and can be resumed exactly.
+"""Checkpoints: written whole or not at all, loaded without running code.
 
-Two promises, and how they are kept:
+:func:`save_checkpoint` writes a temporary file beside the target, fsyncs it and
+renames it over the target (:func:`os.replace`, atomic within a file system).
+:func:`load_checkpoint` reads with ``torch.load(..., weights_only=True)``, so a
+checkpoint holds only tensors and plain values (configs, ``Vocabulary.to_dict()``,
+generator states as byte tensors).
 
-* **A checkpoint on disk is always whole.** :func:`save_checkpoint` writes to a
-  temporary file in the same directory, flushes it to the disk (``fsync``) and
-  only then renames it over the old file with :func:`os.replace`. A rename
-  within one file system is atomic, so a crash or a Ctrl-C at any moment leaves
-  either the previous checkpoint or the new one, never half of one.
-* **Loading a checkpoint runs no code.** A checkpoint holds only tensors and
-  plain Python values (numbers, strings, lists, dicts): the model's ``config``
-  instead of the model object, vocabularies as ``Vocabulary.to_dict()``, random
-  generator states as byte tensors. So :func:`load_checkpoint` can use
-  ``torch.load(..., weights_only=True)``, which refuses to unpickle arbitrary
-  objects; a checkpoint downloaded from somewhere cannot run code on your
-  machine when you open it.
-
-Layout of the saved dict (``version`` 1)::
-
-    format           "attncourse-checkpoint"
-    version          1
-    epoch            epochs finished when it was written (0 = none)
-    model_class      e.g. "Seq2Seq" or "Transformer": which class load_model rebuilds
-    model_config     model.config (a JSON-able dict) or None
-    model_state      model.state_dict()
-    optimizer_state  optimizer.state_dict() or None
-    scheduler_state  the learning-rate scheduler's state_dict() or None (absent in older files)
-    history          list of per-epoch dicts
-    extra            JSON-able dict: vocabularies, task, data level, ...
-    trainer          training-loop state (random generator states, best weights, ...)
-    torch_version    the torch that wrote it
+Layout (``version`` 1): ``format`` ("attncourse-checkpoint"), ``version``, ``epoch``
+(epochs finished), ``model_class``, ``model_config``, ``model_state``,
+``optimizer_state``, ``scheduler_state``, ``history`` (per-epoch dicts), ``extra``
+(vocabularies, task, ...), ``trainer`` (loop state), ``torch_version``.
 """
 
 from __future__ import annotations
@@ -133,10 +114,7 @@ def _write_error(path: Path, err: OSError) -> OSError:
 
 
 def _atomic_write(path: Path, write: Any, by_name: bool = False) -> Path:
-    """Call ``write(binary file)`` on a temporary file beside ``path``, fsync, then rename it over ``path``.
-
-    With ``by_name``, ``write`` gets the temporary file's name instead, and opens it itself.
-    """
+    """Call ``write(binary file)`` (``by_name``: ``write(name)``) on a temporary beside ``path``, fsync, rename."""
     tmp_name = None
     try:  # mkstemp inside the try: a Ctrl-C right after it still removes the file
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
@@ -187,23 +165,10 @@ def _interrupted(err: BaseException) -> bool:
 def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
     """``torch.save`` to a temporary file beside ``path``, fsync, then rename it over ``path``.
 
-    Parameters
-    ----------
-    obj
-        Anything ``torch.save`` accepts.
-    path : str or path-like
-        Destination; its directory must exist.
-
-    Returns
-    -------
-    Path
-        ``path``.
-
     Raises
     ------
     OSError
-        If the directory is missing or not writable (the message names ``path``,
-        not the temporary file); no temporary file is left behind.
+        If the directory is missing or not writable (naming ``path``); no temporary is left.
     """
     # By name, not through a Python file object: torch's zip writer then writes in C++
     # alone. Given a file object, it calls its write() from C++, where a Ctrl-C can
@@ -225,11 +190,7 @@ def atomic_write_text(text: str, path: str | PathLike) -> Path:
 
 
 def temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
-    """The temporary files that writes of ``directory/<name>`` left behind when they were killed.
-
-    :func:`atomic_torch_save` and :func:`atomic_write_text` remove their
-    temporary file on any exception, but not on SIGKILL or a power cut; such
-    files (``.checkpoint.pt.x8e2k_1q.tmp``) hold a partial copy and are of no use.
+    """The temporary files (``.<name>.<8 random chars>.tmp``) killed writes left in ``directory``.
 
     Parameters
     ----------
@@ -241,8 +202,7 @@ def temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
     Returns
     -------
     list of Path
-        Plain files (no links) named exactly as :func:`tempfile.mkstemp` names ours
-        (``.<name>.`` then eight random characters of its alphabet then ``.tmp``), sorted.
+        Plain files (no links), sorted.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -257,11 +217,7 @@ def temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
 
 
 def remove_temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
-    """Delete :func:`temporaries` of ``directory``; return the files removed.
-
-    Call it when a run starts in ``directory``, before anything writes there:
-    a write in progress by another process would lose its temporary file.
-    """
+    """Delete :func:`temporaries` of ``directory`` (before a run writes there); return them."""
     removed = temporaries(directory, names)
     for path in removed:
         path.unlink(missing_ok=True)
@@ -284,26 +240,18 @@ def save_checkpoint(
     Parameters
     ----------
     path : str or path-like
-        Destination file, e.g. ``out_dir / "checkpoint.pt"``; its directory must exist.
+        Its directory must exist.
     model : torch.nn.Module
-        Its ``state_dict()`` is saved, and its ``config`` dict if it has one
-        (as :class:`~attncourse.nn.rnn.Seq2Seq` does), so that
-        :func:`load_model` can rebuild it.
+        Its ``state_dict()``, class name and ``config`` (if any: :func:`load_model` rebuilds it).
     optimizer : torch.optim.Optimizer, optional
-        Its ``state_dict()`` (for Adam: step counts and moment estimates).
     epoch : int
-        Epochs finished; a resumed run continues with ``epoch + 1``.
+        Epochs finished.
     history : sequence of dict
-        Per-epoch metrics so far.
     extra : dict, optional
-        Plain data that belongs with the weights: vocabularies
-        (``Vocabulary.to_dict()``), the data level, the task. Compared on resume.
+        Plain data that belongs with the weights (vocabularies, task).
     trainer : dict, optional
-        State of the training loop (random generator states, best weights, ...);
-        see :func:`attncourse.train.fit.fit`.
-    scheduler : torch.optim.lr_scheduler.LRScheduler, optional
-        Its ``state_dict()`` (step count and base rates), so that a resumed
-        run continues the learning-rate schedule where it stopped.
+        The training loop's state (generator states, best weights).
+    scheduler : LRScheduler, optional
 
     Returns
     -------
@@ -313,10 +261,9 @@ def save_checkpoint(
     Raises
     ------
     TypeError
-        If ``extra``, ``trainer`` or ``history`` holds anything other than
-        tensors and plain values: ``torch.load(weights_only=True)`` could not read it back.
+        If ``extra``, ``trainer`` or ``history`` holds anything but tensors and plain values.
     OSError
-        If the file cannot be written; the previous file at ``path``, if any, is kept.
+        If the file cannot be written; the previous file is kept.
     """
     config = getattr(model, "config", None)
     payload = {
@@ -361,27 +308,21 @@ def load_checkpoint(path: str | PathLike, map_location: str | torch.device | Non
     ----------
     path : str or path-like
     map_location : str or torch.device, optional
-        Where to put the tensors (default the CPU); see :func:`torch.load`.
 
     Returns
     -------
     dict
-        The layout in this module's docstring.
+        The layout of this module's docstring.
 
     Raises
     ------
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        ``"<path> is not a readable attncourse checkpoint: <why>"`` if the file is
-        truncated or corrupt, holds objects other than tensors and plain values,
-        or was not written by :func:`save_checkpoint`, or its entries, their types or
-        its tensors are not a checkpoint's (sparse, ``meta`` or expanded tensors:
-        :func:`~attncourse.train.checkpoint_checks.structure_problem`);
-        ``"<path> changed since it was written (digest mismatch) ..."`` if its run
-        folder's manifest records another SHA-256 for it; ``"<path> is not a regular
-        file ..."`` for a FIFO or a device, ``"<path> is larger than ..."`` past
-        :data:`~attncourse.train.runfiles.MAX_CHECKPOINT_BYTES`.
+        ``"<path> is not a readable attncourse checkpoint: <why>"`` (truncated, corrupt,
+        objects other than tensors and plain values, wrong format, version or structure),
+        ``"<path> changed since it was written (digest mismatch) ..."``, ``"<path> is not a
+        regular file ..."`` or ``"<path> is larger than ..."``.
     """
     path = Path(path)
     if not os.path.lexists(path):
@@ -417,25 +358,14 @@ def validate_compatible(
     extra: Mapping[str, Any] | None = None,
     path: str | PathLike | None = None,
 ) -> None:
-    """Check that a checkpoint was written for this model (and this data) before loading it.
-
-    Parameters
-    ----------
-    checkpoint : dict
-        From :func:`load_checkpoint`.
-    model : torch.nn.Module
-        The model about to receive the weights; its ``config`` (if any) must
-        equal the saved one, and its parameter names and shapes must match.
-    extra : dict, optional
-        If given, must equal the saved ``extra`` (vocabularies, level, ...).
-    path : str or path-like, optional
-        Named in the message.
+    """Raise ValueError unless ``checkpoint`` was written for ``model`` (and ``extra``).
 
     Raises
     ------
     ValueError
-        Naming every difference, e.g. ``"checkpoint run/checkpoint.pt does not match
-        this run: model config hidden_dim: 32 in the checkpoint, 64 in this run"``.
+        Naming every difference of class, config, weight names and shapes, and
+        ``extra``, e.g. ``"checkpoint run/checkpoint.pt does not match this run: model
+        config hidden_dim: 32 in the checkpoint, 64 in this run"``.
     """
     problems: list[str] = []
     config = getattr(model, "config", None)
@@ -456,12 +386,12 @@ def validate_compatible(
 
 
 def model_class(name: str) -> type[torch.nn.Module]:
-    """The model class a checkpoint's ``model_class`` entry names (see :data:`MODEL_CLASSES`).
+    """The class a checkpoint's ``model_class`` names (:data:`MODEL_CLASSES`).
 
     Raises
     ------
     ValueError
-        If the name is not in :data:`MODEL_CLASSES`, or its module cannot be imported.
+        If the name is unknown or its module cannot be imported.
     """
     if name not in MODEL_CLASSES:
         raise ValueError(f"a {name!r} model; load_model rebuilds {', '.join(sorted(MODEL_CLASSES))} models only")
@@ -474,12 +404,7 @@ def model_class(name: str) -> type[torch.nn.Module]:
 
 
 def _validate_shapes(cls: type[torch.nn.Module], checkpoint: Mapping[str, Any], path: Any) -> None:
-    """Raise ValueError if the saved weights' shapes differ from those of the model the config describes.
-
-    The model is built on the ``meta`` device (shapes, no memory), so that a
-    small file whose config asks for a huge model with small weights is refused
-    before gigabytes are allocated for it.
-    """
+    """Raise ValueError if the saved weights do not fit the config's model (built on ``meta``, no memory)."""
     try:
         with torch.device("meta"):
             skeleton = cls.from_config(checkpoint["model_config"])
@@ -502,35 +427,25 @@ def load_model(
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
     """Rebuild the model a checkpoint was written from and load its weights.
 
-    The checkpoint's ``model_class`` (``"Seq2Seq"``, ``"Transformer"``) picks the
-    class and ``model_config`` its constructor arguments
-    (``cls.from_config(config)``); checkpoints written before the Transformer
-    existed load as before.
-
     Parameters
     ----------
     path : str or path-like
-        E.g. ``out_dir / "best.pt"``.
     map_location : str or torch.device, optional
     validate_config : callable(model_config), optional
-        Called on the checkpoint's ``model_config`` before the model is built:
-        it raises (ValueError, MemoryError) to refuse sizes a file should not
-        choose, e.g. :func:`attncourse.cli.limits.validate_model_config`.
+        Raises to refuse sizes a file should not choose, before the model is built.
 
     Returns
     -------
-    model : Seq2Seq or Transformer
-        In evaluation mode, on ``map_location``.
+    model : torch.nn.Module
+        In eval mode, on ``map_location``.
     checkpoint : dict
-        The whole checkpoint (``extra`` holds the vocabularies).
 
     Raises
     ------
     FileNotFoundError
         If ``path`` does not exist.
     ValueError
-        If the file is not a readable checkpoint or describes a model class this
-        function does not know.
+        If the file is not a readable checkpoint or names an unknown model class.
     """
     checkpoint = load_checkpoint(path, map_location=map_location)
     if not isinstance(checkpoint.get("model_config"), dict):

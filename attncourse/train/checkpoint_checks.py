@@ -1,20 +1,10 @@
-"""What a loaded checkpoint must hold before anything uses it: one place for every check.
+"""Checks of a loaded checkpoint before anything uses it.
 
-``torch.load(weights_only=True)`` guarantees that loading runs no code, not that
-the result is a checkpoint: a file found somewhere may hold a list where the
-weights should be, ``None`` for the vocabularies, a sparse, ``meta`` or
-expanded tensor (100000 x 100000 values stored as one), a model class or
-settings of the wrong type. Each of these used to fail later, deep inside
-torch, with a traceback, or worse, to resume the wrong thing with exit 0. So:
-
-* :func:`structure_problem` checks the layout (the entries, their types, every
-  tensor) right after loading; :func:`~attncourse.train.checkpoint.load_checkpoint`
-  calls it, so every command that loads a checkpoint gets it.
-* :func:`config_problem` checks a model config against the model class's own
-  constructor (each setting's name and type, a spec's parts too), before the
-  model is built from it.
-* :func:`state_problems` compares saved weights with those of the model that
-  will receive them: names, shapes and dtypes.
+``weights_only=True`` runs no code but does not make the result a checkpoint:
+:func:`structure_problem` checks its entries, types and tensors (no sparse, ``meta``
+or expanded ones), :func:`config_problem` a model config against the class's
+constructor, :func:`state_problems` saved weights against the model's (names, shapes,
+dtypes).
 """
 
 from __future__ import annotations

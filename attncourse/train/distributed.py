@@ -1,43 +1,14 @@
-"""Training on several processes (GPUs) at once: data parallelism with DistributedDataParallel.
+"""Data parallelism over several processes (``torchrun``) with DistributedDataParallel.
 
-Data parallelism runs one copy of the model per process ("rank"). In every
-step each rank takes a *different* batch, computes its gradient, and the ranks
-average their gradients (an all-reduce) before the optimizer step; as they start
-from the same weights and apply the same averaged gradient, the copies stay
-identical. With N processes an epoch takes about 1/N of the steps.
-:class:`torch.nn.parallel.DistributedDataParallel` (DDP) does the averaging,
-overlapped with the backward pass.
-
-How :func:`~attncourse.train.fit.fit` uses it (it switches to DDP by itself
-when a process group of two or more processes is initialised):
-
-* **Which batches a rank trains on**: the course's batches are built once
-  (bucketed by length), so ranks split the *batch indices*: each epoch a
-  :class:`torch.utils.data.DistributedSampler` over ``range(n_batches)``, with
-  the run's seed and ``set_epoch(epoch)``, shuffles them the same way on every
-  rank and gives rank r every N-th one (:func:`rank_batch_order`). Every rank
-  gets the same number of batches (the sampler repeats a few when N does not
-  divide them), which DDP needs: a rank with one step more would wait forever.
-* **Validation, checkpoints, progress bars and callbacks**: on rank 0 only; it
-  sends the validation scores to the other ranks (:func:`broadcast_object`), so
-  that all of them take the same early-stopping decision and keep the same
-  best weights.
-
-Launch with ``torchrun``, which starts the processes and sets the environment
-variables ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
-``MASTER_PORT`` that :func:`init_distributed` reads::
-
-    torchrun --nproc_per_node 4 -m attncourse train --model transformer --preset gpu ...
-
-On one machine without GPUs the ``gloo`` backend runs the same code on CPU
-processes (the tests do this); with GPUs ``nccl`` is used, one GPU per process.
+Each rank trains on its share of the batch indices, shuffled alike on every rank by a
+:class:`~torch.utils.data.DistributedSampler` (:func:`rank_batch_order`), and DDP
+averages the gradients; rank 0 validates, writes and sends the scores to the others
+(:func:`broadcast_object`). ``gloo`` on CPUs, ``nccl`` with one GPU per process.
 
 References
 ----------
 Li et al. (2020), "PyTorch Distributed: Experiences on Accelerating Data Parallel
 Training", VLDB 13(12).
-Goyal et al. (2017), "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour"
-(larger effective batches, learning rate and warmup).
 """
 
 from __future__ import annotations
@@ -133,12 +104,6 @@ def init_distributed(device: str | None = None, backend: str | None = None) -> D
     ValueError
         If ``WORLD_SIZE`` > 1 but ``RANK``, ``MASTER_ADDR`` or ``MASTER_PORT`` is
         missing (launch with ``torchrun``), or ``nccl`` is asked for without CUDA.
-
-    Notes
-    -----
-    With ``nccl`` it calls ``torch.cuda.set_device(local_rank)``, so that each
-    process uses its own GPU, and :func:`~attncourse.train.fit.fit` puts the
-    model on ``cuda:<local_rank>``.
     """
     if dist.is_available() and dist.is_initialized():
         return current()
@@ -189,26 +154,9 @@ def distributed(device: str | None = None, backend: str | None = None) -> Iterat
 def rank_batch_order(n_batches: int, epoch: int, seed: int, rank: int, world_size: int) -> list[int]:
     """The batch indices rank ``rank`` trains on in epoch ``epoch``, in order.
 
-    A :class:`~torch.utils.data.DistributedSampler` over ``range(n_batches)``
-    (shuffled with ``seed``, reshuffled by ``set_epoch(epoch)``): all ranks
-    draw the same permutation and rank r takes positions r, r + N, r + 2N, ...
-    The ranks' lists are disjoint and cover every batch, except that the
-    permutation is padded with its first indices up to a multiple of N, so a
-    few batches may be seen twice in one epoch.
-
-    Parameters
-    ----------
-    n_batches : int
-        How many batches the whole training set has.
-    epoch : int
-        Epoch number; a different value gives a different order.
-    seed : int
-    rank, world_size : int
-
-    Returns
-    -------
-    list of int
-        ``ceil(n_batches / world_size)`` indices into the batches.
+    All ranks draw the same permutation of ``range(n_batches)`` (``seed``, ``epoch``) and
+    rank r takes positions r, r + N, ...; it is padded with its first indices up to a
+    multiple of N, so every rank gets ``ceil(n_batches / world_size)`` indices.
 
     Raises
     ------
@@ -269,21 +217,9 @@ def _spawned(rank: int, fn: Callable[..., Any], world_size: int, port: int, args
 def spawn_cpu_processes(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
     """Run ``fn(rank, world_size, *args)`` in ``world_size`` CPU processes joined by ``gloo``.
 
-    For trying data parallelism on a laptop, and for tests: each process sets
-    torchrun's environment variables, joins the group, calls ``fn`` and leaves.
-    Uses :func:`torch.multiprocessing.spawn`, which starts fresh Python
-    processes: ``fn`` must be importable by name (defined at the top level of a
-    module, not in a notebook cell), ``args`` picklable, and a script must
-    call this under ``if __name__ == "__main__":`` (each new process imports
-    the script again).
-
-    Parameters
-    ----------
-    fn : callable
-    world_size : int
-        Number of processes, at least 1.
-    *args
-        Passed on to ``fn``.
+    :func:`torch.multiprocessing.spawn` starts fresh processes: ``fn`` must be defined at
+    a module's top level, ``args`` picklable, and a script must call this under
+    ``if __name__ == "__main__":``.
 
     Raises
     ------

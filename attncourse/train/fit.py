@@ -1,66 +1,20 @@
-"""Training an encoder-decoder: :func:`fit`, its settings, early stopping, checkpoints and resuming.
+"""Training an encoder-decoder: :func:`fit`, early stopping, checkpoints and exact resume.
 
-:func:`fit` trains a sequence-to-sequence model with the engine's one loop
-(:func:`~attncourse.train.loop.run_epochs`), one epoch being
-:func:`~attncourse.train.seq2seq.seq2seq_epoch`: teacher-forced cross-entropy
-over the real target tokens, then a clipped Adam step, for every batch. After
-each epoch it validates (loss, token accuracy, greedy exact match) and writes a
-checkpoint, so that a run can stop at any moment and continue later with
-``resume=True`` along exactly the same path: the optimizer's moments, the
-learning-rate schedule and the random generators are saved with the weights.
-
-The Transformer's recipe (Vaswani et al. 2017, sections 5.3-5.4) is a set of
-:class:`FitConfig` options, all off by default so that the RNN chapters train
-as before:
-
-* ``label_smoothing=0.1``: the target distribution puts 1 - eps on the gold
-  token and spreads eps evenly over the whole vocabulary (section 5.4). It
-  makes the model less sure of itself: perplexity gets worse, BLEU better.
-* ``schedule="noam"``, ``warmup=4000``: the learning rate of eq. (3), changed
-  after every batch (:mod:`attncourse.train.schedule`).
-* ``betas=(0.9, 0.98)``, ``eps=1e-9``: the paper's Adam settings.
-* ``amp="bf16"``, ``fused=True``, ``compile=True``: speed on a GPU (bfloat16
-  autocast, the fused AdamW kernel, ``torch.compile``); the numbers they give
-  are not bit-for-bit those of float32.
-
-Whatever the options, the history reports the *plain* cross-entropy (no
-smoothing) and the token accuracy, so that learning curves of runs with and
-without label smoothing can be put side by side.
-
-Several processes (GPUs) train one model together when a process group is
-initialised, e.g. under ``torchrun``: see :mod:`attncourse.train.distributed`.
-
-Seeding: a fresh run calls ``torch.manual_seed(config.seed)`` (dropout draws
-from torch's global generator), so seed yourself *before* building the model
-for a repeatable initialisation. (``$ATTNCOURSE_SEED_OFFSET``, when set, is added
-to ``config.seed``: see :func:`attncourse.runtime.seed_offset`.) Exact replay after ``resume`` holds on the
-CPU; CUDA kernels may be non-deterministic unless
-``torch.use_deterministic_algorithms(True)``.
-
-Several processes: when a :mod:`torch.distributed` process group of two or more
-processes is initialised (``torchrun``), the model is wrapped in
-:class:`~torch.nn.parallel.DistributedDataParallel`, which averages the
-gradients, and each epoch every rank trains on its share of the batches
-(:func:`~attncourse.train.distributed.rank_batch_order`). Only rank 0
-validates, writes checkpoints, shows progress bars and calls ``callback``; it
-sends the scores to the others so that every rank takes the same
-early-stopping decision. The weights stay identical on all ranks. Dropout draws
-from ``config.seed + rank``. Give every rank the same arguments (data, config,
-``out_dir``). On CUDA, rank r uses ``cuda:<LOCAL_RANK>``.
+One epoch is :func:`~attncourse.train.seq2seq.seq2seq_epoch` (teacher-forced
+cross-entropy, a clipped Adam step per batch) run by
+:func:`~attncourse.train.loop.run_epochs`; each epoch is validated (loss, token
+accuracy, greedy exact match) and checkpointed with the optimizer, scheduler and
+random generator states, so ``resume=True`` continues along the same path (bit for
+bit on the CPU). Under ``torchrun`` the model is wrapped in
+:class:`~torch.nn.parallel.DistributedDataParallel`, each rank trains on its share of
+the batches (:func:`~attncourse.train.distributed.rank_batch_order`) and rank 0
+validates and writes; dropout draws from ``seed + rank``. Vaswani et al.'s recipe is
+a set of :class:`~attncourse.train.config.FitConfig` options (label smoothing, the
+schedule of eq. 3, Adam's betas); the history reports the plain cross-entropy.
 
 References
 ----------
-Kingma, Ba (2015), "Adam: A Method for Stochastic Optimization".
-Pascanu, Mikolov, Bengio (2013), "On the difficulty of training recurrent neural
-networks", section 3.2 (gradient norm clipping).
-Bengio, Vinyals, Jaitly, Shazeer (2015), "Scheduled Sampling for Sequence
-Prediction with Recurrent Neural Networks".
-Prechelt (1998), "Early Stopping - But When?".
-Vaswani et al. (2017), "Attention Is All You Need", sections 5.3 (optimizer) and
-5.4 (label smoothing).
-Szegedy et al. (2016), "Rethinking the Inception Architecture for Computer
-Vision", section 7 (label smoothing).
-Loshchilov, Hutter (2019), "Decoupled Weight Decay Regularization" (AdamW).
+Vaswani et al. (2017), "Attention Is All You Need", sections 5.3-5.4.
 """
 
 from __future__ import annotations
@@ -79,6 +33,7 @@ import torch
 from attncourse.data.batching import Batch, pad_to_buckets
 from attncourse.runtime import pick_device, training_seed
 from attncourse.train import distributed as dist_utils
+from attncourse.train import store
 from attncourse.train.checkpoint import (
     differences,
     load_checkpoint,
@@ -86,12 +41,12 @@ from attncourse.train.checkpoint import (
     validate_compatible,
 )
 from attncourse.train.config import FitConfig
-from attncourse.train.fit_cache import batches_fingerprint, graded_fit_dir
 from attncourse.train.loop import Loop, Record, run_epochs, validate_amp
 from attncourse.train.schedule import noam_lambda
 from attncourse.train.seq2seq import seq2seq_epoch, validate
+from attncourse.train.store import batches_fingerprint
 
-CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_NAME = store.CHECKPOINT
 BEST_NAME = "best.pt"
 
 #: FitConfig fields that shape the training path; a resumed run must keep them. The first ones are
@@ -108,37 +63,24 @@ class FitResult:
     Attributes
     ----------
     history : list of dict
-        One dict per epoch (a resumed run includes the earlier epochs):
-        ``epoch`` (1-based), ``train_loss`` and ``valid_loss`` (mean plain
-        cross-entropy per target token, nats, even when training with label
-        smoothing; ``train_loss`` is averaged over the epoch's updates, on all
-        ranks), ``train_acc`` and ``valid_acc`` (token accuracy under teacher
-        forcing, in [0, 1]), ``valid_exact_match`` (fraction of validation
-        sentences that greedy decoding gets exactly right), ``seconds``
-        (wall-clock time of the epoch's training and validation),
-        ``train_tokens`` (target tokens trained on, all processes) and
-        ``train_seconds`` (time of the training steps alone, on rank 0).
-        Checkpoints written before the last two existed lack them. Timings
-        (``seconds``, ``train_seconds``) are not replayed by a resume.
+        One row per epoch, earlier epochs of a resumed run included: ``epoch``
+        (1-based), ``train_loss`` and ``valid_loss`` (plain cross-entropy per target
+        token, nats), ``train_acc`` and ``valid_acc`` (teacher-forced token accuracy,
+        [0, 1]), ``valid_exact_match`` (greedy, [0, 1]), ``seconds`` (epoch, validation
+        included), ``train_tokens`` (all ranks) and ``train_seconds`` (rank 0's steps).
     best_epoch : int
-        The epoch whose weights ``out_dir/best.pt`` holds (and the model, if
-        ``restore_best``); 0 if no epoch ran.
-    wall_time : float
-        Seconds this call took, checkpoints included.
+        The epoch ``best.pt`` (and, with ``restore_best``, the model) holds; 0 if none ran.
+    wall_time, train_seconds : float
+        Seconds this call took, and of them its training steps.
     device : str
-        Where it ran, e.g. ``"cpu"`` or ``"cuda"``.
-    stopped_early : bool
-        True if the patience ran out before ``epochs``.
+    stopped_early, out_of_time : bool
+        Whether the patience, or ``config.time_budget``, ended the run.
     train_tokens : int
-        Target tokens (y_1..y_T and ``<eos>`` of every sentence) trained on in
-        this call, summed over all processes.
-    train_seconds : float
-        Seconds this call spent in training steps (validation and checkpoints excluded).
+        Target tokens (y_1..y_T and ``<eos>``) trained on in this call, all ranks.
     world_size : int
-        Number of processes that trained together (1 without DDP).
-    out_of_time : bool
-        True if ``config.time_budget`` ended the run.
+        Processes that trained together.
     """
+
 
     history: list[dict[str, float]] = field(default_factory=list)
     best_epoch: int = 0
@@ -152,9 +94,7 @@ class FitResult:
 
     @property
     def tokens_per_second(self) -> float:
-        """Training throughput: target tokens per second of training steps, of this call's
-        epochs; of the recorded epochs when none ran (a run loaded finished from its folder,
-        which would otherwise read 0); 0 if no epoch recorded both."""
+        """Target tokens per second of training steps: this call's epochs, else the history's; 0 if none."""
         tokens, seconds = self.train_tokens, self.train_seconds
         if seconds <= 0:
             rows = [row for row in self.history if "train_tokens" in row and "train_seconds" in row]
@@ -170,20 +110,9 @@ FUSED_DEVICES = ("cuda", "cpu")
 def make_optimizer(model: torch.nn.Module, config: FitConfig, device: torch.device | str) -> torch.optim.Optimizer:
     """The optimizer :func:`fit` uses: Adam or AdamW with ``config``'s betas, eps and weight decay.
 
-    Parameters
-    ----------
-    model : torch.nn.Module
-        Already on ``device``.
-    config : FitConfig
-    device : torch.device or str
-        ``config.fused`` takes effect on CUDA and on the CPU (torch >= 2.4 has
-        a fused CPU kernel: one call per step instead of one per parameter).
-
-    Returns
-    -------
-    torch.optim.Optimizer
-        Its learning rate is ``config.lr``, or 1.0 with ``schedule="noam"``
-        (the scheduler's multiplier is then the whole rate).
+    ``config.fused`` takes effect on :data:`FUSED_DEVICES`. The rate is ``config.lr``, or 1.0
+    with a schedule (whose multiplier is then the whole rate). Kingma, Ba (2015);
+    Loshchilov, Hutter (2019) for AdamW.
     """
     cls = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
     kwargs: dict[str, Any] = {
@@ -247,28 +176,21 @@ def validate_resume(
 ) -> dict[str, Any]:
     """Check that ``out_dir/checkpoint.pt`` can be resumed by this run, and return it.
 
-    :func:`fit` calls it when ``resume=True``; call it yourself to find out
-    before anything else is written.
-
     Parameters
     ----------
     out_dir : str or path-like
     model : torch.nn.Module
-        The model to resume; its ``config`` must match the saved one.
+        Its class, ``config`` and weight shapes must match the saved ones.
     train_batches : sequence of Batch
-        Must hold the same token ids, in the same batches, as in the saved run.
+        The same token ids in the same batches.
     config : FitConfig
-        The settings that shape the path (``lr``, ``batch_size``,
-        ``clip_norm``, ``teacher_forcing``, ``seed``, ``monitor``,
-        ``label_smoothing``, the optimizer's and the schedule's settings,
-        ``amp``) and the number of processes must be the saved ones
-        (``epochs``, ``patience``, ``restore_best``, ``device``,
-        ``num_threads``, ``fused`` and ``compile`` may change). A checkpoint
-        written before a setting existed counts as having its default.
+        The fields that shape the path (:data:`_REPLAY_FIELDS`) and the number of
+        processes must be the saved ones; ``epochs``, ``patience``, ``device``,
+        ``fused``, ``compile`` may change.
     extra : dict, optional
-        Must equal the saved ``extra`` (vocabularies, level, ...).
+        Must equal the saved ``extra``.
     fingerprint : str, optional
-        Hash of ``train_batches`` if already computed.
+        :func:`~attncourse.train.store.batches_fingerprint` of ``train_batches``.
 
     Returns
     -------
@@ -448,39 +370,23 @@ def fit(
     Parameters
     ----------
     model : torch.nn.Module
-        ``model(src, src_mask, tgt_in)`` returns an object with ``logits``
-        (batch, tgt_len, tgt_vocab), like :class:`~attncourse.nn.rnn.Seq2Seq`
-        or :class:`~attncourse.nn.transformer.Transformer`; validation also
-        decodes greedily with it. Moved to the chosen device and trained in place.
+        ``model(src, src_mask, tgt_in).logits`` is (batch, tgt_len, tgt_vocab); it is
+        moved to the device and trained in place.
     train_batches : sequence of Batch
-        Built once (e.g. :func:`~attncourse.data.batching.make_batches`); each
-        epoch visits all of them in a fresh order drawn from a
-        :class:`torch.Generator` seeded with ``config.seed``.
+        Visited in a fresh order each epoch, drawn from a generator seeded with ``config.seed``.
     valid_batches : sequence of Batch
-        Validation data, measured after every epoch.
     config : FitConfig
     out_dir : str or path-like, optional
-        If given (created if missing), every epoch writes ``checkpoint.pt``
-        (everything needed to resume) and, when the epoch is the best so far,
-        ``best.pt`` (its weights), both atomically; an existing run there is
-        overwritten unless ``resume``. Without it, while a course is prepared or
-        graded, the run gets a folder of the trained-model cache and a finished
-        one there is loaded (:mod:`attncourse.train.fit_cache`).
+        Created if missing; each epoch writes ``checkpoint.pt`` and, for a new best,
+        ``best.pt``, atomically. Without it, while a course is prepared or graded, the
+        run is kept in the store (:func:`~attncourse.train.store.keeps_fits`).
     resume : bool
-        Continue the run saved in ``out_dir/checkpoint.pt`` with the epoch
-        after the saved one, restoring weights, optimizer and scheduler state,
-        history, best weights and random generator states. On the CPU the
-        result equals an uninterrupted run bit for bit. Raise ``config.epochs``
-        to train longer.
+        Continue ``out_dir/checkpoint.pt`` (:func:`validate_resume`).
     progress : bool
-        Progress bars (``tqdm.auto``) over epochs and over each epoch's batches.
     extra : dict, optional
-        Plain data saved in both checkpoints, e.g. the vocabularies as
-        ``Vocabulary.to_dict()`` and the data level; on resume it must equal the
-        saved one.
-    callback : callable, optional
-        Called after each epoch, once its checkpoint is written, as
-        ``callback(history)`` with a copy of the history so far.
+        Plain data saved in both checkpoints (vocabularies); compared on resume.
+    callback : callable(history), optional
+        Called after each epoch's checkpoint.
 
     Returns
     -------
@@ -489,17 +395,16 @@ def fit(
     Raises
     ------
     ValueError
-        If there are no training or validation batches, a batch is larger than
-        ``config.batch_size``, ``resume`` is set without ``out_dir``, or the
-        checkpoint is unreadable or belongs to another run (:func:`validate_resume`
-        names what differs). Also for ``schedule="noam"`` without a known
-        d_model, ``amp`` on a device that cannot do it, and ``teacher_forcing < 1``
-        with several processes.
+        If there are no training or validation batches, a batch exceeds
+        ``config.batch_size``, ``resume`` has no ``out_dir``, the checkpoint does not
+        match (:func:`validate_resume`), ``schedule="noam"`` has no d_model, ``amp``
+        cannot run on the device, or ``teacher_forcing < 1`` with several processes.
     FileNotFoundError
-        If ``resume`` is set and ``out_dir/checkpoint.pt`` does not exist.
-    KeyboardInterrupt
-        Passed on; the checkpoint of the last finished epoch stays on disk.
+        If ``resume`` and ``out_dir/checkpoint.pt`` does not exist.
+    attncourse.runtime.UnpreparedRun
+        If a stored run would train while grading.
     """
+
     _validate_fit_args(train_batches, valid_batches, config, out_dir, resume)
     start_time = time.perf_counter()
     world = dist_utils.current()
@@ -510,35 +415,41 @@ def fit(
         out.mkdir(parents=True, exist_ok=True)
     extra = {} if extra is None else dict(extra)
     fingerprint = batches_fingerprint(train_batches)
-    if out is None and not world.distributed:  # preparing or grading a course: trained once
-        out = graded_fit_dir(model, fingerprint, valid_batches, _cache_settings(config), extra)
-        resume = out is not None and (out / CHECKPOINT_NAME).is_file()
-    was_training = model.training
-    with _threads(config.num_threads):
-        try:
-            model.to(device)
-            optimizer = make_optimizer(model, config, device)
-            scheduler = make_scheduler(optimizer, config, model)
-            seed = training_seed(config.seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
-            generator = torch.Generator().manual_seed(seed)
-            if resume:
-                saved = validate_resume(out, model, train_batches, config, extra, fingerprint)
-                record = _resume(saved, model, optimizer, scheduler, generator, device)
-            else:
-                torch.manual_seed(seed + world.rank)
-                record = Record()
-            start_epoch = len(record.history)
-            epoch = seq2seq_epoch(_padded(train_batches, config), generator, config.teacher_forcing,
-                                  config.label_smoothing, seed)
-            save = _saver(out, model, optimizer, scheduler, generator, device, extra,
-                          _replay_settings(config, world.world_size), fingerprint)
-            run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device),
-                       _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save,
-                       cached=out)
-            if world.distributed:
-                torch.distributed.barrier()  # rank 0's files are written before any rank returns
-        finally:
-            model.train(was_training)
+    stored = out is None and not world.distributed and store.keeps_fits()
+    if stored:  # preparing or grading a course: a fit without a folder is trained once
+        name = store.run_name(f"fits/{type(model).__name__}",
+                              {"class": type(model).__name__, "config": getattr(model, "config", None)},
+                              weights=model, data=(fingerprint, batches_fingerprint(valid_batches)),
+                              settings={**_cache_settings(config), "extra": extra})
+    with store.open_run(name) if stored else contextlib.nullcontext(out) as out:
+        if stored:
+            resume = (out / CHECKPOINT_NAME).is_file()
+        was_training = model.training
+        with _threads(config.num_threads):
+            try:
+                model.to(device)
+                optimizer = make_optimizer(model, config, device)
+                scheduler = make_scheduler(optimizer, config, model)
+                seed = training_seed(config.seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims)
+                generator = torch.Generator().manual_seed(seed)
+                if resume:
+                    saved = validate_resume(out, model, train_batches, config, extra, fingerprint)
+                    record = _resume(saved, model, optimizer, scheduler, generator, device)
+                else:
+                    torch.manual_seed(seed + world.rank)
+                    record = Record()
+                start_epoch = len(record.history)
+                epoch = seq2seq_epoch(_padded(train_batches, config), generator, config.teacher_forcing,
+                                      config.label_smoothing, seed)
+                save = _saver(out, model, optimizer, scheduler, generator, device, extra,
+                              _replay_settings(config, world.world_size), fingerprint)
+                run_epochs(model, optimizer, epoch, lambda m: validate(m, valid_batches, device),
+                           _loop(config, progress, callback), record, device=device, scheduler=scheduler, save=save,
+                           cached=out)
+                if world.distributed:
+                    torch.distributed.barrier()  # rank 0's files are written before any rank returns
+            finally:
+                model.train(was_training)
     return _result(record, start_epoch, time.perf_counter() - start_time, device, world)
 
 

@@ -1,49 +1,22 @@
 """The training engine's one loop: epochs, validation, best epoch, early stopping, checkpoints.
 
-Every model of the course trains through :func:`run_epochs`. What differs from
-model to model is one epoch of training, a function ``train_epoch(epoch)`` that
-receives an :class:`Epoch` (the model, the optimizer, the epoch's number and
-the tools of the loop) and returns its training metrics, and a validation
-function. The loop does the rest, the same way for all of them:
+:func:`run_epochs` runs a ``train_epoch(epoch)`` function (one epoch, given an
+:class:`Epoch`) and a validation function each epoch, keeps the best epoch, stops
+early and calls a ``save`` function. :func:`~attncourse.train.fit.fit` and
+:func:`train_epochs` (every other model; its runs live in
+:mod:`~attncourse.train.store`) are its two front ends.
 
-* **devices and speed**: the model trains through ``epoch.forward``, which is
-  the model wrapped in :class:`~torch.nn.parallel.DistributedDataParallel` when
-  several processes train together (:mod:`attncourse.train.distributed`) and
-  compiled by :func:`torch.compile` on request; ``epoch.autocast()`` runs a
-  forward pass under bfloat16 autocast (``amp="bf16"``); ``epoch.step(loss)``
-  backpropagates, clips the gradient's norm, steps the optimizer and the
-  learning-rate scheduler;
-* **validation** after every epoch, on rank 0, in evaluation mode under
-  ``torch.no_grad()``, its scores sent to every rank;
-* **the best epoch and early stopping**: with a ``score``, the best epoch's
-  weights are kept (and restored at the end), and with a ``patience`` the run
-  stops after that many epochs without a new best;
-* **checkpoints** through a ``save`` function after every epoch, and a progress
-  bar over the epochs.
-
-Two front ends use it: :func:`~attncourse.train.fit.fit` (encoder-decoders:
-its epoch is :func:`~attncourse.train.seq2seq.seq2seq_epoch`) and
-:func:`train_epochs`, for every other model (the image models, chapter 7's GPT,
-associative recall), which names a run by its config and keeps it in its own
-folder under :func:`~attncourse.runtime.runs_dir`:
-
-* called again with the same config, a finished run loads instead of training;
-* after every epoch, model, optimizer, loop ``state`` and history are written
-  atomically (:func:`~attncourse.train.checkpoint.save_checkpoint`), so an
-  interrupted run resumes from its last finished epoch, and checkpoints load
-  with ``weights_only=True``;
-* each epoch starts by seeding torch with ``seed`` and the epoch number, so a
-  resumed run draws the same batches and samples as an uninterrupted one.
+References
+----------
+Prechelt (1998), "Early Stopping - But When?".
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import numbers
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,21 +28,13 @@ from attncourse.runtime import (
     book_build,
     pick_device,
     progress_bar,
-    refuse_cached_training,
-    run_lock,
-    runs_dir,
     training_seed,
 )
 from attncourse.train import distributed as dist_utils
-from attncourse.train.checkpoint import (
-    differences,
-    load_checkpoint,
-    save_checkpoint,
-    validate_compatible,
-)
+from attncourse.train import store
+from attncourse.train.checkpoint import validate_compatible
 from attncourse.train.schedule import TimeBudget
 
-CHECKPOINT = "checkpoint.pt"
 AMP_DTYPES = ("bf16",)
 #: Where rank 0's training time travels with the validation scores (not a metric).
 _TRAIN_SECONDS = "train_seconds"
@@ -79,35 +44,10 @@ _TRAIN_SECONDS = "train_seconds"
 class Epoch:
     """One epoch's tools, handed by the loop to a ``train_epoch`` function.
 
-    Attributes
-    ----------
-    number : int
-        1-based.
-    model : torch.nn.Module
-        The plain model, in training mode.
-    forward : callable
-        The model as called for training: ``model`` itself, or wrapped by
-        DistributedDataParallel and/or :func:`torch.compile`. Call it for the
-        training forward pass; call ``model`` for anything else.
-    optimizer : torch.optim.Optimizer
-    state : dict
-        Plain values (numbers, strings, lists) that training carries from epoch
-        to epoch besides the weights (e.g. a REINFORCE baseline); checkpointed.
-    device : torch.device
-    scheduler : LRScheduler or None
-        Stepped after every optimizer step by :meth:`step`.
-    amp : {None, "bf16"}
-    clip_norm : float or None
-    progress : bool
-        Whether this process shows progress bars.
-    world : DistInfo
-        This process's rank and the number of processes.
-    budget : TimeBudget or None
-        The run's wall-clock budget: an epoch stops early once it is spent
-        (:meth:`out_of_time`), and :meth:`step` applies its cool-down to the rate.
-    on_step : callable() or None
-        Called after every update (:meth:`step`): the progress bar's tick when it
-        counts steps (:attr:`Loop.steps_per_epoch`).
+    ``number`` is 1-based; ``forward`` is ``model`` as called for training (wrapped by
+    DDP and/or :func:`torch.compile`); ``state`` holds plain values carried from epoch to
+    epoch (checkpointed); ``budget`` is the run's wall-clock budget (:meth:`out_of_time`);
+    ``on_step`` is called after every :meth:`step`.
     """
 
     number: int
@@ -125,11 +65,11 @@ class Epoch:
     on_step: Callable[[], Any] | None = None
 
     def out_of_time(self) -> bool:
-        """True once the run's time budget is spent (a clock read on the host: no device sync)."""
+        """True once the run's time budget is spent (a host clock read: no device sync)."""
         return self.budget is not None and self.budget.expired()
 
     def autocast(self) -> contextlib.AbstractContextManager:
-        """bfloat16 autocast for ``amp="bf16"`` (the loss is best computed outside it); else a no-op."""
+        """bfloat16 autocast for ``amp="bf16"``; else a no-op."""
         return autocast(self.device, self.amp)
 
     def step(self, loss: torch.Tensor) -> None:
@@ -160,55 +100,23 @@ Score = Callable[[Mapping[str, float]], tuple[float, ...]]
 class Loop:
     """What the loop offers, set per run.
 
-    Attributes
-    ----------
-    epochs : int
-        Epochs in all; a resumed run continues up to this number.
-    score : callable(row) -> tuple, optional
-        Larger is better; with it the loop keeps the best epoch's weights. None:
-        no best epoch (the last weights are the result).
-    patience : int or None
-        Early stopping: stop after this many epochs in a row without a new best
-        score (needs ``score``).
-    restore_best : bool
-        Load the best epoch's weights into the model at the end.
-    amp : {None, "bf16"}
-        bfloat16 autocast for ``Epoch.autocast()``, on CUDA or the CPU.
-    compile : bool
-        Compile the training forward pass (``Epoch.forward``) with :func:`torch.compile`.
-    static_shapes : bool
-        With ``compile``: compile for the exact shapes seen (``dynamic=False``), one
-        graph per shape; for batches padded to a few fixed shapes
-        (:func:`~attncourse.data.batching.pad_to_buckets`).
-    time_budget : float or None
-        Wall-clock seconds of training (validation included) from the start of
-        this call: an epoch that runs past it stops early (``train_epoch``
-        checks ``Epoch.out_of_time()``), is validated and checkpointed, and no
-        further epoch starts (``Record.out_of_time``). The learning rate cools
-        down over the budget's last ``cooldown`` fraction (:class:`TimeBudget`).
-    cooldown : float
-        See :class:`~attncourse.train.schedule.TimeBudget`.
-    clip_norm : float or None
-        Gradient norm clipping in ``Epoch.step``.
-    progress : bool
-        A bar (rank 0 only), with rate and time left; none for a run that its
-        checkpoint holds finished, which prints one line saying it was loaded.
-    steps_per_epoch : int or None
-        With it the bar counts optimizer steps (a run of three long epochs moves
-        every step, not three times); without it, epochs.
-    desc : str
-        The bar's label.
-    leave : bool
-        Keep the bar on screen when done.
-    seconds : {"epoch", "training"}
-        What a history row's ``seconds`` counts: the whole epoch, validation
-        included, with the training steps alone in ``train_seconds`` (``fit``'s
-        rows), or the training steps alone (``train_epochs``' rows).
-    postfix : callable(row, best_epoch) -> dict, optional
-        What the bar shows after each epoch; default every metric.
-    callback : callable(history), optional
-        Called on rank 0 after each epoch's checkpoint, with a copy of the history.
+    ``epochs`` in all (a resumed run continues up to it); ``score(row)`` larger is better,
+    keeping the best epoch's weights; ``patience`` epochs without a new best stop the run;
+    ``time_budget`` seconds from the start of the call end the run after the epoch that
+    spends them, the rate cooling down over its last ``cooldown`` fraction
+    (:class:`~attncourse.train.schedule.TimeBudget`); ``static_shapes`` compiles with
+    ``dynamic=False``; ``steps_per_epoch`` makes the bar count steps; ``seconds`` is what a
+    row's ``seconds`` counts (``"epoch"``: validation included, ``"training"``: the steps
+    alone); ``postfix(row, best_epoch)`` is what the bar shows; ``callback(history)`` runs
+    on rank 0 after each epoch's checkpoint.
+
+    Raises
+    ------
+    ValueError
+        If ``epochs`` is not a positive int, ``patience`` has no ``score``, or ``amp``
+        is not None or ``"bf16"``.
     """
+
 
     epochs: int
     score: Score | None = None
@@ -286,10 +194,7 @@ def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def training_forward(model: torch.nn.Module, device: torch.device, compile: bool = False,
                      static_shapes: bool = False) -> Any:
-    """The model as called for training: DDP-wrapped with several processes, compiled on request.
-
-    ``static_shapes``: compile with ``dynamic=False``, one graph per input shape.
-    """
+    """The model as called for training: DDP-wrapped with several processes, compiled on request."""
     forward: Any = model
     if dist_utils.current().distributed:
         from torch.nn.parallel import DistributedDataParallel
@@ -354,40 +259,39 @@ def run_epochs(
     Parameters
     ----------
     model : torch.nn.Module
-        On ``device`` already, ``optimizer`` built over its parameters.
+        On ``device``, ``optimizer`` built over its parameters.
     train_epoch : callable(Epoch) -> dict
         One pass over the training data; returns training metrics (numbers).
     evaluate : callable(model) -> dict
-        Validation metrics (numbers); called on rank 0 in evaluation mode under
-        ``torch.no_grad()``.
+        Validation metrics (numbers), on rank 0, in eval mode, under ``torch.no_grad()``.
     loop : Loop
     record : Record, optional
-        The run so far (a resumed run's history and best epoch); default: a new run.
+        The run so far; default a new run.
     device : torch.device
     state : dict, optional
-        Handed to every epoch as ``Epoch.state`` (and changed in place).
+        ``Epoch.state``, changed in place.
     scheduler : LRScheduler, optional
-        Stepped by ``Epoch.step``.
     save : callable(epoch, record, improved), optional
-        Called on every rank after each epoch (it may gather from all ranks),
-        ``improved`` True when the epoch is the best so far: writes checkpoints.
+        Called on every rank after each epoch (``improved``: a new best epoch).
     begin_epoch : callable(epoch), optional
-        Called before each epoch, e.g. to seed it.
+        Called before each epoch (to seed it).
     cached : path, optional
-        The run's folder, if it is kept on disk (the trained-model cache): while grading
-        (:func:`~attncourse.runtime.refuse_cached_training`) it must be finished already.
+        The run's folder in the store: an unfinished one is refused while grading
+        (:func:`~attncourse.train.store.refuse_while_grading`).
 
     Returns
     -------
     Record
-        The same object, grown; with ``loop.restore_best`` the model holds the
-        best epoch's weights.
+        ``record``, grown; with ``loop.restore_best`` the model holds the best epoch's weights.
 
     Raises
     ------
     ValueError
         If ``loop.amp`` cannot run on ``device`` or a metric is not a number.
+    attncourse.runtime.UnpreparedRun
+        If ``cached`` is unfinished while grading.
     """
+
     record = Record() if record is None else record
     state = {} if state is None else state
     world = dist_utils.current()
@@ -403,7 +307,7 @@ def run_epochs(
     start = len(record.history)
     finished = start >= loop.epochs or (start > 0 and record.out_of_patience(start + 1, loop.patience))
     if cached is not None and not finished:  # grading loads prepared runs, never trains one
-        refuse_cached_training(str(cached), start, loop.epochs)
+        store.refuse_while_grading(str(cached), start, loop.epochs)
     if shown and finished:  # a bar frozen at its end would look like a stalled run
         announce_loaded(loop.desc, start * (loop.steps_per_epoch or 1),
                         "steps" if loop.steps_per_epoch else "epochs")
@@ -442,26 +346,11 @@ def run_epochs(
 class EpochRun:
     """What :func:`train_epochs` returns.
 
-    Attributes
-    ----------
-    model : torch.nn.Module
-        The weights after the last epoch (the best epoch's with a ``score``),
-        in evaluation mode.
-    history : list of dict
-        One row per epoch: ``epoch`` (1-based), ``seconds`` (training seconds of
-        that epoch, evaluation excluded, as ``train_seconds`` in the history of
-        :func:`~attncourse.train.fit.fit`), then the training and validation metrics.
-    state : dict
-        The loop state ``train_epoch`` kept (e.g. a REINFORCE baseline).
-    out_dir : Path
-        The run's folder.
-    seconds : float
-        Total training seconds.
-    best_epoch : int
-        With a ``score``: the epoch whose weights the model holds; else 0.
-    stopped_early : bool
-        True if the patience ran out before ``epochs``.
+    ``model`` is in eval mode, with the best epoch's weights when there is a ``score``;
+    ``history`` has one row per epoch (``epoch``, ``seconds`` of training, the metrics);
+    ``seconds`` is their sum; ``best_epoch`` is 0 without a ``score``.
     """
+
 
     model: torch.nn.Module
     history: list[dict]
@@ -472,37 +361,17 @@ class EpochRun:
     stopped_early: bool = False
 
 
-def config_digest(config: Mapping[str, Any]) -> str:
-    """Ten hex digits of the SHA-256 of ``config`` as sorted JSON.
-
-    Raises
-    ------
-    TypeError
-        If ``config`` holds something JSON cannot write.
-    """
-    return hashlib.sha256(json.dumps(dict(config), sort_keys=True).encode()).hexdigest()[:10]
-
-
 def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     # rank 0 keeps the seeds of a single process; other ranks draw other samples. Modulo
     # 2**63: torch seeds are 64-bit; seeds below ~9.2e13 (all of the course's) are unchanged
     return (int(seed) * 100_003 + int(epoch) + 1_000_003 * int(rank)) % 2**63
 
 
-def _resume_cached(path: Path, config: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                   device: torch.device, extendable: Collection[str] = ()) -> tuple[Record, dict]:
-    """The run saved at ``path`` (weights and optimizer loaded into the arguments), or a new one."""
-    if not path.is_file():
+def _resume(saved: dict | None, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            path: Path) -> tuple[Record, dict]:
+    """Load a stored run (:func:`~attncourse.train.store.load_run`) into the arguments; the run so far."""
+    if saved is None:
         return Record(), {}
-    saved = load_checkpoint(path, map_location=device)
-    saved_config = saved["extra"].get("config")
-    saved_config = saved_config if isinstance(saved_config, dict) else {}
-    current = json.loads(json.dumps(config))
-    problems = differences({k: v for k, v in saved_config.items() if k not in extendable},
-                           {k: v for k, v in current.items() if k not in extendable}, "config")
-    if problems:
-        raise ValueError(f"{path} holds a run of another config ({'; '.join(problems)}); "
-                         "delete the folder to train this one afresh")
     # the model class, its config and every weight's name, shape and dtype, before loading any
     validate_compatible(saved, model, path=path)
     if saved["optimizer_state"] is None:
@@ -512,14 +381,6 @@ def _resume_cached(path: Path, config: dict, model: torch.nn.Module, optimizer: 
     trainer = saved["trainer"]
     record = Record(list(saved["history"]), int(trainer.get("best_epoch", 0)), trainer.get("best_model_state"))
     return record, dict(trainer.get("state", {}))
-
-
-@contextlib.contextmanager
-def _cached_run(out: Path, shared: bool) -> Iterator[None]:
-    # A run in the shared cache may be asked for by two notebooks at once: the second
-    # waits for the first, then loads its checkpoint (see run_lock).
-    with run_lock(out) if shared else contextlib.nullcontext():
-        yield
 
 
 def train_epochs(
@@ -542,50 +403,38 @@ def train_epochs(
     extendable: Collection[str] = (),
     steps_per_epoch: int | None = None,
 ) -> EpochRun:
-    """Train for ``epochs`` epochs, or resume / load the run if its folder holds it.
+    """Train for ``epochs`` epochs in the store, or resume or load the run stored there.
 
     Parameters
     ----------
     name : str
-        Readable prefix of the run's folder, e.g. ``"canvases/hard-seed0"``.
-    config : dict
-        JSON-able description of everything that shapes the run; its hash
-        completes the folder name, and it is stored in the checkpoint.
+        The run's prefix, e.g. ``"canvases/hard-seed0"``.
+    config : mapping
+        JSON-able description of everything that shapes the run: the store's key
+        (:func:`~attncourse.train.store.run_name`), saved with the run and compared on load.
     build : callable(device) -> (model, optimizer)
-        Called once, right after ``torch.manual_seed(seed)``; it puts the model
-        on ``device`` before creating the optimizer.
+        Called once, right after ``torch.manual_seed(seed)``.
     train_epoch : callable(Epoch) -> dict
-        One pass over the training data, model in training mode; returns
-        training metrics (numbers). Train through ``epoch.forward`` under
-        ``epoch.autocast()`` and update with ``epoch.step(loss)`` to get what
-        the loop offers (DDP, ``compile``, ``amp``, ``clip_norm``).
-        ``epoch.state`` is a dict of plain values (numbers, strings, lists)
-        the loop checkpoints with the weights.
+        One pass over the training data; train through ``epoch.forward`` under
+        ``epoch.autocast()`` and update with ``epoch.step(loss)``.
     evaluate : callable(model) -> dict
-        Validation metrics (numbers); called in evaluation mode under ``torch.no_grad()``.
+        Validation metrics (numbers).
     epochs : int
-        Epochs in all (a finished run with fewer epochs continues up to this).
+        Epochs in all; a stored run with fewer continues up to it.
     seed : int
-        Seeds the initial weights and every epoch's randomness.
+        Seeds the initial weights and every epoch (``seed``, epoch, rank).
     progress : bool
-        A tqdm bar over the epochs, or over the steps with ``steps_per_epoch``; a
-        finished run loads with one line instead.
+        A bar over epochs (or steps); a finished run prints one line instead.
     device : str or torch.device, optional
-        Default: :func:`~attncourse.runtime.pick_device`.
+        Default :func:`~attncourse.runtime.pick_device`.
     out_dir : path, optional
-        Default: ``runs_dir(f"{name}-{config_digest(config)}")``.
-    amp, compile, clip_norm : optional
-        As in :class:`Loop`; put ``amp`` in ``config`` too when it is set, as it
-        changes the numbers.
-    score : callable(row) -> tuple, optional
-        Larger is better: keep and return the best epoch's weights.
-    patience : int, optional
-        Early stopping (needs ``score``).
+        Default the store's folder, locked while it trains (:func:`~attncourse.train.store.open_run`).
+    amp, compile, clip_norm, score, patience
+        As in :class:`Loop`; put ``amp`` in ``config`` too.
     extendable : collection of str
-        Keys of ``config`` that may differ from the checkpoint's (a budget such
-        as ``"steps"``: the run continues up to ``epochs``).
+        Keys of ``config`` that may differ from the stored run's (a step budget).
     steps_per_epoch : int, optional
-        Optimizer steps (``Epoch.step`` calls) in an epoch, for the bar.
+        ``Epoch.step`` calls per epoch, for the bar.
 
     Returns
     -------
@@ -594,11 +443,14 @@ def train_epochs(
     Raises
     ------
     ValueError
-        If ``epochs`` is not a positive int, a metric is not a number, or the
-        folder holds a checkpoint of a different config (or an unreadable one).
+        If ``epochs`` is not a positive int, a metric is not a number, or the folder
+        holds a run of another config or an unreadable one.
     TypeError
         If ``config`` or ``state`` holds values that are not plain data.
+    attncourse.runtime.UnpreparedRun
+        If the run would train while grading.
     """
+
     # a cell trains many runs: in JupyterLab each bar goes when done, on a page each stays
     # as one line of final state (attncourse.runtime.BookBar)
     loop = Loop(epochs, score=score, patience=patience, restore_best=score is not None, amp=amp,
@@ -606,15 +458,14 @@ def train_epochs(
                 steps_per_epoch=steps_per_epoch,
                 seconds="training")
     config = dict(config)
-    out = Path(out_dir) if out_dir is not None else runs_dir(f"{name}-{config_digest(config)}")
-    out.mkdir(parents=True, exist_ok=True)
-    with _cached_run(out, shared=out_dir is None):
+    with store.open_run(store.run_name(name, config), out_dir) as out:
+        out.mkdir(parents=True, exist_ok=True)
         device = pick_device(None if device is None else str(device))
         seed = training_seed(seed)  # plus $ATTNCOURSE_SEED_OFFSET (make claims' other-seeds)
         torch.manual_seed(seed)
         model, optimizer = build(device)
-        path = out / CHECKPOINT
-        record, state = _resume_cached(path, config, model, optimizer, device, extendable)
+        saved = store.load_run(out, config, extendable, map_location=device)
+        record, state = _resume(saved, model, optimizer, out / store.CHECKPOINT)
         is_main = dist_utils.current().is_main
         rank = dist_utils.current().rank
 
@@ -624,8 +475,8 @@ def train_epochs(
             trainer: dict[str, Any] = {"state": state}
             if score is not None:
                 trainer.update(best_epoch=record.best_epoch, best_model_state=record.best_state)
-            save_checkpoint(path, model=model, optimizer=optimizer, epoch=epoch, history=record.history,
-                            extra={"config": config, "name": name}, trainer=trainer)
+            store.save_run(out, config, model=model, optimizer=optimizer, epoch=epoch,
+                           history=record.history, extra={"name": name}, trainer=trainer)
 
         run_epochs(model, optimizer, train_epoch, evaluate, loop, record, device=device, state=state,
                    save=save, begin_epoch=lambda epoch: torch.manual_seed(_epoch_seed(seed, epoch, rank)),

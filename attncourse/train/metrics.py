@@ -1,28 +1,13 @@
-"""How good are the outputs? Exact match, token accuracy, BLEU and chrF, overall and by length.
+"""Exact match, token accuracy, BLEU and chrF, overall and by source length.
 
-Conventions
------------
-* A hypothesis or reference is either a string of space-separated tokens
-  (``"soixante et onze"``) or a sequence of tokens (``["soixante", "et", "onze"]``
-  or ids). Strings are split on whitespace where tokens are needed and token
-  sequences are joined with single spaces where text is needed.
-* ``exact_match`` and ``token_accuracy`` are fractions in [0, 1]; ``bleu`` and
-  ``chrf`` are on sacrebleu's 0-100 scale.
-* BLEU uses sacrebleu with ``tokenize="none"`` by default: the course's tasks are
-  already tokenised by their vocabulary, and the outputs are those tokens joined
-  by spaces, so BLEU should count exactly those tokens. The usual ``"13a"``
-  tokeniser would split some of them again (a dash after a digit, a final
-  period: ``"2024-01-05"`` becomes ``"2024 - 01 - 05"``) and change what an
-  n-gram is. Pass ``tokenize="13a"`` for raw, untokenised text.
-* For character-level tasks (date normalisation) chrF, an F-score over character
-  n-grams, is the natural metric; BLEU over whole-string "tokens" says little.
+A hypothesis or reference is a string of space-separated tokens or a sequence of
+tokens. ``exact_match`` and ``token_accuracy`` are in [0, 1]; ``bleu`` and ``chrf``
+on sacrebleu's 0-100 scale. BLEU counts the tokens as given (``tokenize="none"``);
+pass ``tokenize="13a"`` for raw text.
 
 References
 ----------
-Papineni et al. (2002), "BLEU: a Method for Automatic Evaluation of Machine Translation".
-Popović (2015), "chrF: character n-gram F-score for automatic MT evaluation".
 Post (2018), "A Call for Clarity in Reporting BLEU Scores" (sacrebleu).
-Bahdanau et al. (2015), figure 2 (BLEU by sentence length).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""A run folder's manifest and safe reads of its files.
+"""A run folder's manifest (which files the tool wrote) and bounded reads of its files.
 
-A run folder is owned by content, not by names: ``train`` and ``train-lm``
-create :data:`MANIFEST_NAME` before they write anything, and every atomic write
-into a folder holding one (:func:`note_written`, called by the atomic writers
-of :mod:`attncourse.train.checkpoint`) records the file's SHA-256 there. A file
-is the tool's only while its digest still matches (:func:`owned_names`); any
-other file, whatever its name, is the user's and is never deleted.
-
-Run files are read with :func:`read_run_bytes`: only regular files, and only up
-to a size limit, so that a FIFO or a copy of ``/dev/zero`` neither blocks nor
-reads forever.
+Every atomic write into a folder holding :data:`MANIFEST_NAME` records the file's
+SHA-256 there (:func:`note_written`); a file is the tool's only while its digest still
+matches (:func:`owned_names`), any other is the user's and never deleted. Reads take
+regular files only, up to a size limit (no FIFO, no ``/dev/zero``).
 """
 
 from __future__ import annotations
@@ -18,7 +12,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +27,7 @@ MAX_CHECKPOINT_BYTES = 8 * 2**30
 
 
 def read_run_bytes(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
-    """The bytes of run file ``path``: a regular file of at most ``limit`` bytes.
-
-    Opened without blocking (a FIFO with no writer would block a plain open),
-    checked on the open descriptor, then read up to ``limit`` + 1 bytes.
+    """The bytes of run file ``path``: a regular file of at most ``limit`` bytes (opened without blocking).
 
     Raises
     ------
@@ -67,10 +57,7 @@ def read_run_bytes(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
 
 
 def validate_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
-    """Raise ValueError as :func:`read_run_bytes` does, without reading (checkpoints).
-
-    ``torch.load`` opens the file itself; a FIFO or a device must never reach it.
-    """
+    """Raise ValueError as :func:`read_run_bytes` does, without reading (``torch.load`` opens it)."""
     info = path.stat()
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(
@@ -84,11 +71,7 @@ def validate_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
 def validate_run_digest(path: Path) -> None:
     """Raise ValueError if ``path``'s folder has a manifest recording another digest for it.
 
-    A checkpoint whose bytes changed since the run wrote it (a flipped bit on the
-    disk, an edit) may still load, with wrong weights and no error; the digest
-    the manifest recorded when the tool wrote the file tells. A file the manifest
-    does not list, or a folder without one (a run of an earlier version, a file
-    saved by a notebook), is not checked.
+    A file the manifest does not list, or a folder without one, is not checked.
     """
     recorded = (read_manifest(path.parent) or {}).get(path.name)
     if recorded is not None and file_digest(path) != recorded:
@@ -120,8 +103,7 @@ def read_run_json(path: Path) -> Any:
     OSError
         As :func:`read_run_bytes`.
     ValueError
-        If it is not JSON, or nested too deeply for Python's parser (a forged file of
-        100,000 brackets raises RecursionError inside :mod:`json`).
+        If it is not JSON, or nested too deeply for Python's parser.
     """
     try:
         return json.loads(read_run_bytes(path))
@@ -142,26 +124,24 @@ def read_manifest(directory: Path) -> dict[str, str] | None:
 
 
 def write_manifest(directory: Path, files: dict[str, str]) -> None:
-    """Write ``files`` as ``directory``'s manifest, atomically (temporary + rename)."""
+    """Write ``files`` as ``directory``'s manifest, atomically.
+
+    Raises
+    ------
+    OSError
+        As :func:`~attncourse.train.checkpoint.atomic_write_text`.
+    """
+    # imported here: checkpoint imports this module
+    from attncourse.train.checkpoint import atomic_write_text
+
     text = json.dumps(
         {"format": "attncourse-run", "files": dict(sorted(files.items()))}, indent=2
     )
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=MANIFEST_TEMPORARY_PREFIX, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-        os.replace(tmp, directory / MANIFEST_NAME)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(text + "\n", directory / MANIFEST_NAME)
 
 
 def start_manifest(directory: Path) -> None:
-    """Create an empty manifest in ``directory`` unless it has one.
-
-    From then on, every atomic write into ``directory`` is recorded there.
-    """
+    """Create an empty manifest in ``directory`` unless it has one."""
     if read_manifest(directory) is None:
         write_manifest(directory, {})
 

@@ -1,39 +1,13 @@
-"""The Transformer's learning-rate schedule: linear warmup, then inverse square-root decay.
+"""The Transformer's learning rate (warmup, then inverse square-root decay) and a time budget.
 
-Vaswani et al. (2017, section 5.3, eq. 3) change the learning rate at every
-training step (every batch):
-
-    lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5)
-
-For ``step_num < warmup_steps`` the second term is the smaller one: the rate
-grows linearly from almost 0. At ``step_num == warmup_steps`` the two terms are
-equal, and the rate peaks at ``(d_model * warmup_steps)^-0.5`` (about 7.0e-4 for
-the base model, d_model = 512 and warmup_steps = 4000). After that it falls as
-``step_num^-0.5``. Why warm up at all: Adam's second-moment estimates are
-poor during the first steps, and a post-norm Transformer trained with a large
-rate from the start often diverges; a slow start lets those estimates settle.
-
-The factor ``d_model^-0.5`` makes wider models take smaller steps. The course
-adds a ``scale`` (1.0 in the paper) to move the whole curve up or down.
-
-Use with :class:`torch.optim.lr_scheduler.LambdaLR`, stepping once per batch::
-
-    optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, noam_lambda(d_model=512, warmup=4000))
-    for batch in batches:
-        ...; optimizer.step(); scheduler.step()
-
-``LambdaLR`` multiplies the optimizer's base ``lr`` by the lambda, so the base
-``lr`` must be 1.0 (or the scale). The lambda is called with the number of
-scheduler steps taken so far, 0 before the first batch; it adds 1, so the
-first optimizer step runs with ``step_num = 1`` as in the paper, never with a
-rate of 0.
+``lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`` rises linearly up to
+step ``warmup``, peaks at ``scale * (d_model * warmup)^-0.5`` and decays as ``step^-0.5``.
+Use :func:`noam_lambda` with :class:`torch.optim.lr_scheduler.LambdaLR`, a base ``lr`` of
+1.0, stepped every batch.
 
 References
 ----------
 Vaswani et al. (2017), "Attention Is All You Need", section 5.3, eq. (3).
-Popel, Bojar (2018), "Training Tips for the Transformer Model", section 4.6
-(warmup and learning rate).
 """
 
 from __future__ import annotations
@@ -56,35 +30,12 @@ def _check(d_model: int, warmup: int, scale: float) -> None:
 
 
 def warmup_inverse_sqrt(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
-    """Learning rate at training step ``step``, Vaswani et al.'s eq. (3).
-
-    ``scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)``
-
-    Parameters
-    ----------
-    step : int
-        step_num, counted from 1 (the first optimizer step); ``step = 0`` gives 0.
-    d_model : int
-        Model width; the rate is proportional to ``d_model^-0.5``.
-    warmup : int
-        warmup_steps: the rate rises linearly up to this step, where it peaks at
-        ``scale * (d_model * warmup)^-0.5``, then decays as ``step^-0.5``.
-    scale : float
-        Multiplies the whole curve (1.0 in the paper).
-
-    Returns
-    -------
-    float
-        The learning rate.
+    """Learning rate at optimizer step ``step`` (1-based; 0 gives 0), Vaswani et al. (2017) eq. (3).
 
     Raises
     ------
     ValueError
         If ``step`` is negative, or ``d_model``, ``warmup`` or ``scale`` is not positive.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 5.3, eq. (3).
     """
     if int(step) < 0:
         raise ValueError(f"step must be >= 0, got {step}")
@@ -96,17 +47,9 @@ def warmup_inverse_sqrt(step: int, d_model: int, warmup: int, scale: float = 1.0
 
 @dataclass(frozen=True)
 class NoamLambda:
-    """The multiplier ``LambdaLR`` calls with the number of scheduler steps taken (0, 1, 2, ...).
+    """``LambdaLR``'s multiplier: call ``i`` (scheduler steps so far) gives step ``i + 1``'s rate.
 
-    Returns ``warmup_inverse_sqrt(i + 1, d_model, warmup, scale)``: call ``i``
-    sets the rate of optimizer step ``i + 1``. A small class rather than a
-    closure so that ``LambdaLR.state_dict()`` records its settings (a checkpoint
-    shows which schedule it was trained with).
-
-    Attributes
-    ----------
-    d_model, warmup : int
-    scale : float
+    A dataclass, not a closure, so that ``LambdaLR.state_dict()`` records its settings.
     """
 
     d_model: int
@@ -121,31 +64,12 @@ class NoamLambda:
 
 
 def noam_lambda(d_model: int, warmup: int, scale: float = 1.0) -> NoamLambda:
-    """Eq. (3) as a ``lr_lambda`` for :class:`torch.optim.lr_scheduler.LambdaLR` (step it every batch).
-
-    Parameters
-    ----------
-    d_model : int
-    warmup : int
-        Optimizer steps of linear warmup; the rate peaks at step ``warmup``.
-    scale : float
-        Multiplies the curve; leave the optimizer's base ``lr`` at 1.0.
-
-    Returns
-    -------
-    NoamLambda
-        ``f(i) = warmup_inverse_sqrt(i + 1, d_model, warmup, scale)``, where ``i``
-        is the number of ``scheduler.step()`` calls so far.
+    """Eq. (3) as ``LambdaLR``'s ``lr_lambda`` (:class:`NoamLambda`); Vaswani et al. (2017) section 5.3.
 
     Raises
     ------
     ValueError
         If ``d_model``, ``warmup`` or ``scale`` is not positive.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 5.3, eq. (3); "Noam" after Noam Shazeer, who
-    designed it (the name used by tensor2tensor and the Annotated Transformer).
     """
     return NoamLambda(int(d_model), int(warmup), float(scale))
 
@@ -158,35 +82,16 @@ def peak_lr(d_model: int, warmup: int, scale: float = 1.0) -> float:
 
 @dataclass
 class TimeBudget:
-    """A training run's wall-clock budget, and the learning-rate cool-down that ends it.
+    """A run's wall-clock budget (``seconds`` from :meth:`start`) and its learning-rate cool-down.
 
-    A run that must stop after ``seconds`` cannot know in advance how many steps
-    it will take, so the end of its schedule is set in time, not in steps: the
-    rate follows its own schedule (eq. (3)) until ``1 - cooldown`` of the budget
-    has passed, and is then multiplied by a factor falling linearly to 0 at the
-    end of the budget (the "decay" phase of warmup-stable-decay schedules, Hu et
-    al. 2024). The last weights are then taken at a small rate, where they have
-    settled, instead of in the middle of the decay of eq. (3).
-
-    Attributes
-    ----------
-    seconds : float
-        The budget, > 0: wall-clock seconds from :meth:`start`.
-    cooldown : float in [0, 1)
-        Fraction of the budget at its end over which the rate falls to 0
-        (0: no cool-down, the run just stops).
-    started : float or None
-        ``time.perf_counter()`` at :meth:`start`.
+    Over the budget's last ``cooldown`` fraction the rate is multiplied by a factor
+    falling linearly to 0 (the decay of warmup-stable-decay: Hu et al. 2024, "MiniCPM",
+    section 4).
 
     Raises
     ------
     ValueError
-        If ``seconds`` is not a positive finite number or ``cooldown`` is out of range.
-
-    References
-    ----------
-    Hu et al. (2024), "MiniCPM: Unveiling the Potential of Small Language Models
-    with Scalable Training Strategies", section 4 (warmup-stable-decay).
+        If ``seconds`` is not a positive finite number or ``cooldown`` is not in [0, 1).
     """
 
     seconds: float
@@ -214,7 +119,7 @@ class TimeBudget:
         return self.fraction() >= 1.0
 
     def factor(self) -> float:
-        """The cool-down's multiplier of the learning rate: 1, then linearly down to 0 over the last ``cooldown``."""
+        """The rate's multiplier: 1, then linearly down to 0 over the last ``cooldown``."""
         if self.cooldown == 0:
             return 1.0
         return min(1.0, max(0.0, (1.0 - self.fraction()) / self.cooldown))

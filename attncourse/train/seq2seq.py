@@ -1,31 +1,13 @@
-"""One epoch of an encoder-decoder, its validation, and scoring a dataset.
+"""One epoch of an encoder-decoder (:func:`seq2seq_epoch`), its validation and scoring a dataset.
 
-One epoch of :func:`~attncourse.train.fit.fit` (:func:`seq2seq_epoch`, run by
-the engine's loop, :func:`~attncourse.train.loop.run_epochs`) does, for every
-training batch (in an order drawn afresh each epoch):
-
-1. **Forward with teacher forcing**: the decoder reads the gold previous token
-   y_{i-1} at every step (``Batch.tgt_in`` = ``<bos>`` y_1..y_T) and scores the
-   next one; logits have shape (batch, tgt_len, tgt_vocab).
-2. **Loss**: the cross-entropy -log p(y_i | y_<i, x) averaged over the real
-   target tokens (``Batch.tgt_out`` = y_1..y_T ``<eos>``); padding is ignored.
-   This is the negative log-likelihood that Bahdanau et al. (2015, section 2)
-   and Sutskever et al. (2014, section 3.1) maximise.
-3. **Update**: backpropagate, clip the gradient's global norm, take an Adam step.
-
-After each epoch :func:`validate` measures the model on the validation
-batches: the same loss and token accuracy under teacher forcing, and the exact
-match of greedy decoding, where the model reads its *own* previous outputs as it
-must on new data. :func:`evaluate` decodes a whole dataset (greedy or beam
-search) and scores it overall and by source length.
+An epoch, per batch: teacher-forced logits (batch, tgt_len, tgt_vocab) from
+``Batch.tgt_in``; the cross-entropy -log p(y_i | y_<i, x) over the real tokens of
+``Batch.tgt_out`` (padding ignored); a clipped Adam step. :func:`validate` adds greedy
+exact match; :func:`evaluate` decodes a dataset and scores it by source length.
 
 References
 ----------
-Bengio, Vinyals, Jaitly, Shazeer (2015), "Scheduled Sampling for Sequence
-Prediction with Recurrent Neural Networks".
-Vaswani et al. (2017), "Attention Is All You Need", section 5.4 (label smoothing).
-Szegedy et al. (2016), "Rethinking the Inception Architecture for Computer
-Vision", section 7 (label smoothing).
+Bahdanau et al. (2015), section 2 (the log-likelihood maximised).
 """
 
 from __future__ import annotations
@@ -103,12 +85,8 @@ def sequence_loss(
         Gold next tokens y_1..y_T ``<eos>``, ``pad_id`` at padding.
     pad_id : int
     label_smoothing : float in [0, 1)
-        epsilon: the target puts ``1 - eps + eps / V`` on the gold token and
-        ``eps / V`` on every other of the V tokens (Vaswani et al. 2017,
-        section 5.4). The loss is then
-        ``(1 - eps) * (-log p(y_i)) + eps * mean_k(-log p(k))``, averaged over
-        the real tokens; it is finite for any logits, -inf included (see
-        :class:`FitConfig`).
+        eps: the loss is ``(1 - eps) * (-log p(y_i)) + eps * mean_k(-log p(k))`` over the
+        real tokens (Vaswani et al. 2017, section 5.4); finite for any logits.
 
     Returns
     -------
@@ -124,10 +102,6 @@ def sequence_loss(
     ------
     ValueError
         If the shapes do not fit together or ``label_smoothing`` is out of range.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 5.4; Szegedy et al. (2016), section 7.
     """
     loss, _, n_correct, n_tokens = _loss_terms(logits, tgt_out, pad_id, label_smoothing)
     return loss, int(n_correct), int(n_tokens)
@@ -168,22 +142,16 @@ def seq2seq_epoch(batches: Sequence[Batch], generator: torch.Generator, teacher_
                   label_smoothing: float = 0.0, seed: int = 0, log_every: int = LOG_EVERY) -> Any:
     """The ``train_epoch`` of an encoder-decoder, for :func:`~attncourse.train.loop.run_epochs`.
 
-    The loop is written so that a GPU never waits for the host: the batches are
-    moved to the device once, at the first epoch (not once per step), their
-    token counts are counted once on the CPU, and the step reads nothing back
-    from the device. The losses and counts are summed on the device and read
-    once every ``log_every`` steps for the progress bar, and at the end of the
-    epoch.
+    The batches move to the device once; the step reads nothing back from it but every
+    ``log_every`` steps (the bar) and at the epoch's end.
 
     Parameters
     ----------
     batches : sequence of Batch
-        All training batches, on the CPU; each epoch visits them in an order
-        drawn from ``generator`` (with several processes, each rank its share:
+        On the CPU; visited in an order drawn from ``generator`` (several processes:
         :func:`~attncourse.train.distributed.rank_batch_order` with ``seed``).
     generator : torch.Generator
-        The CPU generator of the batch order and of scheduled sampling's coin
-        flips; its state is checkpointed, so a resumed run replays them.
+        The CPU generator of the batch order and of scheduled sampling's coin flips.
     teacher_forcing, label_smoothing : float
         As in :class:`~attncourse.train.fit.FitConfig`.
     seed : int

@@ -42,7 +42,7 @@ from attncourse.recipes.lm import (
 )
 from attncourse.runtime import data_seed, progress_bar, training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
-from attncourse.train.once import train_once
+from attncourse.train.store import train_once
 
 
 def train_lm_variant(config: LMConfig, corpus: CharCorpus, *, positions: PositionSpec | None = None,
@@ -222,7 +222,7 @@ def train_passkey(config: PasskeyConfig, progress: bool = True) -> GPT:
     """Train ``config``'s model (a learned table gets ``length`` rows: it cannot go further).
 
     ``progress``: a bar over the steps (chapter 12 trains ten of these in one cell). The
-    weights are kept (:func:`~attncourse.train.once.train_once`, run
+    weights are kept (:func:`~attncourse.train.store.train_once`, run
     ``passkey/{positional}-seed{seed}``): a second run of the chapter, or grading after
     ``python -m attncourse prepare``, loads them instead of training again.
 
