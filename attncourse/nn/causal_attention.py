@@ -22,8 +22,8 @@ from attncourse.nn.attend import (  # allowed_keys ... repeat_kv: re-exported, c
 )
 from attncourse.nn.attention import KVCache, merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
+from attncourse.nn.registry import register_attention
 from attncourse.nn.rope import RopeScaling, apply_rope
-from attncourse.nn.spec import register_attention
 
 #: What ``CausalSelfAttention(positional=...)`` accepts: schemes acting inside attention, or None.
 ATTENTION_POSITIONAL: tuple[str | None, ...] = (None, "rope", "alibi")

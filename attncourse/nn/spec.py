@@ -11,76 +11,23 @@ dataclass and a builder; it registers itself in one line and is named in
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+import attncourse.nn.variants  # noqa: F401 (the package's variants register themselves)
 from attncourse.nn.ffn import FFNS
 from attncourse.nn.norm import NORMS
+from attncourse.nn.registry import (
+    ATTENTION_VARIANTS,
+    AttentionVariant,
+    register_attention,
+)
 from attncourse.nn.rope import RopeScaling
-
-
-@dataclass(frozen=True)
-class AttentionVariant:
-    """A registered attention variant: its options dataclass and its builder.
-
-    ``build(options, *, d_model, num_heads, causal, positional, rope_base)`` returns a
-    ``DecoderAttention``; it gets ``rope_scaling`` only if it takes that keyword.
-    """
-
-    name: str
-    options: type
-    build: Callable[..., nn.Module]
-
-
-class _Variants(Mapping):
-    """The registry; its first read imports :mod:`attncourse.nn.variants`."""
-
-    def __init__(self) -> None:
-        self._table: dict[str, AttentionVariant] = {}
-        self._loaded = False
-
-    def _load(self) -> dict[str, AttentionVariant]:
-        if not self._loaded:
-            self._loaded = True  # before the import: the variants' own registrations must not load again
-            importlib.import_module("attncourse.nn.variants")
-        return self._table
-
-    def __getitem__(self, name: str) -> AttentionVariant:
-        return self._load()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._load()))
-
-    def __len__(self) -> int:
-        return len(self._load())
-
-    def __repr__(self) -> str:
-        return f"ATTENTION_VARIANTS({sorted(self._load())})"
-
-
-#: The attention variants by name; :func:`register_attention` adds one.
-ATTENTION_VARIANTS: Mapping[str, AttentionVariant] = _Variants()
-
-
-def register_attention(name: str, options: type, build: Callable[..., nn.Module]) -> AttentionVariant:
-    """Register variant ``name`` for :class:`AttentionSpec`, from its module at import.
-
-    Raises ``TypeError`` unless ``options`` is a dataclass, ``ValueError`` if taken.
-    """
-    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
-        raise TypeError(f"the options of attention variant {name!r} must be a dataclass, got {options!r}")
-    variant = AttentionVariant(name, options, build)
-    table = ATTENTION_VARIANTS._table  # not a read: registering does not load the package's variants
-    if table.get(name, variant) != variant:
-        raise ValueError(f"attention variant {name!r} is already registered")
-    table[name] = variant
-    return variant
 
 
 def _option_names(cls: type) -> set[str]:
