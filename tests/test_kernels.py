@@ -16,7 +16,9 @@ import torch.nn.functional as F
 from attncourse.functional import attention_bytes, saved_tensor_bytes
 from attncourse.kernels import (
     INTERPRETED,
+    PRECISIONS,
     TRITON_AVAILABLE,
+    default_precision,
     forward_hbm_bytes,
     keys_visited,
     triton_flash_attention,
@@ -82,19 +84,80 @@ def test_float64_gradients_equal_sdpa_to_rounding_and_pass_gradcheck():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     # Finite differences in float64, along random directions (fast mode: a few launches;
     # the full Jacobian would take a launch per input entry). Padded blocks, causal.
-    small = make_inputs(20, 20, 16, dtype=torch.float64, batch=1, seed=1)
-    assert torch.autograd.gradcheck(
-        lambda q, k, v: triton_flash_attention(q, k, v, is_causal=True, block_q=16, block_k=16),
-        small, fast_mode=True)
+    small = make_inputs(20, 27, 16, dtype=torch.float64, batch=1, seed=1)
+    for causal in (False, True):
+        assert torch.autograd.gradcheck(
+            lambda q, k, v: triton_flash_attention(q, k, v, is_causal=causal, block_q=16,
+                                                   block_k=16), small, fast_mode=True)
 
 
 @needs_interpreter
-def test_float16_is_close_to_sdpa_in_float32():
-    q, k, v = (t.detach().half() for t in make_inputs(50, 50, 32))
-    out = triton_flash_attention(q, k, v, block_q=16, block_k=32)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q, n_k, block_q, block_k", [(50, 50, 16, 32), (77, 45, 32, 16)])
+def test_float16_forward_and_gradients_are_close_to_sdpa_in_float32(n_q, n_k, block_q,
+                                                                      block_k, causal):
+    # 16-bit inputs, float32 accumulation, P and dS rounded to float16 before their
+    # products: errors of a few float16 epsilons of the largest entry, no more.
+    q, k, v = (t.detach().half().requires_grad_() for t in make_inputs(n_q, n_k, 32, heads=1))
+    out = triton_flash_attention(q, k, v, is_causal=causal, block_q=block_q, block_k=block_k)
     assert out.dtype == torch.float16
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
-    torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(q32, k32, v32, is_causal=causal)
+    eps = torch.finfo(torch.float16).eps
+    torch.testing.assert_close(out.float(), ref, rtol=0, atol=4 * eps * ref.abs().max().item())
+    grad_out = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
+    ours = torch.autograd.grad(out, (q, k, v), grad_out.half())
+    theirs = torch.autograd.grad(ref, (q32, k32, v32), grad_out)
+    for name, a, b in zip("qkv", ours, theirs):
+        assert a.dtype == torch.float16
+        torch.testing.assert_close(a.float(), b, rtol=0, atol=4 * eps * b.abs().max().item(),
+                                   msg=f"d{name}")
+    # The check can fail: a kernel without the rescaling is off by far more.
+    assert (out.float() - ref.roll(1, dims=-2)).abs().max() > 100 * eps
+
+
+@needs_interpreter
+@pytest.mark.parametrize("block_q, block_k", [(16, 64), (64, 16), (32, 32), (128, 128)])
+def test_causal_stages_give_the_same_output_and_gradients_for_any_tiles(block_q, block_k):
+    # The unmasked stage ends on a whole key tile, the masked one covers the diagonal: with
+    # B_c > B_r, B_c < B_r, and one tile longer than the sequence, the result is the same.
+    q, k, v = make_inputs(70, 70, 16, batch=1, heads=1, seed=2)
+    out = triton_flash_attention(q, k, v, is_causal=True, block_q=block_q, block_k=block_k)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=5e-6)
+    for name, a, b in zip("qkv", torch.autograd.grad(out.sum(), (q, k, v)),
+                          torch.autograd.grad(ref.sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-5, msg=f"d{name}")
+
+
+@needs_interpreter
+def test_precision_is_exact_here_and_tf32_only_for_float32():
+    assert default_precision(torch.float32) == "ieee"    # no TF32 under the interpreter
+    assert default_precision(torch.float16) == "ieee"
+    q, k, v = (t.detach() for t in make_inputs(40, 40, 16, batch=1, heads=1))
+    ref = F.scaled_dot_product_attention(q, k, v)
+    for precision in PRECISIONS:   # the interpreter multiplies exactly either way
+        out = triton_flash_attention(q, k, v, block_q=16, block_k=16, precision=precision)
+        torch.testing.assert_close(out, ref, rtol=0, atol=5e-6)
+
+
+def test_autotuning_configurations_follow_the_tutorials_rules():
+    if not TRITON_AVAILABLE:
+        pytest.skip("triton is not installed here")
+    from attncourse.kernels.flash_attention import _configs, _prune
+
+    configs = _configs((64, 128), (16, 32, 64, 128), 128 * 128)
+    assert all(c.num_warps == 4 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128
+               for c in configs)
+    assert {c.num_stages for c in configs} == {2, 3, 4}
+    assert any(c.num_warps == 8 for c in configs)
+    prune = _prune("BLOCK_N")
+    for d in (16, 32, 64, 128):
+        kept = prune(configs, {"N_Q": 4096, "N_K": 4096}, HEAD_DIM=d)
+        assert kept and all(min(32, d) <= c.kwargs["BLOCK_N"] <= d for c in kept)
+        assert max(c.kwargs["BLOCK_N"] for c in kept) == d
+    short = prune(configs, {"N_Q": 40, "N_K": 40}, HEAD_DIM=64)   # nothing fits: the smallest
+    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in short] == [(64, 32)]
 
 
 @needs_interpreter
@@ -107,8 +170,18 @@ def test_causal_kernel_never_reads_the_key_blocks_after_the_diagonal():
     out = triton_flash_attention(q, k, v, is_causal=True, block_q=32, block_k=32)
     ref = F.scaled_dot_product_attention(q, k[..., :64, :], v[..., :64, :], is_causal=True)
     torch.testing.assert_close(out, ref, rtol=0, atol=5e-6)
+    # Nor does the backward pass: dQ is exact, and the keys no query sees get zero gradients.
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    grad_out = torch.randn_like(ref)
+    out = triton_flash_attention(q, k, v, is_causal=True, block_q=32, block_k=32)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_out)
+    ref = F.scaled_dot_product_attention(q, k[..., :64, :], v[..., :64, :], is_causal=True)
+    theirs = torch.autograd.grad(ref, q, grad_out)[0]
+    torch.testing.assert_close(dq, theirs, rtol=0, atol=2e-5)
+    assert (dk[..., 64:, :] == 0).all() and (dv[..., 64:, :] == 0).all()
     # Without the causal mask the same keys are read, and seen.
-    assert triton_flash_attention(q, k, v, block_q=32, block_k=32).isnan().all()
+    with torch.no_grad():
+        assert triton_flash_attention(q, k, v, block_q=32, block_k=32).isnan().all()
 
 
 @needs_interpreter

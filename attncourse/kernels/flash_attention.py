@@ -275,14 +275,13 @@ def _configs(blocks_m, blocks_n, big_tile: int):
 
 def _prune(streamed: str):
     """Keep the configurations whose streamed tile has at most HEAD_DIM rows (at least
-    min(32, HEAD_DIM)), and no block longer than both sequences."""
+    min(32, HEAD_DIM)), and no block longer than the longer sequence (else the smallest)."""
     def prune(configs, named_args, **kwargs):
         d = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
         longest = max(named_args["N_Q"], named_args["N_K"])
-        kept = [c for c in configs
-                if min(32, d) <= c.kwargs[streamed] <= d
-                and max(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) <= max(longest, 16)]
-        return kept or [min(configs, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
+        fits = [c for c in configs if min(32, d) <= c.kwargs[streamed] <= d]
+        kept = [c for c in fits if max(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) <= longest]
+        return kept or [min(fits, key=lambda c: c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"])]
     return prune
 
 
