@@ -17,7 +17,9 @@ from attncourse.functional import attention_bytes, saved_tensor_bytes
 from attncourse.kernels import (
     INTERPRETED,
     PRECISIONS,
+    SEARCH,
     TRITON_AVAILABLE,
+    autotune_configs,
     default_precision,
     forward_hbm_bytes,
     keys_visited,
@@ -144,20 +146,21 @@ def test_precision_is_exact_here_and_tf32_only_for_float32():
 def test_autotuning_configurations_follow_the_tutorials_rules():
     if not TRITON_AVAILABLE:
         pytest.skip("triton is not installed here")
-    from attncourse.kernels.flash_attention import _configs, _prune
-
-    configs = _configs((64, 128), (16, 32, 64, 128), 128 * 128)
-    assert all(c.num_warps == 4 or c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] >= 128 * 128
-               for c in configs)
-    assert {c.num_stages for c in configs} == {2, 3, 4}
-    assert any(c.num_warps == 8 for c in configs)
-    prune = _prune("BLOCK_N")
-    for d in (16, 32, 64, 128):
-        kept = prune(configs, {"N_Q": 4096, "N_K": 4096}, HEAD_DIM=d)
-        assert kept and all(min(32, d) <= c.kwargs["BLOCK_N"] <= d for c in kept)
-        assert max(c.kwargs["BLOCK_N"] for c in kept) == d
-    short = prune(configs, {"N_Q": 40, "N_K": 40}, HEAD_DIM=64)   # nothing fits: the smallest
-    assert [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in short] == [(64, 32)]
+    for kernel, (blocks_m, blocks_n, streamed, big_tile) in SEARCH.items():
+        options = blocks_n if streamed == "BLOCK_N" else blocks_m
+        for d in (16, 32, 64, 128):
+            configs = autotune_configs(kernel, d, 4096, 4096)
+            assert configs and {c["num_stages"] for c in configs} == {2, 3, 4}
+            assert all(min(32, d) <= c[streamed] <= d for c in configs)
+            assert max(c[streamed] for c in configs) == min(d, max(options))
+            assert all(c["num_warps"] == 4 or c["BLOCK_M"] * c["BLOCK_N"] >= big_tile
+                       for c in configs)
+    forward = autotune_configs("forward", 128, 4096, 4096)
+    assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in forward if c["num_warps"] == 8} == {(128, 128)}
+    short = autotune_configs("forward", 64, 40, 40)   # no block fits 40 rows: the smallest
+    assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in short} == {(64, 32)}
+    with pytest.raises(KeyError):
+        autotune_configs("backward", 64, 40, 40)
 
 
 @needs_interpreter

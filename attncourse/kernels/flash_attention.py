@@ -265,17 +265,27 @@ def _attention_backward_dq(Q, K, V, DO, L, DELTA, DQ, N_Q, N_K, qk_scale, scale,
 # --------------------------------------------------------------------------- autotuning
 
 
+#: What the autotuner searches, per kernel: the options of BLOCK_M and of BLOCK_N, the
+#: block streamed by the kernel's loop (at most HEAD_DIM rows), and the tile size (entries)
+#: from which 8 warps are tried.
+SEARCH = {
+    "forward": ((64, 128), (16, 32, 64, 128), "BLOCK_N", 128 * 128),
+    "dkdv": ((16, 32, 64), (64, 128), "BLOCK_M", 64 * 128),
+    "dq": ((64, 128), (16, 32, 64), "BLOCK_N", 64 * 128),
+}
+
+
 def _configs(blocks_m, blocks_n, big_tile: int):
-    """Configurations of the fused-attention tutorial of Triton: 2-4 pipeline stages, and
-    8 warps only for tiles of at least ``big_tile`` entries."""
+    """Configurations as in Triton's fused-attention tutorial: 2-4 pipeline stages, and 8
+    warps only for tiles of at least ``big_tile`` entries."""
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages, num_warps=warps)
             for bm in blocks_m for bn in blocks_n for stages in (2, 3, 4) for warps in (4, 8)
             if warps == 4 or bm * bn >= big_tile]
 
 
 def _prune(streamed: str):
-    """Keep the configurations whose streamed tile has at most HEAD_DIM rows (at least
-    min(32, HEAD_DIM)), and no block longer than the longer sequence (else the smallest)."""
+    """Keep the configurations whose streamed block has at most HEAD_DIM rows (at least
+    min(32, HEAD_DIM)) and no block longer than the longer sequence (else the smallest)."""
     def prune(configs, named_args, **kwargs):
         d = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
         longest = max(named_args["N_Q"], named_args["N_K"])
@@ -285,20 +295,51 @@ def _prune(streamed: str):
     return prune
 
 
+def autotune_configs(kernel: str, d: int, n_q: int, n_k: int) -> list[dict]:
+    """The configurations the autotuner times for one kernel and shape, on a GPU.
+
+    Parameters
+    ----------
+    kernel : {"forward", "dkdv", "dq"}
+        The forward kernel, or the backward's kernel for dK and dV or for dQ.
+    d : int
+        Head width.
+    n_q, n_k : int
+        Rows of queries and of keys.
+
+    Returns
+    -------
+    list of dict
+        ``{"BLOCK_M", "BLOCK_N", "num_stages", "num_warps"}`` per configuration. Triton's
+        autotuner times each on the first call for a key ``(n_q, n_k, d, causal, dtype)``
+        and keeps the fastest; under the interpreter nothing is tuned.
+
+    Raises
+    ------
+    KeyError
+        If ``kernel`` is not one of the three.
+    RuntimeError
+        If triton is not installed.
+
+    References
+    ----------
+    Tillet et al. (2019), "Triton", section 5 (auto-tuning of the tile sizes).
+    """
+    require_triton()
+    blocks_m, blocks_n, streamed, big_tile = SEARCH[kernel]
+    kept = _prune(streamed)(_configs(blocks_m, blocks_n, big_tile), {"N_Q": n_q, "N_K": n_k},
+                            HEAD_DIM=d)
+    return [{**c.kwargs, "num_stages": c.num_stages, "num_warps": c.num_warps} for c in kept]
+
+
 _TUNED = {}
 if triton is not None and not INTERPRETED:
-    _KEY = ["N_Q", "N_K", "HEAD_DIM", "CAUSAL"]   # the dtypes are added by triton
-    _TUNED = {
-        "forward": triton.autotune(_configs((64, 128), (16, 32, 64, 128), 128 * 128), key=_KEY,
-                                   prune_configs_by={"early_config_prune": _prune("BLOCK_N")})(
-            _attention_forward),
-        "dkdv": triton.autotune(_configs((16, 32, 64), (64, 128), 64 * 128), key=_KEY,
-                                prune_configs_by={"early_config_prune": _prune("BLOCK_M")})(
-            _attention_backward_dkdv),
-        "dq": triton.autotune(_configs((64, 128), (16, 32, 64), 64 * 128), key=_KEY,
-                              prune_configs_by={"early_config_prune": _prune("BLOCK_N")})(
-            _attention_backward_dq),
-    }
+    _KERNELS = {"forward": _attention_forward, "dkdv": _attention_backward_dkdv,
+                "dq": _attention_backward_dq}
+    for _name, (_blocks_m, _blocks_n, _streamed, _big_tile) in SEARCH.items():
+        _TUNED[_name] = triton.autotune(   # the dtypes are added to the key by triton
+            _configs(_blocks_m, _blocks_n, _big_tile), key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL"],
+            prune_configs_by={"early_config_prune": _prune(_streamed)})(_KERNELS[_name])
 
 
 def _launch(name: str, kernel, grid_rows, heads: int, blocks, args, **constants):
@@ -506,7 +547,9 @@ __all__ = [
     "INTERPRETED_DTYPES",
     "LOG2E",
     "PRECISIONS",
+    "SEARCH",
     "FlashAttentionTriton",
+    "autotune_configs",
     "default_blocks",
     "default_precision",
     "triton_flash_attention",
