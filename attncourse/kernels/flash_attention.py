@@ -48,18 +48,45 @@ LOG2E = 1.4426950408889634
 
 
 def default_blocks(d: int, dtype: torch.dtype) -> tuple[int, int]:
-    """``(block_q, block_k)`` where none are given and nothing is tuned: the interpreter's.
+    """Rows of queries and of keys per tile where none are given and nothing is tuned.
 
-    64 x 64, or 32 x 32 for rows of 512 bytes or more (float32 at d = 128), whose tiles
-    would crowd a program's on-chip memory.
+    Parameters
+    ----------
+    d : int
+        Head width.
+    dtype : torch.dtype
+        Dtype of Q, K and V.
+
+    Returns
+    -------
+    (block_q, block_k) : tuple of int
+        64 x 64, or 32 x 32 for rows of 512 bytes or more (float32 at d = 128), whose
+        tiles would crowd a program's on-chip memory. Used under the interpreter, and on a
+        GPU for the block not given when the other is.
+
+    References
+    ----------
+    Dao (2023), "FlashAttention-2", section 3.3 (block sizes and on-chip memory).
     """
     row_bytes = d * torch.finfo(dtype).bits // 8 if dtype.is_floating_point else d
     return (32, 32) if row_bytes >= 512 else (64, 64)
 
 
 def default_precision(dtype: torch.dtype) -> str:
-    """``input_precision`` of the kernels' products: ``"tf32"`` for float32 compiled on a GPU
-    with TF32 tensor cores (compute capability 8.0 or above), ``"ieee"`` otherwise."""
+    """The ``input_precision`` of the kernels' products for inputs of ``dtype``.
+
+    Returns
+    -------
+    str
+        ``"tf32"`` for float32 compiled on a GPU with TF32 tensor cores (compute
+        capability 8.0 or above: a 10-bit mantissa, products summed in float32);
+        ``"ieee"`` (exact) otherwise, and always under the interpreter. 16-bit inputs use
+        the tensor cores whatever it says.
+
+    References
+    ----------
+    NVIDIA (2020), "NVIDIA A100 Tensor Core GPU Architecture", section "TF32".
+    """
     if dtype != torch.float32 or INTERPRETED or not torch.cuda.is_available():
         return "ieee"
     return "tf32" if torch.cuda.get_device_capability() >= (8, 0) else "ieee"
