@@ -48,11 +48,12 @@ def reference_lse(q, k, causal):
     return torch.logsumexp(scores, dim=-1)
 
 
-# Lengths that are not multiples of the blocks, tgt_len != src_len, B_r != B_c.
+# Lengths that are not multiples of the blocks, tgt_len != src_len both ways, B_r != B_c.
 CASES = [  # n_q, n_k, d, block_q, block_k
     (100, 100, 32, 32, 32),
     (70, 130, 16, 16, 32),
     (45, 45, 64, 64, 16),
+    (130, 70, 16, 16, 64),   # more queries than keys: the last rows see every key
 ]
 
 
