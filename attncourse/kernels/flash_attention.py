@@ -350,7 +350,7 @@ def autotune_configs(kernel: str, d: int, n_q: int, n_k: int) -> list[dict]:
 
     References
     ----------
-    Tillet et al. (2019), "Triton", section 5 (auto-tuning of the tile sizes).
+    Tillet, Kung, Cox (2019), "Triton", section 5.3 (the auto-tuner).
     """
     require_triton()
     blocks_m, blocks_n, streamed, big_tile = SEARCH[kernel]
@@ -359,29 +359,29 @@ def autotune_configs(kernel: str, d: int, n_q: int, n_k: int) -> list[dict]:
     return [{**c.kwargs, "num_stages": c.num_stages, "num_warps": c.num_warps} for c in kept]
 
 
+_KERNELS = {"forward": _attention_forward, "dkdv": _attention_backward_dkdv,
+            "dq": _attention_backward_dq}
 _TUNED = {}
 if triton is not None and not INTERPRETED:
-    _KERNELS = {"forward": _attention_forward, "dkdv": _attention_backward_dkdv,
-                "dq": _attention_backward_dq}
     for _name, (_blocks_m, _blocks_n, _streamed, _big_tile) in SEARCH.items():
         _TUNED[_name] = triton.autotune(   # the dtypes are added to the key by triton
             _configs(_blocks_m, _blocks_n, _big_tile), key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL"],
             prune_configs_by={"early_config_prune": _prune(_streamed)})(_KERNELS[_name])
 
 
-def _launch(name: str, kernel, grid_rows, heads: int, blocks, args, **constants):
-    """Launch a kernel with the given ``(block_m, block_n)``, or autotuned when None."""
+def _launch(name: str, grid_rows: int, heads: int, blocks, args, **constants):
+    """Launch kernel ``name`` of :data:`SEARCH` with ``blocks = (block_m, block_n)``, or
+    autotuned when None: one program per block of ``grid_rows`` rows and per head."""
+    grid_block = "BLOCK_N" if name == "dkdv" else "BLOCK_M"   # what a program owns
     if blocks is None:
-        tuned = _TUNED[name]
-        tuned[lambda meta: (triton.cdiv(grid_rows, meta["BLOCK_" + ("N" if name == "dkdv" else "M")]),
-                            heads)](*args, **constants)
+        _TUNED[name][lambda meta: (triton.cdiv(grid_rows, meta[grid_block]), heads)](
+            *args, **constants)
         return
-    block_m, block_n = blocks
-    rows = block_n if name == "dkdv" else block_m
-    options = {} if INTERPRETED else {"num_warps": 8 if block_m * block_n >= 128 * 128 else 4,
-                                      "num_stages": 2}
-    kernel[(triton.cdiv(grid_rows, rows), heads)](*args, BLOCK_M=block_m, BLOCK_N=block_n,
-                                                  **constants, **options)
+    sizes = {"BLOCK_M": blocks[0], "BLOCK_N": blocks[1]}
+    options = {} if INTERPRETED else {"num_stages": 2,
+                                      "num_warps": 8 if blocks[0] * blocks[1] >= 128 * 128 else 4}
+    _KERNELS[name][(triton.cdiv(grid_rows, sizes[grid_block]), heads)](
+        *args, **sizes, **constants, **options)
 
 
 def _accumulator(dtype: torch.dtype):
@@ -395,7 +395,7 @@ def _forward(q, k, v, causal: bool, blocks, precision: str):
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     lse = torch.empty(batch, heads, n_q, dtype=lse_dtype, device=q.device)
     scale = 1.0 / math.sqrt(d)
-    _launch("forward", _attention_forward, n_q, batch * heads, blocks,
+    _launch("forward", n_q, batch * heads, blocks,
             (q, k, v, out, lse, n_q, n_k, scale * LOG2E), HEAD_DIM=d, CAUSAL=causal,
             ACC=_accumulator(q.dtype), PRECISION=precision)
     return out, lse
@@ -412,10 +412,10 @@ def _backward(q, k, v, out, lse, grad_out, causal: bool, blocks, precision: str)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     scale = 1.0 / math.sqrt(d)
     constants = {"HEAD_DIM": d, "CAUSAL": causal, "ACC": acc, "PRECISION": precision}
-    _launch("dkdv", _attention_backward_dkdv, n_k, batch * heads, blocks,
+    _launch("dkdv", n_k, batch * heads, blocks,
             (q, k, v, grad_out, lse, delta, dk, dv, n_q, n_k, scale * LOG2E, scale),
             **constants)
-    _launch("dq", _attention_backward_dq, n_q, batch * heads, blocks,
+    _launch("dq", n_q, batch * heads, blocks,
             (q, k, v, grad_out, lse, delta, dq, n_q, n_k, scale * LOG2E, scale), **constants)
     return dq, dk, dv
 
