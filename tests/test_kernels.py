@@ -147,11 +147,12 @@ def test_precision_is_exact_here_and_tf32_only_for_float32():
 def test_autotuning_configurations_follow_the_tutorials_rules():
     if not TRITON_AVAILABLE:
         pytest.skip("triton is not installed here")
-    for kernel, (blocks_m, blocks_n, streamed, big_tile) in SEARCH.items():
+    for kernel, (blocks_m, blocks_n, streamed, big_tile, stages) in SEARCH.items():
         options = blocks_n if streamed == "BLOCK_N" else blocks_m
         for d in (16, 32, 64, 128):
             configs = autotune_configs(kernel, d, 4096, 4096)
-            assert configs and {c["num_stages"] for c in configs} == {2, 3, 4}
+            assert configs and {c["num_stages"] for c in configs} == set(stages)
+            assert len(configs) <= 16   # each compiles on a fresh machine
             assert all(min(32, d) <= c[streamed] <= d for c in configs)
             assert max(c[streamed] for c in configs) == min(d, max(options))
             assert all(c["num_warps"] == 4 or c["BLOCK_M"] * c["BLOCK_N"] >= big_tile

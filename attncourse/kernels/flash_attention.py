@@ -293,20 +293,21 @@ def _attention_backward_dq(Q, K, V, DO, L, DELTA, DQ, N_Q, N_K, qk_scale, scale,
 
 
 #: What the autotuner searches, per kernel: the options of BLOCK_M and of BLOCK_N, the
-#: block streamed by the kernel's loop (at most HEAD_DIM rows), and the tile size (entries)
-#: from which 8 warps are tried.
+#: block streamed by the kernel's loop (at most HEAD_DIM rows), the tile size (entries)
+#: from which 8 warps are tried, and the numbers of pipeline stages. Kept small: every
+#: configuration compiles once per head width and dtype on a fresh machine.
 SEARCH = {
-    "forward": ((64, 128), (16, 32, 64, 128), "BLOCK_N", 128 * 128),
-    "dkdv": ((16, 32, 64), (64, 128), "BLOCK_M", 64 * 128),
-    "dq": ((64, 128), (16, 32, 64), "BLOCK_N", 64 * 128),
+    "forward": ((64, 128), (16, 32, 64, 128), "BLOCK_N", 128 * 128, (3, 4)),
+    "dkdv": ((16, 32, 64), (64, 128), "BLOCK_M", 64 * 128, (2, 3)),
+    "dq": ((64, 128), (16, 32, 64), "BLOCK_N", 64 * 128, (2, 3)),
 }
 
 
-def _configs(blocks_m, blocks_n, big_tile: int):
-    """Configurations as in Triton's fused-attention tutorial: 2-4 pipeline stages, and 8
-    warps only for tiles of at least ``big_tile`` entries."""
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=stages, num_warps=warps)
-            for bm in blocks_m for bn in blocks_n for stages in (2, 3, 4) for warps in (4, 8)
+def _configs(blocks_m, blocks_n, big_tile: int, stages):
+    """Configurations as in Triton's fused-attention tutorial: 8 warps only for tiles of at
+    least ``big_tile`` entries."""
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=n, num_warps=warps)
+            for bm in blocks_m for bn in blocks_n for n in stages for warps in (4, 8)
             if warps == 4 or bm * bn >= big_tile]
 
 
@@ -339,7 +340,8 @@ def autotune_configs(kernel: str, d: int, n_q: int, n_k: int) -> list[dict]:
     list of dict
         ``{"BLOCK_M", "BLOCK_N", "num_stages", "num_warps"}`` per configuration. Triton's
         autotuner times each on the first call for a key ``(n_q, n_k, d, causal, dtype)``
-        and keeps the fastest; under the interpreter nothing is tuned.
+        and keeps the fastest (cached on disk, in triton's cache); under the interpreter
+        nothing is tuned.
 
     Raises
     ------
@@ -353,20 +355,30 @@ def autotune_configs(kernel: str, d: int, n_q: int, n_k: int) -> list[dict]:
     Tillet, Kung, Cox (2019), "Triton", section 5.3 (the auto-tuner).
     """
     require_triton()
-    blocks_m, blocks_n, streamed, big_tile = SEARCH[kernel]
-    kept = _prune(streamed)(_configs(blocks_m, blocks_n, big_tile), {"N_Q": n_q, "N_K": n_k},
-                            HEAD_DIM=d)
+    blocks_m, blocks_n, streamed, big_tile, stages = SEARCH[kernel]
+    kept = _prune(streamed)(_configs(blocks_m, blocks_n, big_tile, stages),
+                            {"N_Q": n_q, "N_K": n_k}, HEAD_DIM=d)
     return [{**c.kwargs, "num_stages": c.num_stages, "num_warps": c.num_warps} for c in kept]
 
 
 _KERNELS = {"forward": _attention_forward, "dkdv": _attention_backward_dkdv,
             "dq": _attention_backward_dq}
+def _tuning_bench(kernel_call, quantiles):
+    # Shorter than do_bench's default 25 + 100 ms: a kernel of a few ms is timed to a few
+    # percent, and a sweep over many shapes tunes in seconds per shape.
+    from triton.testing import do_bench
+
+    return do_bench(kernel_call, warmup=10, rep=40, quantiles=quantiles)
+
+
 _TUNED = {}
 if triton is not None and not INTERPRETED:
-    for _name, (_blocks_m, _blocks_n, _streamed, _big_tile) in SEARCH.items():
+    for _name, (_blocks_m, _blocks_n, _streamed, _big_tile, _stages) in SEARCH.items():
         _TUNED[_name] = triton.autotune(   # the dtypes are added to the key by triton
-            _configs(_blocks_m, _blocks_n, _big_tile), key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL"],
-            prune_configs_by={"early_config_prune": _prune(_streamed)})(_KERNELS[_name])
+            _configs(_blocks_m, _blocks_n, _big_tile, _stages),
+            key=["N_Q", "N_K", "HEAD_DIM", "CAUSAL"], do_bench=_tuning_bench,
+            cache_results=True, prune_configs_by={"early_config_prune": _prune(_streamed)},
+        )(_KERNELS[_name])
 
 
 def _launch(name: str, grid_rows: int, heads: int, blocks, args, **constants):
