@@ -250,6 +250,44 @@ def test_hbm_traffic_count():
         forward_hbm_bytes(10, 10, 16, 0, 16)
 
 
+COMPILE_SCRIPT = """
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from attncourse.kernels import flash_attention as fa
+kernels = {
+    "_attention_forward": "Q K V O L N_Q N_K qk_scale",
+    "_attention_backward_dkdv": "Q K V DO L DELTA DK DV N_Q N_K qk_scale scale",
+    "_attention_backward_dq": "Q K V DO L DELTA DQ N_Q N_K qk_scale scale",
+}
+types = {"L": "*fp32", "DELTA": "*fp32", "N_Q": "i32", "N_K": "i32", "qk_scale": "fp32",
+         "scale": "fp32"}
+constants = {"HEAD_DIM": 32, "BLOCK_M": 32, "BLOCK_N": 32, "CAUSAL": True,
+             "ACC": tl.float32, "PRECISION": "ieee"}
+for name, args in kernels.items():
+    signature = {a: types.get(a, "*bf16") for a in args.split()}
+    signature.update({c: "constexpr" for c in constants})
+    source = ASTSource(getattr(fa, name), signature, constants)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+    print(name, "cubin" in compiled.asm)
+"""
+
+
+def test_kernels_compile_for_a_hopper_gpu_without_one():
+    # The interpreter never compiles: this builds the bfloat16 (which it cannot run), causal
+    # kernels down to an H100's machine code (sm_90 cubin), so a kernel that only a GPU
+    # would refuse fails here. No GPU is needed to compile.
+    if not TRITON_AVAILABLE:
+        pytest.skip("triton is not installed here")
+    environment = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], env=environment,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["_attention_forward", "True", "_attention_backward_dkdv",
+                                   "True", "_attention_backward_dq", "True"]
+
+
 RULE_SCRIPT = """
 import os, sys
 if sys.argv[1] == "no-triton":
