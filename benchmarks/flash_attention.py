@@ -38,7 +38,10 @@ interpreter, timed by ``torch.utils.benchmark``: a test of the code, not a timin
 
 Usage: ``python benchmarks/flash_attention.py [--device all|cpu|cuda] [--lengths 256 1024 4096]``
 ``[--sweep auto|yes|no|only] [--json OUT]``. The GPU report runs
-``python benchmarks/flash_attention.py --device cuda --json OUT.json`` (a few minutes on an H100).
+``python benchmarks/flash_attention.py --device cuda --json OUT.json``. On a fresh GPU machine
+the first call for each head width and dtype compiles every configuration the autotuner
+tries (``attncourse.kernels.autotune_configs``: 12 to 34 for the three kernels, a second or
+two each): ``--sweep-dims 64 128`` shortens the sweep.
 """
 
 from __future__ import annotations
