@@ -16,7 +16,11 @@ import torch.nn.functional as F
 from attncourse.functional import attention_bytes, saved_tensor_bytes
 from attncourse.kernels import (
     INTERPRETED,
+    PRECISIONS,
+    SEARCH,
     TRITON_AVAILABLE,
+    autotune_configs,
+    default_precision,
     forward_hbm_bytes,
     keys_visited,
     triton_flash_attention,
@@ -44,11 +48,12 @@ def reference_lse(q, k, causal):
     return torch.logsumexp(scores, dim=-1)
 
 
-# Lengths that are not multiples of the blocks, tgt_len != src_len, B_r != B_c.
+# Lengths that are not multiples of the blocks, tgt_len != src_len both ways, B_r != B_c.
 CASES = [  # n_q, n_k, d, block_q, block_k
     (100, 100, 32, 32, 32),
     (70, 130, 16, 16, 32),
     (45, 45, 64, 64, 16),
+    (130, 70, 16, 16, 64),   # more queries than keys: the last rows see every key
 ]
 
 
@@ -82,19 +87,82 @@ def test_float64_gradients_equal_sdpa_to_rounding_and_pass_gradcheck():
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     # Finite differences in float64, along random directions (fast mode: a few launches;
     # the full Jacobian would take a launch per input entry). Padded blocks, causal.
-    small = make_inputs(20, 20, 16, dtype=torch.float64, batch=1, seed=1)
-    assert torch.autograd.gradcheck(
-        lambda q, k, v: triton_flash_attention(q, k, v, is_causal=True, block_q=16, block_k=16),
-        small, fast_mode=True)
+    small = make_inputs(20, 27, 16, dtype=torch.float64, batch=1, seed=1)
+    for causal in (False, True):
+        assert torch.autograd.gradcheck(
+            lambda q, k, v: triton_flash_attention(q, k, v, is_causal=causal, block_q=16,
+                                                   block_k=16), small, fast_mode=True)
 
 
 @needs_interpreter
-def test_float16_is_close_to_sdpa_in_float32():
-    q, k, v = (t.detach().half() for t in make_inputs(50, 50, 32))
-    out = triton_flash_attention(q, k, v, block_q=16, block_k=32)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q, n_k, block_q, block_k", [(50, 50, 16, 32), (77, 45, 32, 16)])
+def test_float16_forward_and_gradients_are_close_to_sdpa_in_float32(n_q, n_k, block_q,
+                                                                      block_k, causal):
+    # 16-bit inputs, float32 accumulation, P and dS rounded to float16 before their
+    # products: errors of a few float16 epsilons of the largest entry, no more.
+    q, k, v = (t.detach().half().requires_grad_() for t in make_inputs(n_q, n_k, 32, heads=1))
+    out = triton_flash_attention(q, k, v, is_causal=causal, block_q=block_q, block_k=block_k)
     assert out.dtype == torch.float16
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
-    torch.testing.assert_close(out.float(), ref, rtol=0, atol=2e-3)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    ref = F.scaled_dot_product_attention(q32, k32, v32, is_causal=causal)
+    eps = torch.finfo(torch.float16).eps
+    torch.testing.assert_close(out.float(), ref, rtol=0, atol=4 * eps * ref.abs().max().item())
+    grad_out = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
+    ours = torch.autograd.grad(out, (q, k, v), grad_out.half())
+    theirs = torch.autograd.grad(ref, (q32, k32, v32), grad_out)
+    for name, a, b in zip("qkv", ours, theirs):
+        assert a.dtype == torch.float16
+        torch.testing.assert_close(a.float(), b, rtol=0, atol=4 * eps * b.abs().max().item(),
+                                   msg=f"d{name}")
+    # The check can fail: a kernel without the rescaling is off by far more.
+    assert (out.float() - ref.roll(1, dims=-2)).abs().max() > 100 * eps
+
+
+@needs_interpreter
+@pytest.mark.parametrize("block_q, block_k", [(16, 64), (64, 16), (32, 32), (128, 128)])
+def test_causal_stages_give_the_same_output_and_gradients_for_any_tiles(block_q, block_k):
+    # The unmasked stage ends on a whole key tile, the masked one covers the diagonal: with
+    # B_c > B_r, B_c < B_r, and one tile longer than the sequence, the result is the same.
+    q, k, v = make_inputs(70, 70, 16, batch=1, heads=1, seed=2)
+    out = triton_flash_attention(q, k, v, is_causal=True, block_q=block_q, block_k=block_k)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=5e-6)
+    for name, a, b in zip("qkv", torch.autograd.grad(out.sum(), (q, k, v)),
+                          torch.autograd.grad(ref.sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-5, msg=f"d{name}")
+
+
+@needs_interpreter
+def test_precision_is_exact_here_and_tf32_only_for_float32():
+    assert default_precision(torch.float32) == "ieee"    # no TF32 under the interpreter
+    assert default_precision(torch.float16) == "ieee"
+    q, k, v = (t.detach() for t in make_inputs(40, 40, 16, batch=1, heads=1))
+    ref = F.scaled_dot_product_attention(q, k, v)
+    for precision in PRECISIONS:   # the interpreter multiplies exactly either way
+        out = triton_flash_attention(q, k, v, block_q=16, block_k=16, precision=precision)
+        torch.testing.assert_close(out, ref, rtol=0, atol=5e-6)
+
+
+def test_autotuning_configurations_follow_the_tutorials_rules():
+    if not TRITON_AVAILABLE:
+        pytest.skip("triton is not installed here")
+    for kernel, (blocks_m, blocks_n, streamed, big_tile, stages) in SEARCH.items():
+        options = blocks_n if streamed == "BLOCK_N" else blocks_m
+        for d in (16, 32, 64, 128):
+            configs = autotune_configs(kernel, d, 4096, 4096)
+            assert configs and {c["num_stages"] for c in configs} == set(stages)
+            assert len(configs) <= 16   # each compiles on a fresh machine
+            assert all(min(32, d) <= c[streamed] <= d for c in configs)
+            assert max(c[streamed] for c in configs) == min(d, max(options))
+            assert all(c["num_warps"] == 4 or c["BLOCK_M"] * c["BLOCK_N"] >= big_tile
+                       for c in configs)
+    forward = autotune_configs("forward", 128, 4096, 4096)
+    assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in forward if c["num_warps"] == 8} == {(128, 128)}
+    short = autotune_configs("forward", 64, 40, 40)   # no block fits 40 rows: the smallest
+    assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in short} == {(64, 32)}
+    with pytest.raises(KeyError):
+        autotune_configs("backward", 64, 40, 40)
 
 
 @needs_interpreter
@@ -107,8 +175,18 @@ def test_causal_kernel_never_reads_the_key_blocks_after_the_diagonal():
     out = triton_flash_attention(q, k, v, is_causal=True, block_q=32, block_k=32)
     ref = F.scaled_dot_product_attention(q, k[..., :64, :], v[..., :64, :], is_causal=True)
     torch.testing.assert_close(out, ref, rtol=0, atol=5e-6)
+    # Nor does the backward pass: dQ is exact, and the keys no query sees get zero gradients.
+    q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+    grad_out = torch.randn_like(ref)
+    out = triton_flash_attention(q, k, v, is_causal=True, block_q=32, block_k=32)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), grad_out)
+    ref = F.scaled_dot_product_attention(q, k[..., :64, :], v[..., :64, :], is_causal=True)
+    theirs = torch.autograd.grad(ref, q, grad_out)[0]
+    torch.testing.assert_close(dq, theirs, rtol=0, atol=2e-5)
+    assert (dk[..., 64:, :] == 0).all() and (dv[..., 64:, :] == 0).all()
     # Without the causal mask the same keys are read, and seen.
-    assert triton_flash_attention(q, k, v, block_q=32, block_k=32).isnan().all()
+    with torch.no_grad():
+        assert triton_flash_attention(q, k, v, block_q=32, block_k=32).isnan().all()
 
 
 @needs_interpreter
@@ -170,6 +248,44 @@ def test_hbm_traffic_count():
     assert causal == (2 * 100 * 16 + 2 * (32 + 64 + 96 + 100) * 16) * 4 + 4 * 100
     with pytest.raises(ValueError, match="block_q=0"):
         forward_hbm_bytes(10, 10, 16, 0, 16)
+
+
+COMPILE_SCRIPT = """
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from attncourse.kernels import flash_attention as fa
+kernels = {
+    "_attention_forward": "Q K V O L N_Q N_K qk_scale",
+    "_attention_backward_dkdv": "Q K V DO L DELTA DK DV N_Q N_K qk_scale scale",
+    "_attention_backward_dq": "Q K V DO L DELTA DQ N_Q N_K qk_scale scale",
+}
+types = {"L": "*fp32", "DELTA": "*fp32", "N_Q": "i32", "N_K": "i32", "qk_scale": "fp32",
+         "scale": "fp32"}
+constants = {"HEAD_DIM": 32, "BLOCK_M": 32, "BLOCK_N": 32, "CAUSAL": True,
+             "ACC": tl.float32, "PRECISION": "ieee"}
+for name, args in kernels.items():
+    signature = {a: types.get(a, "*bf16") for a in args.split()}
+    signature.update({c: "constexpr" for c in constants})
+    source = ASTSource(getattr(fa, name), signature, constants)
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+    print(name, "cubin" in compiled.asm)
+"""
+
+
+def test_kernels_compile_for_a_hopper_gpu_without_one():
+    # The interpreter never compiles: this builds the bfloat16 (which it cannot run), causal
+    # kernels down to an H100's machine code (sm_90 cubin), so a kernel that only a GPU
+    # would refuse fails here. No GPU is needed to compile.
+    if not TRITON_AVAILABLE:
+        pytest.skip("triton is not installed here")
+    environment = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    done = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT], env=environment,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["_attention_forward", "True", "_attention_backward_dkdv",
+                                   "True", "_attention_backward_dq", "True"]
 
 
 RULE_SCRIPT = """

@@ -27,6 +27,7 @@ def test_sweep_checks_the_paths_agree_and_reports_time_and_tflops(tmp_path, caps
     assert forward["flops"] == 4 * 40 * 40 * 16 / 2 and both["flops"] == 3.5 * forward["flops"]
     for row in rows:
         assert row["sdpa_backend"] == "flash"   # the CPU flash kernel takes float32
+        assert row["triton_precision"] == "ieee"
         for path in ("triton", "sdpa", "textbook"):
             assert row[f"{path}_tflops"] == pytest.approx(row["flops"] / row[f"{path}_ms"] / 1e9)
             assert row[f"{path}_error"] is None
@@ -45,3 +46,14 @@ def test_sweep_reports_a_mismatch_writes_the_json_and_fails(tmp_path, monkeypatc
         module.main(TINY[:-4] + ["float32", "--sweep-min-run-time", "0.005", "--json", str(out)])
     assert "MISMATCH: float32 d=16 n=40: sdpa differs from triton" in capsys.readouterr().out
     assert len(json.loads(out.read_text())["rows"]) == 2
+
+
+def test_sdpa_backend_is_named_from_the_operator_that_ran():
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    module = load("flash_attention")
+    q, k, v = (torch.randn(1, 2, 32, 16) for _ in range(3))
+    assert module.sdpa_backend(q, k, v) == "flash"       # the CPU's fused kernel
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert module.sdpa_backend(q, k, v) == "math"

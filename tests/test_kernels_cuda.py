@@ -11,7 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attncourse.kernels import INTERPRETED, TRITON_AVAILABLE, triton_flash_attention
+from attncourse.kernels import (
+    INTERPRETED,
+    TRITON_AVAILABLE,
+    default_precision,
+    triton_flash_attention,
+)
 
 pytestmark = [
     pytest.mark.cuda,
@@ -19,10 +24,15 @@ pytestmark = [
                        reason="needs a CUDA GPU and triton, kernels compiled (TRITON_INTERPRET unset)"),
 ]
 
-# Tolerances against SDPA computed in float32 from the same (rounded) inputs. float32 dot
-# products run in IEEE float32 (no TF32) in the kernel.
-TOLERANCE = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 2e-2}
-GRAD_TOLERANCE = {torch.float32: 5e-4, torch.float16: 1e-2, torch.bfloat16: 1e-1}
+# Tolerances against SDPA computed in float32 from the same (rounded) inputs: a few
+# epsilons of the format the products use (TF32 has float16's 10-bit mantissa).
+EPS = {"ieee": 2.0 ** -23, "tf32": 2.0 ** -10, torch.float16: 2.0 ** -10,
+       torch.bfloat16: 2.0 ** -7}
+
+
+def tolerance(dtype, precision, grad=False):
+    eps = EPS[precision if dtype == torch.float32 else dtype]
+    return max(eps * (16 if grad else 4), 1e-4)
 
 
 def make_inputs(batch, heads, n_q, n_k, d, dtype, seed=0):
@@ -32,22 +42,14 @@ def make_inputs(batch, heads, n_q, n_k, d, dtype, seed=0):
             for s in shapes]
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("n_q, n_k, d, block_q, block_k", [
-    (1000, 1000, 64, 64, 64),
-    (300, 517, 128, 64, 32),
-    (1024, 1024, 16, 128, 64),
-    (77, 77, 32, 32, 16),
-])
-def test_compiled_forward_backward_and_lse_equal_sdpa(n_q, n_k, d, block_q, block_k, causal, dtype):
+def check_against_sdpa(n_q, n_k, d, block_q, block_k, causal, dtype, precision):
     q, k, v = make_inputs(2, 3, n_q, n_k, d, dtype)
     out, lse = triton_flash_attention(q, k, v, is_causal=causal, block_q=block_q, block_k=block_k,
-                                      return_lse=True)
+                                      return_lse=True, precision=precision)
     q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
     ref = F.scaled_dot_product_attention(q32, k32, v32, is_causal=causal)
     assert out.dtype == dtype
-    tol = TOLERANCE[dtype]
+    tol = tolerance(dtype, precision)
     torch.testing.assert_close(out.float(), ref, rtol=tol, atol=tol)
     scores = q32 @ k32.transpose(-2, -1) / math.sqrt(d)
     if causal:
@@ -57,9 +59,37 @@ def test_compiled_forward_backward_and_lse_equal_sdpa(n_q, n_k, d, block_q, bloc
     grad_out = torch.randn_like(out)
     ours = torch.autograd.grad(out, (q, k, v), grad_out)
     theirs = torch.autograd.grad(ref, (q32, k32, v32), grad_out.float())
-    tol = GRAD_TOLERANCE[dtype]
     for name, a, b in zip("qkv", ours, theirs):
-        torch.testing.assert_close(a.float(), b, rtol=tol, atol=tol, msg=f"d{name}, {dtype}")
+        tol = tolerance(dtype, precision, grad=True) * max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.float(), b, rtol=0, atol=tol, msg=f"d{name}, {dtype}")
+
+
+@pytest.mark.parametrize("dtype, precision", [(torch.float32, "tf32"), (torch.float16, None),
+                                              (torch.bfloat16, None)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n_q, n_k, d, block_q, block_k", [
+    (1000, 1000, 64, 64, 64),
+    (300, 517, 128, 64, 32),
+    (1024, 1024, 16, 128, 64),
+    (77, 77, 32, 32, 16),
+])
+def test_compiled_forward_backward_and_lse_equal_sdpa(n_q, n_k, d, block_q, block_k, causal,
+                                                      dtype, precision):
+    check_against_sdpa(n_q, n_k, d, block_q, block_k, causal, dtype, precision)
+
+
+@pytest.mark.parametrize("dtype, precision, blocks", [
+    (torch.float32, "ieee", (64, 32)),     # exact float32 products
+    (torch.bfloat16, None, (None, None)),  # autotuned blocks, warps and stages
+])
+def test_exact_float32_and_autotuned_kernels_equal_sdpa(dtype, precision, blocks):
+    check_against_sdpa(1000, 1000, 64, *blocks, True, dtype, precision)
+
+
+def test_float32_uses_tf32_where_the_gpu_has_it():
+    has_tf32 = torch.cuda.get_device_capability() >= (8, 0)
+    assert default_precision(torch.float32) == ("tf32" if has_tf32 else "ieee")
+    assert default_precision(torch.bfloat16) == "ieee"
 
 
 def test_compiled_kernel_refuses_cpu_tensors_and_float64():

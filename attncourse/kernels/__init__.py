@@ -21,8 +21,8 @@ from attncourse.lazy import lazy_exports
 # Each public name is imported from its module when first read (PEP 562): importing one module
 # of the package loads no other.
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "flash_attention": ("BLOCK_SIZES", "HEAD_DIMS", "FlashAttentionTriton", "default_blocks",
-        "triton_flash_attention"),
+    "flash_attention": ("BLOCK_SIZES", "HEAD_DIMS", "PRECISIONS", "SEARCH", "FlashAttentionTriton",
+        "autotune_configs", "default_blocks", "default_precision", "triton_flash_attention"),
     "triton_setup": ("INTERPRETED", "TRITON_AVAILABLE", "describe", "kernel_device", "require_triton"),
     "traffic": ("LSE_BYTES", "forward_hbm_bytes", "keys_visited"),
 })
@@ -32,9 +32,13 @@ __all__ = [
     "HEAD_DIMS",
     "INTERPRETED",
     "LSE_BYTES",
+    "PRECISIONS",
+    "SEARCH",
     "TRITON_AVAILABLE",
     "FlashAttentionTriton",
+    "autotune_configs",
     "default_blocks",
+    "default_precision",
     "describe",
     "forward_hbm_bytes",
     "kernel_device",

@@ -2,7 +2,7 @@
 
 The count follows :func:`attncourse.kernels.flash_attention.triton_flash_attention`'s forward
 kernel load by load: each query-block program reads its block of Q once, reads the blocks
-of K and V its loop visits, and writes its block of O and of L once. Masked lanes of a
+of K and V its two stages visit, and writes its block of O and of L once. Masked lanes of a
 short last block are not loaded (a masked ``tl.load`` does not touch memory), so the count
 is in real rows, not padded ones.
 
@@ -23,8 +23,28 @@ LSE_BYTES = 4
 def keys_visited(query_block: int, n_k: int, block_q: int, block_k: int, causal: bool) -> int:
     """Rows of K (and of V) the program of query block ``query_block`` loads.
 
-    Without a causal mask, all ``n_k``. With it, the loop stops at the first key block that
-    starts at or after ``min(n_k, (query_block + 1) * block_q)`` (the causal early exit).
+    Parameters
+    ----------
+    query_block : int
+        Index i of the program's query block (rows ``i * block_q`` onwards).
+    n_k : int
+        Rows of keys.
+    block_q, block_k : int
+        B_r and B_c, rows per tile.
+    causal : bool
+        With the causal mask (top-left aligned).
+
+    Returns
+    -------
+    int
+        Without a causal mask, ``n_k``. With it, the rows of the key tiles before
+        ``min(n_k, (query_block + 1) * block_q)``, whole tiles, at most ``n_k``: the
+        kernel's two stages stop at the diagonal (masked lanes past ``n_k`` are not loaded).
+
+    References
+    ----------
+    Dao (2023), "FlashAttention-2", section 3.1 (causal masking skips the blocks above the
+    diagonal).
     """
     if not causal:
         return n_k
@@ -45,8 +65,7 @@ def forward_hbm_bytes(n_q: int, n_k: int, d: int, block_q: int, block_k: int,
     block_q, block_k : int
         B_r and B_c, rows per tile.
     causal : bool
-        With the causal early exit of the package's kernel (key blocks after the diagonal
-        are not loaded).
+        With the causal mask: key tiles after the diagonal are not loaded.
     bytes_per_element : int
         Size of one entry of Q, K, V and O: 4 for float32, 2 for float16/bfloat16.
 
