@@ -1,4 +1,4 @@
-"""Trained runs: a folder ``{prefix}-{key}`` with ``checkpoint.pt`` under ``runs_dir``."""
+"""Trained runs: one folder ``{prefix}-{key}`` each, under ``runs_dir``."""
 
 from __future__ import annotations
 
