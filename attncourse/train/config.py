@@ -1,28 +1,8 @@
-"""The settings of a training run, written once: :class:`TrainingSettings`, :class:`FitConfig`, :func:`setting`.
+"""A training run's settings, declared once as fields made with :func:`setting`.
 
-A setting is a dataclass field made with :func:`setting`: its name, type and
-default, and in its ``metadata`` the command line's help text, flag and
-argument check, and the range (:class:`Limit`) its value must lie in. Three
-things are derived from these fields, so that adding a setting is one edit:
-
-- :class:`~attncourse.recipes.experiment.Experiment` inherits :class:`TrainingSettings`
-  (the training settings), adds the task and the model, and derives its
-  :class:`FitConfig` from its fields of the same names (:func:`fit_config_from`);
-- :class:`FitConfig` (how :func:`~attncourse.train.fit.fit` trains) is
-  :class:`TrainingSettings` plus what only the engine needs;
-- the ``train`` command's options are made from the fields of both
-  (:func:`attncourse.cli.parsing.add_fields`), with their limits; the other
-  commands' options are made the same way from their own dataclasses
-  (:class:`~attncourse.recipes.lm.LMConfig` for ``train-lm``, and
-  :data:`attncourse.cli.option_fields.COMMANDS`).
-
-References
-----------
-Pascanu, Mikolov, Bengio (2013), section 3.2 (gradient norm clipping).
-Bengio, Vinyals, Jaitly, Shazeer (2015) (scheduled sampling).
-Prechelt (1998), "Early Stopping - But When?".
-Vaswani et al. (2017), sections 5.3 (optimizer) and 5.4 (label smoothing).
-Loshchilov, Hutter (2019), "Decoupled Weight Decay Regularization" (AdamW).
+:class:`TrainingSettings` (shared with :class:`~attncourse.recipes.Experiment`),
+:class:`FitConfig` (how :func:`~attncourse.train.fit.fit` trains) and the command lines'
+options (:func:`attncourse.cli.parsing.add_fields`) all derive from these fields.
 """
 
 from __future__ import annotations
@@ -41,7 +21,7 @@ OPTIMIZERS = ("adam", "adamw")
 
 @dataclass(frozen=True)
 class Limit:
-    """The range a setting's value must lie in: ``low <= value <= high`` (``low`` excluded if ``open_low``)."""
+    """A setting's range ``low <= value <= high`` (``low`` excluded if ``open_low``)."""
 
     low: float
     high: float
@@ -60,7 +40,7 @@ class Limit:
 
 
 def format_number(value: float) -> str:
-    """``4,096`` for whole numbers, ``1e-06`` otherwise: how limits are written in messages and ``--help``."""
+    """``4,096`` for whole numbers, ``1e-06`` otherwise (messages and ``--help``)."""
     if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
     return f"{value:g}"
@@ -94,43 +74,15 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
             choices: tuple[str, ...] | None = None, nargs: int | str | None = None, preset: bool = False,
             only: str | None = None, positional: bool = False, required: bool = False,
             negatable: bool = True, repeat: bool = False) -> Any:
-    """A dataclass field that is also an option of a command (``train``, ``train-lm``, ``sample``...).
+    """A dataclass field that is also a command's option; its metadata drive the parser.
 
-    The command line's parsers are generated from these fields
-    (:func:`attncourse.cli.parsing.add_fields`; the commands' fields are listed in
-    :data:`attncourse.cli.option_fields.COMMANDS`): adding an option is adding a field.
-
-    Parameters
-    ----------
-    default : Any
-        The field's default (for the command line see ``preset``).
-    help : str
-        The option's ``--help`` text (its range is appended from ``limit``).
-    check : str, optional
-        How the command line reads the value: ``"positive_int"``, ``"seed"``,
-        ``"probability"``, ``"path"``, ``"text"``... (:data:`attncourse.cli.parsing.CHECKS`);
-        None for ``choices`` and booleans; ``"switch"`` for a boolean whose default is None (unset).
-    limit : Limit, optional
-        The range of the value, checked after parsing (one line naming the
-        option) and written into ``--help``.
-    group : str
-        The ``--help`` section (``"data"``, ``"model"``, ``"training"`` for the
-        commands that have sections).
-    flag, metavar, choices, nargs
-        As argparse's; ``flag`` defaults to ``--`` and the name with dashes.
-    preset : bool
-        The command line leaves it None and fills it in from the Transformer
-        preset or, for the RNNs, from the field's default.
-    only : {"rnn", "transformer"}, optional
-        The option applies to this model family only.
-    positional : bool
-        An argument without a flag (``DIR``, ``PROMPT``), read in field order.
-    required : bool
-        The option must be given.
-    negatable : bool
-        For a boolean: ``--x/--no-x`` (True) or a switch ``--x`` alone (False).
-    repeat : bool
-        The option may be given several times: its values in a list (None if it is not given).
+    ``help`` is the ``--help`` text (``limit``'s range appended); ``check`` names the
+    reader in :data:`attncourse.cli.parsing.CHECKS` (``"switch"``: a boolean unset by
+    default); ``limit`` is checked after parsing; ``group`` is the ``--help`` section;
+    ``flag``, ``metavar``, ``choices``, ``nargs`` are argparse's; ``preset``: filled in
+    from a preset when not given; ``only``: ``"rnn"`` or ``"transformer"``;
+    ``positional``: no flag, in field order; ``negatable``: ``--x/--no-x``; ``repeat``:
+    may be given several times (a list).
     """
     metadata = {"help": help, "check": check, "limit": limit, "group": group, "flag": flag,
                 "metavar": metavar, "choices": choices, "nargs": nargs, "preset": preset, "only": only,
@@ -141,12 +93,12 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
 
 
 def redefault(cls: type, name: str, default: Any) -> Any:
-    """``cls``'s setting ``name`` with another default (e.g. :class:`Experiment`'s epochs)."""
+    """``cls``'s setting ``name`` with another default."""
     return field(default=default, metadata=cls.__dataclass_fields__[name].metadata)
 
 
 def settings(*classes: type) -> Iterator[Field]:
-    """The fields of ``classes`` made with :func:`setting` (options of the command line), each name once."""
+    """The fields of ``classes`` made with :func:`setting`, each name once."""
     seen: set[str] = set()
     for cls in classes:
         for f in fields(cls):
@@ -157,10 +109,7 @@ def settings(*classes: type) -> Iterator[Field]:
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """The training settings: what an :class:`~attncourse.recipes.experiment.Experiment` and :class:`FitConfig` share.
-
-    The fields are documented in :class:`FitConfig`.
-    """
+    """What :class:`FitConfig` and an ``Experiment`` share: the training settings."""
 
     epochs: int = setting(
         10, "total epochs; with --resume, training continues up to N (default 10; presets: cpu 15, gpu 40, 60 "
@@ -222,17 +171,13 @@ class TrainingSettings:
 
 @dataclass(frozen=True)
 class FitConfig(TrainingSettings):
-    """How :func:`fit` trains: the :class:`TrainingSettings` and what only the engine needs.
+    """How :func:`~attncourse.train.fit` trains: the training settings and more.
 
-    Each field's meaning, unit and range is its :func:`setting`'s help (``--help`` prints them).
-    Sources: Vaswani et al. (2017) section 5.3, eq. (3) (``schedule="noam"``) and 5.4
-    (``label_smoothing``); Bengio et al. (2015) (``teacher_forcing`` below 1); Pascanu et al.
-    (2013) section 3.2 (``clip_norm``); Loshchilov and Hutter (2019) (``optimizer="adamw"``).
-
-    Raises
-    ------
-    ValueError
-        If a value is out of range (``epochs < 1``, ``lr <= 0``, ...).
+    Fields without help: ``monitor`` (:data:`MONITORS`) picks the best epoch,
+    ``restore_best`` loads it at the end, ``num_threads`` sets torch's CPU threads,
+    ``d_model_for_schedule`` is noam's d_model (default: the model's). Raises
+    ``ValueError`` if a value is out of range. Source: Vaswani et al. (2017), "Attention
+    Is All You Need", sections 5.3-5.4.
     """
 
     teacher_forcing: float = setting(
@@ -292,17 +237,9 @@ class FitConfig(TrainingSettings):
 
 
 def fit_config_from(source: Any, **overrides: Any) -> FitConfig:
-    """The :class:`FitConfig` whose every field takes ``source``'s attribute of the same name.
+    """A :class:`FitConfig` of ``source``'s same-named attributes and ``overrides``.
 
-    Fields ``source`` lacks keep their defaults; ``overrides`` win over both. One
-    place maps a run's description (an :class:`~attncourse.recipes.experiment.Experiment`,
-    the command line's options) to the engine's settings, so a setting added to
-    :class:`FitConfig` reaches every caller that names it.
-
-    Raises
-    ------
-    ValueError
-        From :class:`FitConfig` for a value out of range.
+    Raises ``ValueError`` as :class:`FitConfig`.
     """
     values = {f.name: getattr(source, f.name) for f in fields(FitConfig) if hasattr(source, f.name)}
     return FitConfig(**{**values, **overrides})
