@@ -56,7 +56,7 @@ def default_precision(dtype: torch.dtype) -> str:
 def _forward_tiles(acc, l, m, q, K, V, rows, start, stop, N_K, qk_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                    CAUSAL: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """One query block's online softmax, key tiles [start, stop) (alg. 1, lines 6-11)."""
+    """Online softmax of a query block, key tiles [start, stop) (alg. 1, lines 6-11)."""
     dims = tl.arange(0, HEAD_DIM)
     for begin in range(start, stop, BLOCK_N):
         cols = begin + tl.arange(0, BLOCK_N)
