@@ -1,28 +1,9 @@
-"""FlashAttention-2 as Triton kernels: a forward kernel and a backward pass of three kernels.
+"""FlashAttention-2 as Triton kernels: one forward kernel, a backward pass of three.
 
-One *program* per block of rows loads its tiles from HBM once, runs the online softmax over
-them on the chip, and writes its result once. On a CUDA GPU the kernels compile (and are
-autotuned); without one they run under Triton's interpreter on CPU tensors, a slow and
-exact emulation (:mod:`attncourse.kernels.triton_setup`).
-
-The forms of a production kernel:
-
-- 16-bit inputs (float16, bfloat16) multiply on the tensor cores with float32 accumulation;
-  the weights P are cast to the inputs' 16-bit type before the second product, P V.
-- float32 inputs multiply in TF32 on a GPU that has it (``input_precision="tf32"``), or
-  exactly (``"ieee"``: the interpreter's default, and float64 there for gradcheck).
-- ``exp2`` instead of ``exp``: scores are scaled by ``log2(e) / sqrt(d)`` once, so
-  ``exp2(s - m)`` equals ``exp`` of the natural-unit difference.
-- Two stages per program: an unmasked loop over the tiles that need no mask, then a masked
-  stage over the tiles that cross the causal diagonal or the end of the sequence. No tile
-  that is wholly masked is visited.
-- The backward pass writes every gradient once, without atomics: ``D = rowsum(dO * O)``
-  first, then one program per key block for dK, dV and one per query block for dQ.
-
-References
-----------
-Dao (2023), "FlashAttention-2: Faster Attention with Better Parallelism and Work
-Partitioning", algorithm 1 (forward) and algorithm 2 (backward), section 3.1.
+Compiled and autotuned on a CUDA GPU, interpreted on CPU tensors without one
+(:mod:`attncourse.kernels.triton_setup`). Chapter 8 teaches its steps: 16-bit inputs,
+TF32, exp2, the two causal stages, autotuning, the atomic-free backward.
+Source: Dao (2023), "FlashAttention-2", algorithms 1 and 2, section 3.1.
 """
 
 from __future__ import annotations
@@ -48,25 +29,10 @@ LOG2E = 1.4426950408889634
 
 
 def default_blocks(d: int, dtype: torch.dtype) -> tuple[int, int]:
-    """Rows of queries and of keys per tile where none are given and nothing is tuned.
+    """``(block_q, block_k)`` rows per tile for head width ``d`` where none are tuned.
 
-    Parameters
-    ----------
-    d : int
-        Head width.
-    dtype : torch.dtype
-        Dtype of Q, K and V.
-
-    Returns
-    -------
-    (block_q, block_k) : tuple of int
-        64 x 64, or 32 x 32 for rows of 512 bytes or more (float32 at d = 128), whose
-        tiles would crowd a program's on-chip memory. Used under the interpreter, and on a
-        GPU for the block not given when the other is.
-
-    References
-    ----------
-    Dao (2023), "FlashAttention-2", section 3.3 (block sizes and on-chip memory).
+    64 x 64, or 32 x 32 for rows of 512 bytes or more (float32 at d = 128), whose tiles
+    would crowd on-chip memory. Source: Dao (2023), "FlashAttention-2", section 3.3.
     """
     row_bytes = d * torch.finfo(dtype).bits // 8 if dtype.is_floating_point else d
     return (32, 32) if row_bytes >= 512 else (64, 64)
@@ -75,17 +41,8 @@ def default_blocks(d: int, dtype: torch.dtype) -> tuple[int, int]:
 def default_precision(dtype: torch.dtype) -> str:
     """The ``input_precision`` of the kernels' products for inputs of ``dtype``.
 
-    Returns
-    -------
-    str
-        ``"tf32"`` for float32 compiled on a GPU with TF32 tensor cores (compute
-        capability 8.0 or above: a 10-bit mantissa, products summed in float32);
-        ``"ieee"`` (exact) otherwise, and always under the interpreter. 16-bit inputs use
-        the tensor cores whatever it says.
-
-    References
-    ----------
-    NVIDIA (2020), "NVIDIA A100 Tensor Core GPU Architecture", section "TF32".
+    ``"tf32"`` for float32 compiled on compute capability 8.0 or above, else ``"ieee"``
+    (exact). Source: NVIDIA (2020), "NVIDIA A100 Tensor Core GPU Architecture", "TF32".
     """
     if dtype != torch.float32 or INTERPRETED or not torch.cuda.is_available():
         return "ieee"
@@ -99,8 +56,7 @@ def default_precision(dtype: torch.dtype) -> str:
 def _forward_tiles(acc, l, m, q, K, V, rows, start, stop, N_K, qk_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                    CAUSAL: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """Online softmax of one query block over the key tiles [start, stop) (algorithm 1,
-    lines 6-11). Scores are in log2 units: m is their running maximum, l the sum."""
+    """Online softmax of a query block, key tiles [start, stop) (alg. 1, lines 6-11)."""
     dims = tl.arange(0, HEAD_DIM)
     for begin in range(start, stop, BLOCK_N):
         cols = begin + tl.arange(0, BLOCK_N)
@@ -111,6 +67,7 @@ def _forward_tiles(acc, l, m, q, K, V, rows, start, stop, N_K, qk_scale,
         else:
             k = tl.load(K + kv_at)
             v = tl.load(V + kv_at)
+        # log2 units: m is the running maximum of s, l the running sum of exp2(s - m)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * qk_scale
         if MASKED:
             allowed = cols[None, :] < N_K
@@ -178,11 +135,9 @@ def _backward_delta(O, DO, DELTA, N_Q, HEAD_DIM: tl.constexpr, BLOCK_M: tl.const
 def _dkdv_tiles(dk, dv, k, v, Q, DO, L, DELTA, cols, start, stop, N_Q, qk_scale,
                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, MASKED: tl.constexpr,
                 ACC: tl.constexpr, PRECISION: tl.constexpr):
-    """dK_j and dV_j of one key block, summed over the query tiles [start, stop).
-
-    Works on transposed tiles (key rows first), so P^T and dS^T need no transpose. Query
-    rows past N_Q load as zeros and add exactly zero (their dO is zero).
-    """
+    """dK_j and dV_j of one key block, summed over the query tiles [start, stop)."""
+    # Transposed tiles (key rows first): P^T and dS^T need no transpose. Query rows past
+    # N_Q load as zeros and add exactly zero (their dO is zero).
     dims = tl.arange(0, HEAD_DIM)
     for begin in range(start, stop, BLOCK_M):
         rows = begin + tl.arange(0, BLOCK_M)
@@ -304,16 +259,14 @@ SEARCH = {
 
 
 def _configs(blocks_m, blocks_n, big_tile: int, stages):
-    """Configurations as in Triton's fused-attention tutorial: 8 warps only for tiles of at
-    least ``big_tile`` entries."""
+    """Configs as in Triton's fused-attention tutorial; 8 warps from ``big_tile``."""
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=n, num_warps=warps)
             for bm in blocks_m for bn in blocks_n for n in stages for warps in (4, 8)
             if warps == 4 or bm * bn >= big_tile]
 
 
 def _prune(streamed: str):
-    """Keep the configurations whose streamed block has at most HEAD_DIM rows (at least
-    min(32, HEAD_DIM)) and no block longer than the longer sequence (else the smallest)."""
+    """Pruner: streamed block of min(32, d) to d rows, none past the longer sequence."""
     def prune(configs, named_args, **kwargs):
         d = kwargs.get("HEAD_DIM", named_args.get("HEAD_DIM"))
         longest = max(named_args["N_Q"], named_args["N_K"])
@@ -326,33 +279,11 @@ def _prune(streamed: str):
 def autotune_configs(kernel: str, d: int, n_q: int, n_k: int) -> list[dict]:
     """The configurations the autotuner times for one kernel and shape, on a GPU.
 
-    Parameters
-    ----------
-    kernel : {"forward", "dkdv", "dq"}
-        The forward kernel, or the backward's kernel for dK and dV or for dQ.
-    d : int
-        Head width.
-    n_q, n_k : int
-        Rows of queries and of keys.
-
-    Returns
-    -------
-    list of dict
-        ``{"BLOCK_M", "BLOCK_N", "num_stages", "num_warps"}`` per configuration. Triton's
-        autotuner times each on the first call for a key ``(n_q, n_k, d, causal, dtype)``
-        and keeps the fastest (cached on disk, in triton's cache); under the interpreter
-        nothing is tuned.
-
-    Raises
-    ------
-    KeyError
-        If ``kernel`` is not one of the three.
-    RuntimeError
-        If triton is not installed.
-
-    References
-    ----------
-    Tillet, Kung, Cox (2019), "Triton", section 5.3 (the auto-tuner).
+    ``kernel``: ``"forward"``, ``"dkdv"`` or ``"dq"``; ``d``: head width; ``n_q``,
+    ``n_k``: rows. Returns ``{"BLOCK_M", "BLOCK_N", "num_stages", "num_warps"}`` dicts;
+    Triton times each on the first call per ``(n_q, n_k, d, causal, dtype)`` and caches
+    the fastest. Raises KeyError for another ``kernel``, RuntimeError without triton.
+    Source: Tillet, Kung, Cox (2019), "Triton", section 5.3.
     """
     require_triton()
     blocks_m, blocks_n, streamed, big_tile, stages = SEARCH[kernel]
@@ -382,8 +313,7 @@ if triton is not None and not INTERPRETED:
 
 
 def _launch(name: str, grid_rows: int, heads: int, blocks, args, **constants):
-    """Launch kernel ``name`` of :data:`SEARCH` with ``blocks = (block_m, block_n)``, or
-    autotuned when None: one program per block of ``grid_rows`` rows and per head."""
+    """Launch kernel ``name``, a program per row block and head; None blocks: tuned."""
     grid_block = "BLOCK_N" if name == "dkdv" else "BLOCK_M"   # what a program owns
     if blocks is None:
         _TUNED[name][lambda meta: (triton.cdiv(grid_rows, meta[grid_block]), heads)](
@@ -433,12 +363,10 @@ def _backward(q, k, v, out, lse, grad_out, causal: bool, blocks, precision: str)
 
 
 class FlashAttentionTriton(torch.autograd.Function):
-    """The Triton kernels as an autograd function: saves Q, K, V, O and L, never the weights.
+    """The kernels as an autograd function: saves Q, K, V, O and L, never the weights.
 
-    ``FlashAttentionTriton.apply(q, k, v, causal, blocks, precision)`` takes contiguous,
-    validated ``(batch, heads, n, d)`` tensors (use :func:`triton_flash_attention`, which
-    checks them), ``blocks`` ``(block_q, block_k)`` or None (autotuned), and returns the
-    output and ``L (batch, heads, tgt_len)`` (no gradient).
+    ``apply(q, k, v, causal, blocks, precision)`` takes ``(batch, heads, n, d)`` tensors
+    checked by :func:`triton_flash_attention`; returns the output and L (no gradient).
     """
 
     @staticmethod
@@ -518,52 +446,21 @@ def triton_flash_attention(
 ):
     """Exact attention softmax(QK^T / sqrt(d)) V by the FlashAttention-2 Triton kernels.
 
-    Parameters
-    ----------
-    query : (batch, heads, tgt_len, d)
-    key, value : (batch, heads, src_len, d)
-        One dtype and one device for the three; ``d`` in 16, 32, 64, 128. On a CUDA GPU:
-        CUDA tensors, float32, float16 or bfloat16. Without one (Triton's interpreter):
-        CPU tensors, float32, float16 or float64 (for ``gradcheck``).
-    is_causal : bool
-        Query i sees keys j <= i (top-left alignment, as ``is_causal`` of
-        ``torch.nn.functional.scaled_dot_product_attention``); key tiles after a query
-        block's diagonal are never loaded.
-    block_q, block_k : int, optional
-        B_r and B_c, rows of queries and of keys per tile, in 16, 32, 64, 128, used by all
-        the kernels. Default: autotuned on a GPU (both None), :func:`default_blocks` under
-        the interpreter. Lengths need not be multiples of them.
-    return_lse : bool
-        Also return ``L (batch, heads, tgt_len)``, the natural log-sum-exp of each row of
-        scaled scores, in float32 (float64 for float64 inputs); it carries no gradient.
-    precision : {"ieee", "tf32"}, optional
-        ``input_precision`` of the products for float32 inputs. Default:
-        :func:`default_precision` (TF32 on a GPU that has it, else exact).
-
-    Returns
-    -------
-    output : (batch, heads, tgt_len, d)
-        Differentiable (:class:`FlashAttentionTriton`: the backward recomputes the weights
-        from ``L``).
-    lse : (batch, heads, tgt_len), only with ``return_lse``
-
-    Raises
-    ------
-    RuntimeError
-        If triton is not installed (Linux x86_64 only), or was imported before
-        :mod:`attncourse.kernels` on a machine without a GPU; from the backward pass, if it
-        is asked for a graph (``create_graph=True``).
-    ValueError
-        If a tensor is not 4-D, the shapes do not fit (the message names all three), ``d``,
-        a block size or ``precision`` is not supported, or the tensors are on the wrong
-        device.
-    TypeError
-        If the dtypes differ or one is not supported here (bfloat16 under the interpreter),
-        or ``is_causal`` is not a bool.
-
-    References
-    ----------
-    Dao (2023), "FlashAttention-2", algorithms 1 and 2.
+    Shapes: query ``(batch, heads, tgt_len, d)``, key and value ``(batch, heads,
+    src_len, d)``; one dtype and device, ``d`` in :data:`HEAD_DIMS`. On a GPU: CUDA
+    float32, float16 or bfloat16; interpreted: CPU float32, float16 or float64.
+    ``is_causal``: query i sees keys j <= i (top-left, as SDPA). ``block_q``,
+    ``block_k``: rows per tile in :data:`BLOCK_SIZES`; both None: autotuned on a GPU,
+    else :func:`default_blocks`. ``precision``: ``"ieee"`` or ``"tf32"`` for float32,
+    default :func:`default_precision`.
+    Returns the output ``(batch, heads, tgt_len, d)``, differentiable; with
+    ``return_lse`` also ``L (batch, heads, tgt_len)``, each row's natural log-sum-exp in
+    float32 (float64 for float64), no gradient.
+    Raises ValueError for a shape, ``d``, block size, ``precision`` or device the
+    kernels do not take; TypeError for mixed or unsupported dtypes (bfloat16
+    interpreted) or a non-bool ``is_causal``; RuntimeError without triton, or for
+    ``create_graph=True``.
+    Source: Dao (2023), "FlashAttention-2", algorithms 1 and 2.
     """
     require_triton()
     if not isinstance(is_causal, bool):  # bool("no") is True: a typo would silently mask
