@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
-from test_benchmarks import load
 
 from attncourse.chapters.ch03b_attention_over_images.recipe import (
     CaptionConfig,
     build_captioner,
     load_canvases,
 )
+from tests.benchmarks.test_scripts import load
 
 TINY = CaptionConfig(n_train=40, n_valid=1, n_test=1, feature_dim=6, hidden_dim=8, emb_dim=4, channels=4)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_benchmarks import load
+
+from tests.benchmarks.test_scripts import load
 
 
 def test_gqa_decode_benchmark_reports_ratios_and_cache_bytes(tmp_path, capsys):

@@ -8,7 +8,8 @@ import importlib.util
 import json
 
 import pytest
-from test_benchmarks import load
+
+from tests.benchmarks.test_scripts import load
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")

@@ -19,7 +19,7 @@ import pytest
 from attncourse.course import claims as book_claims
 from attncourse.runtime import data_seed, runs_dir, seed_offset, training_seed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _code_of(path: Path) -> str:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-CHECKOUT = Path(__file__).resolve().parent.parent
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def test_chapter_kernels_share_the_cores(monkeypatch):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "book" / "notation.md"
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 #: Chapters 1-3 rebuild recurrent models and keep their papers' column vectors.

@@ -11,7 +11,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(path.stem for path in (ROOT / "notebooks").glob("*.md"))
 
 

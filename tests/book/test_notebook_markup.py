@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 #: Roles that JupyterLab cannot resolve: {doc}, and {ref}/{numref} to a figure's name.
 UNRESOLVED = re.compile(r"\{doc\}`[^`]*`|\{(?:ref|numref)\}`[^`]*<?fig-[^`]*`")

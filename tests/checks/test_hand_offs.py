@@ -28,11 +28,9 @@ from attncourse.chapters.ch08_attention_at_scale.checks import (
 from attncourse.checks.guard import EXERCISE_FUNCTIONS
 from attncourse.checks.hand_offs import HAND_OFFS
 from attncourse.course.exercises import chapter_exercises, read_chapter
+from tests.fixtures.hand_off_cheats import CHEATS
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixtures.hand_off_cheats import CHEATS  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 _cells = itertools.count()
 

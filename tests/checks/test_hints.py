@@ -22,7 +22,7 @@ import attncourse.chapters as chapters
 import attncourse.checks as checks
 from attncourse.course.exercises import chapter_exercises
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Shapes, not code: a hint may say what shape a result has.
 SHAPES = {"num_heads*d_v"}
 

@@ -12,11 +12,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from check_helpers import (
-    assert_failed,
-    lenient_hand_offs,  # noqa: F401  (a fixture)
-    own_copy,
-)
 
 from attncourse.checks import (
     Case,
@@ -33,13 +28,18 @@ from attncourse.functional import (
     scaled_dot_product_attention,
     softmax,
 )
+from tests.check_helpers import (
+    assert_failed,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+    own_copy,
+)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
-# test_checks_hand_offs.py.
+# tests/checks/test_hand_offs.py.
 pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 # The learners' functions below that build on the package's maths use copies of it: the
-# checks refuse the package's own functions (tests/test_checks_references.py).
+# checks refuse the package's own functions (tests/checks/test_references.py).
 own_attention, own_causal_mask = own_copy(attention), own_copy(causal_mask)
 own_sdpa = own_copy(scaled_dot_product_attention)
 

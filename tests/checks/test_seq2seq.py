@@ -12,12 +12,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from check_helpers import (
-    assert_failed,
-    assert_raised,
-    lenient_hand_offs,  # noqa: F401  (a fixture)
-    own_copy,
-)
 
 from attncourse.checks.masks import (
     check_masked_softmax,
@@ -38,9 +32,15 @@ from attncourse.functional import (
     padding_mask,
     softmax,
 )
+from tests.check_helpers import (
+    assert_failed,
+    assert_raised,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+    own_copy,
+)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
-# test_checks_hand_offs.py.
+# tests/checks/test_hand_offs.py.
 pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 # Learners' functions built on the package's maths use copies (the checks refuse the package's).

@@ -22,9 +22,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_cli import write_tsv
 
 from attncourse.cli.commands import main
+from tests.cli.test_commands import write_tsv
 
 EXTREMES = [
     "0",

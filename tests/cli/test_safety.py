@@ -3,8 +3,8 @@
 One test (or parametrized group) per item of the issue "Command line: no data loss, no
 traceback, bounded memory on any input"; every error is one line naming the option, exit 2.
 No user file replaced even with --overwrite, no traceback from any option value, memory
-bounded for train-lm and sample: tests/test_cli_overwrite_and_memory.py, and its
-property test over every numeric option in tests/test_cli_extremes.py.
+bounded for train-lm and sample: tests/cli/test_overwrite_and_memory.py, and its
+property test over every numeric option in tests/cli/test_extremes.py.
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli import (  # noqa: F401 (tsv: the fixture)
-    SMALL,
-    one_error_line,
-    train_args,
-    tsv,
-)
 
 import attncourse.cli.commands as cli
 import attncourse.cli.train_evaluate as train_evaluate
@@ -32,6 +26,12 @@ from attncourse.data.pairs import PairDataset
 from attncourse.train.fit import FitConfig, fit
 from attncourse.train.runfiles import note_written
 from attncourse.train.seq2seq import evaluate
+from tests.cli.test_commands import (  # noqa: F401 (tsv: the fixture)
+    SMALL,
+    one_error_line,
+    train_args,
+    tsv,
+)
 
 TASK = ["--task", "numbers-en-fr", "--n-train", "40", "--n-valid", "8", "--n-test", "8", "--max-value", "100",
         "--model", "rnn", "--epochs", "1", *SMALL]

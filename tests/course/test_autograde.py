@@ -1,7 +1,7 @@
 """nbgrader autogrades a submission of every chapter, and no cell waits on a widget.
 
 Autograding once froze after cells that display an explorer until the cell's limit
-(300 s, 120 s) ran out (the cause and the fix: ``tests/test_widgets_headless.py``). Here
+(300 s, 120 s) ran out (the cause and the fix: ``tests/widgets/test_headless.py``). Here
 every chapter becomes an nbgrader assignment as the course's command writes it, cut to
 stay quick (the training is left out): its imports, the cells that display an explorer and
 need nothing else, and its exercises. Every cell gets a limit of :data:`LIMIT` seconds, far
@@ -30,7 +30,7 @@ from attncourse.course.nbgrader_source import write_course
 
 pytest.importorskip("nbgrader")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 #: Seconds any cell may run: enough for a check (a few seconds, the Triton interpreter's
 #: included), far too little for a cell left waiting on a front end.

@@ -26,7 +26,7 @@ from attncourse.course.exercises import read_chapter, split_notebook
 from attncourse.course.nbgrader_source import BEGIN, END, answer_source, source_notebook
 from attncourse.course.plain import LEFTOVERS, Rewriter, plain_cells, read_bibliography
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CHAPTERS = sorted(NOTEBOOKS.glob("*.md"))
 IDS = [p.stem for p in CHAPTERS]
 
@@ -275,7 +275,7 @@ def test_command_writes_the_editions_and_refuses_to_overwrite(tmp_path, capsys):
     assert (out / "instructor" / "04_self_attention.ipynb").exists()
     assert (out / "nbgrader" / "source" / "04_self_attention" / "04_self_attention.ipynb").exists()
     # The licence files the notice and the README name are there, as the course's.
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     readme = (out / "README.md").read_text()
     for folder in (out, out / "nbgrader" / "source" / "04_self_attention"):
         for name in ("LICENSE", "LICENSE-CONTENT"):
@@ -376,11 +376,11 @@ def test_every_handed_out_copy_carries_the_licence_notice(tmp_path):
     from attncourse.course.notice import AUTHORS, CC_BY_SA, NOTICE, TITLE
     from attncourse.course.slides import deck
 
-    config = (Path(__file__).resolve().parents[1] / "_config.yml").read_text(encoding="utf-8")
+    config = (Path(__file__).resolve().parents[2] / "_config.yml").read_text(encoding="utf-8")
     assert _re.search(r'^title: "(.*)"$', config, _re.M).group(1) == TITLE
     assert _re.search(r"^author: (.*)$", config, _re.M).group(1) == AUTHORS
     assert CC_BY_SA in NOTICE and "MIT" in NOTICE and "CC BY-SA 4.0" in NOTICE
-    chapter = Path(__file__).resolve().parents[1] / "notebooks" / "04_self_attention.md"
+    chapter = Path(__file__).resolve().parents[2] / "notebooks" / "04_self_attention.md"
     student, instructor = chapter_editions(chapter)
     from attncourse.course.exercises import read_chapter
 
@@ -396,14 +396,14 @@ def test_the_nbgrader_source_holds_each_written_answers_rubric():
     from attncourse.course.nbgrader_source import source_notebook
     from attncourse.course.rubrics import RUBRICS
 
-    chapter = Path(__file__).resolve().parents[1] / "notebooks" / "04_self_attention.md"
+    chapter = Path(__file__).resolve().parents[2] / "notebooks" / "04_self_attention.md"
     nb = source_notebook(read_chapter(chapter), chapter.stem)
     written = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")
                and c.cell_type == "markdown"]
     assert written
     for cell in written:
         # The rubric is in the read-only cell after the answer, inside nbgrader's mark
-        # scheme (tests/test_course_rubrics_nbgrader.py runs nbgrader on it).
+        # scheme (tests/course/test_rubrics_nbgrader.py runs nbgrader on it).
         label = cell.metadata["nbgrader"]["grade_id"].removesuffix("-answer")
         after = nb.cells[nb.cells.index(cell) + 1]
         assert after.metadata["nbgrader"]["grade_id"] == f"{label}-rubric"
@@ -415,7 +415,7 @@ def test_links_between_chapters_point_at_the_sibling_assignment_folders():
     from attncourse.course.exercises import read_chapter
     from attncourse.course.nbgrader_source import LINKS_NOTE, source_notebook
 
-    root = Path(__file__).resolve().parents[1] / "notebooks"
+    root = Path(__file__).resolve().parents[2] / "notebooks"
     chapter = root / "06_transformer.md"
     nb = source_notebook(read_chapter(chapter), chapter.stem)
     text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
@@ -429,7 +429,7 @@ def test_decks_show_the_chapters_display_equations():
     from attncourse.course.editions import chapter_editions
     from attncourse.course.slides import deck
 
-    root = Path(__file__).resolve().parents[1] / "notebooks"
+    root = Path(__file__).resolve().parents[2] / "notebooks"
     for name in ("04_self_attention", "08_attention_at_scale"):
         student, _ = chapter_editions(root / f"{name}.md")
         equations = re.findall(r"\$\$.+?\$\$", "\n".join(c.source for c in student.cells), re.S)

@@ -23,7 +23,7 @@ from attncourse.course.nbgrader_source import (
     source_notebook,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 BUILD_GPT = ROOT / "notebooks" / "07b_build_gpt.md"
 

@@ -25,15 +25,14 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixtures.boundary_attacks import ATTACKS  # noqa: E402
-from fixtures.honest_answers import HONEST, WRONG  # noqa: E402
-from grade_helpers import (  # noqa: E402
+from attncourse.course.grade_cli import main as grade_main
+from tests.fixtures.boundary_attacks import ATTACKS
+from tests.fixtures.honest_answers import HONEST, WRONG
+from tests.grade_helpers import (
     ROOT,
     chapter,
     grade,
@@ -41,8 +40,6 @@ from grade_helpers import (  # noqa: E402
     submit,
     with_answers,
 )
-
-from attncourse.course.grade_cli import main as grade_main  # noqa: E402
 
 SOFTMAX = "ex-sa-softmax"
 CH4 = "04_self_attention"

@@ -7,7 +7,7 @@ and each chapter it targets, a submission carrying it. The attacks on the checks
 themselves (patching them, their environment, their frames, their profiler) come to
 nothing because none of that code runs where the grade is decided, and the hand-offs by
 any route are seen by the observers of the answer's process
-(:mod:`attncourse.course.sandbox.child`). ``tests/test_grade_boundary.py`` holds the
+(:mod:`attncourse.course.sandbox.child`). ``tests/course/test_grade_boundary.py`` holds the
 fairness suite and the attacks on the grader and the other students.
 """
 
@@ -25,12 +25,10 @@ import pytest
 
 from attncourse.course.answers import Answer, extract
 from attncourse.course.grade_cli import main as grade_main
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixtures.hand_off_cheats import CHEATS  # noqa: E402
-from fixtures.record_attacks import ALL, ATTACKS  # noqa: E402
-from fixtures.record_attacks import CHAPTERS as GENERIC_CHAPTERS  # noqa: E402
-from grade_helpers import (  # noqa: E402
+from tests.fixtures.hand_off_cheats import CHEATS
+from tests.fixtures.record_attacks import ALL, ATTACKS
+from tests.fixtures.record_attacks import CHAPTERS as GENERIC_CHAPTERS
+from tests.grade_helpers import (
     CHAPTERS,
     ROOT,
     coding,

@@ -9,7 +9,7 @@ from attncourse.course import guide
 from attncourse.course.exercises import chapter_exercises
 from attncourse.course.timings import main as timings_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 
 

@@ -4,7 +4,7 @@ The grade of record gives every ``*_cases`` function that takes a ``seed`` the g
 seed (:func:`attncourse.course.record.seeded`). An answer that memorised the cases a
 learner can see (a table from inputs to the expected outputs, here built from the cases
 themselves) passes the check in the notebook, and fails once graded. The reference answers
-passing the drawn cases is ``tests/test_grade_of_record.py``'s job (every solution, a fresh
+passing the drawn cases is ``tests/course/test_grade_of_record.py``'s job (every solution, a fresh
 seed each run).
 """
 
@@ -22,7 +22,7 @@ import torch
 import attncourse.chapters as chapters
 from attncourse.course.answers import coding_exercises
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "notebooks").glob("*.md"))
 #: The checks of the chapters' coding exercises.
 CHECKS = sorted({ex.check for path in CHAPTERS for ex in coding_exercises(path)})

@@ -26,7 +26,7 @@ from attncourse.course.grading import grading_problems, scripts_on_path
 from attncourse.course.nbgrader_source import paste_solutions
 from attncourse.course.plain import LEFTOVERS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "book" / "instructors.md"
 CHAPTER = "04_self_attention"
 EXCHANGE = "/srv/nbgrader/exchange"

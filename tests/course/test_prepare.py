@@ -18,7 +18,7 @@ import torch
 from attncourse.runtime import NO_TRAINING_ENV, UnpreparedRun
 from attncourse.train.loop import Loop, run_epochs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: A tiny cached run, as a chapter trains one (the same code runs in the fake chapter below).
 TINY = '''

@@ -28,7 +28,7 @@ from attncourse.course.rubrics import RUBRICS
 
 pytest.importorskip("nbgrader")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = "04_self_attention"
 
 

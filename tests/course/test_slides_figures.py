@@ -28,7 +28,7 @@ from attncourse.course.slides import (
     write_decks,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHAPTER = ROOT / "notebooks" / "04_self_attention.md"
 
 
@@ -126,7 +126,7 @@ def test_decks_show_the_defining_equations_a_chapter_writes_inline():
     assert "$$d_\\text{model} = 128$$" not in "\n".join(c.source for c in deck(student).cells)  # a size
 
 
-@pytest.mark.parametrize("chapter", sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.md")),
+@pytest.mark.parametrize("chapter", sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.md")),
                          ids=lambda p: p.stem)
 def test_the_title_slide_says_its_title_once_and_no_slide_ends_on_a_colon(chapter):
     # The title slide once repeated "The Transformer" (the title, then the opening

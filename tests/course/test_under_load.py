@@ -19,7 +19,7 @@ chapter's models into ``$ATTNCOURSE_RUNS``; the stage passes that folder as
 ``ATTNCOURSE_TRAINED_RUNS`` and the test copies it, so ``prepare`` trains nothing and runs each
 chapter once (without it, ``prepare`` trains from scratch, about 15 minutes more). ``pytest tests``
 leaves it out (the marker ``under_load``, deselected in ``pyproject.toml``); run it with
-``pytest -m under_load tests/test_course_under_load.py``. It took 5.5 to 7.1 minutes in four
+``pytest -m under_load tests/course/test_under_load.py``. It took 5.5 to 7.1 minutes in four
 runs on 2 cores other jobs shared (29 November 2026): about 1.6 to prepare the three
 chapters, 2.7 to 4.7 to grade them under load (42 to 115 s a chapter; in the run that timed
 each line, autograde of the two submissions took 62 s for chapter 6, 22 s for chapter 10 and
@@ -52,7 +52,7 @@ from attncourse.course.nbgrader_source import _meta, paste_solutions, write_cour
 
 pytest.importorskip("nbgrader")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "book" / "instructors.md"
 GUIDE_CHAPTER = "04_self_attention"
 EXCHANGE = "/srv/nbgrader/exchange"

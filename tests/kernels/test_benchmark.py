@@ -7,9 +7,9 @@ measurements are made with ``--device cuda`` on a GPU.
 import json
 
 import pytest
-from test_benchmarks import load
 
 from attncourse.kernels import INTERPRETED, TRITON_AVAILABLE
+from tests.benchmarks.test_scripts import load
 
 pytestmark = pytest.mark.skipif(not (TRITON_AVAILABLE and INTERPRETED),
                                 reason="needs triton under its interpreter (no GPU here)")

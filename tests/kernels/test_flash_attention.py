@@ -1,7 +1,7 @@
 """The Triton FlashAttention kernels under Triton's interpreter, on the CPU, against SDPA.
 
 Sizes are small: the interpreter runs each program of the grid in Python, a few tens of
-milliseconds per launch. The same checks compiled on a GPU are in test_kernels_cuda.py.
+milliseconds per launch. The same checks compiled on a GPU are in tests/kernels/test_flash_attention_cuda.py.
 """
 
 import math
@@ -28,7 +28,7 @@ from attncourse.kernels import (
 
 needs_interpreter = pytest.mark.skipif(
     not (TRITON_AVAILABLE and INTERPRETED),
-    reason="triton missing (Linux x86_64 only) or a GPU here: see test_kernels_cuda.py")
+    reason="triton missing (Linux x86_64 only) or a GPU here: see tests/kernels/test_flash_attention_cuda.py")
 
 
 def make_inputs(n_q, n_k, d, dtype=torch.float32, batch=2, heads=2, seed=0):

@@ -2,7 +2,7 @@
 
 Skipped without a GPU (and under TRITON_INTERPRET=1). This module imports only torch,
 pytest and attncourse, so that it runs on a bare GPU machine:
-``PYTHONPATH=. python -m pytest -m cuda tests/test_kernels_cuda.py``.
+``PYTHONPATH=. python -m pytest -m cuda tests/kernels/test_flash_attention_cuda.py``.
 """
 
 import math

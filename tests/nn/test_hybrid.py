@@ -1,6 +1,6 @@
 """A hybrid decoder (nn/spec.py's ``layer_attention``): each block its own registered attention.
 
-The contract of the variants (tests/test_nn_decoder_attention.py) holds for a model whose blocks
+The contract of the variants (tests/nn/test_decoder_attention.py) holds for a model whose blocks
 differ: cached decoding equals the full forward in float64, gradients pass gradcheck; a saved
 hybrid loads back with ``weights_only=True`` to the same logits, and a file or spec whose
 blocks do not match is refused in one line.

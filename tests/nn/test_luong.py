@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from seq2seq_helpers import padded_batch
 
 from attncourse.decode.search import beam_search, greedy_decode
 from attncourse.functional.luong import (
@@ -23,6 +22,7 @@ from attncourse.nn.luong import (
     LuongSeq2SeqOutput,
 )
 from attncourse.nn.rnn import Seq2SeqOutput
+from tests.seq2seq_helpers import padded_batch
 
 HIDDEN, SRC_LEN, MAX_LEN = 6, 7, 9
 LENGTHS = [7, 4, 1]

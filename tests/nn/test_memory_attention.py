@@ -1,5 +1,5 @@
 """The memory variants (nn/memory_attention.py) against references written here from their papers'
-equations, per head and per step; what the contract of test_nn_decoder_attention.py leaves out:
+equations, per head and per step; what the contract of tests/nn/test_decoder_attention.py leaves out:
 the fixed size of the cache, the refusals and the options."""
 
 from __future__ import annotations

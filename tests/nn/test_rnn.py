@@ -9,7 +9,6 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from seq2seq_helpers import padded_batch
 
 from attncourse.functional.additive import (
     BAHDANAU_MOVES,
@@ -26,6 +25,7 @@ from attncourse.nn.rnn import (
     hidden_dim_for_budget,
     reorder_batch,
 )
+from tests.seq2seq_helpers import padded_batch
 
 SRC_VOCAB, TGT_VOCAB = 40, 60
 

@@ -40,7 +40,7 @@ from attncourse.nn.spec import (
 )
 from attncourse.train.checkpoint import load_model
 
-FIXTURES = Path(__file__).parent / "fixtures" / "gpt"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "gpt"
 SEEDED = torch.load(FIXTURES / "gpt_seeded.pt", weights_only=True)
 
 

@@ -8,7 +8,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from seq2seq_helpers import padded_batch
 
 from attncourse.decode.search import beam_search, greedy_decode
 from attncourse.nn.rnn import Seq2SeqOutput, count_parameters
@@ -18,6 +17,7 @@ from attncourse.nn.transformer import (
     Transformer,
     causal_mask,
 )
+from tests.seq2seq_helpers import padded_batch
 
 SRC_VOCAB, TGT_VOCAB, D_MODEL, HEADS, D_FF = 30, 20, 16, 2, 32
 

@@ -14,14 +14,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from pretrained_helpers import (
-    hf_name,
-    llama_cpp_reader,
-    needs_transformers,
-    needs_wheel,
-    transformers_model,
-    transformers_tokenizer,
-)
 
 from attncourse.nn.rope import apply_rope
 from attncourse.pretrained import (
@@ -32,9 +24,17 @@ from attncourse.pretrained import (
     open_gguf,
     tokenizer_from_metadata,
 )
+from tests.pretrained_helpers import (
+    hf_name,
+    llama_cpp_reader,
+    needs_transformers,
+    needs_wheel,
+    transformers_model,
+    transformers_tokenizer,
+)
 
 pytestmark = needs_wheel
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -9,13 +9,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-from pretrained_helpers import (
-    TINY,
-    needs_gguf,
-    tiny_tokens,
-    tiny_weights,
-    write_tiny_gguf,
-)
 
 from attncourse.nn.rope import apply_rope
 from attncourse.pretrained import (
@@ -34,6 +27,13 @@ from attncourse.pretrained import (
     q4_1_parts,
     q8_0_parts,
     tokenizer_from_metadata,
+)
+from tests.pretrained_helpers import (
+    TINY,
+    needs_gguf,
+    tiny_tokens,
+    tiny_weights,
+    write_tiny_gguf,
 )
 
 

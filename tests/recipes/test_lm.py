@@ -23,7 +23,7 @@ from attncourse.recipes.lm import (
 )
 
 TEXT = "the cat sat on the mat. " * 60
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_corpus_split_by_position_and_unknown_characters():

@@ -55,7 +55,7 @@ def data():
 
 
 def make_data() -> dict:
-    """Reversal pairs, their vocabularies and batches (tests/test_fit_cache.py uses them too)."""
+    """Reversal pairs, their vocabularies and batches (tests/train/test_fit_cache.py uses them too)."""
     train, valid = reverse_pairs(96, 0, "train"), reverse_pairs(24, 1, "valid")
     src_vocab, tgt_vocab = build_vocabs(train)
     return {

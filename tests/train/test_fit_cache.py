@@ -6,7 +6,10 @@ import importlib
 
 import pytest
 import torch
-from test_fit import (
+
+from attncourse.runtime import NO_TRAINING_ENV, UnpreparedRun
+from attncourse.train.store import FIT_CACHE_ENV
+from tests.train.test_fit import (
     assert_same_weights,
     config,
     make_data,
@@ -14,9 +17,6 @@ from test_fit import (
     run,
     without_timings,
 )
-
-from attncourse.runtime import NO_TRAINING_ENV, UnpreparedRun
-from attncourse.train.store import FIT_CACHE_ENV
 
 # importlib: the package re-exports the function fit, which shadows the module's name
 fit_module = importlib.import_module("attncourse.train.fit")

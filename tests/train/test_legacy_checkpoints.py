@@ -18,7 +18,7 @@ from attncourse.decode import greedy_decode
 from attncourse.nn.rnn import Seq2Seq
 from attncourse.train import FitConfig, fit, load_checkpoint, load_model
 
-LEGACY = Path(__file__).parent / "fixtures" / "legacy"
+LEGACY = Path(__file__).parents[1] / "fixtures" / "legacy"
 RUNS = json.loads((LEGACY / "runs.json").read_text())
 
 

@@ -116,7 +116,7 @@ def test_not_in_a_kernel_under_pytest():
 
 def test_render_path_of_a_kernel_sets_the_outputs_state(monkeypatch):
     # In a kernel the figure becomes out.outputs, one PNG replacing the last; nothing is
-    # displayed through the Output widget's capture (see test_widgets_headless.py).
+    # displayed through the Output widget's capture (see tests/widgets/test_headless.py).
     calls = []
     monkeypatch.setattr(base, "_in_kernel", lambda: True)
     monkeypatch.setattr(base, "display", lambda obj: calls.append(obj))

@@ -21,7 +21,7 @@ import pytest
 
 nbclient = pytest.importorskip("nbclient")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Each explorer the chapters display, built from small inputs, and redrawn a few times.
 CELLS = [
     "from attncourse.chapters.ch04_self_attention.explorer import SelfAttentionStepper\n"

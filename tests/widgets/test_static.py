@@ -23,13 +23,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from PIL import Image  # noqa: E402
-from test_widgets_bahdanau import (  # noqa: E402
-    EXAMPLES,
-    SRC_VOCAB,
-    TGT_VOCAB,
-    tiny_model,
-)
-from test_widgets_transformer import tiny_transformer  # noqa: E402
 
 import attncourse.widgets.base as base  # noqa: E402
 from attncourse.chapters.ch02_bahdanau_attention.explorer import (  # noqa: E402
@@ -57,6 +50,13 @@ from attncourse.widgets.static import (  # noqa: E402
     figure_data_uri,
     render_player,
 )
+from tests.chapters.ch02_bahdanau_attention.test_explorer import (  # noqa: E402
+    EXAMPLES,
+    SRC_VOCAB,
+    TGT_VOCAB,
+    tiny_model,
+)
+from tests.widgets.test_explorer import tiny_transformer  # noqa: E402
 
 
 @pytest.fixture

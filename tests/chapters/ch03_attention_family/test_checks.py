@@ -13,11 +13,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from check_helpers import (
-    assert_failed,
-    assert_raised,
-    lenient_hand_offs,  # noqa: F401  (a fixture)
-)
 
 from attncourse.chapters.ch03_attention_family.checks import (
     GS_RULE,
@@ -30,9 +25,14 @@ from attncourse.chapters.ch03_attention_family.checks import (
 )
 from attncourse.checks import run_cases
 from attncourse.functional.luong import luong_step
+from tests.check_helpers import (
+    assert_failed,
+    assert_raised,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
-# test_checks_hand_offs.py.
+# tests/checks/test_hand_offs.py.
 pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 # ------------------------------------------------------------------ learners' general scores

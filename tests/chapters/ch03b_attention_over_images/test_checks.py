@@ -13,12 +13,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from check_helpers import (
-    assert_failed,
-    assert_raised,
-    lenient_hand_offs,  # noqa: F401  (a fixture)
-    own_copy,
-)
 
 from attncourse.chapters.ch03b_attention_over_images.checks import (
     DS_RULE,
@@ -37,9 +31,15 @@ from attncourse.nn.image_attention import (
     doubly_stochastic_penalty,
     hard_attention_loss,
 )
+from tests.check_helpers import (
+    assert_failed,
+    assert_raised,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+    own_copy,
+)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
-# test_checks_hand_offs.py.
+# tests/checks/test_hand_offs.py.
 pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 # ------------------------------------------------------------------ learners' penalties

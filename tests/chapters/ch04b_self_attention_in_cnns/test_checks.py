@@ -15,11 +15,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from check_helpers import (
-    assert_failed,
-    assert_raised,
-    lenient_hand_offs,  # noqa: F401  (a fixture)
-)
 
 from attncourse.chapters.ch04b_self_attention_in_cnns import checks as conv_attention
 from attncourse.chapters.ch04b_self_attention_in_cnns.checks import (
@@ -33,9 +28,14 @@ from attncourse.chapters.ch04b_self_attention_in_cnns.checks import (
 from attncourse.checks import run_cases
 from attncourse.functional import attention
 from attncourse.nn import PlainCNN, SelfAttention2d
+from tests.check_helpers import (
+    assert_failed,
+    assert_raised,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
-# test_checks_hand_offs.py.
+# tests/checks/test_hand_offs.py.
 pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 # ------------------------------------------------------------------ learners' pixel attention

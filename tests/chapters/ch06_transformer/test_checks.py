@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from check_helpers import lenient_hand_offs  # noqa: F401  (a fixture)
 
 from attncourse.chapters.ch06_transformer.checks import (
     check_label_smoothing,
     check_noam_schedule,
 )
+from tests.check_helpers import lenient_hand_offs  # noqa: F401  (a fixture)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
-# test_checks_hand_offs.py.
+# tests/checks/test_hand_offs.py.
 pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 

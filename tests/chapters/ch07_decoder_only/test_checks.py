@@ -4,10 +4,6 @@ bugs fail with the hint naming them."""
 import numpy as np
 import pytest
 import torch
-from check_helpers import (
-    assert_failed,
-    lenient_hand_offs,  # noqa: F401  (a fixture)
-)
 
 from attncourse.chapters.ch07_decoder_only.checks import (
     MASK_NO_CAUSAL_HINT,
@@ -21,9 +17,13 @@ from attncourse.chapters.ch07_decoder_only.checks import (
     check_repeat_kv,
     check_rope,
 )
+from tests.check_helpers import (
+    assert_failed,
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
-# test_checks_hand_offs.py.
+# tests/checks/test_hand_offs.py.
 pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 

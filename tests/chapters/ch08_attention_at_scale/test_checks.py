@@ -2,10 +2,6 @@
 
 import numpy as np
 import pytest
-from check_helpers import (
-    lenient_hand_offs,  # noqa: F401  (a fixture)
-    own_copy,
-)
 
 from attncourse.chapters.ch08_attention_at_scale.checks import (
     check_causal_linear_attention,
@@ -14,9 +10,13 @@ from attncourse.chapters.ch08_attention_at_scale.checks import (
 )
 from attncourse.functional import elu_feature_map as phi
 from attncourse.functional import linear_attention
+from tests.check_helpers import (
+    lenient_hand_offs,  # noqa: F401  (a fixture)
+    own_copy,
+)
 
 # Right and buggy answers built on library functions: the hand-off rules are tested in
-# test_checks_hand_offs.py.
+# tests/checks/test_hand_offs.py.
 pytestmark = pytest.mark.usefixtures("lenient_hand_offs")
 
 own_linear_attention = own_copy(linear_attention)  # the checks refuse the package's own

@@ -5,15 +5,15 @@ from pathlib import Path
 
 import jupytext
 import pytest
-from check_helpers import assert_failed
 
 from attncourse.chapters.ch08_attention_at_scale.kernel_checks import (
     check_causal_early_exit,
     check_flash_hbm_bytes,
 )
 from attncourse.kernels import TRITON_AVAILABLE
+from tests.check_helpers import assert_failed
 
-CHAPTER = Path(__file__).resolve().parents[1] / "notebooks" / "08_attention_at_scale.md"
+CHAPTER = Path(__file__).resolve().parents[3] / "notebooks" / "08_attention_at_scale.md"
 
 
 def kernel_bytes(n, d, block_q, block_k, bytes_per_element):

@@ -2,7 +2,6 @@
 typical bugs fail with the hint naming them."""
 
 import numpy as np
-from check_helpers import assert_failed
 
 from attncourse.chapters.ch09_what_heads_learn.checks import (
     COPY_ABS_REAL_HINT,
@@ -12,6 +11,7 @@ from attncourse.chapters.ch09_what_heads_learn.checks import (
     check_copying_score,
     check_prefix_matching_score,
 )
+from tests.check_helpers import assert_failed
 
 
 def prefix_right(weights, tokens):

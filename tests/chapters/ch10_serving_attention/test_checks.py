@@ -2,7 +2,6 @@
 typical bugs fail with the hint naming them."""
 
 import torch
-from check_helpers import assert_failed
 
 from attncourse.chapters.ch10_serving_attention.checks import (
     BYTES_NO_VALUES_HINT,
@@ -15,6 +14,7 @@ from attncourse.chapters.ch10_serving_attention.checks import (
     check_per_channel_int8,
     check_residual_distribution,
 )
+from tests.check_helpers import assert_failed
 
 
 def cache_bytes(config):

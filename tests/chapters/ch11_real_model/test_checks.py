@@ -4,7 +4,6 @@ functions are refused."""
 
 import numpy as np
 import pytest
-from check_helpers import assert_failed
 from gguf.quants import Q4_1
 
 from attncourse.chapters.ch11_real_model import checks
@@ -40,6 +39,7 @@ from attncourse.chapters.ch11_real_model.checks import (
     reference_quantize_q4_1,
 )
 from attncourse.checks.core import reset_attempts
+from tests.check_helpers import assert_failed
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ from attncourse.chapters.ch11_real_model.explorer import (
 )
 from attncourse.nn import GPT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def fake_weights(layers=3, heads=4, n=6, seed=0):
@@ -104,7 +104,11 @@ CELL = (
     "e.layer.value = 1\ne.head.value = 1\ne.prompt.value = 'abcdabcd'\ne"
 )
 # The headless client of the other explorers' test: it counts Output-widget captures and times cells.
-from test_widgets_headless import LIMIT, CountingClient, headless_outputs  # noqa: E402
+from tests.widgets.test_headless import (  # noqa: E402
+    LIMIT,
+    CountingClient,
+    headless_outputs,
+)
 
 
 def test_the_explorer_returns_at_once_in_a_kernel_with_no_front_end(tmp_path, monkeypatch):

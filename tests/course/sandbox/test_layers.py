@@ -22,7 +22,7 @@ import pytest
 
 from attncourse.course.sandbox.contain import landlock_abi
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's layers")
 
 _SETUP = """
