@@ -232,7 +232,7 @@ def memory(root: Path, paths: dict[str, str]) -> dict[str, object]:
     bad = root / "badlm"
     run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", str(bad)])
     data = torch.load(bad / "checkpoint.pt", weights_only=True)
-    data["model_config"]["max_len"] = 10**9
+    data["model_config"]["spec"]["max_len"] = 10**9
     torch.save(data, bad / "checkpoint.pt")
     note_written(bad / "checkpoint.pt")  # and its digest, as a forger would
     pair = root / "long.tsv"

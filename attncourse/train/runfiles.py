@@ -12,6 +12,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from attncourse.train.atomic import atomic_write
+
 #: The manifest's name; a leading dot keeps it out of the way of a user's listing.
 MANIFEST_NAME = ".attncourse-run.json"
 #: How the manifest's temporary file starts while it is written (then renamed into place).
@@ -105,13 +107,10 @@ def read_manifest(directory: Path) -> dict[str, str] | None:
 
 def write_manifest(directory: Path, files: dict[str, str]) -> None:
     """Write ``files`` as ``directory``'s manifest, atomically."""
-    # imported here: checkpoint imports this module
-    from attncourse.train.checkpoint import atomic_write_text
-
     text = json.dumps(
         {"format": "attncourse-run", "files": dict(sorted(files.items()))}, indent=2
     )
-    atomic_write_text(text + "\n", directory / MANIFEST_NAME)
+    atomic_write(directory / MANIFEST_NAME, lambda f: f.write((text + "\n").encode("utf-8")))
 
 
 def start_manifest(directory: Path) -> None:

@@ -176,7 +176,7 @@ def test_text_above_max_chars_is_refused(tmp_path, capsys):
 def test_checkpoint_asking_for_huge_sizes_is_refused(lm_run, capsys):
     path = lm_run / "checkpoint.pt"
     data = torch.load(path, weights_only=True)
-    data["model_config"]["max_len"] = 10**9
+    data["model_config"]["spec"]["max_len"] = 10**9
     torch.save(data, path)
     note_written(path)  # the forger edits the manifest too: the size check is tested
     capsys.readouterr()
