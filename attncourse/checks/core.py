@@ -27,7 +27,7 @@ Three rules keep the feedback honest and useful:
   hint.
 - *No hand-offs.* Besides the references, a check refuses any call (direct or not) to a
   library function that does the exercise's job, to the package outside the checks, or
-  to a chapter's helper from another cell (:mod:`attncourse.checks.hand_offs`).
+  to a chapter's helper from another cell (each check's ``@allowing`` rules).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from attncourse.checks.guard import (
+    HAND_OFFS,
     HandOff,
     HandOffs,
     ReferenceCalled,
@@ -55,7 +56,6 @@ from attncourse.checks.guard import (
     unwrap,
     watching,
 )
-from attncourse.checks.hand_offs import HAND_OFFS
 
 PASS_MARK = "✔"
 FAIL_MARK = "✘"

@@ -144,6 +144,9 @@ SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:specia
 #: Library attention: no exercise about attention weights or outputs may call it.
 ATTENTION = ("torch:scaled_dot_product_attention", "torch:multi_head_attention_forward",
              "torch:MultiheadAttention", "torch:flex_attention", "torch:_scaled_dot_product_attention_math")
+#: Library attention layers and Transformer blocks (chapters 7b and 13).
+TRANSFORMER_LAYERS = ATTENTION + ("torch:TransformerEncoderLayer", "torch:TransformerDecoderLayer",
+                                  "torch:Transformer", "torch:TransformerEncoder", "torch:TransformerDecoder")
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,9 @@ class HandOffs:
         (but those in ``allow``).
     allow : tuple of str
         Package functions the statement allows, as ``module.qualname``; what they call is
-        not looked at.
+        not looked at. A package object one of them returns is allowed with it: its
+        methods, and the package code they run through a library (a progress bar's
+        ``close`` and the file tqdm writes it to), are not looked at either.
     namespace : bool
         Refuse the functions of the learner's namespace (a notebook's globals) defined
         outside the learner's function's own cell, except earlier exercise answers
@@ -196,6 +201,31 @@ class HandOffs:
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
 
+#: Each check's :class:`HandOffs` by the check's name, registered by :func:`allowing` when
+#: the check's module is imported.
+HAND_OFFS: dict[str, HandOffs] = {}
+_REGISTERED_BY: dict[str, str] = {}
+
+
+def allowing(uses: str, **rules: Any) -> Callable[[Callable], Callable]:
+    """Decorate a check: register ``HandOffs(uses, **rules)`` in :data:`HAND_OFFS` under its name.
+
+    Raises
+    ------
+    ValueError
+        If a check of another module already has that name.
+    """
+    hand_offs = HandOffs(uses, **rules)
+
+    def register(check: Callable) -> Callable:
+        owner = _REGISTERED_BY.setdefault(check.__name__, check.__module__)
+        if owner != check.__module__:
+            raise ValueError(f"two checks named {check.__name__}: in {owner} and {check.__module__}")
+        HAND_OFFS[check.__name__] = hand_offs
+        return check
+    return register
+
+
 def _origin(module: str) -> str:
     return module.split(".", 1)[0]
 
@@ -217,6 +247,34 @@ def _called(frame: Any, event: str, arg: Any) -> tuple[str, str]:
 def _named(qualname: str, names: set[str]) -> bool:
     parts = qualname.split(".")
     return qualname in names or parts[0] in names or parts[-1] in names
+
+
+_CLASS_ATTRIBUTES = type.__dict__["__dict__"]
+_CLASS_NAME = type.__dict__["__name__"]
+
+
+def _package_object(obj: Any) -> bool:
+    """Whether ``obj``'s class is a class of the package, defined at the top of its module.
+
+    Read from the class's own dictionary: no code of a metaclass runs."""
+    cls = type(obj)
+    name = _CLASS_ATTRIBUTES.__get__(cls).get("__module__")
+    module = sys.modules.get(name) if isinstance(name, str) and name.startswith("attncourse.") else None
+    return module is not None and vars(module).get(_CLASS_NAME.__get__(cls)) is cls
+
+
+def _runs_for(frame: Any, handed: dict[int, Any], learner_globals: Any, depth: int = 12) -> bool:
+    """Whether package code in ``frame`` runs for an object in ``handed``: the frame, or a
+    library frame below it on the stack, is a method of that object."""
+    for _ in range(depth):
+        code = frame.f_code
+        if code.co_argcount and id(frame.f_locals.get(code.co_varnames[0])) in handed:
+            return True
+        frame = frame.f_back
+        if frame is None or frame.f_globals is learner_globals or (
+                frame.f_globals.get("__name__") or "").startswith("attncourse"):
+            return False
+    return False
 
 
 @dataclass
@@ -257,6 +315,7 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
     own_globals = getattr(inner, "__globals__", None)
     own_file = code.co_filename if code is not None else None
     allowed: list[Any] = []  # frames of allowed package functions now running
+    handed: dict[int, Any] = {}  # package objects they returned, by id (kept alive here)
     ran: list[str] = []
     must_call_origins = {_origin(name) for name in rules.must_call}
 
@@ -273,6 +332,8 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
         else:
             if event == "return" and allowed and allowed[-1] is frame:
                 allowed.pop()
+                if arg is not None and _package_object(arg):
+                    handed[id(arg)] = arg
             return
         if allowed:
             return
@@ -289,7 +350,7 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
         if names and _named(qualname, names):
             seen.append(HandOff("library", full))
         elif origin == "attncourse":
-            if full in rules.allow:
+            if full in rules.allow or (handed and event == "call" and _runs_for(frame, handed, own_globals)):
                 if event == "call":
                     allowed.append(frame)
             elif rules.package and not (module.startswith(("attncourse.checks", "attncourse.course.sandbox"))
@@ -372,5 +433,6 @@ def written(*functions: Any) -> bool:
               "'not passed yet' until then).")
     return not missing
 
-__all__ = ["ATTENTION", "EXERCISE_FUNCTIONS", "SOFTMAX", "HandOff", "HandOffs", "ReferenceCalled", "is_reference",
-           "is_stub", "reference_name", "refused", "stub_definition", "unwrap", "watching", "written"]
+__all__ = ["ATTENTION", "EXERCISE_FUNCTIONS", "HAND_OFFS", "SOFTMAX", "TRANSFORMER_LAYERS", "HandOff", "HandOffs",
+           "ReferenceCalled", "allowing", "is_reference", "is_stub", "reference_name", "refused", "stub_definition",
+           "unwrap", "watching", "written"]

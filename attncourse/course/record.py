@@ -34,7 +34,7 @@ from typing import Any
 
 import attncourse.chapters as chapters
 from attncourse.checks.core import reset_attempts
-from attncourse.checks.hand_offs import HAND_OFFS
+from attncourse.checks.guard import HAND_OFFS
 from attncourse.course.answers import PRELOADABLE, Answer
 from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
 from attncourse.course.sandbox.process import AnswerEnded, AnswerProcess
@@ -117,7 +117,7 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
     if ex.timeout is not None:  # an exercise that runs the learner's training declares its own
         limit = max(limit, ex.timeout)
     check = chapters.check(ex.check)
-    rules = HAND_OFFS.get(ex.check)
+    rules = HAND_OFFS.get(ex.check)  # registered by the check's module, imported just above
     with seeded(check, seed) as fresh:
         remote = AnswerProcess(answer.source, ex.function, rules, limit, preload=_preload(answer))
         try:
