@@ -35,7 +35,7 @@ from attncourse.cli.options import EXIT_USAGE, Parser
 from attncourse.cli.outputs import os_reason
 from attncourse.cli.parsing import add_fields
 from attncourse.course.editions import chapter_editions, write_notebook
-from attncourse.course.exercises import chapter_exercises, read_chapter
+from attncourse.course.exercises import NOTEBOOKS, chapter_exercises, read_chapter
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
 from attncourse.course.notice import NOTICE, write_licences
 from attncourse.course.owned_folder import check_owned, publish
@@ -44,8 +44,6 @@ from attncourse.course.slides import EXECUTED, executed_notebooks, write_decks
 from attncourse.train.config import setting, settings
 
 COMMAND = "student-edition"
-#: The chapters' MyST sources in a checkout of the course.
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 README = """# attncourse: editions for a class
 

@@ -23,6 +23,39 @@ from pathlib import Path
 import jupytext
 from nbformat import NotebookNode
 
+#: The course's chapters (MyST sources), beside the package.
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def chapters_in(notebooks: Path) -> dict[str, Path]:
+    """Stem -> path of every chapter (``*.md``) in ``notebooks``.
+
+    Raises
+    ------
+    ValueError
+        If ``notebooks`` holds no chapter.
+    """
+    names = {p.stem: p for p in notebooks.glob("*.md")}
+    if not names:
+        raise ValueError(f"--notebooks {str(notebooks)!r} holds no chapter (*.md)")
+    return names
+
+
+def chapter_path(name: str, notebooks: Path, option: str = "") -> Path:
+    """The MyST source of chapter ``name`` in ``notebooks``.
+
+    Raises
+    ------
+    ValueError
+        If there is no such chapter: naming ``option`` and the chapters.
+    """
+    names = chapters_in(notebooks)
+    if name not in names:
+        raise ValueError(f"{option + ' ' if option else ''}{name!r} is not a chapter (chapters: "
+                         f"{', '.join(sorted(names))})")
+    return names[name]
+
+
 #: Opening line of a sphinx-exercise directive, with ``` or ::: fences of any length.
 _OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>exercise|solution|solution-start|solution-end)\}"
                    r"\s*(?P<arg>.*)$")

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attncourse.cli.options import EXIT_USAGE
-from attncourse.course.grade_cli import NOTEBOOKS, chapter_path
+from attncourse.course.exercises import NOTEBOOKS, chapter_path
 from attncourse.runtime import NO_TRAINING_ENV, runs_dir
 from attncourse.train.store import FIT_CACHE_ENV
 
