@@ -1,10 +1,5 @@
-"""The engine of the exercise checks, and the checks several chapters share.
-
-A ``check_*`` function runs the learner's function on hidden cases and returns a
-:class:`CheckResult`, shown in a notebook as a green or red box: the first failing case,
-expected and got, and a hint; nothing is printed or raised. A chapter's own checks are in
-its folder (``attncourse/chapters/chNN_<name>/checks.py``), built on :func:`run_cases` and
-on :func:`attncourse.checks.guard.allowing` (what each check refuses).
+"""The engine of the exercise checks (:mod:`~attncourse.checks.core`, :mod:`~attncourse.checks.guard`)
+and the checks several chapters share; a chapter's own are in its folder's ``checks.py``.
 
 >>> from attncourse.checks import check_causal_mask
 >>> check_causal_mask(my_causal_mask)  # doctest: +SKIP

@@ -1,17 +1,11 @@
-"""Guards of the exercise checks: hand-offs and references refused, stubs recognised.
+"""What a check refuses while the learner's function runs, and how it tells a stub.
 
-A check names the course package's own implementations of what its exercise asks for.
-:func:`refused` replaces them, while the learner's function runs, by stand-ins that
-record the call and raise :class:`ReferenceCalled`, wherever the loaded ``attncourse``
-modules or the learner's namespace (a notebook's globals) hold them, under any name.
-:func:`watching` goes further: it follows every call made while the learner's function
-runs (``sys.setprofile``) and records the hand-offs a check's :class:`HandOffs` names: a
-library function that computes what the exercise asks for (``torch.softmax``,
-``scipy.special.softmax``, ``F.scaled_dot_product_attention``), any function of the course
-package outside the checks, and any function of the learner's namespace defined in another
-cell (a chapter's helper), directly or through other functions.
-:func:`is_stub` tells an unwritten exercise (``...``, ``pass``, ``raise
-NotImplementedError()``) from a wrong one.
+:func:`refused` swaps the package's own versions of the exercise (its references) for
+raising stand-ins; :func:`watching` follows every call (``sys.setprofile``) and records the
+hand-offs a check's :class:`HandOffs` names: a library function that does the exercise's
+work, the package outside the checks, a chapter's helper from another cell. Each check
+registers its rules with :func:`allowing`. :func:`is_stub` tells an unwritten answer
+(``...``, ``pass``, ``raise NotImplementedError()``) from a wrong one.
 """
 
 from __future__ import annotations
@@ -62,12 +56,8 @@ def is_reference(fn: Any, references: Sequence[Any]) -> Any:
 
 @contextlib.contextmanager
 def refused(references: Sequence[Any], fn: Any) -> Iterator[list[str]]:
-    """Replace every reference by a raising stand-in while ``fn`` runs; yield the calls made.
-
-    The stand-ins take the place of the references in every loaded ``attncourse`` module,
-    in ``fn``'s globals (a notebook's namespace), whatever name they are bound to there,
-    in its closure and its default arguments; everything is put back on exit.
-    """
+    """Replace every reference by a raising stand-in while ``fn`` runs (in the loaded
+    ``attncourse`` modules, ``fn``'s globals, closure and defaults); yield the calls made."""
     calls: list[str] = []
 
     def stand_in(ref: Any) -> Callable:
@@ -153,37 +143,14 @@ TRANSFORMER_LAYERS = ATTENTION + ("torch:TransformerEncoderLayer", "torch:Transf
 class HandOffs:
     """What a check refuses while the learner's function runs, besides its references.
 
-    Attributes
-    ----------
-    uses : str
-        What the learner may use, shown with every refusal ("NumPy operations: ...").
-    library : tuple of str
-        ``"origin:name"`` entries: a function of a module under ``origin`` (``torch``,
-        ``scipy``, ``numpy``), a method of its types (``Tensor.softmax``) or a class, whose
-        name (or class name) is ``name``.
-    package : bool
-        Refuse every function of the ``attncourse`` package outside the checks
-        (``attncourse.checks`` and the chapters' ``checks`` modules)
-        (but those in ``allow``).
-    allow : tuple of str
-        Package functions the statement allows, as ``module.qualname``; what they call is
-        not looked at. A package object one of them returns is allowed with it: its
-        methods, and the package code they run through a library (a progress bar's
-        ``close`` and the file tqdm writes it to), are not looked at either.
-    namespace : bool
-        Refuse the functions of the learner's namespace (a notebook's globals) defined
-        outside the learner's function's own cell, except earlier exercise answers
-        (:data:`EXERCISE_FUNCTIONS`).
-    must_call : tuple of str
-        ``module.qualname`` of functions of which one at least must run (the Triton
-        launcher of a kernel exercise); empty: nothing required.
-    must_call_message : str
-        The refusal when none of ``must_call`` ran.
-    calls : tuple of str
-        ``module:qualname`` of the functions through which the check calls the learner's
-        (a kernel's launcher, a loss's backward pass), from a chapter's ``calls`` module:
-        the grade of record runs them beside the answer, in its process
-        (:meth:`attncourse.course.sandbox.process.AnswerProcess.via`).
+    ``uses``: what the learner may use, shown with every refusal. ``library``:
+    ``"origin:name"``, a function, method or class ``name`` of a module under ``origin``.
+    ``package``: refuse the package outside the checks, but ``allow`` (``module.qualname``,
+    with what it calls and the package objects it returns: their methods, and what these
+    run through a library). ``namespace``: refuse the notebook's functions from other cells,
+    but earlier answers. ``must_call``: one must run, else ``must_call_message``. ``calls``:
+    a chapter's ``calls`` function the check calls the learner's through, run beside the
+    answer by the grade of record.
     """
 
     uses: str
@@ -208,7 +175,7 @@ _REGISTERED_BY: dict[str, str] = {}
 
 
 def allowing(uses: str, **rules: Any) -> Callable[[Callable], Callable]:
-    """Decorate a check: register ``HandOffs(uses, **rules)`` in :data:`HAND_OFFS` under its name.
+    """Register ``HandOffs(uses, **rules)`` as the decorated check's rules.
 
     Raises
     ------
@@ -254,9 +221,8 @@ _CLASS_NAME = type.__dict__["__name__"]
 
 
 def _package_object(obj: Any) -> bool:
-    """Whether ``obj``'s class is a class of the package, defined at the top of its module.
-
-    Read from the class's own dictionary: no code of a metaclass runs."""
+    """Whether ``obj``'s class is one its package module defines (read without running a
+    metaclass's code)."""
     cls = type(obj)
     name = _CLASS_ATTRIBUTES.__get__(cls).get("__module__")
     module = sys.modules.get(name) if isinstance(name, str) and name.startswith("attncourse.") else None
@@ -286,8 +252,7 @@ class HandOff:
 
 
 def _chapter_checks(module: str) -> bool:
-    """Whether ``module`` is a chapter's checks or the callers they run the learner's
-    function through (``attncourse.chapters.ch*.*checks``, ``...calls``)."""
+    """Whether ``module`` is a chapter's ``*checks`` or ``calls`` module."""
     parts = module.split(".")
     return (len(parts) == 4 and parts[:2] == ["attncourse", "chapters"]
             and parts[3].endswith(("checks", "calls")))
@@ -295,13 +260,9 @@ def _chapter_checks(module: str) -> bool:
 
 @contextlib.contextmanager
 def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
-    """Record the hand-offs ``rules`` refuse among the calls made inside this block.
-
-    ``learner`` is the learner's own function (its globals and its cell's file name tell
-    the namespace rule which functions are the chapter's). The list yielded is filled
-    while the block runs; a ``"missing"`` entry is added at the end when none of
-    ``rules.must_call`` ran. A profiler already set (a coverage tool) is put back after.
-    """
+    """Yield the list of the hand-offs ``rules`` refuse among the calls made in this block
+    (``learner``'s globals and cell tell the chapter's functions); a ``"missing"`` entry ends
+    it when none of ``rules.must_call`` ran. A profiler already set is put back after."""
     seen: list[HandOff] = []
     if rules is None:
         yield seen
@@ -375,10 +336,8 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
 
 
 def is_stub(fn: Any) -> bool:
-    """Whether ``fn``'s body is only ``...``, ``pass``, a docstring or ``raise NotImplementedError``.
-
-    An answer graded in a process of its own says so itself (``answer_is_stub``, read from
-    its source by the grader)."""
+    """Whether ``fn``'s body is a stub (:func:`stub_definition`); an answer graded in its own
+    process carries ``answer_is_stub``."""
     stub = getattr(unwrap(fn), "answer_is_stub", None) if getattr(unwrap(fn), "is_remote", False) else None
     if isinstance(stub, bool):
         return stub
@@ -406,25 +365,8 @@ def stub_definition(node: ast.AST | None) -> bool:
 
 
 def written(*functions: Any) -> bool:
-    """Whether the learner has written every one of ``functions`` (none is still a stub).
-
-    The student edition wraps a cell that runs the learner's functions in ``if
-    written(...):`` (:mod:`attncourse.course.waiting`), so that before the exercise is
-    answered the cell prints one line saying what it waits for, instead of failing on
-    the stub's ``None``. A written function that is wrong still runs, and its errors
-    show.
-
-    Parameters
-    ----------
-    *functions : callable
-        The learner's functions the cell calls.
-
-    Returns
-    -------
-    bool
-        True when none of them is a stub (:func:`is_stub`); otherwise False, after
-        printing which ones the cell waits for.
-    """
+    """Whether none of ``functions`` is a stub (:func:`is_stub`); else print which ones a
+    cell of the student edition waits for (:mod:`attncourse.course.waiting`) and say False."""
     missing = [getattr(unwrap(fn), "__name__", "?") for fn in functions if is_stub(fn)]
     if missing:
         names = " and ".join(f"`{name}`" for name in missing)

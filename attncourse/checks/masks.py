@@ -1,12 +1,5 @@
-"""What several chapters' mask checks share: the causal mask's check, drawn lengths.
-
-:func:`check_causal_mask` checks chapters 4 and 6's exercise; :func:`draw_lengths`
-draws the sequence lengths of the cases added at grading time (chapters 1 and 7).
-
-References
-----------
-Vaswani et al. (2017), "Attention Is All You Need", section 3.2.3 (masking in the decoder).
-"""
+"""The mask checks several chapters share: the causal mask (chapters 4 and 6), and the
+lengths drawn for graded cases (chapters 1 and 7)."""
 
 from __future__ import annotations
 
@@ -22,24 +15,9 @@ from attncourse.functional import causal_mask
 
 def draw_lengths(seed: int | None, max_len: tuple[int, int] = (1, 11), shortest: int = 0,
                  batch: tuple[int, int] = (1, 5)) -> list[tuple[list[int], int]]:
-    """Two ``(lengths, max_len)`` drawn from the grading seed (none without one).
-
-    Parameters
-    ----------
-    seed : int or None
-        The grading seed; None (the check in the learner's notebook) draws nothing.
-    max_len : (int, int)
-        Least and greatest padded length, inclusive.
-    shortest : int
-        Least sequence length (0: a sequence may be all padding).
-    batch : (int, int)
-        Least and greatest number of sequences, inclusive.
-
-    Returns
-    -------
-    list of (list of int, int)
-        Each batch's sequence lengths, each in ``[shortest, max_len]``, and its ``max_len``.
-    """
+    """Two ``(lengths, max_len)`` drawn from the grading ``seed`` (none when it is None):
+    ``max_len`` and the batch size within the inclusive ranges given, each length in
+    ``[shortest, max_len]``."""
     if seed is None:
         return []
     rng = np.random.default_rng(seed)
@@ -136,28 +114,9 @@ def causal_mask_cases(seed: int | None = None) -> list[Case]:
 @allowing("NumPy operations such as np.tril, np.ones, np.arange, comparisons and broadcasting.",
           library=("torch:generate_square_subsequent_mask",))
 def check_causal_mask(fn: Callable[[int], Any]) -> CheckResult:
-    """Check a learner's causal (look-ahead) mask.
+    """Check a learner's causal mask ``fn(seq_len) -> (seq_len, seq_len)`` bool, True where
+    query i may attend to key j (j <= i); 0/1 integers are not accepted.
 
-    Parameters
-    ----------
-    fn : callable
-        The learner's ``causal_mask(seq_len)``, called as ``fn(seq_len)``:
-
-        - ``seq_len`` : int >= 1;
-        - returns a (seq_len, seq_len) array of dtype bool, ``True`` where query
-          position i may attend to key position j, i.e. where j <= i (the lower
-          triangle, diagonal included). 0/1 integers are not accepted: masks are
-          boolean throughout the course. NumPy array, torch tensor or nested list.
-
-    Returns
-    -------
-    CheckResult
-        Truthy when every hidden case passes; otherwise the first failing case
-        and a hint for the likely bug: upper instead of lower triangle, diagonal
-        excluded, True/False swapped, a non-boolean dtype, a wrong shape at seq_len=1.
-
-    References
-    ----------
     Vaswani et al. (2017), section 3.2.3 (masking in the decoder).
 
     Examples
