@@ -1,12 +1,9 @@
 """``python -m attncourse grade SUBMISSIONS...``: the grade of record of collected submissions.
 
-Each SUBMISSION is a notebook (``.ipynb``) or a folder searched for them (nbgrader's
-``submitted/``). The chapter is ``--chapter``, else the notebook's name or its folder's
-(``submitted/<student>/<chapter>/<chapter>.ipynb``). Prints one line per exercise and a
-total per submission; ``--json OUT`` writes every record (``-``: to stdout instead);
-``--gradebook gradebook.db`` sets each check's score there (:mod:`attncourse.course.gradebook`). Every
-problem with the input ends with one line ``attncourse: error: ...`` and exit status 2.
-See :mod:`attncourse.course.record` for how an answer is graded.
+A SUBMISSION is a notebook or a folder of them; its chapter is ``--chapter``, else the
+notebook's or its folder's name. Prints one line per exercise and a total; ``--json OUT``
+writes the records, ``--gradebook DB`` the scores (:mod:`attncourse.course.gradebook`).
+Errors end with ``attncourse: error: ...`` and exit status 2 (:mod:`attncourse.course.record`).
 """
 
 from __future__ import annotations

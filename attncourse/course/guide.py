@@ -1,10 +1,5 @@
-"""The tables of the instructor's guide (``book/instructors.md``), made from the chapters.
-
-Everything comes from the chapters' MyST sources (title, learning goals,
-prerequisites, exercises) and from :data:`TIMINGS`, the execution times measured in a
-book build on 2 CPU cores (``make timings`` writes it from jupyter-cache's records).
-A chapter added to ``notebooks/`` appears in every table without further work; until
-``make timings`` has measured it, its time reads "not measured" (and a unit test fails).
+"""The tables of the instructor's guide (``book/instructors.md``), made from the chapters'
+MyST sources and :data:`TIMINGS` (execution times of a book build on 2 CPU cores).
 """
 
 from __future__ import annotations
