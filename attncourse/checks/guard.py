@@ -143,14 +143,23 @@ TRANSFORMER_LAYERS = ATTENTION + ("torch:TransformerEncoderLayer", "torch:Transf
 class HandOffs:
     """What a check refuses while the learner's function runs, besides its references.
 
-    ``uses``: what the learner may use, shown with every refusal. ``library``:
-    ``"origin:name"``, a function, method or class ``name`` of a module under ``origin``.
-    ``package``: refuse the package outside the checks, but ``allow`` (``module.qualname``,
-    with what it calls and the package objects it returns: their methods, and what these
-    run through a library). ``namespace``: refuse the notebook's functions from other cells,
-    but earlier answers. ``must_call``: one must run, else ``must_call_message``. ``calls``:
-    a chapter's ``calls`` function the check calls the learner's through, run beside the
-    answer by the grade of record.
+    Attributes
+    ----------
+    uses : str
+        What the learner may use, shown with every refusal.
+    library : tuple of str
+        ``"origin:name"``: a function, method or class ``name`` of a module under ``origin``.
+    package : bool
+        Refuse the package outside the checks, but ``allow`` (``module.qualname``): with what
+        it calls and the package objects it returns (their methods, and what these run
+        through a library).
+    namespace : bool
+        Refuse the notebook's functions from other cells, but earlier answers.
+    must_call, must_call_message : tuple of str, str
+        Functions of which one must run, and the refusal when none did.
+    calls : tuple of str
+        ``module:qualname`` of a chapter's function the check calls the learner's through;
+        the grade of record runs it in the answer's process.
     """
 
     uses: str
