@@ -51,9 +51,9 @@ def lenient_hand_offs(monkeypatch):
     package's helpers to reach a given hint; whether such answers are refused as
     hand-offs is the business of ``tests/checks/test_hand_offs.py``.
     """
-    from attncourse.checks import hand_offs
+    from attncourse.checks.guard import HAND_OFFS
 
-    for name, rules in list(hand_offs.HAND_OFFS.items()):
-        monkeypatch.setitem(hand_offs.HAND_OFFS, name, HandOffs(
+    for name, rules in list(HAND_OFFS.items()):
+        monkeypatch.setitem(HAND_OFFS, name, HandOffs(
             rules.uses, package=False, namespace=False, must_call=rules.must_call,
             must_call_message=rules.must_call_message))

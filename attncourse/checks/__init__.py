@@ -1,16 +1,9 @@
-"""Instant feedback on the course's coding exercises.
+"""The engine of the exercise checks (:mod:`~attncourse.checks.core`, :mod:`~attncourse.checks.guard`)
+and the checks several chapters share; a chapter's own are in its folder's ``checks.py``.
 
-Each ``check_*`` function runs a learner's function on hidden cases and returns
-a :class:`CheckResult`: truthy when all cases pass, and shown in a notebook as a
-short green or red box that names the first failing case, what was expected
-and what came back, and a hint. Nothing is printed and nothing is raised.
-
->>> from attncourse.checks import check_softmax
->>> check_softmax(my_softmax)  # doctest: +SKIP
-✔ check_softmax: all 7 hidden cases pass
-
-Chapters add their checks on top of the engine in :mod:`attncourse.checks.core`:
-a list of :class:`Case` objects and :func:`run_cases`.
+>>> from attncourse.checks import check_causal_mask
+>>> check_causal_mask(my_causal_mask)  # doctest: +SKIP
+✔ check_causal_mask: all 3 hidden cases pass
 """
 
 from attncourse.lazy import lazy_exports
@@ -21,21 +14,13 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "core": ("Case", "CheckResult", "run_cases", "to_numpy"),
     "graded": ("graded",),
     "guard": ("written",),
-    "self_attention": ("check_causal_mask", "check_scaled_dot_product", "check_softmax"),
-    "masks": ("check_masked_softmax", "check_padding_mask"),
-    "seq2seq": ("check_additive_score", "check_gru_cell"),
+    "masks": ("check_causal_mask",),
 })
 
 __all__ = [
     "Case",
     "CheckResult",
-    "check_additive_score",
     "check_causal_mask",
-    "check_gru_cell",
-    "check_masked_softmax",
-    "check_padding_mask",
-    "check_scaled_dot_product",
-    "check_softmax",
     "graded",
     "run_cases",
     "to_numpy",

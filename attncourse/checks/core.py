@@ -1,33 +1,7 @@
-"""The engine behind every exercise check: run hidden cases, describe the first miss.
-
-A chapter's check is a list of :class:`Case` objects handed to :func:`run_cases`
-together with the learner's function. The runner calls the function on each
-case in turn and stops at the first one that goes wrong, whether the function
-raised, returned the wrong kind of thing or the wrong numbers. It never
-re-raises and never prints: everything the learner needs is in the returned
-:class:`CheckResult`, which a notebook shows as a short coloured box.
-
-Outputs may be NumPy arrays, torch tensors (on any device, with or without
-gradients) or nested lists; they are all compared as NumPy arrays.
-
-Three rules keep the feedback honest and useful:
-
-- *References are refused.* A check names the course package's own implementations of
-  what its exercise asks for (``references``); while the learner's function runs, each of
-  them is replaced, wherever the package or the learner's namespace holds it, by a
-  stand-in that records the call and raises. A function that hands the work to them
-  fails with a message saying so, whatever it returns.
-- *Unwritten is not wrong.* A stub (a body of ``...`` or ``pass``, or one raising
-  ``NotImplementedError`` as nbgrader's released notebooks do) gets "not passed yet".
-- *A nudge first, unless the mistake is recognised.* When the check recognises the mistake
-  (a case's ``diagnose`` names it, or the signature is wrong), its hint says so at once.
-  Otherwise the first failed attempt of a check shows a nudge (the case's ``nudge``, or a
-  general one); from the second on, the full hint, which gives the idea of the fix but
-  never its code (``tests/checks/test_hints.py``). ``result.hint`` always holds the full
-  hint.
-- *No hand-offs.* Besides the references, a check refuses any call (direct or not) to a
-  library function that does the exercise's job, to the package outside the checks, or
-  to a chapter's helper from another cell (:mod:`attncourse.checks.hand_offs`).
+"""The engine of every exercise check: :func:`run_cases` runs the hidden cases and
+describes the first miss (a wrong result, an exception, a stub, a hand-off refused by
+:mod:`attncourse.checks.guard`) in a :class:`CheckResult`; a first failed attempt gets a
+nudge unless the mistake is recognised, later ones the full hint, which never gives code.
 """
 
 from __future__ import annotations
@@ -45,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from attncourse.checks.guard import (
+    HAND_OFFS,
     HandOff,
     HandOffs,
     ReferenceCalled,
@@ -55,7 +30,6 @@ from attncourse.checks.guard import (
     unwrap,
     watching,
 )
-from attncourse.checks.hand_offs import HAND_OFFS
 
 PASS_MARK = "✔"
 FAIL_MARK = "✘"
@@ -76,43 +50,9 @@ _failed_attempts: dict[str, int] = {}
 
 @dataclass(frozen=True, repr=False)
 class CheckResult:
-    """The outcome of checking one exercise, truthy when every hidden case passes.
-
-    A notebook cell that ends with a check shows it as a small green or red
-    box (``_repr_html_``); ``print(result)`` gives the same report as text.
-
-    Attributes
-    ----------
-    name : str
-        The check's name, e.g. ``"check_softmax"``.
-    passed : bool
-        Whether every hidden case passed.
-    cases_passed : int
-        Cases that passed before the first failure (all of them when ``passed``).
-    cases_total : int
-        Number of hidden cases.
-    message : str
-        ``"all 6 hidden cases pass"``, or the first failing case described:
-        which case, the inputs' shapes, and what was expected against what the
-        function returned (first differing entry, a shape or a type) or raised.
-    hint : str
-        What to look at to fix the failure; empty when ``passed``.
-    args : tuple
-        Positional inputs of the failing case, so that ``fn(*result.args,
-        **result.kwargs)`` reproduces it in a new cell; empty when ``passed``.
-    kwargs : dict
-        Keyword inputs of the failing case.
-    nudge : str
-        What the report shows instead of ``hint`` on a first failed attempt (empty: the
-        report shows ``hint``). A mistake the check recognises (``recognised``) gets no
-        nudge: its hint names it at once.
-    recognised : bool
-        Whether ``hint`` names a mistake the check recognised in what the function did
-        (a case's ``diagnose``, a wrong signature), rather than the case's general hint.
-    value : object
-        What the function returned, where a check keeps it so that the chapter need not
-        compute it again (chapter 7b's trained weights); ``None`` otherwise.
-    """
+    """The outcome of one check, truthy when every hidden case passes, shown as a green or
+    red box; ``args``/``kwargs`` rerun the failing case, ``nudge`` replaces ``hint`` on a
+    first failed attempt, ``value`` is a result the chapter reuses (7b's weights)."""
 
     name: str
     passed: bool
@@ -171,34 +111,11 @@ Diagnose = Callable[[Any, "Case"], "str | None"]
 
 @dataclass(frozen=True)
 class Case:
-    """One hidden test case of an exercise.
-
-    Attributes
-    ----------
-    description : str
-        What the case is about, shown to the learner, e.g. ``"masked row, seq_len=4"``.
-    args : Mapping[str, Any]
-        Inputs passed positionally, in order; the names only label them in messages.
-    expected : array-like or tuple of array-like
-        The right answer. A tuple means the function must return that many
-        arrays (named by ``output_names``).
-    kwargs : Mapping[str, Any]
-        Inputs passed by keyword.
-    atol, rtol : float
-        Tolerances of the comparison, as in :func:`numpy.allclose`.
-    hint : str
-        Shown when this case fails and ``diagnose`` names no specific bug.
-    nudge : str
-        Shown instead of the hint on a first failed attempt: a pointer that leaves the fix
-        to the learner (default: :data:`GENERAL_NUDGE`).
-    output_names : tuple of str, optional
-        Names of the returned arrays when ``expected`` is a tuple,
-        e.g. ``("output", "weights")``.
-    dtype : numpy dtype, optional
-        A dtype the result must have (e.g. ``bool`` for masks); checked after the values.
-    diagnose : callable, optional
-        ``diagnose(got, case) -> str | None``, see :data:`Diagnose`. ``got`` is
-        what the function returned, converted to NumPy where possible.
+    """One hidden case: ``args`` passed positionally (their names label messages), ``kwargs``
+    by keyword; ``expected`` an array, or a tuple of arrays named by ``output_names``,
+    compared with ``atol``/``rtol`` as :func:`numpy.allclose` does, then ``dtype`` if set.
+    ``hint`` is shown on a failure that ``diagnose`` (:data:`Diagnose`) does not name,
+    ``nudge`` (default :data:`GENERAL_NUDGE`) on a first failed attempt.
     """
 
     description: str
@@ -215,11 +132,8 @@ class Case:
 
 
 def to_numpy(value: Any) -> Any:
-    """Convert a torch tensor, list or NumPy array to an ndarray; anything else unchanged.
-
-    Tensors are detached and moved to the CPU first. Values that do not form a
-    numeric or boolean array (``None``, strings, ragged lists) come back as they were.
-    """
+    """A tensor (detached, on the CPU), list or array as a numeric ndarray; anything else
+    (``None``, strings, ragged lists) unchanged."""
     if isinstance(value, np.ndarray):
         return value
     if hasattr(value, "detach") and hasattr(value, "cpu") and hasattr(value, "numpy"):
@@ -293,11 +207,8 @@ def describe_inputs(case: Case) -> str:
 
 
 def first_mismatch(got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> str | None:
-    """Describe the first entry where ``got`` and ``expected`` differ, or ``None``.
-
-    Both must have the same shape. NaN or inf where ``expected`` is finite
-    always counts as a difference, and the description counts them.
-    """
+    """The first entry where ``got`` and ``expected`` (same shape) differ, or None; NaN or
+    inf where a number is expected always differs, and is counted."""
     got_f = got.astype(np.float64)
     exp_f = expected.astype(np.float64)
     close = np.isclose(got_f, exp_f, atol=atol, rtol=rtol, equal_nan=True)
@@ -326,12 +237,8 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 def _learner_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The deepest frame of the traceback that lies in the learner's own code.
-
-    Frames of the standard library, installed packages and attncourse are
-    skipped, so an error raised inside NumPy points at the learner's line that
-    called NumPy.
-    """
+    """The deepest frame of the traceback in the learner's code (not the standard library,
+    an installed package or attncourse), or None."""
     frames = traceback.extract_tb(exc.__traceback__)[1:]  # the first frame is the runner's call
     library = _library_dirs()
     own = [f for f in frames if not os.path.realpath(f.filename).startswith(library)]
@@ -354,7 +261,6 @@ def describe_exception(exc: BaseException) -> str:
 
 
 def _exception_hint(exc: BaseException, case: Case) -> tuple[str, bool]:
-    """The hint for a function that raised, and whether it names a recognised mistake."""
     text = str(exc)
     if isinstance(exc, TypeError) and ("positional argument" in text or "keyword argument" in text):
         names = list(case.args) + [f"{key}={key}" for key in case.kwargs]
@@ -363,7 +269,6 @@ def _exception_hint(exc: BaseException, case: Case) -> tuple[str, bool]:
 
 
 def _compare(got: Any, case: Case) -> str | None:
-    """Describe how ``got`` differs from ``case.expected``, or ``None`` if it matches."""
     if isinstance(case.expected, tuple):
         names = case.output_names or tuple(f"result[{i}]" for i in range(len(case.expected)))
         wanted = f"a tuple ({', '.join(names)})"
@@ -417,12 +322,8 @@ def remote_answer(fn: Any) -> Any:
 
 
 def calling(fn: Any, caller: Callable) -> Callable:
-    """``caller(fn, *args, **kwargs)`` as a function of the case's inputs.
-
-    ``caller`` is how a check calls the learner's function (launch a kernel, backpropagate a
-    loss); for an answer graded in a process of its own it runs there, beside the answer
-    (it must be listed in the exercise's ``HandOffs.calls``).
-    """
+    """``caller(fn, *args, **kwargs)`` as a function of the case's inputs; for an answer
+    graded in its own process, run there (``caller`` listed in ``HandOffs.calls``)."""
     remote = remote_answer(fn)
     if remote is not None:
         return remote.via(caller)
@@ -513,33 +414,12 @@ def reset_attempts() -> None:
 
 def run_cases(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any] = (),
               hand_offs: HandOffs | None = None, learner: Any = None) -> CheckResult:
-    """Run ``fn`` on each hidden case and report the first failure.
+    """Run ``fn`` on each hidden case, in order, and report the first failure; never raises.
 
-    Parameters
-    ----------
-    name : str
-        The check's name shown in the report, e.g. ``"check_softmax"``.
-    fn : callable
-        The learner's function.
-    cases : sequence of Case
-        Hidden cases, run in order; the first failure stops the run.
-    references : sequence of callable
-        The package's implementations of what the exercise asks for: ``fn`` fails if it
-        is one of them or calls one (they raise while it runs, see :func:`refused`).
-    hand_offs : HandOffs, optional
-        The library, package and notebook functions ``fn`` may not call, directly or
-        indirectly, and what it may use (see :func:`attncourse.checks.guard.watching`).
-    learner : callable, optional
-        The learner's own function when ``fn`` is a check's wrapper around it (it tells
-        the namespace rule which cell is the learner's); default ``fn``.
-
-    Returns
-    -------
-    CheckResult
-        Never raises for anything the learner's function does: exceptions,
-        wrong types, wrong shapes and wrong values are all described in it. A stub
-        gets "not passed yet"; a failure shows a nudge on the check's first failed
-        attempt (see the module's docstring).
+    ``references`` are the package's own versions of the exercise (``fn`` fails if it is or
+    calls one); ``hand_offs`` what ``fn`` may not call, default the rules registered under
+    ``name`` (:func:`attncourse.checks.guard.allowing`); ``learner`` the learner's own
+    function when ``fn`` wraps it.
 
     Examples
     --------
@@ -605,7 +485,6 @@ def _run(name: str, fn: Any, cases: Sequence[Case], references: Sequence[Any],
 
 
 def _diagnose(got: Any, case: Case) -> tuple[str, bool]:
-    """The hint for a wrong result, and whether the case's ``diagnose`` recognised the mistake."""
     if case.diagnose is not None:
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):

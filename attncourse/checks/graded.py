@@ -1,12 +1,5 @@
-"""A check's result in an nbgrader test cell: shown to the student, failing only under grading.
-
-nbgrader scores a test cell 0 when it raises, and full marks otherwise. A plain ``assert
-result.passed`` would also stop a student's *Run All* at the first exercise not yet
-answered, so :func:`graded` raises only where nbgrader executes the notebook (its
-autograder and validator set ``NBGRADER_EXECUTION``); elsewhere it shows the result box
-and the notebook carries on. The box is *displayed*, not returned: nbgrader reads a test
-cell's returned value as a partial score and warns when it is not a number.
-"""
+"""A check's result in an nbgrader test cell: displayed (a returned value would be read as a
+partial score), raising only under nbgrader, so that a student's *Run All* goes on."""
 
 from __future__ import annotations
 
@@ -19,13 +12,12 @@ GRADING = ("autograde", "validate")
 
 
 def graded(result: CheckResult) -> None:
-    """Display ``result``; when nbgrader grades or validates, raise unless it passed.
+    """Display ``result``.
 
     Raises
     ------
     AssertionError
-        With the result's report, if ``result`` did not pass and ``NBGRADER_EXECUTION``
-        is ``"autograde"`` or ``"validate"``.
+        If it did not pass and ``NBGRADER_EXECUTION`` is ``"autograde"`` or ``"validate"``.
     TypeError
         If ``result`` is not a :class:`CheckResult`.
     """

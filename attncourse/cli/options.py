@@ -1,11 +1,9 @@
-"""The options of ``python -m attncourse``: the argument parser, and every check made before any work.
+"""The options of ``python -m attncourse``: the parser, and every check made before any work.
 
 :func:`build_parser` reads the command line; :func:`validate_train_args` and
-:func:`validate_evaluate_args` then check what argparse cannot see alone (options
-that do not go together, files to read, places to write) and fill in the
-defaults that depend on the model. Every problem is a :class:`UsageError`,
-printed by :func:`attncourse.cli.commands.main` as one line naming the option,
-exit status 2.
+:func:`validate_evaluate_args` check what argparse cannot (options that conflict, files
+to read, places to write) and fill the model's defaults. A problem is a
+:class:`UsageError`: one line naming the option, exit status 2.
 """
 
 from __future__ import annotations
@@ -318,15 +316,12 @@ def shared_folder(out: Path) -> str | None:
 
 def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str, ...] = TRAIN_WRITES,
                     command: str = "train") -> str | None:
-    """Why ``command`` must not write into ``out``, or None: no file is replaced that a run did not write.
+    """Why ``command`` must not write into ``out``, or None.
 
-    Without ``--resume`` or ``--overwrite``, ``out`` must be new or empty (the
-    temporary files a killed write left there do not count, nor the files of a
-    run killed before its first checkpoint). With ``--resume`` it must hold a
-    ``command`` run's ``checkpoint.pt``, or a run killed before it wrote one
-    (which then starts from the beginning). With ``--overwrite``, none of the
-    files the run writes (``writes``) may be there unless a run wrote it
-    (:mod:`attncourse.cli.rundir`).
+    Without ``--resume`` or ``--overwrite`` ``out`` must be new or empty (a killed write's
+    temporary files aside); with ``--resume`` it must hold a ``command`` run's
+    ``checkpoint.pt`` (or a run killed before one); with ``--overwrite`` none of ``writes`` may
+    be there unless a run wrote it (:mod:`attncourse.cli.rundir`).
     """
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} exists and is not a directory"
@@ -388,25 +383,9 @@ def out_dir_problem(out: Path, resume: bool, overwrite: bool, writes: tuple[str,
 
 
 def length_hint(max_tokens: int, model_limit: int | None, sources_only: bool = False) -> tuple[int, str]:
-    """The limit a side is held to, and the advice a pair above it gets.
-
-    Parameters
-    ----------
-    max_tokens : int
-        ``--max-tokens``.
-    model_limit : int or None
-        Most tokens the model takes (a Transformer: its positions less one for
-        ``<bos>``/``<eos>``); None for the RNNs.
-    sources_only : bool
-        The model's limit holds for sources only (evaluation: targets are
-        only scored, never fed to the model).
-
-    Returns
-    -------
-    limit : int
-        The smaller of the two, for the sides the model's limit holds for.
-    hint : str
-        Where the limit comes from and what to do about a pair above it.
+    """``(limit, hint)``: the smaller of ``max_tokens`` and ``model_limit`` (a Transformer's
+    positions less one; None for RNNs; for sources only when ``sources_only``), and where the
+    limit comes from and what to do about a longer pair.
     """
     skip = "pass --too-long skip to leave such pairs out"
     if model_limit is None or model_limit >= max_tokens:

@@ -1,23 +1,11 @@
 """Where a command's output files may go, and the lock that keeps one run per folder.
 
-A file a user names as an output (``evaluate --json``, ``--predictions``) is
-checked before any work, and refused when writing it would destroy something
-the command did not create:
-
-* an input of the same command (the ``--test`` file, the checkpoint) or an
-  existing file of the run directory (``best.pt``, ``config.json``, a user's
-  ``notes.txt``, ...) but the command's own output there (``metrics.json``): always refused;
-* anything that is not a regular file: a symbolic link (its target would be
-  replaced by the atomic rename), a FIFO (writing to it blocks until a reader
-  comes), a socket or a block device are refused; a character device
-  (``/dev/null``, a terminal) is written through, never replaced; ``-`` and
-  ``/dev/stdout`` print to standard output;
-* an existing regular file that the command did not write before: replaced only
-  with ``--overwrite``, and the command says so.
-
-:func:`run_lock` holds an exclusive ``fcntl.flock`` on a run directory while a
-run writes into it, so that a second run started into the same ``--out`` stops
-with one line instead of mixing its files with the first one's.
+An output a user names (``evaluate --json``, ``--predictions``) is refused before any work
+if it is an input of the command or an existing file of the run directory (but the
+command's own output there), or not a regular file (a link, FIFO, socket or block device;
+a character device such as ``/dev/null`` is written through, ``-`` is stdout); an existing
+file the command did not write is replaced only with ``--overwrite``. :func:`run_lock`
+holds a ``flock`` on a run directory while a run writes into it.
 """
 
 from __future__ import annotations
@@ -75,23 +63,11 @@ def _same_file(a: Path, b: Path) -> bool:
 def output_problem(path: Path, option: str, *, inputs: Iterable[Path] = (), run_dir: Path | None = None,
                    run_outputs: Iterable[str] = (), ours: Callable[[Path], bool] | None = None,
                    overwrite: bool = False) -> str | None:
-    """Why ``path`` must not receive an output, or None; see the module's docstring for the rules.
+    """Why ``path`` (named by ``option``) must not receive an output, or None.
 
-    Parameters
-    ----------
-    path : Path
-        The output asked for.
-    option : str
-        The option that named it, for the message.
-    inputs : iterable of Path
-        Files the same command reads.
-    run_dir : Path, optional
-        The run directory the command works on: an existing file there is refused (the run's own
-        files, and anything a user keeps with them), but those named in ``run_outputs``.
-    ours : callable(Path) -> bool, optional
-        True for an existing file this command wrote earlier (replaced without ``--overwrite``).
-    overwrite : bool
-        ``--overwrite`` was given: other existing regular files may be replaced.
+    ``inputs`` are the command's inputs; ``run_dir`` its run directory, whose existing files are
+    refused but ``run_outputs``; ``ours(path)`` tells a file this command wrote (replaced
+    freely); ``overwrite`` lets other regular files be replaced.
 
     Raises
     ------
@@ -177,15 +153,13 @@ class RunLocked(OSError):
 
 @contextmanager
 def run_lock(directory: Path, option: str = "--out") -> Iterator[None]:
-    """Hold an exclusive, non-blocking ``flock`` on ``directory`` (which must exist) while the block runs.
-
-    The lock is taken on the directory itself (no lock file is left behind) and
-    is released by the kernel whatever way the process ends.
+    """Hold an exclusive, non-blocking ``flock`` on ``directory`` (which must exist) while the
+    block runs; no lock file, released by the kernel however the process ends.
 
     Raises
     ------
     RunLocked
-        ``"--out 'runs/lm' is in use by another attncourse run (...)"`` if another process holds it.
+        If another process holds it.
     """
     try:
         import fcntl

@@ -1,13 +1,9 @@
-"""How the command line reads a value, and the parser generated from :func:`~attncourse.train.config.setting` fields.
+"""How the command line reads a value, and the parser generated from setting fields.
 
-Every option of every command is a dataclass field made with
-:func:`~attncourse.train.config.setting` (the commands' fields are listed in
-:data:`attncourse.cli.option_fields.COMMANDS`). :func:`add_fields` turns such fields
-into argparse arguments: the flag, default, help, choices or value check
-(:data:`CHECKS`) and the range (:class:`~attncourse.train.config.Limit`,
-appended to the help as ``[at most N]`` and checked after parsing by
-:func:`attncourse.cli.limits.validate_limits`) all come from the field, so that
-adding an option is adding a field. Errors are one line (:class:`Parser`).
+Every option is a dataclass field made with :func:`~attncourse.train.config.setting`
+(:data:`attncourse.cli.option_fields.COMMANDS`); :func:`add_fields` makes it an argparse
+argument (flag, default, help, choices or check from :data:`CHECKS`, range appended as
+``[at most N]``). Errors are one line (:class:`Parser`).
 """
 
 from __future__ import annotations
@@ -169,21 +165,9 @@ def option_name(f: Field) -> str:
 
 
 def add_fields(target: Any, of: Iterable[Field], sections: dict[str, Any] | None = None) -> None:
-    """Add each setting field ``of`` to ``target`` (a parser or argument group) as an argument.
-
-    Parameters
-    ----------
-    target : argparse.ArgumentParser or argument group
-    of : iterable of dataclasses.Field
-        Fields made with :func:`~attncourse.train.config.setting`.
-    sections : dict, optional
-        ``--help`` sections by the fields' ``group``; a field whose group has
-        no section goes to ``target``.
-
-    A setting the preset fills in (``preset``) defaults to None; a boolean is a
-    ``--x/--no-x`` pair, or a switch ``--x`` if not ``negatable``; a ``repeat`` option
-    collects its values in a list; a range
-    (``limit``) is appended to the help as ``[at most N]``.
+    """Add each setting field of ``of`` to ``target`` (a parser or group) as an argument, in the
+    ``--help`` section ``sections`` gives its ``group``: a preset-filled setting defaults to
+    None, a boolean is ``--x/--no-x`` (or a switch), a ``repeat`` option collects a list.
     """
     for f in of:
         meta = f.metadata

@@ -1,17 +1,10 @@
-"""A run directory's own files: which files a run wrote, so that nothing else is ever replaced.
+"""A run directory's own files: which files a run wrote, so that nothing else is replaced.
 
-A ``train`` or ``train-lm`` run creates a manifest (``.attncourse-run.json``,
-:mod:`attncourse.train.runfiles`) before it writes anything, and every file it
-writes is recorded there with its SHA-256. ``--overwrite`` deletes only the files
-listed there whose digest still matches, and only under the names the command
-owns (:data:`OWNED_FILES`); any other file in the folder (the user's ``test.tsv``,
-an edited or forged ``config.json``) is the user's, and the command stops
-before writing anything and names it. Runs written before the manifest existed
-have no file the tool can show it wrote: ``--overwrite`` refuses them (they can
-still be resumed), and the message says to empty the folder by hand.
-
-JSON files are written strictly: NaN and infinities become ``null``, so that any
-JSON reader can read them.
+A run records every file it writes, with its SHA-256, in ``.attncourse-run.json``
+(:mod:`attncourse.train.runfiles`). ``--overwrite`` deletes only the listed files whose
+digest still matches, under the names a command owns (:data:`OWNED_FILES`); any other file
+is the user's, and the command stops before writing and names it. A folder without a
+manifest cannot be overwritten (it can be resumed). JSON is written strictly (NaN -> null).
 """
 
 from __future__ import annotations
@@ -108,15 +101,8 @@ def run_command(config: dict[str, Any] | None) -> str | None:
 
 
 def recorded_files(out: Path) -> set[str]:
-    """Names of the files in ``out`` the tool can show it wrote.
-
-    The manifest lists them with the SHA-256 they still have
-    (:func:`~attncourse.train.runfiles.owned_names`).
-
-    Only names a command may write (:data:`OWNED_FILES`) count, so that even a
-    forged manifest cannot make ``--overwrite`` delete the user's ``notes.txt``.
-    A folder without a manifest (a run of an attncourse before it, or no run)
-    has none.
+    """Names of the files in ``out`` the manifest shows a run wrote (same SHA-256, a name in
+    :data:`OWNED_FILES`: a forged manifest cannot reach the user's files); none without one.
     """
     if not out.is_dir():
         return set()

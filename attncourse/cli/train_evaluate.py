@@ -1,10 +1,6 @@
-"""The ``train`` and ``evaluate`` commands of an encoder-decoder (:mod:`attncourse.cli.commands`).
-
-``train`` builds the model of the options, trains it with :func:`~attncourse.train.fit.fit`
-into ``--out`` (``config.json``, checkpoints, ``history.json``, ``results.json`` with every
-segment of training) and prints a line per epoch; ``evaluate`` scores ``best.pt`` on a test
-file and writes the metrics (``metrics.json``, ``results.json``'s evaluations, optional
-predictions).
+"""The ``train`` and ``evaluate`` commands of an encoder-decoder: ``train`` fits the model into
+``--out`` (config, checkpoints, history, results); ``evaluate`` scores ``best.pt`` on a test
+file (metrics, optional predictions).
 """
 
 from __future__ import annotations
@@ -262,11 +258,7 @@ def _print_summary(out: Path, args: argparse.Namespace, result: Any, final: dict
 
 
 def _train(args: argparse.Namespace, world: Any, stack: ExitStack) -> int:
-    """Train the encoder-decoder of ``args`` into ``args.out`` (every rank trains; rank 0 writes and prints).
-
-    The run folder is claimed and checked first (rank 0 decides, every rank stops alike),
-    then a resumed run continues from its checkpoint; ``config.json``, ``history.json`` and
-    ``results.json`` (with every segment of training) are written as it goes.
+    """Train the encoder-decoder of ``args`` into ``args.out`` (every rank trains; rank 0 writes).
 
     Raises
     ------

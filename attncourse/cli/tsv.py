@@ -1,9 +1,6 @@
-"""The ``train`` and ``evaluate`` commands' TSV files, read within the stated limits.
-
-A pair with a side longer than ``--max-tokens`` tokens (or than a Transformer's positions
-take) stops the command with its line number, or is left out with ``--too-long skip``; a
-line too long to hold that many tokens is refused (or left out) before it is read, so
-memory stays bounded whatever the file holds.
+"""The ``train`` and ``evaluate`` commands' TSV files, read within the stated limits: a pair
+above ``--max-tokens`` stops the command with its line number (or is skipped with
+``--too-long skip``), and a line too long for that is refused before it is read.
 """
 
 from __future__ import annotations

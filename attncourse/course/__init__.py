@@ -1,6 +1,3 @@
-"""For instructors: student editions, nbgrader source notebooks and the guide's tables.
-
-The top layer, beside :mod:`attncourse.checks` and :mod:`attncourse.widgets`: it reads the
-chapters' MyST sources (``notebooks/*.md``) and imports nothing from the rest of the package
-except the command line's helpers and the chapters' rubrics (:mod:`attncourse.chapters`).
+"""For instructors: student editions, nbgrader source notebooks, the grade of record and
+the guide's tables; reads the chapters through :mod:`attncourse.chapters`.
 """

@@ -1,27 +1,12 @@
 """The graded answers of a submitted notebook, cut out by their syntax tree.
 
-The grade of record (:mod:`attncourse.course.record`) never runs a submitted notebook: for
-each coding exercise it takes the graded name's definition and what it needs by name, from
-the answer cells only, and sends that to a process of its own
-(:mod:`attncourse.course.sandbox`), where it can harm nothing. What is taken:
-
-- from the exercise's answer cell (nbgrader's ``<label>-answer``, else the last cell that
-  defines the name), every top-level statement that binds a name the graded definition
-  needs, directly or through another taken statement: imports, functions, classes,
-  assignments (``my_softmax = lambda x: ...`` too), wherever they sit in the cell, above
-  or below the graded function;
-- names still missing, from the other answer cells (an earlier exercise's ``my_softmax``,
-  a helper written in an earlier answer cell), cut the same way;
-- then the chapter's own imports of those names (read from the course's chapter, not from
-  the submission: a number such as ``NUM_HEADS`` is written in as its value), then an
-  import of the submission's other cells.
-
-Statements that only do something (``print(...)``, ``os.environ.pop(...)``, a check's call)
-are not taken: an answer cell that tries the function on the notebook's data must not fail
-for want of that data. Nothing here is a security boundary any more: the answer's process is
-(:mod:`attncourse.course.sandbox.contain`). A cell that does not parse, or that makes the
-parser fail in any way (a 3,000-term expression: ``RecursionError``), is that exercise's
-"missing" reason, never an error of the grading run.
+For each coding exercise: from its answer cell (nbgrader's ``<label>-answer``, else the
+last cell defining the graded name), every top-level statement binding a name the graded
+definition needs, directly or not; names still missing, from the other answer cells; then
+the chapter's own imports of those names (constants written in as values). Statements that
+only do something (``print(...)``, a check's call) are left out. A cell that does not
+parse, or breaks the parser (``RecursionError``), is that exercise's "missing" reason.
+This is no security boundary: the answer's process is (:mod:`attncourse.course.sandbox`).
 """
 
 from __future__ import annotations
@@ -51,20 +36,9 @@ PRELOADABLE = ("attncourse.kernels.triton_setup",)
 
 @dataclass
 class Answer:
-    """One coding exercise's answer, as the grade of record runs it.
-
-    Attributes
-    ----------
-    exercise : Exercise
-        The chapter's exercise (its label, check and function name).
-    source : str
-        The extracted module: imports, then the cells' taken statements. Empty when
-        ``problem`` is set.
-    problem : str or None
-        Why there is nothing to run: no answer cell, no such name, a cell that does not parse.
-    course_imports : tuple of str
-        The course's modules the source imports (the answer's process imports those it
-        may use before its limits, :mod:`attncourse.course.record`).
+    """One coding exercise's answer, as the grade of record runs it: ``source`` the extracted
+    module (imports, then the taken statements), or ``problem`` why there is none;
+    ``course_imports`` the course modules it imports (those allowed are preloaded).
     """
 
     exercise: Exercise

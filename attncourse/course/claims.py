@@ -1,16 +1,7 @@
-"""``book/claims.json``: how the chapters' claims fared on other machines, read for the book.
-
-Each chapter checks its claims with ``assert`` statements (a loss below a bound, two
-implementations equal). ``make claims`` (``tools/claims.py``) executes every chapter under
-a few variants of the machine (another CPU's kernels, other thread counts, another
-training seed) and records, for every assert, its operands, whether it held and its
-margin to the bound. This module reads that file for the book's page *How sure are these
-numbers?* (``book/claims.md``) and for the freshness test (``tests/book/test_claims.py``), and
-computes the digest that ties a chapter's record to its code: the SHA-256 of its code
-cells' syntax trees, so that a chapter whose code changed after its sweep is known to be
-stale.
-
-Reading never fails on a missing, partial or unreadable file: the page says what it lacks.
+"""``book/claims.json``: how the chapters' claims (their ``assert`` statements) fared under
+other machines' variants (``tools/claims.py``), read for ``book/claims.md`` and the freshness
+test; a chapter's code digest (SHA-256 of its code cells' syntax trees) tells a stale
+record. Reading never fails on a missing or partial file: the page says what it lacks.
 """
 
 from __future__ import annotations
@@ -32,15 +23,9 @@ CELL_SEPARATOR = "\n\n# ---- next code cell ----\n\n"
 
 
 def code_digest(path: str | Path) -> str:
-    """SHA-256 (hex) of what a chapter's code cells do, read by jupytext, joined in order.
-
-    Each cell counts by its syntax tree, written back as code (``ast.unparse``; its text
-    is steadier across Python versions than ``ast.dump``'s, which changed in 3.13), so comments,
-    line breaks and the splitting of a string literal do not make a sweep stale
-    (re-wrapping a line to fit 88 characters is not worth an hours-long sweep), while any
-    change to what the code computes does. A cell Python cannot parse (an IPython magic)
-    counts by its text.
-    Markdown cells do not count either.
+    """SHA-256 (hex) of a chapter's code cells, each by its syntax tree (``ast.unparse``), so
+    that comments and line breaks do not make a sweep stale; a cell Python cannot parse (a
+    magic) counts by its text, markdown not at all.
     """
     import jupytext
 

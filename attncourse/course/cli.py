@@ -1,20 +1,11 @@
 """``python -m attncourse student-edition OUT/``: the editions of every chapter for a class.
 
-Writes into ``OUT/``::
-
-    README.md                      what is where, and how to grade
-    LICENSE, LICENSE-CONTENT       the licences the notice in every notebook names
-    student/<chapter>.ipynb        no solutions, no outputs (+ .md with --markdown)
-    instructor/<chapter>.ipynb     the whole chapter, no outputs
-    nbgrader/nbgrader_config.py    an nbgrader course directory ...
-    nbgrader/source/<chapter>/<chapter>.ipynb   ... with one assignment per chapter
-
-``OUT`` must be new or empty unless ``--overwrite`` is given; then the files an earlier
-run wrote (listed with their digests in ``OUT/.attncourse-owned.json``) are replaced,
-a file of yours at one of those names is refused (your ``README.md`` is kept), and
-nothing else is touched. ``OUT`` may not be ``/``, your home folder or a link, nor hold
-a link, a special file or a hard-linked file (:mod:`attncourse.course.owned_folder`).
-Errors end with one line ``attncourse: error: ...`` on stderr and exit status 2.
+Writes ``OUT/README.md``, the licences, ``student/<chapter>.ipynb`` (no solutions, no
+outputs), ``instructor/<chapter>.ipynb`` and an nbgrader course directory
+(``nbgrader/source/<chapter>/<chapter>.ipynb``). ``OUT`` must be new or empty unless
+``--overwrite``, which replaces only what an earlier run wrote
+(:mod:`attncourse.course.owned_folder`). Errors end with ``attncourse: error: ...`` and
+exit status 2.
 """
 
 from __future__ import annotations
@@ -35,7 +26,7 @@ from attncourse.cli.options import EXIT_USAGE, Parser
 from attncourse.cli.outputs import os_reason
 from attncourse.cli.parsing import add_fields
 from attncourse.course.editions import chapter_editions, write_notebook
-from attncourse.course.exercises import chapter_exercises, read_chapter
+from attncourse.course.exercises import NOTEBOOKS, chapter_exercises, read_chapter
 from attncourse.course.nbgrader_source import CHECK_POINTS, WRITTEN_POINTS, write_course
 from attncourse.course.notice import NOTICE, write_licences
 from attncourse.course.owned_folder import check_owned, publish
@@ -44,8 +35,6 @@ from attncourse.course.slides import EXECUTED, executed_notebooks, write_decks
 from attncourse.train.config import setting, settings
 
 COMMAND = "student-edition"
-#: The chapters' MyST sources in a checkout of the course.
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 README = """# attncourse: editions for a class
 

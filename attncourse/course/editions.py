@@ -1,16 +1,9 @@
-"""Student and instructor editions of a chapter, as nbformat notebooks.
+"""Student and instructor editions of a chapter, as nbformat notebooks, without outputs.
 
-The student edition is the chapter without its solutions: every ``solution``-tagged
-cell and every ``{solution-start}`` ... ``{solution-end}`` region is gone (text
-included); statements, stubs and check calls stay, so the notebook runs top to bottom and
-each check shows "not passed yet" with its hint. Every question gets a place to answer
-and a way to learn whether the answer was right: a written exercise's ``{solution}``
-becomes an answer cell followed by the reference answer folded away (``<details>``), and
-a question inside a coding exercise, which the chapter follows with a self-check (an
-``{admonition}`` of class ``self-check``), gets an answer cell before its folded
-self-check. Rubrics stay the instructor's. The instructor edition is the whole chapter.
-Both come without outputs, and their markdown is plain Markdown
-(:mod:`attncourse.course.plain`): they read right in any Jupyter.
+The student edition drops every solution (tagged cells, solution regions); stubs and checks
+stay, so it runs top to bottom. A written exercise gets an answer cell and its reference
+answer folded (``<details>``); a question followed by a self-check gets an answer cell.
+The instructor edition is the whole chapter. Markdown is plain (:mod:`attncourse.course.plain`).
 """
 
 from __future__ import annotations
@@ -104,11 +97,7 @@ def _answer_and_check(part: Part) -> list[NotebookNode]:
 
 
 def student_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
-    """``nb`` without any coding solution, outputs cleared; every question with an answer
-    cell and its folded check (see the module's docstring).
-
-    Cells that run a learner's function still to be written wait for it
-    (:func:`attncourse.course.waiting.wait_for_answers`).
+    """``nb`` without its coding solutions, outputs cleared, with answer cells and waiting cells.
 
     Raises
     ------

@@ -1,16 +1,10 @@
 """The exercises of a chapter, and which parts of its notebook are their solutions.
 
-A chapter (a MyST notebook read with :func:`jupytext.read`) states each exercise in a
-sphinx-exercise ``{exercise}`` directive with a ``:label:``. Its solution is either a
-``{solution}`` directive (a *written* exercise), or a ``{solution-start}`` ...
-``{solution-end}`` region whose code cells are tagged ``solution`` (a *coding*
-exercise): the learner's stub (``...   # your code here``) and its ``check_*`` call sit
-in the code cell between the statement and the solution.
-
-:func:`split_notebook` walks the notebook once and returns every cell cut into
-:class:`Part` objects, each kept or marked as a solution, and the :class:`Exercise`
-records. Only directive fences are looked at, line by line inside markdown cells; the
-notebook itself is read and written by jupytext/nbformat.
+An exercise is a sphinx-exercise ``{exercise}`` directive with a ``:label:``; its solution a
+``{solution}`` directive (written) or a ``{solution-start}`` ... ``{solution-end}`` region
+of ``solution``-tagged code cells (coding), after the stub and its check's call.
+:func:`split_notebook` cuts every cell into :class:`Part` objects and returns the
+:class:`Exercise` records.
 """
 
 from __future__ import annotations
@@ -22,6 +16,33 @@ from pathlib import Path
 
 import jupytext
 from nbformat import NotebookNode
+
+#: The course's chapters (MyST sources), beside the package.
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def chapters_in(notebooks: Path) -> dict[str, Path]:
+    """Stem -> path of every chapter (``*.md``) in ``notebooks``; ValueError when there is none."""
+    names = {p.stem: p for p in notebooks.glob("*.md")}
+    if not names:
+        raise ValueError(f"--notebooks {str(notebooks)!r} holds no chapter (*.md)")
+    return names
+
+
+def chapter_path(name: str, notebooks: Path, option: str = "") -> Path:
+    """The MyST source of chapter ``name`` in ``notebooks``.
+
+    Raises
+    ------
+    ValueError
+        If there is no such chapter, naming ``option`` and the chapters.
+    """
+    names = chapters_in(notebooks)
+    if name not in names:
+        raise ValueError(f"{option + ' ' if option else ''}{name!r} is not a chapter (chapters: "
+                         f"{', '.join(sorted(names))})")
+    return names[name]
+
 
 #: Opening line of a sphinx-exercise directive, with ``` or ::: fences of any length.
 _OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>exercise|solution|solution-start|solution-end)\}"
@@ -38,37 +59,11 @@ STUB_MARK = "# your code here"
 
 @dataclass
 class Exercise:
-    """One exercise of a chapter.
+    """One exercise of a chapter (notebook stem ``chapter``, ``:label:``, title and statement).
 
-    Attributes
-    ----------
-    chapter : str
-        The notebook's stem, e.g. ``"04_self_attention"``.
-    label : str
-        The exercise's ``:label:``, e.g. ``"ex-sa-softmax"``.
-    title : str
-        The title on the directive's line.
-    statement : str
-        The directive's body (what to hand in), options left out.
-    kind : str
-        ``"coding"`` (a ``{solution-start}`` region with ``solution``-tagged code) or
-        ``"written"`` (a ``{solution}`` block).
-    check : str or None
-        Name of the ``check_*`` function the stub cell calls (coding exercises).
-    function : str or None
-        Name of the function the stub asks for, e.g. ``"my_softmax"``.
-    stub_cell : int or None
-        Index of the stub cell in the notebook.
-    solution_code : list of str
-        Source of the exercise's ``solution`` code cells.
-    solution_text : list of str
-        Markdown of its solution (the ``{solution}`` body, or the text of the region).
-    timeout : int or None
-        The directive's ``:timeout:`` option: seconds the exercise's answer and check may
-        run when graded (nbgrader's cells and the grade of record), for an exercise whose
-        check runs the learner's own training; None: the grader's default. The book
-        registers the option with sphinx-exercise (``book/_ext/attncourse_book.py``), so
-        ``-W`` builds accept it, and the editions drop it like every option.
+    ``kind`` is ``"coding"`` (with ``check``, ``function``, ``stub_cell`` and
+    ``solution_code``) or ``"written"``; ``timeout`` the directive's ``:timeout:`` in seconds,
+    how long a training exercise may run when graded (None: the grader's default).
     """
 
     chapter: str
@@ -184,22 +179,8 @@ def _self_check(lines: list[str], start: int) -> tuple[int, str] | None:
 
 
 def split_notebook(nb: NotebookNode, chapter: str = "") -> tuple[list[Part], list[Exercise]]:
-    """Cut a chapter's cells into kept and solution parts, and find its exercises.
-
-    Parameters
-    ----------
-    nb : NotebookNode
-        The chapter, as :func:`read_chapter` returns it.
-    chapter : str
-        Its name, stored in each :class:`Exercise`.
-
-    Returns
-    -------
-    parts : list of Part
-        Every cell's content in order; a markdown cell with a solution inside comes
-        back as several parts.
-    exercises : list of Exercise
-        In the order of the notebook.
+    """Cut a chapter's cells (:func:`read_chapter`) into kept and solution parts, in order, and
+    return ``(parts, exercises)``.
 
     Raises
     ------

@@ -1,12 +1,9 @@
 """``python -m attncourse grade SUBMISSIONS...``: the grade of record of collected submissions.
 
-Each SUBMISSION is a notebook (``.ipynb``) or a folder searched for them (nbgrader's
-``submitted/``). The chapter is ``--chapter``, else the notebook's name or its folder's
-(``submitted/<student>/<chapter>/<chapter>.ipynb``). Prints one line per exercise and a
-total per submission; ``--json OUT`` writes every record (``-``: to stdout instead);
-``--gradebook gradebook.db`` sets each check's score there (:mod:`attncourse.course.gradebook`). Every
-problem with the input ends with one line ``attncourse: error: ...`` and exit status 2.
-See :mod:`attncourse.course.record` for how an answer is graded.
+A SUBMISSION is a notebook or a folder of them; its chapter is ``--chapter``, else the
+notebook's or its folder's name. Prints one line per exercise and a total; ``--json OUT``
+writes the records, ``--gradebook DB`` the scores (:mod:`attncourse.course.gradebook`).
+Errors end with ``attncourse: error: ...`` and exit status 2 (:mod:`attncourse.course.record`).
 """
 
 from __future__ import annotations
@@ -20,10 +17,10 @@ from pathlib import Path
 
 from attncourse.cli.options import EXIT_USAGE
 from attncourse.cli.outputs import output_problem, write_output
+from attncourse.course.exercises import NOTEBOOKS, chapter_path, chapters_in
 from attncourse.course.nbgrader_source import EXERCISE_LIMIT
 
 COMMAND = "grade"
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,26 +75,10 @@ def _submissions(paths: list[Path]) -> list[Path]:
     return found
 
 
-def _chapters(notebooks: Path) -> dict[str, Path]:
-    names = {p.stem: p for p in notebooks.glob("*.md")}
-    if not names:
-        raise ValueError(f"--notebooks {str(notebooks)!r} holds no chapter (*.md)")
-    return names
-
-
-def chapter_path(name: str, notebooks: Path, option: str = "") -> Path:
-    """The MyST source of chapter ``name`` in ``notebooks``; a ValueError names ``option`` and the chapters."""
-    names = _chapters(notebooks)
-    if name not in names:
-        raise ValueError(f"{option + ' ' if option else ''}{name!r} is not a chapter (chapters: "
-                         f"{', '.join(sorted(names))})")
-    return names[name]
-
-
 def _chapter(path: Path, chapter: str | None, notebooks: Path) -> Path:
     if chapter is not None:
         return chapter_path(chapter, notebooks, "--chapter")
-    names = _chapters(notebooks)
+    names = chapters_in(notebooks)
     for guess in (path.stem, path.parent.name):
         if guess in names:
             return names[guess]
@@ -153,4 +134,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["build_parser", "chapter_path", "main"]
+__all__ = ["build_parser", "main"]

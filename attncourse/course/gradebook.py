@@ -1,10 +1,5 @@
-"""The grade of record into nbgrader's gradebook: each check's points become its score.
-
-``python -m attncourse grade ... --gradebook gradebook.db`` runs after ``nbgrader
-autograde`` (which creates the grades): for every exercise graded, the score of its test
-cell (``<label>-check``) becomes the grade of record's points, set as nbgrader's *manual*
-score, which takes precedence over the automatic one in the formgrader, the feedback and
-``nbgrader export``.
+"""The grade of record into nbgrader's gradebook: after ``nbgrader autograde``, each graded
+check's points become its test cell's manual score, which nbgrader prefers everywhere.
 """
 
 from __future__ import annotations
@@ -17,13 +12,12 @@ class GradebookError(ValueError):
 
 
 def record_into_gradebook(records: list[dict], database: Path) -> int:
-    """Set every record's points as the manual score of its check; return how many were set.
+    """Set every record's points as its check's manual score; how many were set.
 
     Raises
     ------
     GradebookError
-        If ``database`` is not a file, or holds no grade for a record's student and
-        exercise (``nbgrader autograde`` has not graded that submission yet).
+        If ``database`` is not a file or holds no grade for a record (not autograded yet).
     """
     from nbgrader.api import Gradebook, MissingEntry
 

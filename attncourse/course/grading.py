@@ -69,11 +69,13 @@ def autograde(course: Path, assignment: str,
 
 
 def submit_solutions(course: Path, assignment: str, student: str = "solved") -> Path:
-    """``student`` submits the released ``assignment`` with the reference answers pasted in.
+    """``student`` submits the released ``assignment`` with the reference answers pasted in; the
+    path of ``course/submitted/<student>/<assignment>/<assignment>.ipynb``.
 
-    Writes ``course/submitted/<student>/<assignment>/<assignment>.ipynb`` (the folder
-    ``nbgrader autograde`` reads) and returns its path. The assignment must have been
-    released (``nbgrader generate_assignment``); ``FileNotFoundError`` otherwise.
+    Raises
+    ------
+    FileNotFoundError
+        If the assignment was not released.
     """
     released = nbformat.read(course / "release" / assignment / f"{assignment}.ipynb", as_version=4)
     source = nbformat.read(course / "source" / assignment / f"{assignment}.ipynb", as_version=4)
@@ -107,11 +109,8 @@ def grading_problems(course: Path, assignment: str, student: str) -> list[str]:
 
 def grade_chapter(chapter: Path, course: Path,
                   trim=None) -> dict[str, dict[str, tuple[float | None, float]]]:
-    """Release ``chapter`` and autograde two submissions: ``"blank"`` and ``"solved"``.
-
-    ``blank`` is the released notebook as it is; ``solved`` has the reference answers
-    pasted into its answer cells. ``trim``, if given, maps the source notebook to a
-    shorter one (the test keeps only the exercises).
+    """Release ``chapter`` and autograde two submissions, ``"blank"`` (as released) and
+    ``"solved"`` (reference answers pasted in); ``trim`` maps the source notebook to a shorter one.
     """
     write_course([chapter], course)
     assignment = chapter.stem

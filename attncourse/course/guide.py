@@ -1,10 +1,5 @@
-"""The tables of the instructor's guide (``book/instructors.md``), made from the chapters.
-
-Everything comes from the chapters' MyST sources (title, learning goals,
-prerequisites, exercises) and from :data:`TIMINGS`, the execution times measured in a
-book build on 2 CPU cores (``make timings`` writes it from jupyter-cache's records).
-A chapter added to ``notebooks/`` appears in every table without further work; until
-``make timings`` has measured it, its time reads "not measured" (and a unit test fails).
+"""The tables of the instructor's guide (``book/instructors.md``), made from the chapters'
+MyST sources and :data:`TIMINGS` (execution times of a book build on 2 CPU cores).
 """
 
 from __future__ import annotations
@@ -227,15 +222,19 @@ def _references(check: str) -> list[str]:
 def hand_off_table(found: list[Chapter]) -> str:
     """What each check lets the learner use and what it refuses (MyST), from its rules.
 
-    The rules are :data:`attncourse.checks.hand_offs.HAND_OFFS`: a call to a refused
-    function, direct or through others, makes the check answer "not accepted".
+    The rules are each check's ``@allowing`` (:data:`attncourse.checks.guard.HAND_OFFS`): a
+    call to a refused function, direct or through others, makes the check answer "not accepted".
     """
-    from attncourse.checks.hand_offs import HAND_OFFS
+    import attncourse.chapters as chapters
+    from attncourse.checks.guard import HAND_OFFS
 
     rows = ["| chapter | learner writes | check | may use | refuses |", "| --- | --- | --- | --- | --- |"]
     for ch in found:
         for ex in ch.exercises:
-            rules = HAND_OFFS.get(ex.check) if ex.check else None
+            if not ex.check:
+                continue
+            chapters.check(ex.check)  # imports the check's module, which registers its rules
+            rules = HAND_OFFS.get(ex.check)
             if rules is None:
                 continue
             refused = [f"`{name.split('.')[-1]}` (the course's own)" for name in _references(ex.check)]

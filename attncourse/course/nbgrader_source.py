@@ -1,23 +1,12 @@
 """nbgrader *source* notebooks of the chapters, and a course directory to grade them in.
 
-In a chapter's source notebook each coding exercise becomes two cells: an answer cell
-(nbgrader ``solution``), the stub's ``def`` with the reference body between
-``### BEGIN SOLUTION`` and ``### END SOLUTION``, and a read-only, graded test cell
-that runs the exercise's check and asserts it passed (:data:`CHECK_POINTS` points).
-A written exercise's ``{solution}`` becomes a manually graded markdown answer cell
-(:data:`WRITTEN_POINTS` points) holding the reference answer, which
-``nbgrader generate_assignment`` replaces with "YOUR ANSWER HERE", and after it a
-read-only *rubric cell* (:func:`rubric_cell`): the reference answer and the rubric inside
-nbgrader's mark-scheme region. The release drops the region (the student sees an empty
-read-only cell); ``autograde`` restores the cell from the gradebook, so the formgrader
-shows the rubric under each student's answer; the feedback drops it again
-(:data:`CONFIG`). Everything else is the student edition.
-
-nbgrader's released answer cell keeps the ``def`` line, with ``raise
-NotImplementedError()`` as its body: the check catches it and reports "not passed
-yet". The test cell (:func:`attncourse.checks.graded`) shows that and lets *Run All* go
-on for the student, but fails under nbgrader's autograder, so the exercise scores 0
-until answered.
+A coding exercise becomes an answer cell (the stub's ``def``, the reference body between
+``### BEGIN SOLUTION`` and ``### END SOLUTION``) and a read-only graded test cell running
+its check (:data:`CHECK_POINTS`; :func:`attncourse.checks.graded` fails only under
+nbgrader). A written exercise becomes a manually graded answer cell
+(:data:`WRITTEN_POINTS`) and a read-only rubric cell (:func:`rubric_cell`) whose
+mark-scheme region only the formgrader shows (:data:`CONFIG`). The rest is the student
+edition.
 """
 
 from __future__ import annotations
@@ -107,13 +96,9 @@ RUBRIC_PLACEHOLDER = "*(The grader's rubric for the answer above; empty in your 
 
 
 def rubric_cell(label: str, reference: str, rubric: str) -> NotebookNode:
-    """The read-only cell after a written answer: its reference answer and rubric for the grader.
-
-    Both sit between :data:`MARK_SCHEME`'s delimiters, which ``nbgrader
-    generate_assignment`` drops from the release and ``nbgrader autograde`` restores
-    (a read-only cell's source comes back from the gradebook), so the formgrader shows
-    them under the student's answer. Nothing of them is in the cell's metadata, which the
-    release keeps.
+    """The read-only cell after a written answer: its reference answer and rubric between
+    :data:`MARK_SCHEME`'s delimiters, which the release drops and ``autograde`` restores, so
+    only the formgrader shows them (nothing of them in the metadata, which the release keeps).
     """
     begin, end = MARK_SCHEME
     cell = nbformat.v4.new_markdown_cell("\n".join([
@@ -152,11 +137,8 @@ def _first_line(fn: ast.FunctionDef) -> int:
 
 
 def answer_source(ex: Exercise, stub: str) -> str:
-    """The answer cell of a coding exercise: the stub's ``def``, the reference body delimited.
-
-    The stub's other statements stay, but for its check call (the test cell makes it).
-    Helpers that the solution cell defines or imports before the function go into the
-    region too.
+    """The answer cell of a coding exercise: the stub without its check call, the reference
+    body (and the helpers defined before it) between the solution delimiters.
 
     Raises
     ------
@@ -194,13 +176,13 @@ def check_source(ex: Exercise) -> str:
 
 
 def source_notebook(nb: NotebookNode, chapter: str = "") -> NotebookNode:
-    """The nbgrader source notebook of a chapter (see the module's docstring).
+    """The nbgrader source notebook of a chapter.
 
     Raises
     ------
     ValueError
-        As :func:`attncourse.course.exercises.split_notebook`, or if a coding
-        exercise's stub has no function or check call.
+        As :func:`attncourse.course.exercises.split_notebook`, or for a stub without a
+        function or a check call.
     """
     parts, exercises = split_notebook(nb, chapter)
     by_stub = {ex.stub_cell: ex for ex in exercises if ex.kind == "coding"}

@@ -1,12 +1,7 @@
-"""The licence notice that every handed-out copy of the course carries.
+"""The licence notice every handed-out copy carries: text and figures CC BY-SA 4.0, code MIT.
 
-The course's text and figures are licensed under CC BY-SA 4.0 and its code under MIT
-(``LICENSE``, ``LICENSE-CONTENT``); both ask that a copy keep the title, the authors and
-the licences. Student, instructor and nbgrader notebooks start with :func:`notice_cell`,
-the class README ends with :data:`NOTICE`, and every slide deck's title slide shows it.
-The notice names the licence files: :func:`write_licences` puts them beside what
-``student-edition`` writes (the class folder, and each nbgrader assignment, whose release
-then hands them out with the notebook).
+:func:`notice_cell` starts every notebook, :data:`NOTICE` ends the class README and every
+deck's title slide shows it; :func:`write_licences` puts the licence files beside them.
 """
 
 from __future__ import annotations
@@ -41,13 +36,12 @@ COURSE_ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_licences(folder: Path, root: Path = COURSE_ROOT) -> list[Path]:
-    """Copy the course's :data:`LICENCE_FILES` from ``root`` into ``folder``; the files written.
+    """Copy :data:`LICENCE_FILES` from ``root`` into ``folder``; the files written.
 
     Raises
     ------
     ValueError
-        If ``root`` lacks one of them (an installed package without its checkout): a copy
-        must not name a licence file it does not carry.
+        If ``root`` lacks one (a copy must not name a licence it does not carry).
     """
     missing = [name for name in LICENCE_FILES if not (root / name).is_file()]
     if missing:

@@ -1,22 +1,11 @@
-"""A folder that a command owns by content: it replaces only what it wrote, and writes
-through nothing.
+"""A folder a command owns by content: it replaces only what it wrote, and writes through nothing.
 
-``student-edition OUT`` writes a whole tree. Before this module it wrote straight into
-``OUT``, so that with ``--overwrite`` a symbolic link in ``OUT`` (``OUT/student`` to a folder
-elsewhere, a notebook to a user's file) or a hard link sent the editions, or a truncation,
-somewhere else, and ``OUT`` could be the home folder. Now:
-
-1. :func:`check_owned` refuses, before any work, ``/``, the home folder, a link as ``OUT``,
-   and, anywhere below ``OUT``, a symbolic link, a special file (FIFO, socket, device) or a
-   file with a second hard link;
-2. the command writes into a fresh staging folder beside ``OUT`` (:func:`publish`'s caller);
-3. :func:`publish` compares: a staged file whose path holds a file the command did not write
-   (not in ``OUT``'s manifest, ``.attncourse-owned.json``, with the same SHA-256) is refused,
-   nothing moved; then the files of the previous run are removed (so no write reaches an
-   inode shared with anything) and the staged files renamed into place, and the manifest
-   written last.
-
-Files of the user's that the command does not write are left where they are.
+:func:`check_owned` refuses, before any work, ``/``, the home folder, a link as the
+folder, and below it a symbolic link, a special file or a file with a second hard link.
+The command writes into a fresh staging folder beside it; :func:`publish` refuses a staged
+file whose path holds a file the command did not write (not in the manifest
+``.attncourse-owned.json`` with the same SHA-256), removes the previous run's files,
+renames the staged ones into place and writes the manifest last. Other files are left alone.
 """
 
 from __future__ import annotations
@@ -86,14 +75,13 @@ def owned(out: Path) -> dict[str, str]:
 
 
 def publish(staging: Path, out: Path, keep: frozenset[str] = frozenset(), option: str = "OUT") -> list[Path]:
-    """Move the tree written in ``staging`` into ``out`` (see the module's docstring); the files
-    now in ``out``. A staged path in ``keep`` whose file in ``out`` is the user's is skipped
-    (``README.md``, which the command says it kept) rather than refused.
+    """Move the tree in ``staging`` into ``out``; the files now there. A path in ``keep`` whose
+    file in ``out`` is the user's is skipped (``README.md``) rather than refused.
 
     Raises
     ------
     ValueError
-        One line naming the first file of the user's that a staged file would replace.
+        Naming the first file of the user's that a staged file would replace.
     """
     check_owned(out, option)
     ours = owned(out)

@@ -1,27 +1,12 @@
-"""The chapters' MyST markup rewritten as plain Markdown, for the handed-out notebooks.
+"""The chapters' MyST markup as plain Markdown, for the handed-out notebooks.
 
-The chapters are written for Jupyter Book and jupyterlab-myst. Classic Jupyter Notebook,
-a JupyterHub without jupyterlab-myst and nbconvert's HTML (nbgrader's feedback) render
-Markdown only, so in the editions a class receives every markdown cell is rewritten:
-
-- an ``{exercise}`` becomes a heading ``### Exercise N: title`` followed by its
-  statement; the instructor edition keeps its label in brackets, ``(ex-sa-softmax)``,
-  since the rubrics, the nbgrader ids and the guide's tables name exercises by label,
-  while the student edition leaves it out (a learner has no use for it);
-- a ``{solution}`` or ``{solution-start}`` region (instructor edition) becomes a
-  ``#### Solution`` heading followed by its text;
-- an ``{admonition}`` (and any other directive) becomes a quoted block under a bold title;
-- ``{cite}`key1,key2``` becomes "(Vaswani et al., 2017; Bahdanau et al., 2015)", and the
-  notebook ends with a *Works cited* list of the entries it cites (``book/references.bib``);
-- a link to another chapter's ``.md`` points at its ``.ipynb`` beside it; a link to a page
-  of the book (not handed out) keeps its text only;
-- ``{ref}`label```, ``{numref}`label``` and ``[](#label)`` become the title of what they
-  point at (a section's heading, a figure's caption, "exercise N (title)"), found in the
-  whole notebook or, failing that, in the other chapters; a given text
-  (``{ref}`text <label>```, ``[text](#label)``) is kept as it is;
-- ``(label)=`` targets and directive options (``:label:``, ``:class:``) are dropped.
-
-Code cells are left alone.
+Classic Notebook, a JupyterHub without jupyterlab-myst and nbgrader's HTML feedback render
+Markdown only. Every markdown cell is rewritten: an ``{exercise}`` becomes ``### Exercise
+N: title`` (the instructor edition keeps its label), a solution region ``#### Solution``,
+any other directive a quoted block under a bold title; ``{cite}`` an author-year citation
+and a *Works cited* list (``book/references.bib``); a link to a chapter's ``.md`` its
+``.ipynb``, to a book page its text; ``{ref}``, ``{numref}`` and ``[](#label)`` the title
+of their target; labels and directive options are dropped. Code cells are left alone.
 """
 
 from __future__ import annotations
@@ -57,15 +42,9 @@ LEFTOVERS = re.compile(r"\{(?:exercise|solution|solution-start|solution-end|admo
 
 
 def targets(sources: list[str], numbered: bool = True) -> dict[str, str]:
-    """``{label: title}`` of every target in ``sources`` (markdown, in order).
-
-    Why: a ``{ref}`` may point at a section further down the chapter (or in another
-    one), so the titles are gathered before any cell is rewritten. A ``(label)=``
-    target names the heading after it; a figure's ``:name:`` names its caption; an
-    exercise's ``:label:`` names its number N, counted as the headings "Exercise N"
-    count them, since the chapters write "exercise {ref}`label` asks why"
-    (``numbered=False``: its title, for a reference from another chapter, where that
-    number would mislead).
+    """``{label: title}`` of every target in ``sources``, gathered first since a reference may
+    point further down: a ``(label)=`` names the heading after it, a figure its caption, an
+    exercise "exercise N (title)" (``numbered=False``: its title only).
     """
     found: dict[str, str] = {}
     exercises = 0
@@ -174,14 +153,8 @@ def read_bibliography(path: Path = BIBLIOGRAPHY) -> dict[str, Entry]:
 
 @dataclass
 class Rewriter:
-    """Rewrites one notebook's markdown cells; remembers what it cited and numbered.
-
-    Parameters
-    ----------
-    bibliography : dict
-        As :func:`read_bibliography` returns it.
-    chapters : set of str
-        Stems of the chapters handed out beside this one (their links become ``.ipynb``).
+    """Rewrites one notebook's markdown cells, given the bibliography (:func:`read_bibliography`)
+    and the stems of the chapters handed out with it; remembers what it cited and numbered.
     """
 
     bibliography: dict[str, Entry]

@@ -1,28 +1,11 @@
 """``python -m attncourse prepare [CHAPTER...]``: train every cached model the chapters need, once.
 
-Grading never trains. An instructor runs this once, before any submission of a chapter
-arrives: each chapter's notebook (its MyST source, solutions included) runs top to bottom
-in a kernel, so that every model it trains through the course's trained-model cache
-(:func:`attncourse.train.loop.train_epochs`, a ``fit`` with an ``out_dir``: chapter 7's
-language models, chapter 8's recall models, chapter 12's context-extension runs, ...) is
-in ``$ATTNCOURSE_RUNS`` (``--runs``), finished; so is every model a chapter trains in
-memory with :func:`~attncourse.train.fit.fit` (chapters 5 and 6), through
-:mod:`attncourse.train.store`. Running the chapter itself, rather than a
-list of its models kept here, leaves one statement of what a chapter trains: its notebook.
-
-Grading then only loads: the course's ``nbgrader_config.py`` sets
-``ATTNCOURSE_NO_TRAINING=1`` for ``nbgrader autograde`` (see
-:func:`attncourse.runtime.refuse_cached_training`), so a cached run that is missing or
-unfinished fails its cell at once, naming the run, instead of training inside every
-submission's time limit. The grade of record (``python -m attncourse grade``) loads no
-model at all; the one exercise whose check trains (chapter 7b's, the learner's own loop)
-declares its time limit with its ``:timeout:``.
-
-An interrupted preparation leaves nothing half-cached: the cache writes each checkpoint to
-a temporary file and renames it into place (:func:`attncourse.train.checkpoint.save_checkpoint`),
-so a run holds its last finished epoch and the next ``prepare`` resumes it; and a
-chapter is listed in ``prepared.json`` (in the runs folder, written the same way) only
-once its notebook ran to the end.
+Each chapter's notebook (solutions included) runs top to bottom, so that every model it
+trains through the trained-model cache or :mod:`attncourse.train.store` is in
+``$ATTNCOURSE_RUNS`` (``--runs``), finished; the notebook is the one statement of what it
+trains. Grading then only loads (``ATTNCOURSE_NO_TRAINING=1`` under nbgrader: a missing
+run fails its cell at once). A chapter is listed in ``prepared.json`` only once its
+notebook ran to the end; checkpoints are written by rename, so an interrupted run resumes.
 """
 
 from __future__ import annotations
@@ -39,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attncourse.cli.options import EXIT_USAGE
-from attncourse.course.grade_cli import NOTEBOOKS, chapter_path
+from attncourse.course.exercises import NOTEBOOKS, chapter_path
 from attncourse.runtime import NO_TRAINING_ENV, runs_dir
 from attncourse.train.store import FIT_CACHE_ENV
 
@@ -97,10 +80,7 @@ def _write_prepared(runs: Path, prepared: dict[str, dict]) -> None:
 
 
 def run_chapter(chapter: Path) -> float:
-    """Execute a chapter's notebook top to bottom in a fresh kernel; its seconds.
-
-    The kernel inherits this process's environment (``$ATTNCOURSE_RUNS``), without
-    :data:`~attncourse.runtime.NO_TRAINING_ENV`: here training is the point.
+    """Execute a chapter's notebook in a fresh kernel, training allowed; its seconds.
 
     Raises
     ------

@@ -1,24 +1,11 @@
 """The grade of record: each answer runs in a process that holds nothing of the grade.
 
-``python -m attncourse grade SUBMISSIONS...`` scores collected submissions (``nbgrader
-collect``'s ``submitted/<student>/<chapter>/<chapter>.ipynb``, or any ``.ipynb``) without
-running them. For every coding exercise of the chapter:
-
-1. the answer is cut out of the notebook by its syntax tree (:mod:`attncourse.course.answers`):
-   the graded name and what it needs by name, from the answer cells;
-2. it runs in a fresh interpreter of its own (:mod:`attncourse.course.sandbox`), contained by
-   the operating system (:mod:`attncourse.course.sandbox.contain`), which receives the
-   answer's source and then, case by case, the inputs, and sends back the outputs as plain
-   data (:mod:`attncourse.course.sandbox.wire`) with the hand-offs its observers saw;
-3. here, in the grading process, the exercise's own check draws its hidden cases with this
-   grading's seed (a check whose cases take a seed gets fresh random ones), computes the
-   expected values, compares and decides. The answer's process never holds a case
-   generator, a seed, an expected value, a check or a channel that can say "passed".
-
-An exercise whose process dies, sends what is not an answer, or runs past its time limit
-scores zero with the reason; the others are graded as usual. The notebook's own test
-cells, its ``NBGRADER_EXECUTION``, whatever it patches or redefines: none of it runs here.
-The in-notebook checks stay the learner's instant feedback.
+``python -m attncourse grade SUBMISSIONS...`` never runs a submission: each coding
+exercise's answer is cut out (:mod:`attncourse.course.answers`) and run in a contained
+process of its own (:mod:`attncourse.course.sandbox`), which gets inputs and sends back
+outputs and the hand-offs it saw; here the exercise's check draws its cases with this
+grading's seed, computes the expected values and decides. A process that dies, sends what
+is not an answer or runs out of time scores 0 with the reason.
 """
 
 from __future__ import annotations
@@ -34,7 +21,7 @@ from typing import Any
 
 import attncourse.chapters as chapters
 from attncourse.checks.core import reset_attempts
-from attncourse.checks.hand_offs import HAND_OFFS
+from attncourse.checks.guard import HAND_OFFS
 from attncourse.course.answers import PRELOADABLE, Answer
 from attncourse.course.nbgrader_source import CHECK_POINTS, EXERCISE_LIMIT
 from attncourse.course.sandbox.process import AnswerEnded, AnswerProcess
@@ -117,7 +104,7 @@ def grade_answer(answer: Answer, seed: int, limit: float = EXERCISE_LIMIT) -> Ou
     if ex.timeout is not None:  # an exercise that runs the learner's training declares its own
         limit = max(limit, ex.timeout)
     check = chapters.check(ex.check)
-    rules = HAND_OFFS.get(ex.check)
+    rules = HAND_OFFS.get(ex.check)  # registered by the check's module, imported just above
     with seeded(check, seed) as fresh:
         remote = AnswerProcess(answer.source, ex.function, rules, limit, preload=_preload(answer))
         try:
@@ -151,8 +138,7 @@ def read_submission(path: Path) -> Any:
     Raises
     ------
     ValueError
-        With one line saying why, if it is not a notebook of nbformat 4 (or one that
-        nbformat converts to 4): too large, not JSON, not an object, no list of cells.
+        In one line, if it is not a notebook of nbformat 4 or one converted to it.
     OSError
         If it cannot be read.
     """

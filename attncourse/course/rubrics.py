@@ -1,10 +1,5 @@
-"""Rubrics for the written exercises: what a full, a partial and a no-credit answer says.
-
-For the instructor edition only (``instructor/rubrics.md`` and a *Rubric* cell after each
-written solution in ``instructor/<chapter>.ipynb``); never in the book or the student
-editions. Each written exercise is worth :data:`attncourse.course.nbgrader_source.WRITTEN_POINTS`
-point: full credit 1, partial credit 0.5, no credit 0. A unit test checks that every
-written exercise of every chapter has a rubric, and that no rubric is left over.
+"""Rubrics of the written exercises (full 1, partial 0.5, none 0), for the instructor
+edition only: ``instructor/rubrics.md`` and a cell after each written solution.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""A short slide deck per chapter, for the instructor edition: reveal.js, offline.
+"""A short reveal.js slide deck per chapter, for the instructor edition, opened offline.
 
-Made from the chapter's student edition (plain Markdown, no solutions) by nbconvert's
-slides exporter: one slide for the title and the learning goals, one per section (its
-heading, first paragraph and display equations), and one listing the exercises. Code cells are left out: the
-notebook is where the code runs. Given the chapter's *executed* notebook (the book build's
-execution cache holds them, ``_build/.jupyter_cache``: :func:`executed_notebooks`), each
-section's first figure follows its slide on a slide of its own (:data:`MAX_FIGURES` a deck at
-most), embedded in the page. The decks open from ``file://`` with no network:
-reveal.js comes from the ``sphinx-revealjs`` wheel and MathJax from
-``sphinx-mathjax-offline``, both copied beside the decks. Written by ``python -m attncourse
-student-edition`` into ``instructor/slides/``; nothing built is committed.
+Made from the student edition by nbconvert's slides exporter: a title slide with the
+learning goals, one slide per section (heading, first paragraph, display equations), one
+listing the exercises; with the executed notebook (:func:`executed_notebooks`), each
+section's first figure on a slide of its own (:data:`MAX_FIGURES` at most). reveal.js and
+MathJax are copied beside the decks, in ``instructor/slides/``.
 """
 
 from __future__ import annotations
@@ -129,12 +124,9 @@ def _cached(cache: Path, chapters: dict[str, NotebookNode]) -> dict[str, Noteboo
 
 
 def executed_notebooks(root: Path, chapters: dict[str, NotebookNode], here: bool = False) -> dict[str, NotebookNode]:
-    """The executed chapters a book build left under ``root`` (:data:`EXECUTED`), by name.
-
-    ``chapters`` maps each chapter's name to the chapter as the book reads it
-    (:func:`attncourse.course.exercises.read_chapter`), which the cache's outputs go
-    into. With ``here``, ``root`` itself is the place: a jupyter-cache folder (it holds
-    ``global.db``) or a folder of executed ``<chapter>.ipynb``.
+    """The executed chapters a book build left under ``root`` (:data:`EXECUTED`), by name, their
+    outputs put into ``chapters`` (name -> chapter as read); with ``here``, ``root`` itself is
+    a jupyter-cache folder or a folder of executed ``<chapter>.ipynb``.
     """
     found: dict[str, NotebookNode] = {}
     for folder in ([root] if here else [root / place for place in EXECUTED]):

@@ -1,9 +1,5 @@
-"""Write ``book/chapter_timings.json`` from a book build's jupyter-cache records.
-
-``make timings`` runs ``python -m attncourse.course.timings CACHE`` after ``make test``'s
-fresh book build (``_build/test-book/_build/.jupyter_cache``), whose records hold each
-chapter's first execution time (models trained). Measure on 2 CPU cores: the file
-records the machine's core count, and a test refuses any other.
+"""Write ``book/chapter_timings.json`` from a book build's jupyter-cache records
+(``make timings``), measured on 2 CPU cores: a test refuses any other count.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Student edition: cells that run the learner's unanswered functions wait for them.
 
-A chapter like the capstone (chapter 7b) builds on its exercises: after the learner writes
-``my_gpt``, later cells train it and draw its figures. In the student edition the exercise
-is a stub that returns ``None``, so those cells would fail with a traceback about
-``None``. :func:`wait_for_answers` wraps each such cell in ``if written(...):``
-(:func:`attncourse.checks.guard.written`): until the learner writes the functions it needs,
-the cell prints one line saying which, and once they are written it runs as in the book.
-
-A cell needs a function when its code names it, or names a variable that a cell needing it
-assigned (followed from cell to cell, in order). Cells that define a stub, and cells that
-are not Python (magics), are left as they are.
+:func:`wait_for_answers` wraps each cell that needs an exercise's function (names it, or a
+variable a cell needing it assigned) in ``if written(...):``
+(:func:`attncourse.checks.guard.written`): until the function is written the cell prints
+what it waits for, instead of failing on the stub's ``None``.
 """
 
 from __future__ import annotations
@@ -77,17 +71,8 @@ def _returns_nothing(value: ast.expr) -> bool:
 
 
 def wait_for_answers(cells: list[NotebookNode]) -> list[NotebookNode]:
-    """The cells, with each code cell that runs an unwritten stub's function guarded.
-
-    Parameters
-    ----------
-    cells : list of NotebookNode
-        A student edition's cells, in order (solutions already removed).
-
-    Returns
-    -------
-    list of NotebookNode
-        Copies of the guarded cells, the others as they were.
+    """A student edition's cells, in order, each code cell that runs an unwritten stub's function
+    copied and guarded, the others as they were.
     """
     needs: dict[str, set[str]] = {}   # name -> the stub functions its value came from
     out = []

@@ -8,9 +8,9 @@ may delete or bind a name that a cell before the section reads without binding i
 since running an exercise cell and then that earlier cell would give the earlier cell
 another value, or none; and no cell anywhere deletes a name another cell reads. The
 exercises hide the package's references another way: they ask for ``my_...`` names, and a
-check refuses an answer that hands its work to the package
-(:mod:`attncourse.checks.hand_offs`). (The claims sweep's ``rerun`` variant executes every chapter twice
-in order; this is the order a learner who goes back takes.)
+check refuses an answer that hands its work to the package (each check's ``@allowing``
+rules, :mod:`attncourse.checks.guard`). (The claims sweep's ``rerun`` variant executes every
+chapter twice in order; this is the order a learner who goes back takes.)
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ def test_outside_the_book_the_bar_is_tqdm_auto(monkeypatch, capsys):
 def test_a_training_answers_bar_is_no_hand_off_in_the_book_or_out(in_book, monkeypatch, capsys):
     # chapter 7b's reference loop runs under check_training's guard in the book build too,
     # where tqdm calls the BookBar's own methods after progress_bar has returned
-    from attncourse.checks.guard import watching
-    from attncourse.checks.hand_offs import HAND_OFFS
+    import attncourse.chapters.ch07b_build_gpt.checks  # noqa: F401  (registers check_training's rules)
+    from attncourse.checks.guard import HAND_OFFS, watching
 
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
     if in_book:

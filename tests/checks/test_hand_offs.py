@@ -21,12 +21,22 @@ from pathlib import Path
 import pytest
 
 import attncourse.chapters as chapters
-import attncourse.checks as checks
+from attncourse import runtime
+from attncourse.chapters.ch04_self_attention.checks import (
+    check_scaled_dot_product,
+    check_softmax,
+)
 from attncourse.chapters.ch08_attention_at_scale.checks import (
     check_causal_linear_attention,
 )
-from attncourse.checks.guard import EXERCISE_FUNCTIONS
-from attncourse.checks.hand_offs import HAND_OFFS
+from attncourse.checks import guard
+from attncourse.checks.guard import (
+    EXERCISE_FUNCTIONS,
+    HAND_OFFS,
+    HandOffs,
+    allowing,
+    watching,
+)
 from attncourse.course.exercises import chapter_exercises, read_chapter
 from tests.fixtures.hand_off_cheats import CHEATS
 
@@ -108,6 +118,8 @@ def triton_missing(ex) -> bool:
 
 def test_every_check_has_its_hand_off_rules_and_cheats():
     names = {ex.check for _, ex in EXERCISES}
+    for name in names:
+        chapters.check(name)  # imports the check's module, whose @allowing registers its rules
     assert names <= set(HAND_OFFS) and names <= set(CHEATS)
     # The learner's own earlier answers stay usable: the guard knows their names.
     functions = {ex.function for chapter in CHAPTERS for ex in chapter_exercises(chapter)
@@ -160,7 +172,7 @@ def test_an_earlier_answer_in_another_cell_stays_usable():
              "    w = my_softmax(np.where(allowed, s, -1e300), axis=-1) * allowed\n"
              "    w = w / np.where(w.sum(-1, keepdims=True) > 0, w.sum(-1, keepdims=True), 1)\n"
              "    return w @ v, w", namespace)
-    assert checks.check_scaled_dot_product(namespace["my_attention"]).passed
+    assert check_scaled_dot_product(namespace["my_attention"]).passed
 
 
 def test_an_allowed_building_block_is_not_refused():
@@ -180,15 +192,13 @@ def test_an_allowed_building_block_is_not_refused():
 
 
 def test_a_refusal_names_the_hand_off_and_what_is_allowed():
-    result = checks.check_softmax(lambda x, axis=-1: __import__("scipy.special").special.softmax(x, axis))
+    result = check_softmax(lambda x, axis=-1: __import__("scipy.special").special.softmax(x, axis))
     assert not result.passed and result.cases_passed == 0
     assert result.message.startswith("not accepted: your function hands the work to `scipy.special.")
     assert result.hint == f"Allowed: {HAND_OFFS['check_softmax'].uses}"
 
 
 def test_watching_requires_what_must_run_and_restores_the_profiler():
-    from attncourse.checks.guard import HandOffs, watching
-
     def tracer(*args):
         return None
 
@@ -201,3 +211,44 @@ def test_watching_requires_what_must_run_and_restores_the_profiler():
         assert sys.getprofile() is tracer
     finally:
         sys.setprofile(None)
+
+
+def test_two_checks_of_one_name_are_refused():
+    def check_softmax(fn):  # a second check named as chapter 4's
+        return fn
+
+    with pytest.raises(ValueError, match="two checks named check_softmax"):
+        allowing("NumPy operations.")(check_softmax)
+    assert HAND_OFFS["check_softmax"].library  # chapter 4's rules stay
+
+
+def test_what_an_allowed_function_returns_is_allowed_with_it(monkeypatch):
+    # In a book build progress_bar returns a BookBar, whose close and whose file's write
+    # tqdm calls while the loop runs: allowed by rule, not by name. The same class's
+    # method on an object the allowed function did not return is refused.
+    monkeypatch.setenv(runtime.BOOK_ENV, "1")
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    rules = HandOffs("a progress bar", allow=("attncourse.runtime.progress_bar",))
+
+    def my_loop():
+        return sum(runtime.progress_bar(range(4), desc="loop"))
+
+    with watching(rules, my_loop) as seen:
+        assert my_loop() == 6
+    assert seen == []
+
+    def my_write():
+        runtime._Nowhere().write("x")
+
+    with watching(rules, my_write) as seen:
+        my_write()
+    assert [(h.kind, h.name) for h in seen] == [("package", "attncourse.runtime._Nowhere.write")]
+
+
+def test_only_the_packages_own_classes_count_as_its_objects():
+    class Claims:  # a class that names a package module as its own
+        pass
+
+    Claims.__module__, Claims.__name__ = "attncourse.runtime", "BookBar"
+    assert not guard._package_object(Claims()) and not guard._package_object(object())
+    assert guard._package_object(runtime._Nowhere())

@@ -168,8 +168,10 @@ def case_hints() -> dict[str, str]:
 
 def allowed_uses() -> dict[str, str]:
     """What each check's refusal lists as allowed ("Allowed: ..."), shown as its hint."""
-    from attncourse.checks.hand_offs import HAND_OFFS
+    import attncourse.checks.masks  # noqa: F401  (each check's module registers its rules)
+    from attncourse.checks.guard import HAND_OFFS
 
+    chapters.modules("checks")
     return {f"HAND_OFFS[{name!r}].uses": rules.uses for name, rules in HAND_OFFS.items()}
 
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import attncourse.chapters as chapters
-from attncourse.checks import check_causal_mask, check_softmax
+from attncourse.chapters.ch04_self_attention.checks import check_softmax
+from attncourse.checks import check_causal_mask
 from attncourse.checks.core import GENERAL_NUDGE, NOT_YET, reset_attempts
 from attncourse.functional import (
     additive_attention_step,

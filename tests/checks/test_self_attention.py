@@ -1,4 +1,4 @@
-"""Tests of attncourse.checks: the case runner and the self-attention checks.
+"""Tests of attncourse.checks: the case runner, chapter 4's checks and the causal mask's.
 
 Each typical learner bug is written out as a small function, and the check must
 fail on it with the hint that names that bug.
@@ -13,15 +13,17 @@ import numpy as np
 import pytest
 import torch
 
+from attncourse.chapters.ch04_self_attention.checks import (
+    check_scaled_dot_product,
+    check_softmax,
+    softmax_cases,
+)
 from attncourse.checks import (
     Case,
     check_causal_mask,
-    check_scaled_dot_product,
-    check_softmax,
     run_cases,
     to_numpy,
 )
-from attncourse.checks.self_attention import softmax_cases
 from attncourse.functional import (
     attention,
     causal_mask,
@@ -471,7 +473,7 @@ def _attention_zero_rows(q, k, v, mask=None):
 
 
 def test_attention_that_replaces_nan_passes_with_a_note_and_a_clean_one_without():
-    from attncourse.checks.self_attention import SDP_NAN_REPLACED_NOTE
+    from attncourse.chapters.ch04_self_attention.checks import SDP_NAN_REPLACED_NOTE
 
     noted = check_scaled_dot_product(_attention_nan_replaced)
     clean = check_scaled_dot_product(_attention_zero_rows)

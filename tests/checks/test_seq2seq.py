@@ -1,5 +1,5 @@
-"""Tests of attncourse.checks.seq2seq and attncourse.checks.masks: the GRU step, padding mask, Bahdanau score and
-masked softmax checks.
+"""Tests of chapters 1 and 2's checks: the GRU step, padding mask, Bahdanau score and
+masked softmax checks, and of :func:`attncourse.checks.masks.draw_lengths`.
 
 Each typical learner bug is written out as a small function, and the check must
 fail on it with the hint that names that bug.
@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 import torch
 
-from attncourse.checks.masks import (
-    check_masked_softmax,
-    check_padding_mask,
-    draw_lengths,
-    masked_softmax_cases,
-)
-from attncourse.checks.seq2seq import (
+from attncourse.chapters.ch01_seq2seq_bottleneck.checks import (
     GRU_LAYOUT_HINT,
-    additive_score_cases,
-    check_additive_score,
     check_gru_cell,
+    check_padding_mask,
     gru_cell_cases,
 )
+from attncourse.chapters.ch02_bahdanau_attention.checks import (
+    additive_score_cases,
+    check_additive_score,
+    check_masked_softmax,
+    masked_softmax_cases,
+)
+from attncourse.checks.masks import draw_lengths
 from attncourse.functional import (
     additive_attention_step,
     masked_softmax,

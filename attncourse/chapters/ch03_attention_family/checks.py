@@ -41,6 +41,7 @@ from attncourse.checks.core import (
     run_cases,
     variant_hint,
 )
+from attncourse.checks.guard import SOFTMAX, allowing
 from attncourse.functional.luong import gaussian_weights, local_window, score_general
 from attncourse.functional.numpy_attention import softmax
 from attncourse.functional.temperature import hardmax, softmax_with_temperature
@@ -143,6 +144,7 @@ def general_score_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("NumPy matrix products (@).", library=("torch:bilinear", "torch:Bilinear"))
 def check_general_score(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's Luong *general* score, h_t^T W_a h̄_s for every source position.
 
@@ -352,6 +354,7 @@ def local_p_weights_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("NumPy operations such as np.arange, np.where, np.exp and np.sum.", library=SOFTMAX)
 def check_local_p_weights(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's local-p weights: a softmax over the window times a Gaussian.
 
@@ -493,6 +496,7 @@ def temperature_softmax_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("NumPy operations: np.exp, np.max and np.sum.", library=SOFTMAX)
 def check_temperature_softmax(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's softmax with a temperature, softmax(scores / tau).
 

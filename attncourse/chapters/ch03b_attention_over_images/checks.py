@@ -55,6 +55,7 @@ from attncourse.checks.core import (
     same_values,
     variant_hint,
 )
+from attncourse.checks.guard import allowing
 from attncourse.functional.numpy_attention import softmax
 from attncourse.nn.image_attention import doubly_stochastic_penalty
 
@@ -223,6 +224,7 @@ def doubly_stochastic_penalty_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("NumPy or PyTorch sums, differences and squares.")
 def check_doubly_stochastic_penalty(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's doubly stochastic penalty, sum_i (tau - sum_t alpha_ti)^2.
 
@@ -507,6 +509,8 @@ def reinforce_loss_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("PyTorch operations on the tensors: sums, means, products, .detach().",
+          calls=("attncourse.chapters.ch03b_attention_over_images.calls:reinforce_outputs",))
 def check_reinforce_loss(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's REINFORCE loss for hard attention, its value and its gradients.
 

@@ -57,6 +57,7 @@ from attncourse.checks.core import (
     same_values,
     variant_hint,
 )
+from attncourse.checks.guard import ATTENTION, SOFTMAX, allowing
 from attncourse.functional.numpy_attention import scaled_dot_product_attention, softmax
 from attncourse.nn.conv_attention import PlainCNN, receptive_field
 
@@ -318,6 +319,8 @@ def pixel_attention_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("NumPy operations: reshape, transpose, matrix products, np.exp, np.max and np.sum.",
+          library=SOFTMAX + ATTENTION)
 def check_pixel_attention(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's self-attention over the H W positions of one feature map, in NumPy.
 
@@ -485,6 +488,7 @@ def receptive_field_cases(seed: int | None = None) -> list[Case]:
     ] + [_rf_case("drawn when graded", layers) for layers in _drawn_stack(seed)]
 
 
+@allowing("Python arithmetic and a loop over the layers.")
 def check_receptive_field(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's receptive field of a stack of convolutions and poolings.
 

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, same_values
+from attncourse.checks.guard import ATTENTION, allowing
 from attncourse.nn.attention import merge_heads, split_heads
 
 # --------------------------------------------------------------------------- split_heads
@@ -190,6 +191,8 @@ def merge_heads_cases(seed: int | None = None) -> list[Case]:
         for b, n, h, d, g in _drawn_sizes(seed)])
 
 
+@allowing("Tensor reshapes and transposes (view, reshape, transpose, permute).",
+          library=("einops:rearrange",) + ATTENTION)
 def check_split_heads(fn: Callable[[torch.Tensor, int], Any]) -> CheckResult:
     """Check a learner's ``split_heads(x, num_heads)``.
 
@@ -234,6 +237,8 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], Any]) -> CheckResult:
     return run_cases("check_split_heads", fn, split_heads_cases(), references=(split_heads,))
 
 
+@allowing("Tensor reshapes and transposes (view, reshape, transpose, permute).",
+          library=("einops:rearrange",) + ATTENTION)
 def check_merge_heads(fn: Callable[[torch.Tensor], Any]) -> CheckResult:
     """Check a learner's ``merge_heads(x)``, the Concat of the heads and the inverse of ``split_heads``.
 

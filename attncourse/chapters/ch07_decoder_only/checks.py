@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+from attncourse.checks.guard import allowing
 from attncourse.checks.masks import draw_lengths
 from attncourse.nn.attend import allowed_keys, repeat_kv
 from attncourse.nn.rope import apply_rope
@@ -123,6 +124,7 @@ def left_padded_mask_cases(seed: int | None = None) -> list[Case]:
          for lengths, n in draw_lengths(seed, max_len=(2, 8), shortest=1, batch=(1, 4))]
 
 
+@allowing("NumPy operations such as np.tril, np.ones, np.arange, comparisons and broadcasting.")
 def check_left_padded_causal_mask(fn: Callable[[np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``left_padded_causal_mask(is_real)``.
 
@@ -191,6 +193,9 @@ def _drawn_positions(seed: int | None) -> list[tuple[int, list[int], int]]:
              int(rng.integers(2**31))) for _ in range(2)]
 
 
+@allowing("torch operations: arange, powers, cos, sin, stack, indexing and reshapes (real "
+          "arithmetic).",
+          library=("torch:view_as_complex", "torch:view_as_real", "torch:polar", "torch:complex"))
 def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> CheckResult:
     """Check a learner's ``rope(x, positions)``.
 
@@ -243,6 +248,7 @@ def _drawn_heads(seed: int | None) -> list[tuple[int, ...]]:
     return [tuple(int(v) for v in (*rng.integers(1, 5, size=5), rng.integers(2**31))) for _ in range(2)]
 
 
+@allowing("torch operations such as repeat_interleave, expand and reshape.")
 def check_repeat_kv(fn: Callable[[torch.Tensor, int], Any]) -> CheckResult:
     """Check a learner's ``repeat_kv(x, num_heads)``.
 

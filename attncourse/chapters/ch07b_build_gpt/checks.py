@@ -41,8 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
-from attncourse.checks.guard import is_stub
-from attncourse.checks.hand_offs import HAND_OFFS
+from attncourse.checks.guard import TRANSFORMER_LAYERS, allowing, is_stub
 from attncourse.data.text import CharCorpus, char_corpus, course_text
 from attncourse.nn.gpt import GPT
 
@@ -382,6 +381,8 @@ def attention_cases(seed: int | None = None) -> list[Case]:
          for d in _drawn(seed)]
 
 
+@allowing("torch operations: matrix products (@), reshape/view, transpose, masked_fill, softmax.",
+          library=TRANSFORMER_LAYERS)
 def check_causal_attention(fn: Callable[..., Any]) -> CheckResult:
     """Check ``my_causal_attention(x, w_q, w_k, w_v, w_o, num_heads)``.
 
@@ -436,6 +437,9 @@ def block_cases(seed: int | None = None) -> list[Case]:
          for d in _drawn(seed)]
 
 
+@allowing("torch operations, your my_causal_attention, a LayerNorm (your own, or F.layer_norm) "
+          "and relu.",
+          library=TRANSFORMER_LAYERS)
 def check_block(fn: Callable[..., Any]) -> CheckResult:
     """Check ``my_block(x, p, num_heads)``: a pre-norm block, against the package's.
 
@@ -488,6 +492,8 @@ def gpt_cases(seed: int | None = None) -> list[Case]:
               d["heads"], d["layers"], d["d_ff"], d["seed"]) for d in _drawn(seed)]
 
 
+@allowing("torch operations (indexing, @, F.layer_norm) and your my_block.",
+          library=TRANSFORMER_LAYERS)
 def check_gpt(fn: Callable[..., Any]) -> CheckResult:
     """Check ``my_gpt(tokens, params, num_heads)``: its logits equal the package GPT's.
 
@@ -561,6 +567,9 @@ def last_training(fn: Callable[..., Any]) -> tuple[dict, list[float]] | None:
     return _LAST_TRAINING["value"]
 
 
+@allowing("torch: randn, zeros, ones, randint, torch.optim.AdamW, F.cross_entropy; your "
+          "my_gpt; a progress bar (tqdm, or the course's progress_bar).",
+          library=TRANSFORMER_LAYERS, allow=("attncourse.runtime.progress_bar",))
 def check_training(fn: Callable[..., Any]) -> CheckResult:
     """Check ``my_train(data, vocab_size, steps, seed)`` -> ``(params, losses)``.
 
@@ -602,8 +611,7 @@ def check_training(fn: Callable[..., Any]) -> CheckResult:
 
     cases = [Case(c.description, c.args, c.expected, atol=c.atol, rtol=c.rtol, hint=c.hint,
                   diagnose=diagnose) for c in training_cases()]
-    result = run_cases("check_training", scored, cases, hand_offs=HAND_OFFS.get("check_training"),
-                       learner=fn)
+    result = run_cases("check_training", scored, cases, learner=fn)
     if "bits" in seen and result.passed:
         return replace(result, message=f"held-out {seen['bits']:.3f} bits/char after {STEPS} steps "
                                        f"(passes at {TRAIN_BOUND} or less)")

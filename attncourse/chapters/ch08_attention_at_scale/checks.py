@@ -25,6 +25,7 @@ from attncourse.checks.core import (
     run_cases,
     variant_hint,
 )
+from attncourse.checks.guard import ATTENTION, SOFTMAX, allowing
 from attncourse.functional.linear_attention import elu_feature_map, linear_attention
 from attncourse.functional.tiled_attention import online_softmax_step
 
@@ -101,6 +102,8 @@ def online_update_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("NumPy operations: np.maximum, np.where, np.isfinite, np.exp and np.sum.",
+          library=SOFTMAX)
 def check_online_softmax_update(fn) -> CheckResult:
     """Check a learner's online softmax update for one new block of scores.
 
@@ -175,6 +178,8 @@ def rescale_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("NumPy operations: np.exp, broadcasting and matrix products.",
+          library=SOFTMAX + ATTENTION)
 def check_rescale_output(fn) -> CheckResult:
     """Check a learner's update of the unnormalised partial output for one new block.
 
@@ -249,6 +254,10 @@ def linear_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("NumPy operations: np.where, np.exp, np.outer, matrix products and a loop over "
+          "positions; the feature map phi may be the package's elu_feature_map.",
+          library=SOFTMAX + ATTENTION,
+          allow=("attncourse.functional.linear_attention.elu_feature_map",))
 def check_causal_linear_attention(fn) -> CheckResult:
     """Check a learner's causal linear attention written as a running sum.
 

@@ -28,6 +28,11 @@ from attncourse.checks.core import (
     run_cases,
     variant_hint,
 )
+from attncourse.checks.guard import ATTENTION, SOFTMAX, allowing
+
+#: Launchers of a Triton kernel: compiled (``JITFunction.run``) or interpreted on the CPU.
+TRITON_LAUNCH = ("triton.runtime.jit.JITFunction.run", "triton.runtime.interpreter.GridExecutor.__call__",
+                 "triton.runtime.interpreter.InterpretedFunction.run")
 
 # attncourse.kernels is imported inside the functions: importing it imports triton and sets
 # TRITON_INTERPRET on a CPU-only machine, which `import attncourse.checks` should not do.
@@ -112,6 +117,7 @@ def hbm_bytes_cases(seed: int | None = None) -> list[Case]:
     return cases
 
 
+@allowing("Python arithmetic (math.ceil).")
 def check_flash_hbm_bytes(fn) -> CheckResult:
     """Check a learner's count of the bytes the chapter's forward kernel moves to and from HBM.
 
@@ -191,6 +197,13 @@ def early_exit_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("a kernel decorated with triton.jit, written with triton.language (tl.load, tl.dot, "
+          "tl.store...).",
+          library=SOFTMAX + ATTENTION + ("torch:matmul", "torch:bmm", "torch:einsum"),
+          must_call=TRITON_LAUNCH,
+          must_call_message="no Triton kernel ran: the check launches your kernel as "
+          "kernel[grid](...), and that launch must run a @jit kernel",
+          calls=("attncourse.chapters.ch08_attention_at_scale.calls:launch_forward_kernel",))
 def check_causal_early_exit(kernel) -> CheckResult:
     """Check a learner's causal Triton kernel: right output, and no key block after the diagonal read.
 
@@ -220,11 +233,11 @@ def check_causal_early_exit(kernel) -> CheckResult:
                            message=f"expected a @jit kernel, got {type(kernel).__name__}",
                            hint=EXIT_NOT_KERNEL_HINT)
 
-    # The hand-off rules (attncourse.checks.hand_offs) also require that a Triton launcher
+    # The hand-off rules (``@allowing`` above) also require that a Triton launcher
     # ran, and look at the cells of the kernel's own function.
     return run_cases(name, calling(kernel, launch_forward_kernel), early_exit_cases(),
                      learner=getattr(kernel, "fn", kernel))
 
 
-__all__ = ["check_causal_early_exit", "check_flash_hbm_bytes", "early_exit_cases", "hbm_bytes_cases",
-           "launch_forward_kernel"]
+__all__ = ["TRITON_LAUNCH", "check_causal_early_exit", "check_flash_hbm_bytes", "early_exit_cases",
+           "hbm_bytes_cases", "launch_forward_kernel"]

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+from attncourse.checks.guard import allowing
 from attncourse.functional.head_scores import copying_score, prefix_matching_score
 
 PREFIX_EXPLAIN = (
@@ -112,6 +113,7 @@ def _drawn_tokens(seed: int | None) -> list[tuple[list[int], int]]:
              int(rng.integers(10, 2**31))) for _ in range(2)]
 
 
+@allowing("NumPy operations: comparisons, np.tri or np.tril, sums, any and means.")
 def check_prefix_matching_score(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``my_prefix_matching_score(weights, tokens)``.
 
@@ -164,6 +166,7 @@ def _drawn_ov(seed: int | None) -> list[np.ndarray]:
     return [rng.normal(size=(n, n)) + rng.uniform(-2, 2) * np.eye(n) for n in sizes]
 
 
+@allowing("np.linalg.eigvals, sums and absolute values.")
 def check_copying_score(fn: Callable[[np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``copying_score(ov)``.
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, same_values
+from attncourse.checks.guard import allowing
 from attncourse.decode.paged import block_lookup
 from attncourse.decode.speculative import residual_distribution
 from attncourse.functional.quantize import dequantize_int8, quantize_int8
@@ -89,6 +90,7 @@ def _drawn_configs(seed: int | None) -> list[dict]:
              "latent_dim": int(rng.integers(16, 1025)), "rope_dim": int(rng.choice([0, 32, 64]))}]
 
 
+@allowing("Python arithmetic on the dict's entries.")
 def check_cache_bytes(fn: Callable[[dict], Any]) -> CheckResult:
     """Check a learner's ``my_cache_bytes(config)``: KV-cache bytes per token and sequence.
 
@@ -155,6 +157,7 @@ def _drawn_tables(seed: int | None) -> list[tuple[list[int], int, int]]:
     return drawn
 
 
+@allowing("Python integer division (//) and remainder (%), and indexing.")
 def check_block_lookup(fn: Callable[[list, int, int], Any]) -> CheckResult:
     """Check a learner's ``lookup(block_table, position, block_size) -> (physical block, slot)``."""
     return run_cases("check_block_lookup", fn, block_lookup_cases(), references=(block_lookup,))
@@ -210,6 +213,9 @@ def _drawn_keys(seed: int | None) -> list[torch.Tensor]:
     return drawn
 
 
+@allowing("torch operations: abs, amax, division, round, clamp and where.",
+          library=("torch:quantize_per_channel", "torch:fake_quantize_per_channel_affine",
+                   "torch:quantize_per_tensor", "torch:fake_quantize_per_tensor_affine"))
 def check_per_channel_int8(fn: Callable[[torch.Tensor], Any]) -> CheckResult:
     """Check a learner's ``per_channel_int8(x)``: ``x (seq_len, d)`` float64 -> the dequantised values."""
     return run_cases("check_per_channel_int8", fn, per_channel_cases(),
@@ -262,6 +268,7 @@ def _drawn_distributions(seed: int | None) -> list[tuple[list[float], list[float
     return [(rng.dirichlet(np.ones(n)).tolist(), rng.dirichlet(np.ones(n)).tolist()) for n in sizes]
 
 
+@allowing("torch operations: subtraction, clamp, sum and division.")
 def check_residual_distribution(fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> CheckResult:
     """Check a learner's ``residual(p, q)``: ``(vocab,)`` float64 probabilities -> norm(max(0, p - q))."""
     return run_cases("check_residual_distribution", fn, residual_cases(), references=(residual_distribution,))

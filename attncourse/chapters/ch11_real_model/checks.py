@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from attncourse.checks.core import Case, CheckResult, run_cases, same_values
+from attncourse.checks.guard import allowing
 
 # ------------------------------------------------------------------ folding the gain
 
@@ -126,6 +127,8 @@ def _drawn_gains(seed: int | None) -> list[tuple[np.ndarray, np.ndarray]]:
     return drawn
 
 
+@allowing("NumPy operations: indexing with None (a new axis), products and broadcasting, or "
+          "np.diag and a matrix product.")
 def check_fold_gain(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``fold_gain(gamma, W)``: RMSNorm's gain folded into the next
     matrix.
@@ -359,6 +362,10 @@ def q4_1_encode_cases(seed: int | None = None) -> list[Case]:
         for name, weights in _q4_1_weights(seed).items()])
 
 
+@allowing("NumPy operations: min and max, arithmetic in np.float32, np.floor, np.minimum, "
+          "astype, viewing float16 values as bytes (`.view`), shifts (<<), bitwise or (|) and "
+          "np.concatenate.",
+          library=("gguf:quantize", "gguf:quantize_blocks", "gguf:Q4_1"))
 def check_quantize_q4_1(fn: Callable[[np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``quantize_q4_1(weights)``: 32 weights -> one 20-byte Q4_1
     block.
@@ -557,6 +564,8 @@ def _drawn_logits(seed: int | None) -> list[tuple[np.ndarray, float, float]]:
              round(float(rng.uniform(0.01, 0.9)), 2)) for _ in range(2)]
 
 
+@allowing("NumPy operations: np.exp, max, sums, comparisons and np.where.",
+          library=("transformers:MinPLogitsWarper",))
 def check_min_p(fn: Callable[[np.ndarray, float, float], Any]) -> CheckResult:
     """Check a learner's ``min_p_probs(logits, temperature, p_min)``: min-p's
     distribution.

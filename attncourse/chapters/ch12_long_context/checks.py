@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+from attncourse.checks.guard import allowing
 from attncourse.nn.alibi import alibi_bias, alibi_slopes
 from attncourse.nn.rope import RopeScaling, apply_rope, rope_frequencies, yarn_ramp
 
@@ -89,6 +90,7 @@ def stretched_frequencies_cases(seed: int | None = None) -> list[Case]:
          for method, (d, base, factor, _) in zip(("pi", "ntk"), _drawn_rope(seed), strict=False)]
 
 
+@allowing("NumPy operations: np.arange, powers and division.")
 def check_stretched_frequencies(fn: Callable[[str, int, float, float], Any]) -> CheckResult:
     """Check a learner's ``stretched_frequencies(method, d, base, factor)``.
 
@@ -151,6 +153,7 @@ def yarn_frequencies_cases(seed: int | None = None) -> list[Case]:
          for d, base, factor, length in _drawn_rope(seed)]
 
 
+@allowing("NumPy operations: np.arange, powers, np.pi, np.clip and arithmetic.")
 def check_yarn_frequencies(fn: Callable[[int, float, float, int], Any]) -> CheckResult:
     """Check a learner's ``yarn_frequencies(d, base, factor, original_len)`` (alpha = 1, beta = 32).
 
@@ -212,6 +215,7 @@ def _drawn_alibi(seed: int | None) -> list[tuple[int, int]]:
     return [(int(2 ** rng.integers(1, 6)), int(rng.integers(1, 100_000))) for _ in range(2)]
 
 
+@allowing("NumPy operations: np.arange, powers and products.")
 def check_alibi_far_bias(fn: Callable[[int, int], Any]) -> CheckResult:
     """Check a learner's ``alibi_far_bias(num_heads, distance)`` (``num_heads`` a power of two).
 

@@ -26,6 +26,7 @@ from attncourse.chapters.ch13_encoders.vit import (
     patchify,
 )
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+from attncourse.checks.guard import ATTENTION, SOFTMAX, TRANSFORMER_LAYERS, allowing
 from attncourse.functional.torch_attention import attention, masked_softmax
 
 # --------------------------------------------------------------------------- attention, both ways, padded
@@ -160,6 +161,9 @@ def _drawn_attention(rng: np.random.Generator | None, case: Callable[..., Case])
     return drawn
 
 
+@allowing("NumPy operations: matrix products (@), reshape, transpose, np.where, np.exp, np.max "
+          "and np.sum.",
+          library=SOFTMAX + ATTENTION + TRANSFORMER_LAYERS)
 def check_padded_attention(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's ``my_padded_attention(x, w_q, w_k, w_v, w_o, num_heads, key_mask)``.
 
@@ -241,6 +245,7 @@ def _drawn_sizes(rng: np.random.Generator | None, low: int, high: int, ids: int)
     return [(int(rng.integers(low, high + 1)), _inner_seed(rng), int(rng.integers(ids))) for _ in range(2)]
 
 
+@allowing("NumPy operations: comparisons, & and |, and np.where.")
 def check_bert_mask(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's ``my_bert_mask(ids, chosen_u, action_u, random_ids, mask_id)``.
 
@@ -301,6 +306,8 @@ def _drawn_images(rng: np.random.Generator | None, case: Callable[..., Case]) ->
     return drawn
 
 
+@allowing("NumPy reshape and transpose.",
+          library=("einops:rearrange", "torch:unfold", "torch:Unfold"))
 def check_patchify(fn: Callable[[np.ndarray, int], Any]) -> CheckResult:
     """Check a learner's ``my_patchify(images, patch_size)``: ``(batch, H, W)`` -> ``(batch, N, p * p)``."""
     return run_cases("check_patchify", fn, patchify_cases(), references=(patchify,))
@@ -358,6 +365,7 @@ def _drawn_rollouts(rng: np.random.Generator | None, case: Callable[..., Case]) 
     return drawn
 
 
+@allowing("NumPy operations: means, np.eye and matrix products (@).")
 def check_rollout(fn: Callable[[np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``my_rollout(weights)``: ``(layers, heads, T, T)`` -> the ``(T, T)`` rollout."""
     return run_cases("check_rollout", fn, rollout_cases(), references=(attention_rollout,))
@@ -401,6 +409,7 @@ def _drawn_pools(rng: np.random.Generator | None, case: Callable[..., Case]) -> 
     return drawn
 
 
+@allowing("NumPy operations: products, sums and division.")
 def check_mean_pool(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``my_mean_pool(states, mask)``: ``(batch, T, d)`` and ``(batch, T)`` bool -> ``(batch, d)``."""
     return run_cases("check_mean_pool", fn, mean_pool_cases(), references=(mean_pool,))
@@ -456,6 +465,8 @@ def _drawn_norms(rng: np.random.Generator | None, case: Callable[..., Case]) -> 
     return drawn
 
 
+@allowing("NumPy operations: np.linalg.norm (or squares and np.sqrt), np.median, comparisons "
+          "and means.")
 def check_high_norm_share(fn: Callable[[np.ndarray, float], Any]) -> CheckResult:
     """Check a learner's ``my_high_norm_share(states, factor)``: ``(n, d)`` -> the share (a float) of rows
     whose norm exceeds ``factor`` times the median norm."""

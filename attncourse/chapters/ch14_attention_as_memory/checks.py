@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, variant_hint
+from attncourse.checks.guard import allowing
 from attncourse.functional.delta_rule import (
     delta_rule_chunkwise,
     delta_rule_recurrent,
@@ -112,6 +113,7 @@ def transition_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("NumPy operations: np.eye, np.outer, matrix products (@) and a loop over the writes.")
 def check_delta_transition(fn: Callable[[np.ndarray, np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``delta_transition(k, beta)``: the product of a chunk's erasures.
 
@@ -190,6 +192,7 @@ def retention_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("NumPy operations: np.eye, np.outer, matrix products (@) and loops over the writes.")
 def check_gated_retention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``gated_retention(k, beta, a)``: what the later steps leave of each write.
 
@@ -245,6 +248,7 @@ def decay_matrix_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("NumPy operations such as np.cumsum, np.log, np.exp, np.prod, np.tril and loops.")
 def check_decay_matrix(fn: Callable[[np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``my_decay_matrix(a)``: ``D[t, j] = a_{j+1} ... a_t`` for ``j <= t``, else 0.
 
@@ -309,6 +313,7 @@ def wy_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("NumPy operations: matrix products, np.tril, np.eye, np.linalg.solve or a loop.")
 def check_wy_factors(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``wy_factors(k, v, beta)`` for one chunk without decay.
 
@@ -380,6 +385,7 @@ def square_map_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
+@allowing("NumPy operations: np.einsum or np.outer, reshape, matrix products (@) and sums.")
 def check_square_map_reads(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], Any]) -> CheckResult:
     """Check a learner's ``square_map_reads(keys, values, queries)``: write, then read.
 
@@ -448,6 +454,7 @@ def _drawn_shapes(seed: int | None) -> list[tuple[int, int, int, int, int]]:
              int(rng.integers(0, 5)), int(rng.choice([1, 2, 4]))) for _ in range(2)]
 
 
+@allowing("Python arithmetic.")
 def check_state_bytes(fn: Callable[[int, int, int, int, int], Any]) -> CheckResult:
     """Check a learner's ``state_bytes(num_layers, num_heads, d_k, conv_size, bytes_per_number)``.
 

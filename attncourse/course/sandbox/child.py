@@ -1,31 +1,15 @@
 """The process that runs one student's answer: inputs in, outputs out, nothing else.
 
-The grader (:class:`attncourse.course.sandbox.process.AnswerProcess`) starts a fresh
-interpreter (``python -I``, an empty working folder, a minimal environment) that imports
-NumPy, torch and this module, and nothing of the grade: the fork server (:func:`serve`).
-For each exercise it forks one process (:func:`answer`), which keeps two descriptors:
-standard input, on which the grader writes, and the result descriptor, on which it answers
-(standard output and error go nowhere; every other descriptor is closed). Neither ever
-imports a check, a case generator or a reference, or learns the grading's seed or an
-expected value. Forking saves each exercise the second it takes to import torch.
-
-1. It reads the setup: the extracted answer's source, the graded name, the exercise's
-   hand-off rules, the modules of the course it may use (imported now, before the limits),
-   the limits.
-2. It imports those modules, then contains itself
-   (:func:`attncourse.course.sandbox.contain.contain`).
-3. It runs the answer's definitions, then each call the grader asks for, under three
-   observers: a :class:`torch.overrides.TorchFunctionMode` that records every torch
-   function reached by any route (from C too: ``map``, ``functools.partial``), a
-   ``TorchDispatchMode`` that records the operators reaching torch's dispatcher (what
-   ``torch.ops.aten`` calls directly), and :func:`attncourse.checks.guard.watching`, the
-   checks' profiler, for NumPy, SciPy, the course package and the must-call rule of a
-   kernel exercise. After each call it checks that all three are still in place.
-4. It answers each request with one message (:mod:`attncourse.course.sandbox.wire`): the
-   outputs, or the exception's type, message and line, and the hand-offs seen.
-
-Whatever the answer does to this process (patching it, forging messages on the result
-descriptor) reaches only this exercise's outputs, which the grader validates and compares.
+A fresh interpreter (``python -I``, empty folder, minimal environment) imports NumPy,
+torch and this module, never a check, a case generator, a reference, the seed or an
+expected value, and forks one process per exercise (:func:`serve`, :func:`answer`), which
+keeps standard input and the result descriptor only. It reads the setup (the answer's
+source, its name, its hand-off rules, the course modules it may use), imports those,
+contains itself (:func:`attncourse.course.sandbox.contain.contain`), then runs each call
+asked for under three observers (a ``TorchFunctionMode``, a ``TorchDispatchMode`` and
+:func:`attncourse.checks.guard.watching`), checking after each call that they are still in
+place, and answers with one message (:mod:`attncourse.course.sandbox.wire`). Whatever the
+answer does here reaches only its own outputs, which the grader validates.
 """
 
 from __future__ import annotations
@@ -186,15 +170,10 @@ _FORBIDDEN_EVENTS = frozenset({
 
 
 def tripwire(course_root: str) -> None:
-    """Stop this process, with the reason on the result descriptor, the moment the answer
-    tries through Python what no answer needs (an audit hook, PEP 578, which nothing can
-    remove once added): :data:`_FORBIDDEN_EVENTS`, a signal to another process, a file
-    opened for writing, and reading the course's files or another process's ``/proc``.
-
-    The operating system's layers already refuse all of it
-    (:mod:`attncourse.course.sandbox.contain`); this makes the attempt itself score 0, where
-    a refused call could be caught and the answer go on. It sees only what Python audits: a
-    C library's own file access is refused, not reported.
+    """Stop this process, the reason on the result descriptor, when the answer tries through
+    Python what no answer needs (an audit hook, PEP 578): :data:`_FORBIDDEN_EVENTS`, a signal
+    out, a file opened for writing, the course's files or another ``/proc``. The contained
+    process refuses these anyway; the tripwire makes the attempt itself score 0.
     """
     import re
 

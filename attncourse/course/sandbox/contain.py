@@ -1,44 +1,24 @@
 """The operating system's limits on the process that runs a student's answer.
 
-:func:`contain` is called by the answer's process (:mod:`attncourse.course.sandbox.child`)
-once the modules it may use are imported and before the answer's code exists in it. Each
-layer stands on its own; :func:`contain` returns the names of those that ran, and the grade
-of record reports them (a kernel too old for one of them leaves that layer out, and says so):
+:func:`contain` runs in the answer's process once its modules are imported, before the
+answer's code exists there, and returns the names of the layers that ran (a kernel too old
+for one leaves it out, and the grade of record says so):
 
-``rlimits``
-    ``RLIMIT_AS`` (memory: a 50 GB allocation fails), ``RLIMIT_CPU`` (a busy loop is killed
-    even if nobody waits for it), ``RLIMIT_FSIZE`` 0 (a write that grows a file kills the
-    process), ``RLIMIT_NOFILE``, ``RLIMIT_CORE`` 0 and ``RLIMIT_NPROC`` 0 (no new process,
-    for a user other than root; root is held by ``seccomp`` below).
-``no_new_privs``, ``not_dumpable``, ``parent_death``
-    ``prctl``: no privilege gained by running a program, no other process of the same user
-    reading this one's memory, and death with the grader.
-``landlock``
-    Linux's Landlock (ABI 1 and later): no file written, created, renamed or removed
-    anywhere; files read only where Python, its standard library and the installed
-    packages are (not the course's repository: not its chapters, whose solutions a process
-    could run, nor its checks, nor the submissions; nor another process's ``/proc/<pid>``,
-    where the grader's command line and descriptors are); with ABI 4 and later no TCP
-    connection; with ABI 6 and later no signal to a process outside this one (the grader,
-    another student's answer) and no abstract UNIX socket. Landlock also refuses ``ptrace``
-    of any process outside, ``/proc/<pid>/fd`` of the grader included.
-``seccomp``
-    A system-call filter (libseccomp, through ``pyseccomp``): ``fork``, ``vfork`` and
-    ``clone`` (new processes, and new threads unless the device needs them), programs
-    (``execve``), signals to other processes, ``ptrace`` and the other ways into another
-    process, mounts, namespaces and kernel modules kill the process (an attempt scores 0);
-    sockets, and every call that opens a file for writing, truncates, renames, links,
-    removes or changes one, are refused with an error (a library may try and carry on).
-    This holds without Landlock too.
+- ``rlimits``: memory, CPU time, no file grown (``RLIMIT_FSIZE`` 0), descriptors, no core,
+  no new process;
+- ``no_new_privs``, ``not_dumpable``, ``parent_death`` (``prctl``);
+- ``landlock`` (ABI 1+): nothing written anywhere; files read only where Python and the
+  installed packages are (not the course's repository, the submissions or another
+  process's ``/proc``); ABI 4+: no TCP; ABI 6+: no signal out, no abstract socket;
+- ``seccomp``: new processes, programs, ``ptrace``, mounts and namespaces kill the
+  process; sockets and every call that writes or changes a file fail with an error.
 
-The Landlock calls are written here with :mod:`ctypes` (three system calls): the one
-binding on PyPI (``landlock`` 1.0.0.dev5, alpha) covers files only, not the network and
-scope rules this needs.
+Landlock is called through :mod:`ctypes`: no binding covers its network and scope rules.
 
 References
 ----------
-Linux kernel documentation, "Landlock: unprivileged access control" (userspace API,
-ABI 1-7); ``seccomp(2)``; ``setrlimit(2)``; ``prctl(2)``.
+Linux kernel documentation, "Landlock: unprivileged access control" (ABI 1-7);
+``seccomp(2)``; ``setrlimit(2)``; ``prctl(2)``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The grader's side of the boundary: a student's answer as a function of another process.
 
-:class:`AnswerProcess` starts :mod:`attncourse.course.sandbox.child` for one exercise and
-stands for the answer's function in the grading process: calling it sends the inputs and
-returns the outputs (:mod:`attncourse.course.sandbox.wire`), so a chapter's check runs
-unchanged here, where the cases are drawn, the expected values computed and the outputs
-compared, and none of that is in reach of the answer. A check that must call the answer in
-a way of its own (launch a Triton kernel, backpropagate a loss) names a caller of its
-``HandOffs.calls``, and :meth:`AnswerProcess.via` runs that caller in the answer's process.
-
-What the grading process does for itself (:func:`protect_grader`, once): it becomes not
-dumpable (no process of the same user opens its descriptors through ``/proc/<pid>/fd`` or
-reads its memory) and a child subreaper. The answers' processes are forked from a fork
-server (:class:`ForkServer`), itself a subreaper: each starts in a session (and process
-group) of its own, killed whole when its exercise ends, and the server then kills and
-reaps whatever it left behind (:meth:`AnswerProcess.close`). Their standard output and
-error go nowhere, so the grader's report is the grader's own.
+:class:`AnswerProcess` stands for the answer's function in the grading process: a call
+sends the inputs to :mod:`attncourse.course.sandbox.child` and returns its outputs, so a
+check runs unchanged here, out of the answer's reach; :meth:`AnswerProcess.via` runs a
+check's caller (``HandOffs.calls``) in the answer's process. :func:`protect_grader` makes
+the grader not dumpable and a subreaper; each answer is forked by a :class:`ForkServer`
+into a session of its own, killed whole when its exercise ends.
 """
 
 from __future__ import annotations
@@ -116,27 +107,12 @@ def _environment(workdir: str) -> dict[str, str]:
 
 
 class AnswerProcess:
-    """One exercise's answer, running in a process of its own (see the module's docstring).
+    """One exercise's answer (``source``, defining ``function``), in a process of its own.
 
-    Parameters
-    ----------
-    source : str
-        The extracted answer (:mod:`attncourse.course.answers`).
-    function : str
-        The name the answer defines and the check calls.
-    rules : HandOffs or None
-        The exercise's hand-off rules, observed in the answer's process.
-    limit : float
-        Seconds for every call of the exercise together, counted once the answer is defined.
-    preload : sequence of str
-        Modules of the course the answer may use, imported before the limits.
-
-    Calling the object calls the answer: inputs and outputs as
-    :mod:`attncourse.course.sandbox.wire` allows. An exception the answer raised is raised
-    again here, as the same built-in type (``RuntimeError`` for any other) with its message
-    and the answer's line. :class:`AnswerEnded` when the process dies, sends something
-    that is not an answer, or runs out of time. ``hand_offs`` holds what the last call
-    handed off.
+    A call sends the inputs (:mod:`attncourse.course.sandbox.wire`) and returns the outputs,
+    or raises the answer's exception as the same built-in type, or :class:`AnswerEnded` (the
+    process died, sent what is not an answer or ran past ``limit`` seconds, all calls
+    together); ``hand_offs`` holds what the last call handed off.
     """
 
     #: Tells the checks that this function runs elsewhere (:func:`attncourse.checks.core.run_cases`).

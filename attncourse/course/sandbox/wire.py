@@ -1,23 +1,12 @@
 """The only data that crosses the grading boundary: numbers, strings, arrays and tensors.
 
-The grade of record (:mod:`attncourse.course.record`) sends a hidden case's inputs to the
-process that runs a student's answer and reads its outputs back in this format, never with
-:mod:`pickle` (unpickling runs code chosen by whoever wrote the bytes). A message is::
-
-    8 bytes    length of the header, little-endian
-    header     JSON: {"tree": NODE, ...}
-    data       the arrays' bytes, one after another
-
-and a NODE is one of ``null``, ``{"t": "bool"|"int"|"str", "v": ...}``,
-``{"t": "float"|"complex", "v": float.hex strings}``, ``{"t": "tuple"|"list", "items":
-[NODE...]}``, ``{"t": "dict", "items": [[str, NODE]...]}``, or an array ``{"t":
-"ndarray"|"tensor", "dtype": ..., "shape": [...], "offset": n, "nbytes": n}`` (a tensor
-also says ``requires_grad``). Only exact types are written: a subclass of ``tuple``,
-``ndarray`` or ``Tensor``, or any object that would compute its value when converted
-(``__array__``, ``__float__``) is refused by :func:`encode` with a :class:`WireError`
-naming the type. :func:`decode` checks every field (types, dtypes from a fixed list,
-shapes against the bytes, nesting depth, sizes) and raises :class:`WireError` on anything
-else, so a forged message is "crashed", never a value.
+Never :mod:`pickle` (unpickling runs the writer's code). A message is an 8-byte
+little-endian header length, a JSON header ``{"tree": NODE, ...}``, then the arrays'
+bytes; a NODE is ``null``, a bool/int/str/float/complex (floats as ``float.hex``), a
+tuple/list/dict of NODEs, or an ndarray/tensor (dtype, shape, offset, nbytes). Only exact
+types are written (:func:`encode` refuses subclasses and objects that compute their value
+when converted); :func:`decode` checks every field and raises :class:`WireError` on
+anything else, so a forged message is "crashed", never a value.
 """
 
 from __future__ import annotations
@@ -140,11 +129,10 @@ def encode(value: Any, strict: bool = True, **fields: Any) -> bytes:
     Raises
     ------
     WireError
-        If ``value`` holds anything but ``None``, exact ``bool``/``int``/``float``/
-        ``complex``/``str``, NumPy arrays and scalars of numbers, torch tensors, and
-        tuples, lists and str-keyed dicts of these; or is too large or too deep.
-        ``strict=False`` (the grader's own inputs, never an answer's outputs) also takes
-        subclasses of ``dict``, ``list`` and ``tuple``, sent as those.
+        If ``value`` holds anything but ``None``, exact bool/int/float/complex/str, NumPy
+        arrays and scalars, tensors, and tuples, lists and str-keyed dicts of these, or is
+        too large or deep (``strict=False``, for the grader's own inputs, takes subclasses
+        of dict, list and tuple).
     """
     writer = _Writer(strict)
     header = json.dumps({**fields, "tree": writer.node(value, 0)}, allow_nan=False).encode()

@@ -1,18 +1,16 @@
-"""Checks for the recurrent exercises of the chapters "The bottleneck" and "Bahdanau attention".
+"""Checks of chapter 1's exercises: a GRU step and the padding mask.
 
-The first chapter builds an RNN encoder-decoder out of GRU steps; the second adds
-Bahdanau's alignment model. Each check runs the learner's function on hidden cases and
-returns a :class:`~attncourse.checks.core.CheckResult`. When a case fails, the learner's
-output is compared with the outputs of typical buggy versions (z and 1 - z swapped, the
-tanh left out, ...) so that the hint names the likely bug rather than only the symptom.
-The two chapters' mask exercises are in :mod:`attncourse.checks.masks`.
+Each check runs the learner's function on hidden cases and returns a
+:class:`~attncourse.checks.core.CheckResult`; a failure is compared with typical buggy
+versions (z and 1 - z swapped, the mask inverted or off by one, ...) so that the hint
+names the likely bug.
 
 References
 ----------
 Cho et al. (2014), "Learning Phrase Representations using RNN Encoder-Decoder for
 Statistical Machine Translation", EMNLP, section 2.3, equations (5)-(8).
 Bahdanau, Cho, Bengio (2015), "Neural Machine Translation by Jointly Learning to
-Align and Translate", ICLR, section 3.1, equations (5)-(6), appendix A.1.2.
+Align and Translate", ICLR, appendix A.1.2 (padding).
 """
 
 from __future__ import annotations
@@ -24,10 +22,9 @@ import numpy as np
 import torch
 
 from attncourse.checks.core import Case, CheckResult, run_cases, same_values
-from attncourse.functional import (
-    additive_attention_step,
-    softmax,
-)
+from attncourse.checks.guard import allowing
+from attncourse.checks.masks import draw_lengths
+from attncourse.functional import padding_mask
 
 # Loose enough for a learner who computes in float32 torch, tight enough to
 # tell every buggy variant apart.
@@ -215,6 +212,9 @@ def gru_cell_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("NumPy operations: matrix products (@), np.split, np.exp and np.tanh.",
+          library=("torch:gru_cell", "torch:GRUCell", "torch:gru", "torch:GRU",
+                   "torch:_thnn_fused_gru_cell"))
 def check_gru_cell(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's GRU step in NumPy against ``torch.nn.GRUCell``.
 
@@ -283,194 +283,159 @@ def check_gru_cell(fn: Callable[..., Any]) -> CheckResult:
     return run_cases("check_gru_cell", fn, gru_cell_cases())
 
 
-# ------------------------------------------------------------- Bahdanau alignment score
 
-SCORE_LAYOUT_HINT = (
-    "Follow the paper's score, v_a applied to the tanh of W_a on the decoder state plus U_a "
-    "on each annotation, in the paper's layout, w_a (attn_dim, query_dim) and u_a (attn_dim, "
-    "key_dim): W_a on the state is one vector of attn_dim; U_a on every annotation at once is "
-    "(src_len, attn_dim), one row per source position; add them (the vector broadcasts over "
-    "the rows), take tanh, then reduce each row to one number with v_a."
-)
-SCORE_NO_TANH_HINT = (
-    "The tanh is missing: it goes between the sum of the two projections and v_a. Without it the score is linear "
-    "in s_prev and h_j, a one-layer network with no hidden nonlinearity."
-)
-SCORE_TANH_OUTSIDE_HINT = (
-    "tanh goes inside, on the attn_dim-vector that sums the two projections, before the "
-    "product with v_a; you applied it to the score after it."
-)
-SCORE_SWAPPED_HINT = (
-    "W_a and U_a are swapped: W_a acts on the decoder state, U_a on each annotation."
-)
-SCORE_TRANSPOSED_HINT = (
-    "A weight matrix is used transposed. In the paper's layout w_a is (attn_dim, query_dim) "
-    "and u_a is (attn_dim, key_dim), acting on column vectors; the annotations are the rows "
-    "of h, so applying U_a to all of them at once takes u_a transposed, on the right."
-)
-SCORE_WEIGHTS_HINT = (
-    "Your result sums to 1: those are the attention weights alpha_j, the softmax of the scores. "
-    "This exercise asks for the scores e_j themselves; the softmax is the next step."
-)
-SCORE_HIDDEN_HINT = (
-    "You returned the hidden vectors after the tanh, shape (src_len, attn_dim); reduce each "
-    "to one score with v_a."
-)
-SCORE_1D_HINT = (
-    "Return a 1-D array of scores, shape (src_len,), one per source position, not a row or a "
-    "column vector."
-)
+# ----------------------------------------------------------------------- padding mask
 
-
-def _score_variants(s_prev, h, w_a, u_a, v_a) -> list[tuple[str, np.ndarray]]:
-    """Outputs of typical buggy alignment models whose shapes fit, each with its hint."""
-    recipes = [
-        (SCORE_NO_TANH_HINT, lambda: (w_a @ s_prev + h @ u_a.T) @ v_a),
-        (SCORE_TANH_OUTSIDE_HINT, lambda: np.tanh((w_a @ s_prev + h @ u_a.T) @ v_a)),
-        (SCORE_SWAPPED_HINT, lambda: np.tanh(u_a @ s_prev + h @ w_a.T) @ v_a),
-        (SCORE_TRANSPOSED_HINT, lambda: np.tanh(w_a.T @ s_prev + h @ u_a) @ v_a),
-        (SCORE_TRANSPOSED_HINT, lambda: np.tanh(s_prev @ w_a + h @ u_a.T) @ v_a),
-        (SCORE_TRANSPOSED_HINT, lambda: np.tanh(w_a @ s_prev + h @ u_a) @ v_a),
-        (SCORE_WEIGHTS_HINT, lambda: softmax(np.tanh(w_a @ s_prev + h @ u_a.T) @ v_a)),
-    ]
-    variants = []
-    for hint, recipe in recipes:
-        try:
-            variants.append((hint, recipe()))
-        except ValueError:
-            pass  # the shapes do not fit, so this bug raises instead
-    return variants
+PAD_RULE = (
+    "Sequences are padded at the end: in row b, a position is a real token (True) when it "
+    "comes before that sequence's length, and padding (False) otherwise."
+)
+PAD_INVERTED_HINT = (
+    "True and False are swapped. In this course True marks a real token, a position that may "
+    "be attended, and False marks padding (torch's key_padding_mask uses the opposite)."
+)
+PAD_OFF_BY_ONE_HINT = (
+    "One position too many is True: a sequence of length L has its real tokens at positions "
+    "0 .. L-1, so position L itself is already padding."
+)
+PAD_ONE_SHORT_HINT = (
+    "One real token is missing: positions 0 .. L-1 are all real, the last one (L-1) included; "
+    "compare positions with L, not with L - 1."
+)
+PAD_LEFT_HINT = (
+    "Your padding is at the start of each row. In this course sequences are padded at the end: "
+    "the first length positions are real."
+)
+PAD_DTYPE_HINT = (
+    "The pattern is right but the dtype is {dtype}; masks must be boolean. Used as an index, "
+    "an integer array is read as positions and a float one is rejected; only a bool array "
+    "selects entries. A comparison gives booleans directly; otherwise convert at the end."
+)
+PAD_MAX_LEN_HINT = (
+    "Your mask has as many columns as the longest sequence; it must have max_len columns, which can be more than the "
+    "longest sequence (a batch padded to a fixed length). Use the max_len argument."
+)
+PAD_TRANSPOSED_HINT = "Your mask is transposed: it must be (batch, max_len), one row per sequence."
+PAD_SHAPE_HINT = (
+    "Return a (batch, max_len) array, one row per sequence, even when batch or max_len is 1: "
+    "watch out for squeezing axes away."
+)
 
 
-def _diagnose_additive_score(got: Any, case: Case) -> str | None:
-    s_prev, h, w_a, u_a, v_a = (case.args[name] for name in ("s_prev", "h", "w_a", "u_a", "v_a"))
+def _diagnose_padding_mask(got: Any, case: Case) -> str | None:
+    lengths, max_len = case.args["lengths"], case.args["max_len"]
     expected = np.asarray(case.expected)
     if not isinstance(got, np.ndarray):
         return None
     if got.shape != expected.shape:
-        if got.shape == (h.shape[0], v_a.shape[0]):
-            return SCORE_HIDDEN_HINT
-        if got.size == expected.size:
-            return SCORE_1D_HINT
+        if got.shape == expected.T.shape:
+            return PAD_TRANSPOSED_HINT
+        if got.shape == (lengths.size, int(lengths.max())):
+            return PAD_MAX_LEN_HINT
+        return PAD_SHAPE_HINT
+    if not np.isin(got, (0, 1)).all():
         return None
-    for hint, variant in _score_variants(s_prev, h, w_a, u_a, v_a):
-        if (variant.shape == expected.shape and not same_values(variant, expected, case)
-                and same_values(got, variant, case)):
+    pattern = got.astype(bool)
+    positions, column = np.arange(max_len)[None, :], lengths[:, None]
+    variants = [
+        (PAD_INVERTED_HINT, ~expected),
+        (PAD_OFF_BY_ONE_HINT, positions <= column),
+        (PAD_ONE_SHORT_HINT, positions < column - 1),
+        (PAD_LEFT_HINT, positions >= max_len - column),
+    ]
+    for hint, variant in variants:
+        if not np.array_equal(variant, expected) and np.array_equal(pattern, variant):
             return hint
-    got = got.astype(np.float64)
-    if (got >= 0).all() and np.isclose(got.sum(), 1.0, atol=1e-4) and not np.isclose(expected.sum(), 1.0):
-        return SCORE_WEIGHTS_HINT
+    if np.array_equal(pattern, expected) and got.dtype != bool:
+        return PAD_DTYPE_HINT.format(dtype=got.dtype)
     return None
 
 
-def _score_case(description: str, rng: np.random.Generator, src_len: int, query_dim: int, key_dim: int,
-                attn_dim: int, *, scale: float = 1.0, zero_v: bool = False,
-                hint: str = SCORE_LAYOUT_HINT) -> Case:
-    args = {
-        "s_prev": scale * rng.normal(size=query_dim),
-        "h": scale * rng.normal(size=(src_len, key_dim)),
-        "w_a": rng.normal(size=(attn_dim, query_dim)),
-        "u_a": rng.normal(size=(attn_dim, key_dim)),
-        "v_a": np.zeros(attn_dim) if zero_v else rng.normal(size=attn_dim),
-    }
-    return Case(
-        description=description,
-        args=args,
-        expected=additive_attention_step(*args.values()).scores,
-        atol=_ATOL,
-        rtol=_RTOL,
-        hint=hint,
-        diagnose=_diagnose_additive_score,
-    )
+def padding_mask_cases(seed: int | None = None) -> list[Case]:
+    """The hidden cases of :func:`check_padding_mask`; with ``seed`` (the grade of record's),
+    two more batches of lengths drawn from it."""
+    def case(description: str, lengths: list[int], max_len: int, hint: str = PAD_RULE) -> Case:
+        lengths_array = np.asarray(lengths, dtype=np.int64)
+        return Case(
+            description=description,
+            args={"lengths": lengths_array, "max_len": max_len},
+            expected=padding_mask(lengths_array, max_len),
+            atol=0.0,
+            rtol=0.0,
+            hint=hint,
+            dtype=bool,
+            diagnose=_diagnose_padding_mask,
+        )
 
-
-def additive_score_cases(seed: int = 0) -> list[Case]:
-    """The hidden cases of :func:`check_additive_score`, drawn with ``seed``."""
-    rng = np.random.default_rng(seed)
     return [
-        _score_case(
-            "square weights: query_dim = key_dim = attn_dim = 3, src_len=4", rng, 4, 3, 3, 3,
-            hint="Here w_a and u_a are square, so a swapped or transposed one still runs, giving wrong scores. "
-                 + SCORE_LAYOUT_HINT,
+        case("lengths [3, 1, 4], max_len=4", [3, 1, 4], 4),
+        case(
+            "max_len longer than every sequence: lengths [2, 3], max_len=5", [2, 3], 5,
+            "The mask has max_len columns even when every sequence is shorter. " + PAD_RULE,
         ),
-        _score_case(
-            "Bahdanau's shapes in miniature: query_dim=2, key_dim=4 (a bidirectional encoder, "
-            "2 * 2), attn_dim=3, src_len=5", rng, 5, 2, 4, 3,
+        case(
+            "an empty sequence and a full one: lengths [0, 5, 2], max_len=5", [0, 5, 2], 5,
+            "A sequence of length 0 is all padding (a row of False); one of length max_len is all "
+            "real tokens (a row of True). " + PAD_RULE,
         ),
-        _score_case(
-            "v_a = 0, the paper's initialisation: every score is 0, query_dim=3, key_dim=2, "
-            "attn_dim=4, src_len=3", rng, 3, 3, 2, 4, zero_v=True,
-            hint="With v_a = 0 every score is 0, whatever the tanh gives; the weights (the next step) "
-                 "would be uniform. " + SCORE_LAYOUT_HINT,
-        ),
-        _score_case(
-            "a single source position, src_len=1, query_dim=2, key_dim=4, attn_dim=3", rng, 1, 2, 4, 3,
-            hint="With one source position the result is still an array of shape (1,). "
-                 + SCORE_LAYOUT_HINT,
-        ),
-        _score_case(
-            "large states, tanh saturates: query_dim=5, key_dim=6, attn_dim=4, src_len=7",
-            rng, 7, 5, 6, 4, scale=3.0,
-        ),
-    ]
+        case("one sequence of one token: lengths [1], max_len=1", [1], 1, PAD_SHAPE_HINT),
+    ] + [case(f"drawn when graded: lengths {lengths}, max_len={max_len}", lengths, max_len)
+         for lengths, max_len in draw_lengths(seed)]
 
 
-def check_additive_score(fn: Callable[..., Any]) -> CheckResult:
-    """Check a learner's Bahdanau alignment model, the scores of one decoding step.
+@allowing("NumPy operations such as np.arange and comparisons.",
+          library=("torch:pad_sequence", "torch:pack_padded_sequence"))
+def check_padding_mask(fn: Callable[..., Any]) -> CheckResult:
+    """Check a learner's padding mask, built from sequence lengths.
 
     Parameters
     ----------
     fn : callable
-        The learner's ``additive_score(s_prev, h, w_a, u_a, v_a)``, called with
-        float64 ndarrays in that order, matrices in the paper's layout (they act
-        on column vectors, as in :mod:`attncourse.functional.additive`):
+        The learner's ``padding_mask(lengths, max_len)``, called as
+        ``fn(lengths, max_len)``:
 
-        - ``s_prev`` : (query_dim,), the previous decoder state s_{i-1};
-        - ``h`` : (src_len, key_dim), the annotations h_j, one row per source position;
-        - ``w_a`` : (attn_dim, query_dim), W_a;
-        - ``u_a`` : (attn_dim, key_dim), U_a;
-        - ``v_a`` : (attn_dim,), v_a;
-        - returns ``scores`` : (src_len,), e_j = v_a^T tanh(W_a s_prev + U_a h_j),
-          the scores before the softmax. A NumPy array, a torch tensor or a
-          nested list.
+        - ``lengths`` : (batch,) int64 ndarray, the number of real tokens of
+          each sequence, each in [0, max_len];
+        - ``max_len`` : int, the padded length (it may exceed ``max(lengths)``);
+        - returns a (batch, max_len) array of dtype bool, ``True`` at real tokens
+          (position j < lengths[b]) and ``False`` at padding. 0/1 integers are
+          not accepted: masks are boolean throughout the course. NumPy array,
+          torch tensor or nested list.
 
     Returns
     -------
     CheckResult
-        Truthy when every hidden case passes; otherwise the first failing case,
-        the first wrong entry (or the exception and the learner's line that
-        raised it, e.g. a matrix product whose shapes do not fit) and a hint
-        naming the likely bug: tanh missing or applied after v_a, W_a and U_a
-        swapped or transposed, the weights (softmax) returned instead of the
-        scores, the hidden vectors returned without v_a.
+        Truthy when every hidden case passes; otherwise the first failing case
+        and a hint for the likely bug: True/False swapped, ``<=`` instead of
+        ``<``, padding at the start, ``max(lengths)`` columns instead of
+        ``max_len``, a non-boolean dtype, a squeezed or transposed shape.
 
     Notes
     -----
-    The hidden cases are square matrices (where a swapped or transposed matrix
-    still runs and gets a specific hint), the paper's shapes in miniature with
-    key_dim = 2 * query_dim, v_a = 0 (every score 0), a single source position,
-    and large states that saturate the tanh. The reference is the ``scores``
-    field of :func:`attncourse.functional.additive_attention_step`.
+    The hidden cases are a plain batch, a ``max_len`` longer than every
+    sequence, an empty sequence next to a full one, and a batch of one sequence
+    of one token. The reference is :func:`attncourse.functional.padding_mask`.
 
     References
     ----------
-    Bahdanau et al. (2015), section 3.1, equation (6), and appendix A.1.2.
+    Bahdanau et al. (2015), section 3.1: the weights alpha_ij range over the
+    source positions j = 1..T_x of each sentence, so padding gets none.
 
     Examples
     --------
     >>> import numpy as np
-    >>> def my_additive_score(s_prev, h, w_a, u_a, v_a):
-    ...     return np.tanh(w_a @ s_prev + h @ u_a.T) @ v_a
-    >>> check_additive_score(my_additive_score)
-    ✔ check_additive_score: all 5 hidden cases pass
+    >>> def my_padding_mask(lengths, max_len):
+    ...     return np.arange(max_len)[None, :] < np.asarray(lengths)[:, None]
+    >>> check_padding_mask(my_padding_mask)
+    ✔ check_padding_mask: all 4 hidden cases pass
     """
-    return run_cases("check_additive_score", fn, additive_score_cases(),
-                     references=(additive_attention_step,))
+    return run_cases("check_padding_mask", fn, padding_mask_cases(), references=(padding_mask,))
+
 
 
 __all__ = [
-    "additive_score_cases",
-    "check_additive_score",
     "check_gru_cell",
+    "check_padding_mask",
     "gru_cell_cases",
+    "padding_mask_cases",
 ]

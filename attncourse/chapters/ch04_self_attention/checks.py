@@ -1,16 +1,14 @@
-"""Checks for the exercises of the self-attention chapter.
+"""Checks of chapter 4's exercises: the softmax and scaled dot-product attention.
 
 Each check runs the learner's function on hidden cases and returns a
-:class:`~attncourse.checks.core.CheckResult`; ending a notebook cell with it
-shows a green or red box. When a case fails, the learner's output is compared
-with the outputs of typical buggy versions (a softmax without the max
-subtraction, attention without the 1/sqrt(d_k) scaling, ...) so that the hint
-names the likely bug rather than only the symptom.
+:class:`~attncourse.checks.core.CheckResult`; a failure is compared with typical buggy
+versions (a softmax without the max subtraction, attention without the 1/sqrt(d_k)
+scaling, ...) so that the hint names the likely bug. The chapter's causal mask is
+checked by :func:`attncourse.checks.masks.check_causal_mask`, which chapter 6 uses too.
 
 References
 ----------
-Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, equation (1),
-and section 3.2.3 (masking in the decoder).
+Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, equation (1).
 """
 
 from __future__ import annotations
@@ -24,10 +22,9 @@ from typing import Any
 import numpy as np
 
 from attncourse.checks.core import Case, CheckResult, run_cases, same_values
-from attncourse.checks.guard import unwrap
+from attncourse.checks.guard import ATTENTION, SOFTMAX, allowing, unwrap
 from attncourse.functional import (
     attention,
-    causal_mask,
     scaled_dot_product_attention,
     softmax,
 )
@@ -161,6 +158,7 @@ def softmax_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("NumPy operations: np.exp, np.max and np.sum (or the array methods).", library=SOFTMAX)
 def check_softmax(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's softmax on hidden cases, large logits among them.
 
@@ -380,6 +378,9 @@ def scaled_dot_product_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+@allowing("NumPy operations: matrix products, np.where, np.exp, np.max and np.sum; your own "
+          "my_softmax.",
+          library=SOFTMAX + ATTENTION)
 def check_scaled_dot_product(fn: Callable[..., Any]) -> CheckResult:
     """Check a learner's scaled dot-product attention, masks included.
 
@@ -455,126 +456,8 @@ def _replaces_nan(fn: Callable[..., Any]) -> bool:
     return re.search(r"\b(nan_to_num|isnan)\b", source) is not None
 
 
-# --------------------------------------------------------------------------- causal mask
-
-MASK_UPPER_HINT = (
-    "You built the upper triangle. Row i is query position i and column j key position j; "
-    "position i may attend to every j up to i, which is the lower triangle: `np.tril`, not "
-    "`np.triu`."
-)
-MASK_DIAGONAL_HINT = (
-    "The diagonal is missing: a position may attend to itself. `np.tril` keeps the main "
-    "diagonal by default; an offset below it drops the diagonal too."
-)
-MASK_INVERTED_HINT = (
-    "True and False are swapped. In this course True means *may attend*, so the lower "
-    "triangle with its diagonal is True (torch's `key_padding_mask` uses the opposite)."
-)
-MASK_DTYPE_HINT = (
-    "The pattern is right but the dtype is {dtype}; masks must be boolean. Used as an index, "
-    "an integer array is read as positions and a float one is rejected; only a bool array "
-    "selects entries. Build the mask as booleans, or convert it at the end."
-)
-MASK_ALL_TRUE_HINT = (
-    "Every position may attend to every other one here; a causal mask lets position i see only "
-    "the keys up to i, so the entries above the diagonal must be False."
-)
-MASK_SHAPE_HINT = (
-    "Return a square (seq_len, seq_len) array: row i is query position i, column j key "
-    "position j."
-)
-MASK_SINGLE_HINT = (
-    "With a single position, it may still attend to itself: the mask is [[True]], of shape "
-    "(1, 1). Watch out for squeezing axes away, ranges that start at 1, and special cases for "
-    "length 1."
-)
-
-
-def _diagnose_causal_mask(got: Any, case: Case) -> str | None:
-    expected = np.asarray(case.expected)
-    if not isinstance(got, np.ndarray):
-        return None
-    if got.shape != expected.shape:
-        return MASK_SINGLE_HINT if expected.shape == (1, 1) else MASK_SHAPE_HINT
-    pattern = got.astype(bool) if got.dtype.kind in "biuf" else got
-    if not np.isin(got, (0, 1)).all():
-        return None
-    if np.array_equal(pattern, expected.T) and expected.size > 1:
-        return MASK_UPPER_HINT
-    if np.array_equal(pattern, np.tril(expected, k=-1)):
-        return MASK_DIAGONAL_HINT
-    if np.array_equal(pattern, ~expected):
-        return MASK_INVERTED_HINT
-    if np.array_equal(pattern, np.ones_like(expected)) and expected.size > 1:
-        return MASK_ALL_TRUE_HINT
-    if np.array_equal(pattern, expected) and got.dtype != bool:
-        return MASK_DTYPE_HINT.format(dtype=got.dtype)
-    return None
-
-
-def causal_mask_cases(seed: int | None = None) -> list[Case]:
-    """The hidden cases of :func:`check_causal_mask`; with ``seed`` (the grade of record's),
-    two more lengths drawn from it."""
-    def case(description: str, seq_len: int, hint: str) -> Case:
-        return Case(
-            description=description,
-            args={"seq_len": seq_len},
-            expected=causal_mask(seq_len),
-            atol=0.0,
-            rtol=0.0,
-            hint=hint,
-            dtype=bool,
-            diagnose=_diagnose_causal_mask,
-        )
-
-    lower = "Position i may attend to every position up to i: True on and below the diagonal."
-    return [
-        case("seq_len=4", 4, lower),
-        case("a single position, seq_len=1", 1, MASK_SINGLE_HINT),
-        case("seq_len=7", 7, lower),
-    ] + ([] if seed is None else [case(f"drawn when graded: seq_len={int(n)}", int(n), lower)
-                                  for n in np.random.default_rng(seed).integers(2, 40, size=2)])
-
-
-def check_causal_mask(fn: Callable[[int], Any]) -> CheckResult:
-    """Check a learner's causal (look-ahead) mask.
-
-    Parameters
-    ----------
-    fn : callable
-        The learner's ``causal_mask(seq_len)``, called as ``fn(seq_len)``:
-
-        - ``seq_len`` : int >= 1;
-        - returns a (seq_len, seq_len) array of dtype bool, ``True`` where query
-          position i may attend to key position j, i.e. where j <= i (the lower
-          triangle, diagonal included). 0/1 integers are not accepted: masks are
-          boolean throughout the course. NumPy array, torch tensor or nested list.
-
-    Returns
-    -------
-    CheckResult
-        Truthy when every hidden case passes; otherwise the first failing case
-        and a hint for the likely bug: upper instead of lower triangle, diagonal
-        excluded, True/False swapped, a non-boolean dtype, a wrong shape at seq_len=1.
-
-    References
-    ----------
-    Vaswani et al. (2017), section 3.2.3 (masking in the decoder).
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> def my_causal_mask(seq_len):
-    ...     return np.tril(np.ones((seq_len, seq_len), dtype=bool))
-    >>> check_causal_mask(my_causal_mask)
-    ✔ check_causal_mask: all 3 hidden cases pass
-    """
-    return run_cases("check_causal_mask", fn, causal_mask_cases(), references=(causal_mask,))
-
 
 __all__ = [
-    "causal_mask_cases",
-    "check_causal_mask",
     "check_scaled_dot_product",
     "check_softmax",
     "scaled_dot_product_cases",
