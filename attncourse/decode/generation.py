@@ -68,7 +68,9 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, temperature:
     top_k : int, optional
         Sample among the ``top_k`` most probable tokens only (Fan et al. 2018, section 5.4).
     seed : int
-        The same ``seed`` gives the same tokens with or without cache and compile.
+        The same ``seed`` gives the same tokens with or without cache. The compiled step's
+        logits may differ from the eager ones in their last bits (another order of sums), so
+        a sample may, rarely, differ with ``compile``.
     use_cache : bool
         Keep keys and values (:class:`~attncourse.decode.fast.Decoder`: a static cache, one
         step without per-step checks); False recomputes the whole prefix at every step.
