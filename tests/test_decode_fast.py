@@ -166,5 +166,8 @@ def test_compiled_step_gives_the_same_greedy_tokens():
     model = llama_like(2, num_layers=1)  # one layer: a shorter compile
     expected = reference_generate(model, PROMPT, 12, temperature=0)
     timings = {}
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert torch.equal(generate(model, PROMPT, 12, temperature=0, compile=True, timings=timings), expected)
     assert timings["compile"] > 0 and timings["decode"] > 0
+    # one graph for the prefill, one for every step: no step compiled again for its position
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 2

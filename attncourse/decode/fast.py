@@ -157,6 +157,9 @@ class Decoder:
         if encoding is not None and self.table is None:
             self.table = encoding.embedding.weight
         self.key_index = torch.arange(capacity, device=self.device)
+        # the compiled step's position: one tensor filled in place, not a new view each step
+        # (a view's other storage offset could make torch.compile specialise again)
+        self.position = torch.zeros(1, dtype=torch.long, device=self.device)
         self._calls = {"prefill": 0, "step": 0}
         if self.compiled:
             for cache in self.caches:  # CUDA graphs need the buffers at fixed addresses
@@ -222,7 +225,8 @@ class Decoder:
             return self.model(token, self.caches)[0][:, -1]
         if self.compiled:
             # the position as a tensor: the compiled step's shapes do not change with it
-            logits = self._timed("step", self._step_fn, token, self.key_index[start:start + 1])
+            self.position.fill_(start)  # a write on the device, no read back
+            logits = self._timed("step", self._step_fn, token, self.position)
             logits = logits.clone()  # a CUDA graph's output is overwritten by its next replay
         else:
             logits = self._step_eager(token, start)
