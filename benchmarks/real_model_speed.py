@@ -182,8 +182,9 @@ def theirs_generate(model, prompt: torch.Tensor, new: int, compiled: bool = Fals
         from transformers import CompileConfig
 
         mode = "reduce-overhead" if prompt.device.type == "cuda" else "default"
-        options.update(cache_implementation="static",
-                       compile_config=CompileConfig(mode=mode, fullgraph=True, _compile_all_devices=True))
+        config = CompileConfig(mode=mode, fullgraph=True)
+        config._compile_all_devices = True   # transformers compiles on a GPU only, unless told
+        options.update(cache_implementation="static", compile_config=config)
     out = model.generate(prompt[None], generation_config=GenerationConfig(**options),
                          attention_mask=torch.ones_like(prompt[None]))
     return out[0, prompt.numel():]
