@@ -154,6 +154,10 @@ def test_decoder_refuses_what_does_not_fit():
     decoder = Decoder(model, 4)
     with pytest.raises(ValueError, match="capacity"):
         decoder.prefill(torch.arange(5)[None])
+    with pytest.raises(ValueError, match="token ids"):
+        decoder.prefill(torch.tensor([[1, VOCAB]]))
+    with pytest.raises(ValueError, match="token ids"):  # as the model's forward refuses it
+        generate(model, torch.tensor([2, -1]), 3)
     decoder.prefill(torch.arange(3)[None])
     with pytest.raises(ValueError, match="empty"):
         decoder.prefill(torch.arange(3)[None])

@@ -188,8 +188,8 @@ class Decoder:
         Raises
         ------
         ValueError
-            If ``tokens`` is not (batch, prompt_len) integers, the caches are not empty, or the
-            prompt does not fit ``capacity``.
+            If ``tokens`` is not (batch, prompt_len) integers, an id lies outside the vocabulary,
+            the caches are not empty, or the prompt does not fit ``capacity``.
         """
         if tokens.dim() != 2 or tokens.shape[0] != self.batch or tokens.is_floating_point():
             raise ValueError(f"tokens must be (batch={self.batch}, prompt_len) integers, got "
@@ -198,6 +198,10 @@ class Decoder:
             raise ValueError("prefill needs empty caches: make a new Decoder for a new prompt")
         if not 1 <= tokens.shape[1] <= self.capacity:
             raise ValueError(f"a prompt of {tokens.shape[1]} tokens does not fit the capacity {self.capacity}")
+        low, high = int(tokens.min()), int(tokens.max())  # once per prompt, as the forward checks
+        if not 0 <= low <= high < self.model.vocab_size:
+            raise ValueError(f"token ids must lie in 0..vocab_size - 1 = 0..{self.model.vocab_size - 1}, "
+                             f"got ids from {low} to {high}")
         tokens = tokens.to(self.device)
         if not self.fast:
             return self.model(tokens, self.caches)[0][:, -1]
