@@ -99,11 +99,11 @@ book-check: $(STAMP)
 # The instructors' guide's grading cycle (book/instructors.md) for chapters 6, 10 and 12 in
 # full, two students each, autograded two at a time while one busy loop per core loads the
 # machine: every submission graded, the reference answers full marks, the blank ones none
-# (tests/test_course_under_load.py). It starts from a copy of the models the book build
+# (tests/course/test_under_load.py). It starts from a copy of the models the book build
 # trained, so `prepare` trains nothing. 5.5 to 7.1 minutes on 2 shared cores.
 classroom: $(STAMP)
 	ATTNCOURSE_TRAINED_RUNS=$(ATTNCOURSE_RUNS) $(BIN)/python -m pytest -p no:cacheprovider -q -s \
-	  -m under_load tests/test_course_under_load.py
+	  -m under_load tests/course/test_under_load.py
 
 # Every page of the fresh book in headless Chromium, network blocked (tests/browser), and
 # the learner's path in JupyterLab: chapter 4 opened and its explorer run (test_lab.py).

@@ -1,6 +1,6 @@
 """attncourse: the helper package of an interactive course on attention mechanisms.
 
-A part imports only parts on levels above its own (``tests/test_layers.py`` checks)::
+A part imports only parts on levels above its own (``tests/project/test_layers.py`` checks)::
 
     0  lazy        the packages' re-exports, imported on first use (PEP 562)
     1  functional  the attention maths: tensors in, tensors out

@@ -20,22 +20,28 @@ SDPA time** (above 1: slower than SDPA), for the forward pass and for forward + 
 
 On CUDA a second table follows, the **Triton sweep** (the sweep of Stanford CS336's
 FlashAttention-2 assignment): ``attncourse.kernels.triton_flash_attention``, the course's
-Triton kernel compiled for the GPU, beside SDPA's FlashAttention backend (SDPA's default
-choice where that backend refuses the dtype, as for float32 on CUDA) and the textbook path,
-causal, batch 1, one head, for lengths 128 to 16,384, d = 16 to 128, float32 and bfloat16,
-forward and forward + backward: median milliseconds and achieved TFLOP/s. The FLOPs are
-the useful ones: ``4 n^2 d`` per forward, halved by the causal mask, times 3.5 for forward
-+ backward (the backward's five matrix products against the forward's two; the
-recomputation of the weights is not counted), as in Dao (2023), section 4.1. Each path's
-output is compared with the kernel's first; a mismatch is reported, written to the JSON,
-and makes the script exit with status 1 at the end. A path that fails (out of memory, a
-backend that refuses the inputs) gets ``-`` and its error in the JSON. On the CPU the sweep
-runs only when asked (``--sweep yes``), under Triton's interpreter: a test of the code, not
-a timing (bfloat16 is skipped there).
+Triton kernel compiled for the GPU and autotuned (float32 in TF32 where the GPU has it),
+beside SDPA with its default choice of backend, named as it ran (``flash``, ``efficient``,
+``cuDNN`` or ``math``, read from the ATen operator it dispatched to), and the textbook
+path, causal, batch 1, one head, for lengths 128 to 16,384, d = 16 to 128, float32 and
+bfloat16, forward and forward + backward: median milliseconds by
+``triton.testing.do_bench``, after a first call that compiles and autotunes (never timed),
+and achieved TFLOP/s. The FLOPs are the useful ones: ``4 n^2 d`` per forward, halved by
+the causal mask, times 3.5 for forward + backward (the backward's five matrix products
+against the forward's two; the recomputation of the weights is not counted), as in Dao
+(2023), section 4.1. Each path's output is compared with the kernel's first; a mismatch is
+reported, written to the JSON, and makes the script exit with status 1 at the end. A path
+that fails (out of memory, a backend that refuses the inputs) gets ``-`` and its error in
+the JSON. On the CPU the sweep runs only when asked (``--sweep yes``), under Triton's
+interpreter, timed by ``torch.utils.benchmark``: a test of the code, not a timing
+(bfloat16 is skipped there).
 
 Usage: ``python benchmarks/flash_attention.py [--device all|cpu|cuda] [--lengths 256 1024 4096]``
 ``[--sweep auto|yes|no|only] [--json OUT]``. The GPU report runs
-``python benchmarks/flash_attention.py --device cuda --json OUT.json`` (a few minutes on an H100).
+``python benchmarks/flash_attention.py --device cuda --json OUT.json``. On a fresh GPU machine
+the first call for each head width and dtype compiles every configuration the autotuner
+tries (``attncourse.kernels.autotune_configs``: 12 to 34 for the three kernels, a second or
+two each): ``--sweep-dims 64 128`` shortens the sweep.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention import (  # noqa: E402
@@ -65,6 +71,7 @@ from attncourse.functional import (  # noqa: E402
 from attncourse.kernels import (  # noqa: E402
     INTERPRETED,
     TRITON_AVAILABLE,
+    default_precision,
     describe,
     triton_flash_attention,
 )
@@ -85,17 +92,20 @@ def peak_bytes(fn, device: torch.device) -> int | None:
     return torch.cuda.max_memory_allocated(device) - base
 
 
-def one_pass(fn, q, k, v, backward: bool, device: torch.device, grad=None):
+def one_pass(fn, q, k, v, backward: bool, device: torch.device, grad=None, wait: bool = True):
     """A call to time: ``fn(q, k, v)`` under no_grad, or with its backward pass (of ``grad``,
-    or of the sum of the output); waits for the GPU."""
+    or of the sum of the output); waits for the GPU unless ``wait`` is false (``do_bench``
+    waits itself), and sets the inputs' gradients to None first."""
     def go():
         if backward:
+            for t in (q, k, v):
+                t.grad = None
             out = fn(q, k, v)
             out.backward(torch.ones_like(out) if grad is None else grad)
         else:
             with torch.no_grad():
                 fn(q, k, v)
-        if device.type == "cuda":
+        if wait and device.type == "cuda":
             torch.cuda.synchronize()
     return go
 
@@ -150,7 +160,14 @@ SWEEP_DIMS = [16, 32, 64, 128]
 SWEEP_DTYPES = ["float32", "bfloat16"]
 SWEEP_PATHS = ("triton", "sdpa", "textbook")
 #: Largest |difference| from the Triton kernel's output accepted, per dtype (inputs ~ N(0, 1)).
-SWEEP_TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
+#: float32 products run in TF32 on the GPU: a 10-bit mantissa, as float16.
+SWEEP_TOLERANCE = {"float32": 1e-2, "float16": 1e-2, "bfloat16": 5e-2}
+#: SDPA's backends by the ATen operator each dispatches to (the CPU's flash kernel included).
+SDPA_OPERATORS = {
+    "_scaled_dot_product_flash_attention": "flash",
+    "_scaled_dot_product_efficient_attention": "efficient",
+    "_scaled_dot_product_cudnn_attention": "cuDNN",
+}
 
 
 def sweep_flops(n: int, d: int, causal: bool, backward: bool) -> float:
@@ -159,14 +176,39 @@ def sweep_flops(n: int, d: int, causal: bool, backward: bool) -> float:
     return flops * (3.5 if backward else 1.0)
 
 
-def sdpa_flash_or_default(q, k, v):
-    """SDPA restricted to its FlashAttention backend; ``(output, "flash")``, or the default choice
-    where that backend refuses the inputs (float32 on CUDA): ``(output, "default")``."""
-    try:
-        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True), "flash"
-    except RuntimeError:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True), "default"
+class _OperatorLog(TorchDispatchMode):
+    """The names of the ATen operators called inside the ``with`` block."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def sdpa_backend(q, k, v) -> str:
+    """The backend SDPA's default choice runs for these inputs: flash, efficient, cuDNN or math."""
+    with torch.no_grad(), _OperatorLog() as log:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    for name in log.names:
+        for operator, backend in SDPA_OPERATORS.items():
+            if name.startswith(operator):
+                return backend
+    return "math"
+
+
+def time_ms(fn, device: torch.device, min_run_time: float) -> float:
+    """Median milliseconds per call of ``fn``: on CUDA by ``triton.testing.do_bench`` after one
+    call that compiles and autotunes; on the CPU by ``torch.utils.benchmark``."""
+    if device.type != "cuda":
+        return time_median(fn, min_run_time) * 1e3
+    from triton.testing import do_bench
+
+    fn()
+    torch.cuda.synchronize(device)
+    return do_bench(fn, warmup=25, rep=max(100, int(min_run_time * 1e3)), return_mode="median")
 
 
 def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: int,
@@ -177,14 +219,16 @@ def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: in
         return [], []
     if INTERPRETED:
         print("(under the interpreter: a test of the code, the times mean nothing)")
-    print(f"batch={batch}, heads={heads}, causal; median ms and achieved TFLOP/s "
-          "(useful FLOPs); SDPA = its flash backend, or its default choice (*)")
+    timer = "triton.testing.do_bench" if device.type == "cuda" else "torch.utils.benchmark"
+    print(f"batch={batch}, heads={heads}, causal; median ms ({timer}, after a warm-up call) "
+          "and achieved TFLOP/s (useful FLOPs); SDPA = its default choice, backend named")
     print(f"{'dtype':>8} {'d':>4} {'n':>6} {'pass':>8} | {'triton ms':>10} {'TFLOP/s':>8} | "
-          f"{'SDPA ms':>10} {'TFLOP/s':>8} | {'textbook ms':>11} {'TFLOP/s':>8} | {'SDPA/triton':>11}")
+          f"{'SDPA ms':>10} {'TFLOP/s':>8} {'backend':>9} | {'textbook ms':>11} {'TFLOP/s':>8} | "
+          f"{'SDPA/triton':>11}")
     torch.manual_seed(seed)
     fns = {
         "triton": lambda q, k, v: triton_flash_attention(q, k, v, is_causal=True),
-        "sdpa": lambda q, k, v: sdpa_flash_or_default(q, k, v)[0],
+        "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "textbook": lambda q, k, v: attention(q, k, v, mask=torch.ones(
             q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril())[0],
     }
@@ -210,7 +254,7 @@ def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: in
                         if device.type == "cuda":
                             torch.cuda.empty_cache()
                     if "sdpa" in outputs:
-                        backend = sdpa_flash_or_default(q, k, v)[1]
+                        backend = sdpa_backend(q, k, v)
                 diffs = {}
                 if "triton" in outputs:
                     for name in ("sdpa", "textbook"):
@@ -222,16 +266,17 @@ def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: in
                 del outputs
                 for label, backward in (("forward", False), ("fwd+bwd", True)):
                     def step(fn):
-                        return one_pass(fn, q, k, v, backward, device, grad)
+                        return one_pass(fn, q, k, v, backward, device, grad, wait=False)
 
                     flops = batch * heads * sweep_flops(n, d, True, backward)
                     row = {"device": str(device), "dtype": dtype_name, "d": d, "n": n, "pass": label,
-                           "sdpa_backend": backend, "flops": flops}
+                           "sdpa_backend": backend, "triton_precision": default_precision(dtype),
+                           "flops": flops}
                     for name, fn in fns.items():
                         seconds = None
                         if name not in errors:
                             try:
-                                seconds = time_median(step(fn), min_run_time)
+                                seconds = time_ms(step(fn), device, min_run_time) / 1e3
                             except (RuntimeError, ValueError, TypeError) as error:
                                 errors[name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
                             if device.type == "cuda":
@@ -250,9 +295,9 @@ def run_sweep(device: torch.device, lengths, dims, dtypes, batch: int, heads: in
                         return f"{row[f'{name}_ms']:{width}.3f} {row[f'{name}_tflops']:8.3g}"
 
                     ratio = "-" if row["sdpa_over_triton"] is None else f"{row['sdpa_over_triton']:.2f}"
-                    star = "*" if backend == "default" else " "
                     print(f"{dtype_name:>8} {d:>4} {n:>6} {label:>8} | {cell('triton', 10)} | "
-                          f"{cell('sdpa', 10)}{star}| {cell('textbook', 11)} | {ratio:>11}")
+                          f"{cell('sdpa', 10)} {backend or '-':>9} | {cell('textbook', 11)} | "
+                          f"{ratio:>11}")
     for line in mismatches:
         print("MISMATCH:", line)
     return rows, mismatches

@@ -68,7 +68,7 @@ from attncourse.pretrained import (  # noqa: E402
 
 TINY = LlamaConfig(num_layers=2, d_model=64, num_heads=4, num_kv_heads=2, d_ff=128, rms_eps=1e-5,
                    rope_base=10000.0, max_len=256, vocab_size=300, tied_embeddings=True)
-#: SmolLM2-135M-Instruct's configuration as its GGUF file gives it (tests/test_benchmarks_real_model.py
+#: SmolLM2-135M-Instruct's configuration as its GGUF file gives it (tests/benchmarks/test_real_model_speed.py
 #: checks it against the file): the shape ``--random-weights`` times. rms_eps is 1e-5 as the file's
 #: float32 holds it.
 SMOLLM2 = LlamaConfig(num_layers=30, d_model=576, num_heads=9, num_kv_heads=3, d_ff=1536,
@@ -260,7 +260,7 @@ def run(device: torch.device, tiny: bool, prompt_len: int, decode_len: int, repe
     _, _, their_logits = theirs_run(theirs, prompt, feed)
     difference = float((ours_logits - their_logits).abs().max())
     scale = float(their_logits.abs().max())
-    if not difference <= 1e-5 * max(scale, 1.0) * 30:   # float32 rounding over 30 layers (tests/test_pretrained*)
+    if not difference <= 1e-5 * max(scale, 1.0) * 30:   # float32 rounding over 30 layers (tests/pretrained/)
         raise SystemExit(f"real_model_speed: our logits differ from transformers' by {difference:.2e}")
     model_name = "tiny" if tiny else "smollm2-random-weights" if random_weights else "smollm2"
     what = ("a tiny random Llama (2 layers)" if tiny else "SmolLM2-135M (30 layers, d_model 576, 9/3 heads)"

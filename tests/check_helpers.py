@@ -49,7 +49,7 @@ def lenient_hand_offs(monkeypatch):
 
     The diagnostics tests build right and buggy answers from torch, SciPy and the
     package's helpers to reach a given hint; whether such answers are refused as
-    hand-offs is the business of ``tests/test_checks_hand_offs.py``.
+    hand-offs is the business of ``tests/checks/test_hand_offs.py``.
     """
     from attncourse.checks import hand_offs
 

@@ -28,7 +28,7 @@ def _runs_in_a_scratch_folder(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _checks_start_with_full_hints():
     """Each test sees the checks' full hints: the nudge of a first attempt is tested on its own
-    (tests/test_checks_references.py)."""
+    (tests/checks/test_references.py)."""
     from attncourse.checks import core
 
     core._failed_attempts.clear()

@@ -6,7 +6,7 @@ Not a test (pytest collects test_*.py only): it takes minutes, and its numbers g
 the issue's closing note. It counts
 
 * every numeric option of every sub-command x every extreme value of
-  tests/test_cli_extremes.py, run in-process: accepted (exit 0), clean errors (exit 2,
+  tests/cli/test_extremes.py, run in-process: accepted (exit 0), clean errors (exit 2,
   one line), tracebacks (anything else: an exception escaping ``main``, other codes,
   several lines), files written outside the run's own folder;
 * the data-loss scenarios of items 1-2: a user's test.tsv under --overwrite and --resume,
@@ -36,11 +36,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path[:0] = [str(HERE), str(ROOT)]
+sys.path[:0] = [str(ROOT)]
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from test_cli_extremes import (  # noqa: E402
+
+from attncourse.cli.commands import main  # noqa: E402
+from attncourse.train.runfiles import note_written  # noqa: E402
+from tests.cli.test_extremes import (  # noqa: E402
     COMMANDS,
     EXTREMES,
     TINY_LM,
@@ -49,9 +52,6 @@ from test_cli_extremes import (  # noqa: E402
     snapshot,
     write_data,
 )
-
-from attncourse.cli.commands import main  # noqa: E402
-from attncourse.train.runfiles import note_written  # noqa: E402
 
 
 def run_main(argv: list[str]) -> tuple[int | str, str]:
@@ -232,7 +232,7 @@ def memory(root: Path, paths: dict[str, str]) -> dict[str, object]:
     bad = root / "badlm"
     run_main(["train-lm", "--text", paths["text"], *TINY_LM, "--out", str(bad)])
     data = torch.load(bad / "checkpoint.pt", weights_only=True)
-    data["model_config"]["max_len"] = 10**9
+    data["model_config"]["spec"]["max_len"] = 10**9
     torch.save(data, bad / "checkpoint.pt")
     note_written(bad / "checkpoint.pt")  # and its digest, as a forger would
     pair = root / "long.tsv"

@@ -5,7 +5,7 @@ built the book; this tool measures by how much they would pass elsewhere. It exe
 every chapter under each *variant* of the machine and records, for every ``assert``, its
 operands, whether it held and its margin to the bound, then merges the records into
 ``book/claims.json``, which the book's page *How sure are these numbers?*
-(``book/claims.md``) shows and ``tests/test_claims.py`` keeps fresh.
+(``book/claims.md``) shows and ``tests/book/test_claims.py`` keeps fresh.
 
 Variants (:data:`VARIANTS`):
 

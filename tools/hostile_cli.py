@@ -49,7 +49,7 @@ OUTCOMES = ("hang", "user file deleted or replaced", "written outside", "traceba
             "clean error", "interrupted", "success")
 
 
-# --- classification (imported by tests/test_hostile_cli.py: no torch here) ----------------------
+# --- classification (imported by tests/project/test_hostile_cli.py: no torch here) ----------------------
 
 
 def snapshot(root: Path) -> dict[str, str]:

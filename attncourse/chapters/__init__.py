@@ -6,10 +6,10 @@ explorer), ``figures.py`` (its own static figures) and ``rubrics.py`` (the rubri
 written exercises). What several chapters share stays in the library layers (the maths,
 the modules, decoding, the engine, the explorers' machinery, the checks' engine), which a
 chapter's folder imports. No library part imports a chapter's folder and no folder imports
-another's (``tests/test_layers.py``); :mod:`attncourse.course` finds the rubrics through
+another's (``tests/project/test_layers.py``); :mod:`attncourse.course` finds the rubrics through
 :func:`modules`. Adding a chapter is its notebook, its folder and a line in ``_toc.yml``.
 
-``tests/test_layers.py`` fails if a module that one chapter alone uses has been left in a
+``tests/project/test_layers.py`` fails if a module that one chapter alone uses has been left in a
 library part.
 """
 

@@ -23,7 +23,7 @@ Three rules keep the feedback honest and useful:
   (a case's ``diagnose`` names it, or the signature is wrong), its hint says so at once.
   Otherwise the first failed attempt of a check shows a nudge (the case's ``nudge``, or a
   general one); from the second on, the full hint, which gives the idea of the fix but
-  never its code (``tests/test_checks_hints.py``). ``result.hint`` always holds the full
+  never its code (``tests/checks/test_hints.py``). ``result.hint`` always holds the full
   hint.
 - *No hand-offs.* Besides the references, a check refuses any call (direct or not) to a
   library function that does the exercise's job, to the package outside the checks, or

@@ -6,7 +6,7 @@ computes what the exercise asks for, to any function of the course package outsi
 checks, or to a function of the notebook defined in another cell (a chapter's helper) makes
 the check answer "not accepted", with what the exercise allows. The building blocks an
 exercise names (``np.exp`` and ``np.sum`` for a softmax, ``repeat_interleave`` for grouped
-keys) stay allowed. ``tests/test_checks_hand_offs.py`` holds the cheats each entry refuses.
+keys) stay allowed. ``tests/checks/test_hand_offs.py`` holds the cheats each entry refuses.
 """
 
 from __future__ import annotations

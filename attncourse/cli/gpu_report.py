@@ -6,7 +6,7 @@ wants from a GPU runs here, in order, within one wall-clock ``--budget``
 (default 540 s, compile time included):
 
 1. **tests**: the CUDA tests (``pytest -m cuda``, the marker of tests that need a
-   GPU), given by file (``tests/test_cuda*.py``, ``tests/test_kernels*.py``), so
+   GPU), given by file (``tests/train/test_cuda.py``, ``tests/kernels/test_*.py``), so
    pytest imports no other test module and nothing the GPU machine lacks;
 2. **benchmarks**: ``benchmarks/attention.py``, ``self_attention.py``,
    ``flash_attention.py``, ``gqa_decode.py``, ``train_overhead.py`` and
@@ -377,7 +377,8 @@ def _run_stages(args: argparse.Namespace, out: Path, root: Path, env: dict[str, 
     with tempfile.TemporaryDirectory(prefix="attncourse-gpu-report-") as tmp:
         scratch = Path(tmp)
         # 1. the CUDA tests, by file: pytest imports only these modules
-        tests = sorted({*root.glob("tests/test_cuda*.py"), *root.glob("tests/test_kernels*.py")})
+        tests = sorted({*root.glob("tests/train/test_cuda.py"),
+                        *root.glob("tests/kernels/test_*.py")})
         stage = Stage("tests")
         junit = scratch / "junit.xml"
         if tests:
@@ -386,7 +387,7 @@ def _run_stages(args: argparse.Namespace, out: Path, root: Path, env: dict[str, 
                       min(left() - 30, 120) if not smoke else 0.25 * args.budget, env, root)
             results["tests"] = _test_counts(junit)
         else:
-            stage.error = "no tests/test_cuda*.py here (not a source checkout?)"
+            stage.error = "no tests/train/test_cuda.py here (not a source checkout?)"
         say(stage)
 
         # 2. the benchmarks, each within its share of what the training leaves

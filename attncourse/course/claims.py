@@ -5,7 +5,7 @@ implementations equal). ``make claims`` (``tools/claims.py``) executes every cha
 a few variants of the machine (another CPU's kernels, other thread counts, another
 training seed) and records, for every assert, its operands, whether it held and its
 margin to the bound. This module reads that file for the book's page *How sure are these
-numbers?* (``book/claims.md``) and for the freshness test (``tests/test_claims.py``), and
+numbers?* (``book/claims.md``) and for the freshness test (``tests/book/test_claims.py``), and
 computes the digest that ties a chapter's record to its code: the SHA-256 of its code
 cells' syntax trees, so that a chapter whose code changed after its sweep is known to be
 stale.

@@ -1,17 +1,8 @@
-"""Attention kernels written in Triton, as they run on GPUs: FlashAttention-2, forward and backward.
+"""Attention kernels in Triton: FlashAttention-2, forward and backward (chapter 8).
 
-This is the maths layer, like :mod:`attncourse.functional`: it imports torch and triton
-only. Importing it sets ``TRITON_INTERPRET=1`` on a machine without a CUDA GPU (unless the
-variable is already set), *before* it imports triton, so that the kernels run on the CPU
-under Triton's interpreter; on a GPU they compile. See :mod:`attncourse.kernels.triton_setup`
-for the rule, and import this package before anything that imports triton.
-
->>> from attncourse.kernels import triton_flash_attention, describe
->>> print(describe())  # doctest: +SKIP
-triton 3.9.0: TRITON_INTERPRET=1, kernels run on the CPU under Triton's interpreter (exact, slow)
-
-Without triton (it installs on Linux x86_64 only) the package still imports; calling a
-kernel raises a one-line ``RuntimeError``, and :data:`TRITON_AVAILABLE` is False.
+The maths layer, like :mod:`attncourse.functional`. Import it before triton: without a
+CUDA GPU it sets ``TRITON_INTERPRET=1`` (see :mod:`attncourse.kernels.triton_setup`).
+Without triton it imports; :data:`TRITON_AVAILABLE` is False, calling a kernel raises.
 """
 
 # Eager, unlike the names below: it sets TRITON_INTERPRET before anything defines a kernel (see above).
@@ -21,8 +12,8 @@ from attncourse.lazy import lazy_exports
 # Each public name is imported from its module when first read (PEP 562): importing one module
 # of the package loads no other.
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "flash_attention": ("BLOCK_SIZES", "HEAD_DIMS", "FlashAttentionTriton", "default_blocks",
-        "triton_flash_attention"),
+    "flash_attention": ("BLOCK_SIZES", "HEAD_DIMS", "PRECISIONS", "SEARCH", "FlashAttentionTriton",
+        "autotune_configs", "default_blocks", "default_precision", "triton_flash_attention"),
     "triton_setup": ("INTERPRETED", "TRITON_AVAILABLE", "describe", "kernel_device", "require_triton"),
     "traffic": ("LSE_BYTES", "forward_hbm_bytes", "keys_visited"),
 })
@@ -32,9 +23,13 @@ __all__ = [
     "HEAD_DIMS",
     "INTERPRETED",
     "LSE_BYTES",
+    "PRECISIONS",
+    "SEARCH",
     "TRITON_AVAILABLE",
     "FlashAttentionTriton",
+    "autotune_configs",
     "default_blocks",
+    "default_precision",
     "describe",
     "forward_hbm_bytes",
     "kernel_device",

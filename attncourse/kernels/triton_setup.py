@@ -1,20 +1,8 @@
-"""Where the course's Triton kernels run: compiled on a CUDA GPU, or Triton's interpreter on the CPU.
+"""Where the Triton kernels run: compiled on a CUDA GPU, or interpreted on CPU tensors.
 
-Triton decides between compiling a ``@triton.jit`` kernel and interpreting it from the
-environment variable ``TRITON_INTERPRET``: triton 3.9 reads it when a kernel is *defined*
-(the decorator runs), older versions when triton is imported. So the rule is: set it
-before ``import triton``. This module is imported first by :mod:`attncourse.kernels`,
-before it imports triton or defines a kernel, and applies the course's choice:
-
-- ``TRITON_INTERPRET`` already set (to anything): left as it is, the user decided;
-- no CUDA GPU visible to torch: ``TRITON_INTERPRET=1`` is set, so the kernels run on CPU
-  tensors, executed block by block by the interpreter (a slow, exact emulation);
-- a CUDA GPU: nothing is set, and the kernels compile for the GPU and take CUDA tensors.
-
-``triton`` installs only on Linux x86_64 (``requirements.txt`` pins it there with a
-marker). Elsewhere :data:`triton` is None, :data:`TRITON_AVAILABLE` is False, and
-:func:`require_triton` raises a one-line ``RuntimeError``; kernels can still be *defined*
-(for reading) through the stand-ins :data:`jit` and :data:`tl`.
+Imported by :mod:`attncourse.kernels` before triton reads ``TRITON_INTERPRET``, it sets
+it to 1 if the user left it unset and torch sees no CUDA GPU. Without triton (Linux
+x86_64 only), :data:`jit` and :data:`tl` are stand-ins: kernels can be read, not run.
 """
 
 from __future__ import annotations
@@ -59,14 +47,9 @@ MISSING_MESSAGE = (
 
 
 def require_triton() -> None:
-    """Raise a one-line ``RuntimeError`` when triton is missing, or was imported too early.
+    """Raise a one-line ``RuntimeError`` if the kernels cannot run here.
 
-    Raises
-    ------
-    RuntimeError
-        If ``import triton`` fails here, or if ``TRITON_INTERPRET`` was set to 0 on a
-        machine without a CUDA GPU (the kernels would compile for a GPU that is not there),
-        or if other code imported triton before this package set ``TRITON_INTERPRET=1``.
+    That is: no triton, triton imported too early, or ``TRITON_INTERPRET=0`` and no GPU.
     """
     if triton is None:
         raise RuntimeError(MISSING_MESSAGE)
@@ -87,7 +70,7 @@ def kernel_device() -> torch.device:
 
 
 def describe() -> str:
-    """One line saying how the kernels run on this machine (for the chapter and the benchmark)."""
+    """One line saying how the kernels run on this machine."""
     if triton is None:
         return MISSING_MESSAGE
     if INTERPRETED:
@@ -97,7 +80,7 @@ def describe() -> str:
 
 
 class _MissingKernel:
-    """What :data:`jit` returns without triton: readable, and launching it says why it cannot run."""
+    """:data:`jit` without triton: readable; launching it says why it cannot run."""
 
     def __init__(self, fn):
         self.fn = fn
@@ -115,7 +98,7 @@ if triton is None:
                                bfloat16=None)
 
     def jit(fn=None, **_options):
-        """Stand-in for ``triton.jit`` without triton: the kernel can be read, not launched."""
+        """Stand-in for ``triton.jit``: the kernel can be read, not launched."""
         if fn is None:
             return _MissingKernel
         return _MissingKernel(fn)

@@ -1,30 +1,6 @@
-"""What every decoder attention shares: its argument checks, which keys a query may see, key/value
-heads shared by query heads, and the default *attend* step.
+"""What every decoder attention shares: call checks, allowed keys, kv heads, attend.
 
-A decoder attention (:class:`~attncourse.nn.protocol.DecoderAttention`) is plumbing around
-one step. The plumbing checks the call (:func:`validate_call`), splits heads, applies the
-positions, appends to the cache and builds the mask of allowed keys (:func:`allowed_keys`);
-the step turns queries, keys and values into each head's output:
-
-    attend(q, k, v, allowed, bias) -> (heads, weights)
-    q (batch, h, n, d), k, v (batch, g, m, d) with g dividing h (:func:`repeat_kv`),
-    allowed (n, m) or broadcastable bool (True = may attend) or None, bias (h, n, m) float or None
-    heads (batch, h, n, d_v), weights (batch, h, n, m) or None
-
-as ``transformers`` registers an attention function and leaves the module alone
-(``ALL_ATTENTION_FUNCTIONS``). :func:`dot_product_attend` is the default,
-softmax(q k^T / sqrt(d) + bias) v (Vaswani et al. 2017, equation (1)) through
-``scaled_dot_product_attention`` when the weights are not needed; :func:`softmax_attend`
-is its written-out form with any scale, on which a variant that only changes the
-scores builds (e.g. cosine-similarity attention, a few lines: see
-:class:`~attncourse.nn.causal_attention.CausalSelfAttention.attend`).
-
-References
-----------
-Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1, equation (1), and 3.2.3 (the causal mask).
-Ainslie et al. (2023), "GQA", section 2.2 (key/value heads shared by groups of query heads).
-Wolf et al. (2020), "Transformers: State-of-the-Art Natural Language Processing" (the library's
-attention interface, ``transformers.modeling_utils.AttentionInterface``).
+Source: Vaswani et al. (2017), eq. (1), section 3.2.3; Ainslie et al. (2023), 2.2.
 """
 
 from __future__ import annotations
@@ -40,24 +16,14 @@ from attncourse.functional.torch_attention import masked_softmax
 
 def validate_call(mask: torch.Tensor | None, positions: torch.Tensor | None, batch: int, num_heads: int,
                seq_len: int, offset: int, device) -> torch.Tensor:
-    """Check what every decoder attention takes besides ``x`` and its cache; return the positions.
-
-    ``mask`` must broadcast to ``(batch, num_heads, seq_len, offset + seq_len)`` (:func:`validate_mask`),
-    ``positions`` be ``(seq_len,)`` integers or None (:func:`validate_positions`, which gives the default).
-    """
+    """Check a call's ``mask`` and ``positions`` (``ValueError``); return positions."""
     if mask is not None:
         validate_mask(mask, (batch, num_heads, seq_len, offset + seq_len))
     return validate_positions(positions, seq_len, offset, device)
 
 
 def validate_positions(positions: torch.Tensor | None, seq_len: int, offset: int, device) -> torch.Tensor:
-    """The positions of ``seq_len`` new tokens: ``positions`` checked, or ``offset + arange(seq_len)``.
-
-    Raises
-    ------
-    ValueError
-        If ``positions`` is not a ``(seq_len,)`` integer tensor.
-    """
+    """``positions``, checked ``(seq_len,)`` ints, or ``offset + arange(seq_len)``."""
     if positions is None:
         return torch.arange(offset, offset + seq_len, device=device)
     if (not isinstance(positions, torch.Tensor) or positions.shape != (seq_len,)
@@ -68,8 +34,7 @@ def validate_positions(positions: torch.Tensor | None, seq_len: int, offset: int
 
 
 def validate_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
-    """Raise ValueError unless ``mask`` is a bool tensor broadcastable to ``scores_shape``
-    ``(batch, num_heads, seq_len, cache_len + seq_len)``."""
+    """Raise ``ValueError`` unless bool ``mask`` broadcasts to ``scores_shape``."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         kind = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ValueError(f"mask must be a bool tensor (True = may attend), got {kind}")
@@ -83,24 +48,9 @@ def validate_mask(mask: torch.Tensor, scores_shape: tuple[int, ...]) -> None:
 
 
 def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Expand ``num_kv_heads`` key (or value) heads to ``num_heads``: head i gets kv head i // group.
+    """``(batch, num_kv_heads, seq_len, d)`` -> ``(batch, num_heads, seq_len, d)``.
 
-    Parameters
-    ----------
-    x : (batch, num_kv_heads, seq_len, d)
-    num_heads : int
-        Number of query heads h; a multiple of ``num_kv_heads``.
-
-    Returns
-    -------
-    (batch, num_heads, seq_len, d)
-        Each kv head repeated ``group = num_heads // num_kv_heads`` times in a row
-        (``repeat_interleave``, as ``scaled_dot_product_attention(enable_gqa=True)`` does).
-
-    Raises
-    ------
-    ValueError
-        If ``x`` is not 4-D or ``num_heads`` is not a multiple of its heads.
+    Query head i reads kv head ``i // group``; ``ValueError`` unless the heads divide.
     """
     if x.dim() != 4 or num_heads % x.shape[1] != 0:
         raise ValueError(
@@ -113,28 +63,10 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | None = None,
                  device=None) -> torch.Tensor | None:
-    """Which keys each query may attend to, the queries being the last ``tgt_len`` of ``src_len`` positions.
+    """Bool ``(tgt_len, src_len)``, True = may attend, or None when every key is.
 
-    Parameters
-    ----------
-    tgt_len, src_len : int
-    causal : bool
-        Query at position i sees keys j <= i (Vaswani et al. 2017, section 3.2.3).
-    window : int, optional
-        The ``window`` keys nearest the query, itself included (the definition of
-        :func:`attncourse.functional.sliding_window_mask`): causal, ``0 <= i - j < window``,
-        the query and the ``window - 1`` positions before it; not causal, the centred
-        ``|i - j| <= (window - 1) / 2`` (``window`` odd).
-
-    Returns
-    -------
-    (tgt_len, src_len) bool tensor, ``True`` = may attend; None when every key is allowed
-    (no mask and no window, or one causal query at the last position, as in a decoding step).
-
-    Raises
-    ------
-    ValueError
-        If ``window`` is not a positive int, or is even with ``causal=False``.
+    Queries are the last ``tgt_len`` positions; ``window`` as in
+    :func:`sliding_window_mask`. Raises ``ValueError`` for a bad window.
     """
     if window is not None:
         window = validate_sliding_window(window, causal)
@@ -155,26 +87,10 @@ def allowed_keys(tgt_len: int, src_len: int, causal: bool = True, window: int | 
 
 def softmax_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
                    bias: torch.Tensor | None = None, scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention written out: ``softmax(q k^T * scale + bias) v`` over the allowed keys.
+    """``softmax(q k^T * scale + bias) v`` over allowed keys; default scale 1/sqrt(d).
 
-    Parameters
-    ----------
-    q : (batch, h, n, d)
-    k : (batch, g, m, d)
-        g key heads, g dividing h (each serves h / g query heads, :func:`repeat_kv`).
-    v : (batch, g, m, d_v)
-    allowed : bool tensor broadcastable to (batch, h, n, m), or None
-        ``True`` = may attend; a query with no allowed key gets all-zero weights.
-    bias : float tensor broadcastable to (batch, h, n, m), optional
-        Added to the scores (ALiBi's distances).
-    scale : float, optional
-        Multiplies the scores; default: they are divided by sqrt(d) (Vaswani et al. 2017, eq. (1)).
-
-    Returns
-    -------
-    heads : (batch, h, n, d_v)
-    weights : (batch, h, n, m)
-        Rows sum to 1 (all zeros for a query with no allowed key).
+    ``q (batch, h, n, d)``, ``k, v (batch, g, m, d)`` (g divides h) -> heads ``(batch,
+    h, n, d_v)``, weights ``(batch, h, n, m)`` (a query with no allowed key: zeros).
     """
     k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])
     scores = q @ k.transpose(-2, -1)
@@ -188,12 +104,7 @@ def softmax_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: t
 
 def sdpa_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
                 bias: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-    """:func:`softmax_attend`'s heads (default scale) through ``F.scaled_dot_product_attention``.
-
-    Shapes as :func:`softmax_attend`; returns the heads ``(batch, h, n, d_v)`` only.
-    ``is_causal`` says that ``allowed`` is None or exactly the causal mask of n queries and
-    n = m keys, so SDPA may use its causal kernel instead of reading a mask.
-    """
+    """:func:`softmax_attend`'s heads via SDPA; ``is_causal``: the causal mask."""
     # Without a bias SDPA shares the kv heads itself (enable_gqa), reading each one once;
     # with ALiBi's float bias the heads are expanded first.
     if bias is not None:
@@ -215,12 +126,7 @@ def sdpa_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torc
 def dot_product_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
                        bias: torch.Tensor | None = None, *, need_weights: bool = False, fast: bool = True,
                        is_causal: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The default attend step: scaled dot-product attention, fused unless the weights are wanted.
-
-    Shapes as :func:`softmax_attend`. With ``need_weights`` or ``fast=False`` it is
-    :func:`softmax_attend` (the weights returned), otherwise :func:`sdpa_attend` (weights None);
-    ``is_causal`` as there.
-    """
+    """Default attend: :func:`sdpa_attend`; :func:`softmax_attend` for weights."""
     if need_weights or not fast:
         return softmax_attend(q, k, v, allowed, bias)
     return sdpa_attend(q, k, v, allowed, bias, is_causal), None

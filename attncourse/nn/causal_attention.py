@@ -1,43 +1,6 @@
-"""Causal self-attention with fewer key/value heads: multi-query and grouped-query attention.
+"""Causal self-attention with g key/value heads for h query heads: MHA, GQA, MQA.
 
-Multi-head attention (chapter 5) projects queries, keys and values into h heads
-each. While generating, the keys and values of every earlier token are kept in a
-KV cache, whose size per token is ``2 * layers * heads * d_k`` numbers; at long
-contexts reading it dominates the time per token. Shazeer (2019) keeps h query
-heads but a *single* key and value head shared by all of them (multi-query
-attention, MQA); Ainslie et al. (2023) take the middle road of g groups of query
-heads, each sharing one key/value head (grouped-query attention, GQA):
-
-    head_i = Attention(Q W_i^Q, K W_{g(i)}^K, V W_{g(i)}^V),  g(i) = floor(i / (h / g))
-
-so ``num_kv_heads = h`` is multi-head attention, ``1`` is multi-query and values
-in between are grouped. The cache and W^K, W^V shrink by h / g; the queries and
-W^O do not change.
-
-:class:`CausalSelfAttention` is that attention for a decoder-only model, with
-the position schemes that act inside attention: RoPE rotates queries and keys
-(:mod:`attncourse.nn.rope`), ALiBi biases the scores (:mod:`attncourse.nn.alibi`).
-It can also restrict each query to the last ``window`` keys (sliding-window
-attention; :func:`attncourse.functional.sliding_window_mask`, the same window of w keys).
-The cache is chapter
-6's :class:`~attncourse.nn.attention.KVCache`, holding the ``num_kv_heads`` heads
-(keys already rotated with RoPE), so its memory shrinks with them. It implements
-:class:`~attncourse.nn.protocol.DecoderAttention`, registered as ``"gqa"`` with its
-options in :class:`GQAOptions` (:mod:`attncourse.nn.spec`).
-
-Its :meth:`~CausalSelfAttention.forward` is the plumbing (checks, head split,
-positions, cache, masks); the scores and weights are one step,
-:meth:`~CausalSelfAttention.attend`, that a subclass may replace: a variant whose only
-change is the score is that method and its options (:mod:`attncourse.nn.attend`, where
-the checks, :func:`allowed_keys` and :func:`repeat_kv` shared by every decoder attention
-live; they are importable from here as before).
-
-References
-----------
-Shazeer (2019), "Fast Transformer Decoding: One Write-Head is All You Need", section 3.
-Ainslie et al. (2023), "GQA: Training Generalized Multi-Query Transformer Models
-from Multi-Head Checkpoints", section 2.2.
-Vaswani et al. (2017), section 3.2.2 (multi-head attention), equation (1).
+Source: Shazeer (2019), section 3; Ainslie et al. (2023), "GQA", section 2.2.
 """
 
 from __future__ import annotations
@@ -59,8 +22,8 @@ from attncourse.nn.attend import (  # allowed_keys ... repeat_kv: re-exported, c
 )
 from attncourse.nn.attention import KVCache, merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
+from attncourse.nn.registry import register_attention
 from attncourse.nn.rope import RopeScaling, apply_rope
-from attncourse.nn.spec import register_attention
 
 #: What ``CausalSelfAttention(positional=...)`` accepts: schemes acting inside attention, or None.
 ATTENTION_POSITIONAL: tuple[str | None, ...] = (None, "rope", "alibi")
@@ -68,17 +31,7 @@ ATTENTION_POSITIONAL: tuple[str | None, ...] = (None, "rope", "alibi")
 
 @dataclass(frozen=True)
 class GQAOptions:
-    """The options of attention variant ``"gqa"`` (:class:`CausalSelfAttention`) in a model spec.
-
-    Attributes
-    ----------
-    num_kv_heads : int, optional
-        g key/value heads; None for h (multi-head attention), 1 for multi-query.
-    window : int, optional
-        Sliding window of ``window`` keys per query (see :func:`allowed_keys`).
-    bias : bool
-        Biases on the four projections (GPT-2 has them; Llama-style models do not).
-    """
+    """Options of variant ``"gqa"`` (:class:`CausalSelfAttention`)."""
 
     # metadata: how train-lm offers each option (attncourse.recipes.lm_config)
     num_kv_heads: int | None = field(default=None, metadata={
@@ -91,52 +44,11 @@ class GQAOptions:
 
 
 class CausalSelfAttention(nn.Module, DecoderAttention):
-    """Self-attention with ``num_heads`` query heads and ``num_kv_heads`` key/value heads.
+    """Self-attention with ``num_heads`` query and ``num_kv_heads`` key/value heads.
 
-    Implements :class:`~attncourse.nn.protocol.DecoderAttention` (variant ``"gqa"``).
-
-    Parameters
-    ----------
-    d_model : int
-    num_heads : int
-        h query heads, each d_k = d_model / h wide.
-    num_kv_heads : int, optional
-        g key/value heads, dividing h; default h (multi-head). 1 is multi-query attention.
-    positional : {None, "rope", "alibi"}
-        A position scheme acting inside attention (None when positions are added
-        to the embeddings, or absent).
-    causal : bool
-        Apply the causal mask (default). ``False`` lets every position see the
-        whole sequence, the future included.
-    window : int, optional
-        Sliding window of ``window`` keys per query, itself included: the last ``window``
-        keys if causal, a centred window (odd ``window``) if not; see :func:`allowed_keys`.
-    rope_base : float
-        theta's base for RoPE (10000).
-    bias : bool
-        Biases on the four projections.
-    rope_scaling : RopeScaling, optional
-        RoPE stretched past its training length (PI, NTK-aware, YaRN; chapter 12).
-
-    Attributes
-    ----------
-    w_q : nn.Linear(d_model, h * d_k)
-    w_k, w_v : nn.Linear(d_model, g * d_k)
-        One key and one value projection per kv head (h / g times smaller than in MHA).
-    w_o : nn.Linear(h * d_k, d_model)
-    options : GQAOptions (or a subclass's options)
-        The options it was built with, for :meth:`attend` to read.
-
-    Raises
-    ------
-    ValueError
-        If a size is not a positive int, ``d_model`` is not divisible by ``num_heads``,
-        ``num_heads`` not by ``num_kv_heads``, ``positional`` is unknown, or ``window`` is
-        not a positive int (odd when not causal).
-
-    References
-    ----------
-    Shazeer (2019); Ainslie et al. (2023), section 2.2; Su et al. (2021); Press et al. (2022).
+    ``positional``: None, ``"rope"`` or ``"alibi"``; ``window``: :func:`allowed_keys`.
+    Raises ``ValueError`` for a non-positive size, heads that do not divide, an unknown
+    ``positional`` or a bad ``window``. Source: Ainslie et al. (2023), section 2.2.
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None,
@@ -173,9 +85,7 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
     def from_options(cls, options: GQAOptions, *, d_model: int, num_heads: int, causal: bool,
                      positional: str | None, rope_base: float,
                      rope_scaling: RopeScaling | None = None) -> CausalSelfAttention:
-        """Build the ``"gqa"`` variant of a model spec (:mod:`attncourse.nn.spec`), or a subclass's
-        whose options have those of :class:`GQAOptions` (``"gated"``,
-        :class:`~attncourse.nn.gated.GatedSelfAttention`); ``options`` is kept as :attr:`options`."""
+        """Build ``"gqa"`` (or a subclass) from ``options``, kept as :attr:`options`."""
         module = cls(d_model, num_heads, options.num_kv_heads, positional, causal, options.window,
                      rope_base, options.bias, rope_scaling)
         module.options = options
@@ -195,39 +105,12 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: KVCache | None = None,
                 need_weights: bool = False, fast: bool = True,
                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend from each new position to the cached ones and to the new ones allowed by the mask.
+        """Attend from each new position to the cached and the allowed new ones.
 
-        Parameters
-        ----------
-        x : (batch, seq_len, d_model)
-            The new positions; with ``kv_cache`` they come after the ``len(kv_cache)`` cached ones.
-        mask : bool tensor broadcastable to (batch, num_heads, seq_len, cache_len + seq_len), optional
-            Extra mask, ``True`` = may attend (e.g. a key padding mask ``[:, None, None, :]``),
-            combined with the causal and window masks.
-        kv_cache : KVCache, optional
-            Keys (rotated, with RoPE) and values of earlier positions,
-            ``(batch, num_kv_heads, cache_len, d_k)``; this call's are appended in place.
-        need_weights : bool
-            Return the weights (forces the written-out path).
-        fast : bool
-            Use ``scaled_dot_product_attention`` when the weights are not needed.
-        positions : (seq_len,) int tensor, optional
-            RoPE's position of each new token; default ``cache_len + arange(seq_len)``.
-            Unused by the other schemes (ALiBi's distances follow the cache's order).
-
-        Returns
-        -------
-        output : (batch, seq_len, d_model)
-        weights : (batch, num_heads, seq_len, cache_len + seq_len) or None
-            Rows sum to 1 (0 where masked; a fully masked row is all zeros).
-
-        Raises
-        ------
-        ValueError
-            If ``x`` is not ``(batch, seq_len, d_model)``, the cache is not
-            ``(batch, num_kv_heads, cache_len, d_k)``, ``mask`` is not a bool tensor
-            broadcastable to ``(batch, num_heads, seq_len, cache_len + seq_len)``, or
-            ``positions`` is not a ``(seq_len,)`` integer tensor.
+        ``x (batch, seq_len, d_model)``; bool ``mask`` (True = may attend) broadcasts to
+        ``(batch, num_heads, seq_len, cache_len + seq_len)``; ``kv_cache`` grows in
+        place. Returns the output (like ``x``) and the weights (None if ``fast`` and not
+        ``need_weights``). Raises ``ValueError`` for a bad shape or dtype.
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
@@ -270,52 +153,17 @@ class CausalSelfAttention(nn.Module, DecoderAttention):
                bias: torch.Tensor | None, *, need_weights: bool = False, fast: bool = True,
                is_causal: bool = False, query_positions: torch.Tensor | None = None,
                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The attend step, which a variant that only changes the scores replaces.
+        """The step a score-only variant replaces; default :func:`dot_product_attend`.
 
-        Everything else (checks, heads, positions, cache, masks, output) is :meth:`forward`'s,
-        and the variant's options are :attr:`options`. The default is
-        :func:`~attncourse.nn.attend.dot_product_attend`; cosine-similarity attention is::
-
-            def attend(self, q, k, v, allowed, bias, **_):
-                q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-                return softmax_attend(q, k, v, allowed, bias, scale=self.options.temperature)
-
-        Parameters
-        ----------
-        q : (batch, h, seq_len, d_k)
-            Queries (rotated, with RoPE).
-        k, v : (batch, g, cache_len + seq_len, d_k)
-            The cache's keys and values and this call's, g = ``num_kv_heads``.
-        allowed : bool tensor broadcastable to (batch, h, seq_len, cache_len + seq_len), or None
-            Causal, window and caller's masks combined; None: every key.
-        bias : (h, seq_len, cache_len + seq_len) float tensor or None
-            ALiBi's, added to the scores.
-        need_weights, fast : bool
-            As :meth:`forward`.
-        is_causal : bool
-            ``allowed`` is None or exactly the causal mask (see
-            :func:`~attncourse.nn.attend.sdpa_attend`).
-        query_positions : (seq_len,) int tensor
-            Each query's position (RoPE's): for a variant whose scores depend on positions.
-        key_positions : (cache_len + seq_len,) int tensor
-            Each key's: the cached keys numbered by their order in the cache, then the queries'.
-
-        Returns
-        -------
-        heads : (batch, h, seq_len, d_k)
-        weights : (batch, h, seq_len, cache_len + seq_len) or None
-            May be returned whether asked for or not: :meth:`forward` drops them unless
-            ``need_weights`` (or ``fast=False``).
+        ``q (batch, h, seq_len, d_k)``, ``k, v (batch, g, src_len, d_k)`` -> heads
+        shaped like ``q``, weights or None. Cosine attention: normalise ``q`` and ``k``,
+        then return ``softmax_attend(q, k, v, allowed, bias, scale=...)``.
         """
         return dot_product_attend(q, k, v, allowed, bias, need_weights=need_weights, fast=fast,
                                   is_causal=is_causal)
 
     def output(self, x: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
-        """W^O applied to the merged heads ``(batch, h, seq_len, d_k)`` -> ``(batch, seq_len, d_model)``.
-
-        ``x`` is the attention's input; a subclass may read it (the gate of
-        :class:`~attncourse.nn.gated.GatedSelfAttention`).
-        """
+        """W^O on the merged heads ``(batch, h, seq_len, d_k)``."""
         return self.w_o(merge_heads(heads))
 
 

@@ -12,7 +12,7 @@ from torch import nn
 
 from attncourse.nn.attention import merge_heads
 from attncourse.nn.causal_attention import CausalSelfAttention, GQAOptions
-from attncourse.nn.spec import register_attention
+from attncourse.nn.registry import register_attention
 
 
 @dataclass(frozen=True)

@@ -1,44 +1,7 @@
-"""A decoder-only Transformer language model ("GPT"): the Transformer's decoder without cross-attention.
+"""A decoder-only Transformer language model ("GPT"), built from a model spec.
 
-Take the encoder-decoder of chapter 6, drop the encoder and the cross-attention,
-and keep the masked self-attention and the FFN: a stack of identical blocks
-that reads tokens x_1 .. x_T and predicts, at each position t, the next token
-x_{t+1} from x_1 .. x_t (Radford et al. 2018). The causal mask is what makes this
-a language model: without it position t sees x_{t+1} and copies it.
-
-Each block is pre-norm (as in GPT-2, Radford et al. 2019, section 2.3):
-
-    x = x + CausalSelfAttention(LayerNorm(x))
-    x = x + FFN(LayerNorm(x))
-
-with a final LayerNorm, and the output layer tied to the token embedding
-(Press and Wolf 2017). Positions come from one of four schemes:
-``"sinusoidal"`` and ``"learned"`` add a vector to each embedded token
-(:mod:`attncourse.nn.positional`, chapter 5); ``"rope"`` rotates queries and keys
-and ``"alibi"`` biases the scores, inside every attention layer
-(:mod:`attncourse.nn.causal_attention`). ``num_kv_heads`` selects multi-head, grouped-query
-or multi-query attention, ``window`` sliding-window attention, ``latent_dim``
-multi-head latent attention (:mod:`attncourse.nn.mla`, chapter 10), and
-``attention_only`` drops the FFN and the LayerNorms from every block (chapter 9).
-
-Those keywords are chapter 7's shorthand: they build a :class:`~attncourse.nn.spec.DecoderSpec`,
-the model's one description, which ``GPT(spec=...)`` takes whole (the attention by registered
-name with its own options, RMSNorm, SwiGLU, RoPE's base, biases, tying), so that a
-Llama-style model is a spec too. The model is built from the spec alone, with no branch
-per variant, and its checkpoints store the spec.
-
-Generation feeds the prompt once, then one token at a time; each layer keeps
-its keys and values in chapter 6's :class:`~attncourse.nn.attention.KVCache`
-(:meth:`GPT.init_cache`), so a step projects only the new token.
-
-References
-----------
-Radford, Narasimhan, Salimans, Sutskever (2018), "Improving Language Understanding
-by Generative Pre-Training", section 3.1.
-Radford et al. (2019), "Language Models are Unsupervised Multitask Learners", section 2.3.
-Elhage et al. (2021), "A Mathematical Framework for Transformer Circuits", "Transformer Overview"
-(attention-only Transformers, ``attention_only=True``).
-Vaswani et al. (2017), sections 3.1-3.5.
+Pre-norm blocks of causal self-attention and FFN, a final norm, an output layer tied to
+the embedding (chapter 7). Source: Radford et al. (2019), section 2.3 (GPT-2).
 """
 
 from __future__ import annotations
@@ -76,27 +39,7 @@ _POSITION_TABLES = {"sinusoidal": SinusoidalPositionalEncoding, "learned": Learn
 
 
 class DecoderOnlyBlock(nn.Module):
-    """Pre-norm causal self-attention and FFN, each in a residual connection, as ``spec`` says.
-
-    Parameters
-    ----------
-    spec : DecoderSpec
-        Its attention, norm, FFN, positions, ``causal`` and ``dropout`` (residual dropout).
-    attention : AttentionSpec, optional
-        This block's attention, if not ``spec.attention`` (a hybrid's block: ``spec.attentions()[i]``).
-
-    Attributes
-    ----------
-    attn : a :class:`~attncourse.nn.protocol.DecoderAttention`
-        Built by the spec's registered attention variant.
-    ffn : nn.Module or None
-        None with ``ffn="none"``.
-    attn_norm : nn.Module
-        nn.LayerNorm, RMSNorm, or nn.Identity with ``norm="none"``: with neither norm
-        nor FFN the block is ``x + attn(x)``, a sum of paths (Elhage et al. 2021, "Transformer Overview").
-    ffn_norm : nn.Module or None
-        None when there is no FFN.
-    """
+    """Pre-norm attention and FFN, each residual; ``attention`` overrides the spec's."""
 
     def __init__(self, spec: DecoderSpec, attention: AttentionSpec | None = None) -> None:
         super().__init__()
@@ -111,10 +54,7 @@ class DecoderOnlyBlock(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, kv_cache: DecoderCache | None = None,
                 need_weights: bool = False, fast: bool = True,
                 positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``x (batch, seq_len, d_model)`` -> same shape, and the weights ``(batch, h, seq_len, src_len)`` or None.
-
-        The arguments are those of :meth:`attncourse.nn.protocol.DecoderAttention.forward`.
-        """
+        """``x (batch, seq_len, d_model)`` -> same shape, attention weights or None."""
         x, weights = residual(
             x, lambda h: self.attn(h, mask, kv_cache, need_weights=need_weights, fast=fast,
                                    positions=positions),
@@ -128,77 +68,11 @@ class DecoderOnlyBlock(nn.Module):
 class GPT(nn.Module):
     """A decoder-only Transformer language model.
 
-    Parameters
-    ----------
-    vocab_size : int
-    d_model : int
-    num_heads : int
-        Query heads h; must divide ``d_model``.
-    num_layers : int
-        Blocks L.
-    d_ff : int
-        FFN inner width.
-    max_len : int
-        Positions of the sinusoidal or learned table; inputs longer than this raise.
-        RoPE and ALiBi have no table and take any length.
-    positional : {"sinusoidal", "learned", "rope", "alibi", "none"}
-        ``"none"``: no position information (NoPE; only the causal mask tells positions apart).
-    num_kv_heads : int, optional
-        Key/value heads g (default h): h multi-head, 1 multi-query, between grouped.
-    causal : bool
-        ``False`` drops the causal mask (the model can then see the token it predicts).
-    window : int, optional
-        Sliding-window attention: each query sees the last ``window`` positions, itself
-        included (a centred window of odd ``window`` when not causal).
-    dropout : float
-        On embeddings and on every sublayer's output.
-    latent_dim : int, optional
-        Multi-head latent attention with a cached latent of this width d_c (DeepSeek-AI
-        2024, section 2.1) instead of grouped-query attention; needs ``num_kv_heads``
-        unset (or h), no ``window`` and no ALiBi.
-    rope_dim : int, optional
-        MLA's decoupled rotary width d_h^R (even); default d_k / 2 (rounded up to even)
-        with ``positional="rope"``, and must be 0 or unset with the other schemes.
-    attention_only : bool
-        The attention-only Transformer in which Elhage et al. (2021) and Olsson et
-        al. (2022) read what heads do (chapter 9): blocks without the FFN (``d_ff``
-        is then unused), no LayerNorm (``final_norm`` is the identity), and an
-        output layer of its own, not tied to the embedding, so that every logit is
-        a sum of linear paths. Measured in chapter 9: with the LayerNorms, 2-layer
-        models on the repeat task stalled near ln S for 600 steps without forming
-        induction heads; without them the heads formed by step 150.
-    spec : DecoderSpec or dict, keyword only
-        The whole model as a :class:`~attncourse.nn.spec.DecoderSpec` (or its
-        :meth:`~attncourse.nn.spec.DecoderSpec.to_dict`), instead of the keywords above,
-        which must then be left out.
-
-    Attributes
-    ----------
-    config : dict
-        ``{"spec": spec.to_dict()}``; ``GPT.from_config(model.config)`` rebuilds the architecture.
-    spec : DecoderSpec
-        What the model was built from (the keywords build one: :func:`keyword_spec`).
-    embedding : nn.Embedding(vocab_size, d_model)
-        Initialised N(0, 1/d_model) and scaled by sqrt(d_model), as in chapter 6.
-    positional_encoding : SinusoidalPositionalEncoding, LearnedPositionalEncoding or None
-    blocks : nn.ModuleList of DecoderOnlyBlock
-    final_norm : nn.LayerNorm (nn.Identity if ``attention_only``; the spec's norm)
-    output_proj : nn.Linear(d_model, vocab_size, bias=False), its weight tied to ``embedding.weight``
-        (untied if ``attention_only`` or ``tie_output=False``: then initialised N(0, 1/d_model))
-
-    Raises
-    ------
-    ValueError
-        If ``positional`` is unknown, a size is not a positive int, the heads do not
-        divide, ``window`` is not a positive int (odd when not causal), or ``latent_dim``
-        is combined with fewer key/value heads, a window, ALiBi or a bad ``rope_dim``;
-        or if the spec is invalid.
-    TypeError
-        If ``spec`` is given together with other arguments.
-
-    References
-    ----------
-    Radford et al. (2018, 2019); Vaswani et al. (2017).
+    Built from the keywords (:func:`keyword_spec`) or a whole ``spec`` (a
+    ``DecoderSpec`` or its dict). ``num_kv_heads``: GQA; ``window``: sliding window;
+    ``latent_dim``: MLA (chapter 10); ``attention_only``: no FFN, no norm, untied output
+    (chapter 9). Raises ``ValueError`` for an invalid model, ``TypeError`` for ``spec``
+    with keywords too. Source: Radford et al. (2018), section 3.1.
     """
 
     def __init__(self, vocab_size: int | None = None, d_model: int = 64, num_heads: int = 8,
@@ -239,17 +113,14 @@ class GPT(nn.Module):
 
     @classmethod
     def from_spec(cls, spec: DecoderSpec | dict[str, Any]) -> GPT:
-        """Build an (untrained) model from a :class:`~attncourse.nn.spec.DecoderSpec` or its dict."""
+        """Build an untrained model from a ``DecoderSpec`` or its dict."""
         return cls(spec=spec)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> GPT:
-        """Build an (untrained) model from :attr:`config`, e.g. before loading a state dict.
+        """Build an untrained model from :attr:`config`, e.g. to load a state dict.
 
-        Raises
-        ------
-        ValueError
-            If ``config`` is not ``{"spec": ...}`` or describes an invalid model.
+        Raises ``ValueError`` unless ``config`` is ``{"spec": ...}`` of a valid model.
         """
         if not (isinstance(config, dict) and set(config) == {"spec"}):
             keys = sorted(config) if isinstance(config, dict) else type(config).__name__
@@ -258,26 +129,18 @@ class GPT(nn.Module):
         return cls(spec=config["spec"])
 
     def init_cache(self, batch: int) -> list[DecoderCache]:
-        """One empty cache per block (each attention's ``empty_cache``): :class:`~attncourse.nn.attention.KVCache`
-        ``(batch, num_kv_heads, 0, d_k)``, or with MLA :class:`~attncourse.nn.mla.LatentCache`
-        ``(batch, 0, d_c)``."""
+        """One empty cache per block (its attention's ``empty_cache(batch)``)."""
         return [block.attn.empty_cache(batch) for block in self.blocks]
 
     def cache_bytes_per_token(self) -> int:
-        """Bytes the KV cache grows by per token and sequence: ``layers * cache_numbers_per_token * bytes``,
-        i.e. ``2 * layers * num_kv_heads * d_k * bytes``, or with MLA ``layers * (d_c + d_h^R) * bytes``."""
+        """Bytes the caches grow by per token (GQA: ``2 L g d_k`` numbers)."""
         element = self.embedding.weight.element_size()
         return sum(block.attn.cache_numbers_per_token() for block in self.blocks) * element
 
     def cache_bytes(self, tokens: int) -> int:
-        """Bytes of every layer's cache for one sequence of ``tokens`` tokens: what grows per token
-        (:meth:`cache_bytes_per_token`) plus a memory attention's fixed state
-        (``state_numbers``, :mod:`attncourse.nn.memory_attention`), whatever the length.
+        """Bytes of every layer's cache for ``tokens`` tokens, fixed states included.
 
-        Raises
-        ------
-        ValueError
-            If ``tokens`` is not a non-negative int.
+        Raises ``ValueError`` unless ``tokens`` is an int >= 0.
         """
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
             raise ValueError(f"tokens must be a non-negative int, got {tokens!r}")
@@ -290,43 +153,11 @@ class GPT(nn.Module):
                 mask: torch.Tensor | None = None, need_weights: bool = False,
                 fast: bool = True, positions: torch.Tensor | None = None,
                 ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """Logits of the next token at every position.
+        """Next-token logits ``(batch, seq_len, vocab_size)`` and each layer's weights.
 
-        Parameters
-        ----------
-        tokens : (batch, seq_len) int
-            Token ids; with ``kv_caches`` the positions after the cached ones.
-        kv_caches : list of KVCache (LatentCache, any DecoderCache), optional
-            From :meth:`init_cache`; each layer's keys and values are appended in place.
-        mask : bool tensor broadcastable to (batch, num_heads, seq_len, cache_len + seq_len), optional
-            Extra mask, ``True`` = may attend (e.g. left padding), combined with the causal mask.
-        need_weights : bool
-            Return every layer's attention weights.
-        fast : bool
-            See :meth:`attncourse.nn.protocol.DecoderAttention.forward`.
-        positions : (batch, seq_len) or (seq_len,) int tensor, optional
-            Absolute position of each token, from 0; default ``cache_len + arange(seq_len)``
-            (the tokens follow the cached ones), which gives bit-identical logits when passed
-            explicitly. A sinusoidal or learned table adds its rows at these positions (one
-            row per sequence allowed); RoPE rotates queries and keys by them, one row for the
-            whole batch, so a (batch, seq_len) tensor must then have equal rows. ALiBi's
-            distances and the masks follow the cache's order
-            (:meth:`~attncourse.nn.protocol.DecoderAttention.forward`), so with ALiBi the
-            positions must be the default ones.
-
-        Returns
-        -------
-        logits : (batch, seq_len, vocab_size)
-            Scores of x_{t+1} given x_1 .. x_t (given the whole sequence if ``causal=False``).
-        weights : list over layers of (batch, num_heads, seq_len, cache_len + seq_len), or of None
-
-        Raises
-        ------
-        ValueError
-            If ``tokens`` is not a 2-D integer tensor, a token id lies outside
-            ``0 .. vocab_size - 1``, the caches do not match the layers, a position
-            does not fit a sinusoidal/learned table of ``max_len`` rows, or ``positions``
-            has another shape, is not integer, is negative, or is not one the scheme can take.
+        ``tokens (batch, seq_len)`` int; ``kv_caches`` from :meth:`init_cache`, grown in
+        place; ``positions`` ``(seq_len,)`` or ``(batch, seq_len)``, default: after the
+        cached ones. Raises ``ValueError`` for bad tokens, caches or positions.
         """
         if tokens.dim() != 2 or tokens.is_floating_point() or tokens.is_complex():
             raise ValueError(f"tokens must be a (batch, seq_len) integer tensor, got {tuple(tokens.shape)} "
@@ -395,16 +226,10 @@ def keyword_spec(vocab_size: int, d_model: int = 64, num_heads: int = 8, num_lay
                  causal: bool = True, window: int | None = None, dropout: float = 0.0,
                  latent_dim: int | None = None, rope_dim: int | None = None,
                  attention_only: bool = False) -> DecoderSpec:
-    """The :class:`~attncourse.nn.spec.DecoderSpec` that :class:`GPT`'s keywords describe.
+    """The model spec that :class:`GPT`'s keywords describe.
 
-    The attention is ``"mla"`` with ``latent_dim``, else ``"gqa"``
-    (:func:`~attncourse.nn.spec.flat_attention`); LayerNorm and a ReLU FFN of width ``d_ff``,
-    or neither with ``attention_only``, whose output layer is then untied.
-
-    Raises
-    ------
-    ValueError
-        If ``positional`` is unknown or the spec refuses the combination (one line).
+    ``"mla"`` with ``latent_dim``, else ``"gqa"``; neither FFN nor norm with
+    ``attention_only``. Raises ``ValueError`` for a bad ``positional`` or spec.
     """
     if positional not in GPT_POSITIONAL:
         raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")

@@ -25,7 +25,7 @@ from attncourse.functional.fast_weights import (
 from attncourse.nn.attend import validate_call
 from attncourse.nn.attention import merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
-from attncourse.nn.spec import register_attention
+from attncourse.nn.registry import register_attention
 
 
 @dataclass(frozen=True)

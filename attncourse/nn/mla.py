@@ -16,8 +16,8 @@ from attncourse.functional.torch_attention import masked_softmax
 from attncourse.nn.attend import allowed_keys, validate_call
 from attncourse.nn.attention import merge_heads, split_heads
 from attncourse.nn.protocol import DecoderAttention
+from attncourse.nn.registry import register_attention
 from attncourse.nn.rope import apply_rope
-from attncourse.nn.spec import register_attention
 
 
 @dataclass(frozen=True)

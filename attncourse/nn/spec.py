@@ -1,140 +1,33 @@
-"""A decoder-only model as data: one spec whose parts are specs, and the registry of attention variants.
+"""A decoder-only model as data, and the registry of attention variants.
 
-:class:`DecoderSpec` says everything :class:`~attncourse.nn.gpt.GPT` builds:
-the sizes, and one spec for each part of a block,
-
-- the attention (:class:`AttentionSpec`): a variant registered by name in
-  :data:`ATTENTION_VARIANTS`, with that variant's own options dataclass;
-- the positions (:class:`PositionSpec`): added to the embeddings (sinusoidal,
-  learned) or acting inside attention (RoPE with its base, ALiBi);
-- the normalisation (:class:`NormSpec`): LayerNorm, RMSNorm or none
-  (:mod:`attncourse.nn.norm`);
-- the FFN (:class:`FFNSpec`): ReLU, GELU, SwiGLU or none (:mod:`attncourse.nn.ffn`);
-
-and whether the output layer is tied to the embedding. The model reads the
-spec and looks each part up by name; it has no branch per variant.
-
-A hybrid gives each block its own attention (``layer_attention``, one
-:class:`AttentionSpec` per block, :meth:`DecoderSpec.layer_pattern` builds it from a
-repeating pattern): the models of 2025 that keep softmax attention in one block of
-four and a fixed-size memory in the others (Qwen3-Next, 2025; Jamba, Lieber et al.
-2024, keeps no positions at all in its attention blocks: positions ``"none"``).
-
-A new attention variant is one module, with a class implementing
-:class:`~attncourse.nn.protocol.DecoderAttention`, an options dataclass and a
-builder ``(options, *, d_model, num_heads, causal, positional, rope_base) ->
-module`` (which may also take ``rope_scaling``, passed only when the positions stretch
-RoPE). The module registers it itself, in one line::
+:class:`DecoderSpec` holds the sizes and one spec per part (attention, positions, norm,
+FFN). A new attention variant is a module with a ``DecoderAttention``, an options
+dataclass and a builder; it registers itself in one line and is named in
+:mod:`attncourse.nn.variants` (outside the package: in ``ATTNCOURSE_VARIANTS``)::
 
     register_attention("mine", MyOptions, MyAttention.from_options)
-
-and is named in :mod:`attncourse.nn.variants`, which imports every variant. This module
-imports none: :data:`ATTENTION_VARIANTS` imports that package the first time it is read
-(as do the modules named in the environment variable ``ATTNCOURSE_VARIANTS``,
-comma-separated: a variant defined outside the package, e.g. in a test, reaches a
-fresh process such as ``python -m attncourse train-lm --attention NAME``). A variant
-whose only change is the score subclasses :class:`~attncourse.nn.causal_attention.CausalSelfAttention`
-and replaces its ``attend`` step (:mod:`attncourse.nn.attend`).
-
-A Llama-style model (chapter 11's SmolLM2-135M) reads::
-
-    DecoderSpec(vocab_size=49152, d_model=576, num_heads=9, num_layers=30, max_len=8192,
-                attention=AttentionSpec("gqa", GQAOptions(num_kv_heads=3)),
-                positions=PositionSpec("rope", base=100000.0),
-                norm=NormSpec("rmsnorm", eps=1e-5), ffn=FFNSpec("swiglu", 1536, bias=False),
-                tie_output=True, scale_embedding=False)
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+import attncourse.nn.variants  # noqa: F401 (the package's variants register themselves)
 from attncourse.nn.ffn import FFNS
 from attncourse.nn.norm import NORMS
+from attncourse.nn.registry import (
+    ATTENTION_VARIANTS,
+    AttentionVariant,
+    register_attention,
+)
 from attncourse.nn.rope import RopeScaling
-
-
-@dataclass(frozen=True)
-class AttentionVariant:
-    """One registered attention variant: its options dataclass and its builder.
-
-    Attributes
-    ----------
-    name : str
-    options : type
-        A dataclass; its default instance must build.
-    build : callable
-        ``build(options, *, d_model, num_heads, causal, positional, rope_base)`` -> a module
-        implementing :class:`~attncourse.nn.protocol.DecoderAttention`; raises ValueError
-        for options or a position scheme it does not support. A builder that takes a
-        ``rope_scaling`` keyword (:class:`~attncourse.nn.rope.RopeScaling`) gets it when the
-        positions stretch RoPE; others are refused then.
-    """
-
-    name: str
-    options: type
-    build: Callable[..., nn.Module]
-
-
-class _Variants(Mapping):
-    """The registry: a read-only mapping name -> :class:`AttentionVariant` that, on its first read,
-    imports :mod:`attncourse.nn.variants` (every variant of the package registers itself there)."""
-
-    def __init__(self) -> None:
-        self._table: dict[str, AttentionVariant] = {}
-        self._loaded = False
-
-    def _load(self) -> dict[str, AttentionVariant]:
-        if not self._loaded:
-            self._loaded = True  # before the import: the variants' own registrations must not load again
-            importlib.import_module("attncourse.nn.variants")
-        return self._table
-
-    def __getitem__(self, name: str) -> AttentionVariant:
-        return self._load()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._load()))
-
-    def __len__(self) -> int:
-        return len(self._load())
-
-    def __repr__(self) -> str:
-        return f"ATTENTION_VARIANTS({sorted(self._load())})"
-
-
-#: The attention variants by name; :func:`register_attention` adds one.
-ATTENTION_VARIANTS: Mapping[str, AttentionVariant] = _Variants()
-
-
-def register_attention(name: str, options: type, build: Callable[..., nn.Module]) -> AttentionVariant:
-    """Make an attention variant available to :class:`AttentionSpec` under ``name``.
-
-    Called by the variant's own module, at import (see the module's docstring).
-
-    Raises
-    ------
-    TypeError
-        If ``options`` is not a dataclass.
-    ValueError
-        If ``name`` already names another variant.
-    """
-    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
-        raise TypeError(f"the options of attention variant {name!r} must be a dataclass, got {options!r}")
-    variant = AttentionVariant(name, options, build)
-    table = ATTENTION_VARIANTS._table  # not a read: registering does not load the package's variants
-    if table.get(name, variant) != variant:
-        raise ValueError(f"attention variant {name!r} is already registered")
-    table[name] = variant
-    return variant
 
 
 def _option_names(cls: type) -> set[str]:
@@ -142,11 +35,7 @@ def _option_names(cls: type) -> set[str]:
 
 
 def _options(cls: type, value: Any, what: str) -> Any:
-    """``value`` as an instance of dataclass ``cls``: None -> defaults, a dict -> its fields.
-
-    An option ``cls`` lacks is refused here, for every entry point (a dict, GPT's keywords,
-    train-lm's options), naming the variants that have it.
-    """
+    """``value`` as dataclass ``cls``: None -> defaults, a dict -> its fields."""
     if value is None:
         return cls()
     if isinstance(value, Mapping):
@@ -165,23 +54,10 @@ def _options(cls: type, value: Any, what: str) -> Any:
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """The attention of every block: a registered variant and its options.
+    """A block's attention: a registered variant's ``name`` and its ``options``.
 
-    Attributes
-    ----------
-    name : str
-        A key of :data:`ATTENTION_VARIANTS` (``"gqa"``: MHA, GQA, MQA, windows; ``"mla"``;
-        ``"gated"``: ``"gqa"`` with a sigmoid gate on each head's output).
-    options : dataclass instance, dict or None
-        The variant's own options (e.g. :class:`~attncourse.nn.causal_attention.GQAOptions`); a dict
-        of its fields or None (its defaults) is converted.
-
-    Raises
-    ------
-    ValueError
-        If ``name`` is not registered, or a dict names an option the variant lacks.
-    TypeError
-        If ``options`` is another variant's dataclass.
+    ``options``: its dataclass, a dict of its fields or None (defaults). Raises
+    ``ValueError`` for an unknown name or option, ``TypeError`` for another's.
     """
 
     name: str = "gqa"
@@ -193,15 +69,7 @@ class AttentionSpec:
         object.__setattr__(self, "options", options)
 
     def build(self, d_model: int, num_heads: int, causal: bool, positions: PositionSpec) -> nn.Module:
-        """The attention module of one block, a :class:`~attncourse.nn.protocol.DecoderAttention`.
-
-        RoPE and ALiBi reach it as ``positional``; the schemes added to the embeddings as None.
-
-        Raises
-        ------
-        ValueError
-            If the variant refuses these sizes, options or position scheme.
-        """
+        """One block's attention (``ValueError`` if the variant refuses it)."""
         inside = positions.kind if positions.kind in INSIDE_ATTENTION else None
         build = ATTENTION_VARIANTS[self.name].build
         extra = {}
@@ -219,25 +87,9 @@ class AttentionSpec:
 
 
 def flat_attention(name: str | None, num_heads: int, **options: Any) -> AttentionSpec:
-    """The attention that flat options describe: GPT's keyword arguments and train-lm's options,
-    one namespace for every variant's options (``num_kv_heads``, ``window``, ``latent_dim``...).
+    """The attention that flat options (GPT's keywords, train-lm's) describe.
 
-    Parameters
-    ----------
-    name : str or None
-        A registered variant; None: ``"mla"`` if ``latent_dim`` is set, else ``"gqa"``.
-    num_heads : int
-        h; ``num_kv_heads == h`` is multi-head, every variant's meaning, passed on only to a
-        variant that has the option.
-    **options
-        Those set (not None) go to the variant by name.
-
-    Raises
-    ------
-    ValueError
-        If ``name`` is not registered, or an option is set that the variant does not have
-        (:class:`AttentionSpec` says so). The variant's own rules are checked when a
-        :class:`DecoderSpec` holds it.
+    None picks ``"mla"`` with ``latent_dim``, else ``"gqa"``; ``ValueError`` if unknown.
     """
     given = {k: v for k, v in options.items() if v is not None}
     chosen = name
@@ -262,18 +114,9 @@ NO_POSITIONS: tuple[str, ...] = ("none",)
 
 @dataclass(frozen=True)
 class PositionSpec:
-    """How the model knows positions: ``kind`` is one of :data:`ADDED_TO_EMBEDDINGS`,
-    :data:`INSIDE_ATTENTION` or :data:`NO_POSITIONS`, and ``base`` RoPE's base of
-    theta_i = base^(-2i / d_k) (10000; SmolLM2: 100000), unused by the other schemes.
+    """How the model knows positions: ``kind``, RoPE's ``base``, its stretching.
 
-    ``rope_scaling`` (``"pi"``, ``"ntk"``, ``"yarn"``; None) stretches RoPE by ``rope_factor``
-    for a model trained on ``original_len`` positions (YaRN needs it): see
-    :class:`~attncourse.nn.rope.RopeScaling`, which :attr:`scaling` returns.
-
-    Raises
-    ------
-    ValueError
-        For an unknown kind, ``base <= 1``, scaling without RoPE, or a bad scaling option.
+    ``rope_scaling`` stretches RoPE by ``rope_factor``; ``ValueError`` if invalid.
     """
 
     kind: str = "rope"
@@ -311,14 +154,7 @@ class PositionSpec:
 
 @dataclass(frozen=True)
 class NormSpec:
-    """The normalisation before each sublayer and at the end.
-
-    Attributes
-    ----------
-    kind : {"layernorm", "rmsnorm", "none"}
-    eps : float
-        Added to the variance (LayerNorm) or the mean square (RMSNorm).
-    """
+    """The norm before each sublayer and at the end: layernorm, rmsnorm or none."""
 
     kind: str = "layernorm"
     eps: float = 1e-5
@@ -335,16 +171,7 @@ class NormSpec:
 
 @dataclass(frozen=True)
 class FFNSpec:
-    """The position-wise feed-forward sublayer.
-
-    Attributes
-    ----------
-    kind : {"relu", "gelu", "swiglu", "none"}
-    d_ff : int
-        Inner width (unused with ``"none"``).
-    bias : bool
-        Biases on its projections.
-    """
+    """The feed-forward sublayer: relu, gelu, swiglu or none, ``d_ff`` wide."""
 
     kind: str = "relu"
     d_ff: int = 256
@@ -387,42 +214,10 @@ def _validate_size(name: str, value: Any) -> None:
 
 @dataclass(frozen=True)
 class DecoderSpec:
-    """Everything a decoder-only model is built from (:class:`~attncourse.nn.gpt.GPT`).
+    """Everything a decoder-only model (:class:`~attncourse.nn.gpt.GPT`) is built from.
 
-    Attributes
-    ----------
-    vocab_size, d_model, num_heads, num_layers : int
-        V, the width, h query heads (dividing ``d_model``), L blocks.
-    max_len : int
-        Rows of a sinusoidal or learned position table (RoPE and ALiBi take any length).
-    causal : bool
-    dropout : float
-        On the embeddings and on every sublayer's output, in [0, 1).
-    attention : AttentionSpec
-        The attention of every block, unless ``layer_attention`` is given.
-    positions : PositionSpec
-        One scheme for every block (a memory attention refuses RoPE and ALiBi: a hybrid with
-        one uses ``"none"``, ``"learned"`` or ``"sinusoidal"``).
-    norm : NormSpec
-        Before each sublayer (pre-norm) and after the last block.
-    ffn : FFNSpec
-    tie_output : bool
-        The output layer's weight is the embedding's (Press and Wolf 2017).
-    scale_embedding : bool
-        Multiply the embeddings by sqrt(d_model) (Vaswani et al. 2017, section 3.4; the
-        course's models); Llama-style models do not.
-    layer_attention : tuple of AttentionSpec, or None
-        A hybrid: block i's attention is ``layer_attention[i]`` (``attention`` is then
-        unused); each entry may be an AttentionSpec, a dict of its fields or a variant's
-        name. None: every block has ``attention``.
-
-    Each part may also be given as a dict of its fields (as :meth:`to_dict` writes them).
-
-    Raises
-    ------
-    ValueError
-        If a size is not a positive int, ``dropout`` is outside [0, 1), a part is invalid,
-        or ``layer_attention`` does not have one entry per block (one line).
+    Sizes, ``causal``, ``dropout``, a spec (or dict) per part, output tie, embedding
+    scale, a hybrid's ``layer_attention``. Raises ``ValueError`` if invalid.
     """
 
     vocab_size: int
@@ -482,20 +277,9 @@ class DecoderSpec:
 
     @classmethod
     def layer_pattern(cls, pattern: Any, num_layers: int) -> tuple[AttentionSpec, ...]:
-        """``layer_attention`` that repeats ``pattern`` over ``num_layers`` blocks.
+        """``layer_attention`` repeating ``pattern`` over ``num_layers`` blocks.
 
-        Parameters
-        ----------
-        pattern : sequence of AttentionSpec, dict or variant name
-            E.g. ``("deltanet",) * 3 + ("gqa",)``: Qwen3-Next's three memory blocks per softmax
-            block (2025).
-        num_layers : int
-            A multiple of ``len(pattern)``.
-
-        Raises
-        ------
-        ValueError
-            If the pattern is empty or its length does not divide ``num_layers`` (one line).
+        E.g. ``("deltanet",) * 3 + ("gqa",)``; ``ValueError`` unless its length divides.
         """
         pattern = tuple(pattern)
         if not pattern or num_layers % len(pattern):
@@ -503,10 +287,7 @@ class DecoderSpec:
         return tuple(_attention_spec(entry) for entry in pattern) * (num_layers // len(pattern))
 
     def _validate_attention(self, attention: AttentionSpec) -> None:
-        """Build one attention module on the meta device (no memory, no random numbers drawn): the
-        variant's builder checks its options against these sizes and positions, so that a clash is
-        refused here, whatever described the model. An error other than ValueError (an operation
-        the meta device lacks) leaves the check to the real build."""
+        """Build ``attention`` on the meta device, so that a clash is refused here."""
         try:
             with torch.device("meta"):
                 attention.build(self.d_model, self.num_heads, self.causal, self.positions)

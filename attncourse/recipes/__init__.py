@@ -1,17 +1,7 @@
-"""The chapters' recipes: what each chapter trains, on what, and how long.
+"""The chapters' recipes: what each chapter trains, on what and how long, cached.
 
-Each module describes one family of runs and trains it with the engine of
-:mod:`attncourse.train`, cached under :func:`~attncourse.runtime.runs_dir` so
-that a finished run loads in a second:
-
-- :mod:`~attncourse.recipes.experiment`: encoder-decoder translation runs
-  (chapters 1-3, 6; the ``train`` command), :class:`Experiment`;
-- :mod:`~attncourse.recipes.lm`: chapter 7's character-level GPT (the
-  ``train-lm`` command), trained again in chapters 9 and 10;
-- :mod:`~attncourse.recipes.gpu_results`: the GPU report's results, for chapter 6 and
-  the benchmarks' page.
-
-What one chapter alone trains is its folder's ``recipe`` (``attncourse/chapters/``).
+Modules: ``experiment``, translation (``train``); ``lm``, chapter 7's GPT
+(``train-lm``); ``gpu_results``, the committed GPU run.
 """
 
 from attncourse.lazy import lazy_exports

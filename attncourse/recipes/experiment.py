@@ -1,17 +1,7 @@
-"""Named, repeatable training runs for the chapters and the command line.
+"""Named, repeatable training runs (:class:`Experiment`) for chapters and command line.
 
-An :class:`Experiment` is a frozen description of one run (task, data size,
-model, optimisation). :func:`run_experiment` trains it into its own folder under
-:func:`~attncourse.runtime.runs_dir`, checkpointing every epoch; called
-again with the same description it resumes that run, so a finished run loads in
-a second and an interrupted one continues where it stopped. Two chapters that
-need the same model therefore train it once.
-
-Two families of models: the RNN encoder-decoder (``model="rnn"``, with or
-without Bahdanau attention) and the Transformer (``model="transformer"``).
-:func:`transformer_preset` gives two ready-made Transformer runs: ``"cpu"``, a
-small model that trains on a laptop in minutes, and ``"gpu"``, the base model of
-Vaswani et al. (2017) with their training recipe, for one GPU or more.
+:func:`run_experiment` trains one into its store folder, checkpointing every epoch, and
+resumes or loads it when called again. Presets: :func:`transformer_preset`.
 """
 
 from __future__ import annotations
@@ -71,25 +61,10 @@ _PAIRS = Limit(0, 1_000_000, "generated pairs are held in memory")
 
 def load_task(task: str, *, n_train: int | None = None, n_valid: int | None = None,
               n_test: int | None = None, seed: int = 0, max_value: int | None = None) -> Splits:
-    """Generate a task's train, validation and test splits (disjoint, deterministic).
+    """Disjoint, deterministic train, validation, test splits of a :data:`TASKS` task.
 
-    Parameters
-    ----------
-    task : {"numbers-en-fr", "numbers-en-de", "dates"}
-        English number words to French or German number words (word level), or
-        dates in many locales to ISO 8601 (character level).
-    n_train, n_valid, n_test : int, optional
-        Number of pairs in each split; by default the task's own defaults
-        (:func:`~attncourse.data.numbers.number_task`, :func:`~attncourse.data.dates.date_task`).
-    seed : int
-        Data seed.
-    max_value : int, optional
-        Numbers tasks only: numbers are drawn below this value.
-
-    Raises
-    ------
-    ValueError
-        For an unknown task, or ``max_value`` with the dates task.
+    Sizes default to the task's; ``max_value`` bounds a numbers task's values. Raises
+    ``ValueError`` for an unknown task or ``max_value`` with ``"dates"``.
     """
     sizes = {k: v for k, v in dict(n_train=n_train, n_valid=n_valid, n_test=n_test).items() if v is not None}
     sizes["seed"] = seed
@@ -104,63 +79,21 @@ def load_task(task: str, *, n_train: int | None = None, n_valid: int | None = No
 
 
 def shorter_than(dataset: PairDataset, max_src_len: int) -> PairDataset:
-    """The pairs whose source has at most ``max_src_len`` tokens (Bahdanau et al.'s "-30" models)."""
+    """Pairs with at most ``max_src_len`` source tokens (Bahdanau's "-30" models)."""
     kept = tuple(pair for pair in dataset.pairs if len(pair[0]) <= max_src_len)
     return PairDataset(kept, level=dataset.level, name=f"{dataset.name}-upto{max_src_len}")
 
 
 @dataclass(frozen=True)
 class Experiment(TrainingSettings):
-    """One training run, fully described (its fields are the run's key in the store).
+    """One training run, fully described; its fields are its key in the store.
 
-    Attributes
-    ----------
-    task : str
-        One of :data:`TASKS`.
-    attention : {"bahdanau", None}
-        RNN models: the decoder with Bahdanau attention, or the plain
-        encoder-decoder whose only context is the final encoder state. Not
-        used by the Transformer.
-    n_train, n_valid, n_test : int
-        Split sizes before any length filter.
-    max_train_src_len : int or None
-        Train only on pairs with at most this many source tokens (the test split
-        keeps every length).
-    emb_dim, hidden_dim : int
-        RNN models: embedding and GRU widths.
-    epochs, lr, batch_size, patience, seed, data_seed
-        Optimisation settings, see :class:`~attncourse.train.fit.FitConfig`.
-    model : {"rnn", "transformer", "luong"}
-        Which family: :class:`~attncourse.nn.rnn.Seq2Seq`,
-        :class:`~attncourse.nn.transformer.Transformer` or
-        :class:`~attncourse.nn.luong.LuongSeq2Seq` (which uses ``emb_dim``,
-        ``hidden_dim`` and the Luong fields below).
-    dropout : float
-        Dropout of either model (the RNN's default 0; the Transformer presets 0.1).
-    d_model, num_heads, num_layers, d_ff : int
-        Transformer: model width, attention heads, layers of the encoder and of
-        the decoder (each), width of the position-wise feed-forward layer.
-    norm_first, positional, tie_embeddings
-        Transformer: pre-norm instead of the paper's post-norm; ``"sinusoidal"``
-        or learned positions; shared target embedding and output weights.
-    label_smoothing, schedule, warmup, lr_scale, optimizer, betas, eps, weight_decay, clip_norm, amp, fused, compile
-        Training settings, see :class:`~attncourse.train.fit.FitConfig`.
-    score, mode, window, input_feeding, bidirectional
-        Luong models: score function (``"dot"``, ``"general"``, ``"concat"``,
-        ``"location"``), ``"global"``, ``"local-m"`` or ``"local-p"`` attention,
-        half-width D of the local window, input feeding (Luong et al. 2015,
-        sections 3.1-3.3), and a bidirectional encoder (the paper's reads the
-        source left to right only).
-    length_buckets, time_budget
-        Fixed batch shapes for ``torch.compile`` and a wall-clock budget of
-        training, see :class:`~attncourse.train.config.FitConfig`.
-
-    Notes
-    -----
-    The training settings' fields are :class:`~attncourse.train.config.TrainingSettings`'s
-    (inherited, with ``epochs`` 12 and ``lr`` 3e-3 by default); the fields made
-    with :func:`~attncourse.train.config.setting` are also options of the
-    ``train`` command.
+    Fields without ``--help``: ``task`` (:data:`TASKS`), ``model``
+    (:data:`MODEL_KINDS`), ``attention`` (RNN: ``"bahdanau"`` or None),
+    ``max_train_src_len`` (a training-source filter) and Luong's ``score``, ``mode``,
+    ``window`` (half-width D), ``input_feeding``, ``bidirectional``. Raises
+    ``ValueError`` for an unknown ``model``. Source: Luong et al. (2015), "Effective
+    Approaches to Attention-based NMT", sections 3.1-3.3.
     """
 
     task: str = "numbers-en-fr"
@@ -222,7 +155,7 @@ class Experiment(TrainingSettings):
 
     @property
     def name(self) -> str:
-        """The run's folder under ``runs_dir``: a readable prefix, then :func:`~attncourse.train.store.run_key`."""
+        """The run's store folder: a readable prefix, then its fields' key."""
         described = {**asdict(self), "betas": list(self.betas)}
         span = "all" if self.max_train_src_len is None else f"upto{self.max_train_src_len}"
         if self.model == "transformer":
@@ -234,12 +167,7 @@ class Experiment(TrainingSettings):
         return store.run_name(prefix, described)
 
     def fit_config(self, device: str | None = None, num_threads: int | None = None) -> FitConfig:
-        """The :class:`~attncourse.train.config.FitConfig` this experiment trains with.
-
-        Every FitConfig field that is also a field of the experiment takes its
-        value (:func:`~attncourse.train.config.fit_config_from`); the rest keep
-        FitConfig's defaults.
-        """
+        """Its :class:`FitConfig`: its same-named fields, defaults elsewhere."""
         return fit_config_from(self, device=device, num_threads=num_threads)
 
 
@@ -248,38 +176,14 @@ def _size(vocab: Vocabulary | int) -> int:
 
 
 def max_tokens_per_side(experiment: Experiment) -> int | None:
-    """Most tokens a source or target may have for the model :func:`build_model` makes; None: no limit.
-
-    A Transformer has :data:`TRANSFORMER_MAX_LEN` positions, one of which
-    ``<eos>`` (source) or ``<bos>`` (target) takes; the RNNs have no such limit
-    (their memory still grows with the length). Luong's location score limits
-    only sources (:data:`LOCATION_MAX_SRC_LEN`) and is not covered here.
-    """
+    """Tokens a side :func:`build_model`'s model takes; None if unlimited (RNNs)."""
     return TRANSFORMER_MAX_LEN - 1 if experiment.model == "transformer" else None
 
 
 def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: Vocabulary | int) -> torch.nn.Module:
-    """The (untrained) model an experiment describes.
+    """The untrained model ``experiment`` describes (seed torch first to repeat it).
 
-    Parameters
-    ----------
-    experiment : Experiment
-    src_vocab, tgt_vocab : Vocabulary or int
-        The vocabularies, or their sizes.
-
-    Returns
-    -------
-    torch.nn.Module
-        :class:`~attncourse.nn.rnn.Seq2Seq` for ``model="rnn"``,
-        :class:`~attncourse.nn.transformer.Transformer`
-        for ``model="transformer"``, :class:`~attncourse.nn.luong.LuongSeq2Seq`
-        for ``model="luong"``. Seed torch before calling it for
-        repeatable initial weights.
-
-    Raises
-    ------
-    ValueError
-        For an unknown ``experiment.model`` or sizes the model rejects.
+    Raises ``ValueError`` for an unknown ``model`` or sizes the model rejects.
     """
     e = experiment
     n_src, n_tgt = _size(src_vocab), _size(tgt_vocab)
@@ -299,56 +203,13 @@ def build_model(experiment: Experiment, src_vocab: Vocabulary | int, tgt_vocab: 
 
 
 def transformer_preset(name: str, task: str = "numbers-en-fr", **overrides: Any) -> Experiment:
-    """A ready-made Transformer experiment: ``"cpu"`` (small, minutes on a laptop) or ``"gpu"`` (the base model).
+    """The Transformer :class:`Experiment` of preset ``name``, with ``overrides``.
 
-    ``"cpu"``: d_model 128, 4 heads, 2 + 2 layers, d_ff 512, dropout 0.1, label
-    smoothing 0.1, Adam(0.9, 0.98, 1e-9) with the warmup schedule of eq. (3)
-    (warmup 400 steps, the rate halved: ``lr_scale=0.5``, a peak of 2.2e-3), batches
-    of 64, 10,000 training pairs, 12 epochs, gradient clipping at 1 as in the
-    course's RNN runs. Measured on English-to-German numbers (2 CPU cores): 98%
-    validation exact match after 5 epochs, 99.9% on the test split after 20;
-    with the full rate (peak 4.4e-3) validation exact match oscillated between
-    89% and 98% and ended at 97.3% on the test split.
-
-    ``"gpu"``: Vaswani et al.'s base model and recipe (section 5, Table 3):
-    d_model 512, 8 heads, 6 + 6 layers, d_ff 2048, dropout 0.1, label
-    smoothing 0.1, Adam(0.9, 0.98, 1e-9) (fused AdamW without weight decay,
-    the same algorithm), no gradient clipping, batches of about 25,000 target
-    tokens (section 5.1); plus bfloat16 autocast. It trains for a wall-clock
-    budget, ``time_budget`` (360 s: one GPU command of the course's GPU report
-    holds the tests, the benchmarks, this training and its evaluation), not
-    for a number of steps: the epochs (200) are only a ceiling. At the
-    throughput expected of an H100 that is a few thousand steps, not the
-    paper's 100,000, so the warm-up is scaled down with it: 400 steps instead
-    of 4,000 (about a tenth of the run), with ``lr_scale`` 0.316 = sqrt(400 /
-    4000), which keeps the paper's peak rate of 7.0e-4. The rate then decays
-    as eq. (3) says and cools down linearly to 0 over the budget's last fifth
-    (:class:`~attncourse.train.schedule.TimeBudget`). The batches are padded
-    to 4 fixed shapes (``length_buckets``), so that ``compile=True`` compiles
-    4 graphs.
-
-    Parameters
-    ----------
-    name : {"cpu", "gpu"}
-    task : str
-        One of :data:`TASKS`.
-    **overrides
-        Any other :class:`Experiment` field, e.g. ``epochs=2``.
-
-    Returns
-    -------
-    Experiment
-
-    Raises
-    ------
-    ValueError
-        For an unknown preset or task.
-    TypeError
-        For an override that is not an Experiment field.
-
-    References
-    ----------
-    Vaswani et al. (2017), sections 5.3-5.4 and Table 3 (base).
+    Preset ``"cpu"``: a small model that trains in minutes on a laptop. ``"gpu"``: the
+    base model and recipe, bfloat16, for ``time_budget`` seconds on one GPU, its warmup
+    shortened to the run with the paper's peak rate kept. Raises ``ValueError`` for an
+    unknown preset or task, ``TypeError`` for an unknown override. Source: Vaswani et
+    al. (2017), "Attention Is All You Need", sections 5.1-5.4 and table 3 (base).
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
@@ -371,7 +232,7 @@ def transformer_preset(name: str, task: str = "numbers-en-fr", **overrides: Any)
 
 @dataclass
 class TrainedModel:
-    """What :func:`run_experiment` returns: the model and everything needed to use it."""
+    """What :func:`run_experiment` returns: the model and all needed to use it."""
 
     experiment: Experiment
     model: torch.nn.Module
@@ -385,23 +246,10 @@ class TrainedModel:
 
 def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: str | Path | None = None,
                    device: str | None = None) -> TrainedModel:
-    """Train an experiment, or resume / load it if its folder already holds the run.
+    """Train ``experiment``, or resume or load it from its folder.
 
-    Parameters
-    ----------
-    experiment : Experiment
-    progress : bool
-        tqdm progress bars while training.
-    out_dir : path, optional
-        Default: the store's folder ``runs_dir(experiment.name)``, locked while it trains
-        (:func:`~attncourse.train.store.open_run`).
-    device : str, optional
-        Force a device; default: the best available.
-
-    Returns
-    -------
-    TrainedModel
-        The model holds the best epoch's weights (by validation exact match).
+    ``out_dir`` defaults to the store's ``runs_dir(experiment.name)``, locked while it
+    trains. The model holds the best epoch's weights (by validation exact match).
     """
     e = experiment
     splits = load_task(e.task, n_train=e.n_train, n_valid=e.n_valid, n_test=e.n_test,
@@ -427,7 +275,7 @@ def run_experiment(experiment: Experiment, *, progress: bool = True, out_dir: st
 
 
 def seconds_to_reach(history: list[dict], threshold: float, key: str = "valid_exact_match") -> float | None:
-    """Training seconds (summed over epochs) until ``history[key]`` first reaches ``threshold``; None if never."""
+    """Training seconds until ``history[key]`` reaches ``threshold``; None if never."""
     total = 0.0
     for row in history:
         total += row["seconds"]

@@ -1,11 +1,6 @@
-"""The committed GPU run (``results/transformer-gpu/``) as the book shows it, beside the cpu preset.
+"""The committed GPU run (``results/transformer-gpu``, ``make gpu``) for the book.
 
-``python -m attncourse gpu-report results/transformer-gpu`` (``make gpu``) writes
-``results.json``, ``metrics.json``, ``benchmarks.json`` and ``report.md`` there
-on a GPU machine. Chapter 6 and the *Benchmarks* appendix read them through
-:func:`load_gpu_results`; while the folder does not exist they print
-:data:`GPU_RESULTS_HINT`, one line saying how to produce it. Every number shown
-carries the device, the date and the torch version it was measured with.
+Chapter 6 and the benchmarks appendix read it; without it they print the hint.
 """
 
 from __future__ import annotations
@@ -22,12 +17,9 @@ GPU_RESULTS_HINT = ("No GPU run is committed yet: on a CUDA machine, `make gpu` 
 
 
 def load_gpu_results(root: str | Path | None = None) -> dict[str, Any] | None:
-    """``results.json`` of the committed GPU run, or None if there is none (or it is unreadable).
+    """``results.json`` of the committed GPU run, or None if absent or unreadable.
 
-    Parameters
-    ----------
-    root : path, optional
-        The repository root; default: the checkout attncourse is imported from.
+    ``root``: the repository root; default: the checkout attncourse is imported from.
     """
     if root is None:
         import attncourse
@@ -60,7 +52,7 @@ def gpu_row(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def comparison_markdown(rows: list[dict[str, Any]]) -> str:
-    """A Markdown table of :func:`gpu_row`-shaped rows (the cpu preset's built the same way by the chapter)."""
+    """A Markdown table of :func:`gpu_row`-shaped rows."""
     columns = [("preset", "preset", "{}"), ("device", "device", "{}"), ("date", "date", "{}"),
                ("torch", "torch", "{}"), ("parameters", "parameters", "{:,}"),
                ("train_seconds", "training (s)", "{:.0f}"), ("tokens_per_second", "target tokens/s", "{:,.0f}"),
@@ -95,8 +87,7 @@ _SKIPPED = ("config", "step_ms", "tflops")
 
 
 def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """One level per dot: ``{"models": {"ours": {"mfu": x}}}`` -> ``{"models.ours.mfu": x}``
-    (transformer_step's tokens/s and MFU sit two levels down)."""
+    """One level per dot: ``{"a": {"b": x}}`` -> ``{"a.b": x}``, minus ``_SKIPPED``."""
     flat: dict[str, Any] = {}
     for key, value in row.items():
         if isinstance(value, dict):

@@ -1,12 +1,7 @@
-"""One language-model run as settings (:class:`LMConfig`), and the model spec they describe.
+"""One language-model run as settings (:class:`LMConfig`), and the model spec they give.
 
-:class:`LMConfig` holds the training settings and the model's settings, each also an option
-of ``train-lm`` (:func:`~attncourse.train.config.setting`). Its attention options are not
-written here: every field of every registered variant's options dataclass
-(:data:`~attncourse.nn.spec.ATTENTION_VARIANTS`) becomes a field, default None (the
-variant's own default), so a variant's option reaches ``train-lm`` through its module and
-its one registration line. :func:`lm_spec` turns the settings into the one
-:class:`~attncourse.nn.spec.DecoderSpec`, which checks every rule of the model.
+Each option of each registered attention variant becomes a field of :class:`LMConfig`
+and an option of ``train-lm``, default None (the variant's default).
 """
 
 from __future__ import annotations
@@ -47,39 +42,8 @@ from attncourse.train.config import (
 class LMSettings:
     """The fields of :class:`LMConfig` that are not a variant's options.
 
-    Attributes
-    ----------
-    positional : {"sinusoidal", "learned", "rope", "alibi", "none"}
-    causal : bool
-    d_model, num_heads, num_layers, d_ff, max_len : int
-        The :class:`~attncourse.nn.spec.DecoderSpec`'s sizes.
-    context : int
-        Training window, in characters.
-    batch_size : int
-        Windows per step.
-    steps, steps_per_epoch : int
-        Optimiser steps in all, a multiple of the steps between checkpoints.
-    lr, warmup, weight_decay, clip_norm : float, int, float, float
-        AdamW's rate (constant after ``warmup`` linear steps), decay and gradient clipping.
-    dropout : float
-    seed : int
-        Initial weights and the windows drawn.
-    corpus : str
-        Digest of the text (:func:`~attncourse.data.text.text_digest`).
-    rope_scaling : {"pi", "ntk", "yarn"} or None
-        Stretch RoPE by ``rope_factor`` for a model trained on ``context`` positions (chapter 12).
-    rope_factor : float
-    attention : str or None
-        A registered attention variant; None: ``"mla"`` with ``latent_dim``, else ``"gqa"``.
-    softmax_every : int or None
-        A hybrid (chapter 14): every ``softmax_every``-th block has softmax attention (``"gqa"``),
-        the others ``attention``.
-
-    Raises
-    ------
-    ValueError
-        For a step count that is not a multiple of ``steps_per_epoch``, or a context past a
-        position table (one line). The model's rules are the spec's (:func:`lm_spec`).
+    Raises ``ValueError`` if ``steps`` is not a multiple of ``steps_per_epoch`` or
+    ``context`` does not fit a position table.
     """
 
     positional: str = setting("rope", "position scheme (default rope)", choices=GPT_POSITIONAL, group="model")
@@ -177,13 +141,9 @@ def _option_setting(name: str, kind: type, owners: list[str], metadata: typing.M
 
 
 def _variant_options() -> list[tuple[str, Any, Any]]:
-    """``(name, type, field)`` for every option of every registered variant, each name once.
+    """``(name, type, field)`` for every option of every registered variant, each once.
 
-    Raises
-    ------
-    ValueError
-        If an option's name is a setting of :class:`LMSettings`, or two variants give one name
-        two types.
+    Raises ``ValueError`` if an option is named like a setting, or has two types.
     """
     taken = {f.name for f in dataclasses.fields(LMSettings)}
     found: dict[str, tuple[type, list[str], Any]] = {}
@@ -211,46 +171,27 @@ VARIANT_OPTIONS: tuple[str, ...] = tuple(name for name, _, _ in _OPTIONS)
 
 LMConfig = dataclasses.make_dataclass("LMConfig", _OPTIONS, bases=(LMSettings,), frozen=True)
 LMConfig.__module__ = __name__
-LMConfig.__doc__ = f"""One language-model run: :class:`LMSettings` and every registered attention variant's
-options ({", ".join(VARIANT_OPTIONS)}), each None unless set: unset, the variant's default.
+LMConfig.__doc__ = f"""One language-model run: :class:`LMSettings` and the attention
+variants' options ({", ".join(VARIANT_OPTIONS)}), each None (the variant's default)
+unless set.
 
-A variant's module imported before this one (the package's, and those named in
-``ATTNCOURSE_VARIANTS``) adds its options as fields and as options of ``train-lm``.
-
-Raises
-------
-ValueError
-    As :class:`LMSettings`.
+Raises ``ValueError`` as :class:`LMSettings`.
 """
 
 
 def lm_attention(config: LMConfig) -> AttentionSpec:
-    """The attention of ``config``: its variant with the options set (:func:`~attncourse.nn.spec.flat_attention`).
+    """The attention of ``config``: its variant with the options set.
 
-    Raises
-    ------
-    ValueError
-        If the variant is not registered, or an option is set that it does not have.
+    Raises ``ValueError`` for an unknown variant or an option it lacks.
     """
     return flat_attention(config.attention, config.num_heads, **{k: getattr(config, k) for k in VARIANT_OPTIONS})
 
 
 def lm_spec(config: LMConfig, vocab_size: int, positions: PositionSpec | None = None) -> DecoderSpec:
-    """The :class:`~attncourse.nn.spec.DecoderSpec` of ``config``'s model, made (and checked) once.
+    """The :class:`~attncourse.nn.spec.DecoderSpec` of ``config``'s model, checked.
 
-    Parameters
-    ----------
-    config : LMConfig
-    vocab_size : int
-    positions : PositionSpec, optional
-        Default: ``config.positional``, stretched by ``config.rope_scaling`` if set (for a model
-        trained on ``config.context`` positions).
-
-    Raises
-    ------
-    ValueError
-        If the spec refuses the combination (one line), or ``softmax_every`` does not give a
-        hybrid of ``num_layers`` blocks.
+    ``positions`` defaults to ``config.positional``, scaled if set. Raises
+    ``ValueError`` if the spec refuses the combination or for a bad ``softmax_every``.
     """
     if positions is None:
         positions = PositionSpec(config.positional, rope_scaling=config.rope_scaling,
@@ -272,9 +213,7 @@ def lm_spec(config: LMConfig, vocab_size: int, positions: PositionSpec | None = 
 
 
 def lm_settings(config: LMConfig) -> dict[str, Any]:
-    """What names a run (its folder's digest) and what ``train-lm --resume`` compares: the
-    fields of ``config``, the variant options left unset omitted (they are the variant's
-    defaults, whichever variants are registered)."""
+    """What names a run and ``--resume`` compares: the fields, unset options omitted."""
     return {k: v for k, v in dataclasses.asdict(config).items() if not (k in VARIANT_OPTIONS and v is None)}
 
 

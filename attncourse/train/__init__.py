@@ -1,17 +1,9 @@
 """The training engine: how every model of the course is trained, whatever the chapter.
 
-:func:`fit` (the encoder-decoder loop: AMP, compile, data parallelism, resume,
-early stopping, progress) and :func:`train_epochs` (the cached, resumable epoch
-loop) in :mod:`~attncourse.train.fit` and :mod:`~attncourse.train.loop`; the
-settings of a run, declared once (:class:`TrainingSettings`, :class:`FitConfig`,
-:func:`setting`: the command line and :class:`~attncourse.recipes.Experiment`
-derive theirs) in :mod:`~attncourse.train.config`;
-atomic, ``weights_only`` checkpoints (:mod:`~attncourse.train.checkpoint`);
-data parallelism (:mod:`~attncourse.train.distributed`); learning-rate
-schedules (:mod:`~attncourse.train.schedule`); and evaluation metrics
-(:mod:`~attncourse.train.metrics`). What each chapter trains lives above, in
-:mod:`attncourse.recipes`; decoding below, in :mod:`attncourse.decode`; the
-device and seeding in :mod:`attncourse.runtime`.
+:func:`fit` (encoder-decoders) and :func:`train_epochs` (the resumable epoch loop),
+their settings (:mod:`~attncourse.train.config`), checkpoints, data parallelism,
+learning-rate schedules and metrics. What each chapter trains lives in
+:mod:`attncourse.recipes`.
 """
 
 from attncourse.lazy import lazy_exports

@@ -1,15 +1,8 @@
-"""Checkpoints: written whole or not at all, loaded without running code.
+"""Checkpoints written whole or not at all, and loaded without running code.
 
-:func:`save_checkpoint` writes a temporary file beside the target, fsyncs it and
-renames it over the target (:func:`os.replace`, atomic within a file system).
-:func:`load_checkpoint` reads with ``torch.load(..., weights_only=True)``, so a
-checkpoint holds only tensors and plain values (configs, ``Vocabulary.to_dict()``,
-generator states as byte tensors).
-
-Layout (``version`` 1): ``format`` ("attncourse-checkpoint"), ``version``, ``epoch``
-(epochs finished), ``model_class``, ``model_config``, ``model_state``,
-``optimizer_state``, ``scheduler_state``, ``history`` (per-epoch dicts), ``extra``
-(vocabularies, task, ...), ``trainer`` (loop state), ``torch_version``.
+Layout (``version`` 1), tensors and plain values only: ``format``, ``version``,
+``epoch``, ``model_class``, ``model_config``, ``model_state``, ``optimizer_state``,
+``scheduler_state``, ``history``, ``extra``, ``trainer``, ``torch_version``.
 """
 
 from __future__ import annotations
@@ -19,7 +12,6 @@ import importlib
 import os
 import pickle
 import re
-import tempfile
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from os import PathLike
@@ -28,6 +20,11 @@ from typing import Any
 
 import torch
 
+from attncourse.train.atomic import (
+    TEMPORARY_SUFFIX,
+    atomic_write,
+    temporary_prefix,
+)
 from attncourse.train.checkpoint_checks import (  # differences: callers import it from here
     config_problem,
     differences,
@@ -75,100 +72,18 @@ def _validate_plain(obj: Any, where: str) -> None:
     )
 
 
-def _file_mode() -> int:
-    """The permissions a plain ``open(path, "w")`` would give: 0666 minus the umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable (POSIX); silently skipped where directories cannot be opened."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _temporary_prefix(path: Path) -> str:
-    """Temporary files beside ``path`` are named ``.<name>.<random>.tmp`` (see :func:`remove_temporaries`)."""
-    return f".{path.name}."
-
-
-#: What :func:`tempfile.mkstemp` puts between our prefix and ".tmp": eight of its random characters.
-#: Only such names are ours; a user's ``.checkpoint.pt.mine.tmp`` is never listed nor removed.
-_TEMPORARY_SUFFIX = re.compile(r"[a-z0-9_]{8}\.tmp")
-
-
-def _write_error(path: Path, err: OSError) -> OSError:
-    """The error of a failed write, naming the file asked for rather than the temporary one."""
-    new = OSError(f"cannot write {str(path)!r}: {err.strerror or err}")
-    new.errno = err.errno
-    return new
-
-
 def _atomic_write(path: Path, write: Any, by_name: bool = False) -> Path:
-    """Call ``write(binary file)`` (``by_name``: ``write(name)``) on a temporary beside ``path``, fsync, rename."""
-    tmp_name = None
-    try:  # mkstemp inside the try: a Ctrl-C right after it still removes the file
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=_temporary_prefix(path), suffix=".tmp")
-        if hasattr(os, "fchmod"):  # mkstemp makes the file private (0600); give it the usual mode
-            os.fchmod(fd, _file_mode())
-        if by_name:
-            os.close(fd)
-            write(tmp_name)
-            fd = os.open(tmp_name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        else:
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as err:  # Ctrl-C included: never leave a temporary file behind
-        if tmp_name is not None:
-            try:
-                os.unlink(tmp_name)
-            except FileNotFoundError:
-                pass
-        if isinstance(err, OSError):
-            raise _write_error(path, err) from None
-        if _interrupted(err):  # torch.save's zip writer wraps a Ctrl-C in a RuntimeError
-            raise KeyboardInterrupt from None
-        raise
-    _fsync_directory(path.parent)
+    """:func:`~attncourse.train.atomic.atomic_write`, recorded in a run folder's manifest."""
+    atomic_write(path, write, by_name)
     # a run folder's manifest records what the tool wrote: --overwrite trusts only it
     note_written(path)
     return path
 
 
-def _interrupted(err: BaseException) -> bool:
-    """True if ``err`` is, or was caused by, a KeyboardInterrupt."""
-    seen = set()
-    while err is not None and id(err) not in seen:
-        if isinstance(err, KeyboardInterrupt) or "KeyboardInterrupt" in str(err):
-            return True
-        seen.add(id(err))
-        err = err.__cause__ or err.__context__
-    return False
-
-
 def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
-    """``torch.save`` to a temporary file beside ``path``, fsync, then rename it over ``path``.
+    """``torch.save`` to a temporary beside ``path``, fsync, rename it over ``path``.
 
-    Raises
-    ------
-    OSError
-        If the directory is missing or not writable (naming ``path``); no temporary is left.
+    Raises ``OSError`` naming ``path`` if it cannot be written; no temporary is left.
     """
     # By name, not through a Python file object: torch's zip writer then writes in C++
     # alone. Given a file object, it calls its write() from C++, where a Ctrl-C can
@@ -179,45 +94,26 @@ def atomic_torch_save(obj: Any, path: str | PathLike) -> Path:
 
 
 def atomic_write_text(text: str, path: str | PathLike) -> Path:
-    """Write UTF-8 ``text`` to ``path`` as :func:`atomic_torch_save` writes a checkpoint: whole or not at all.
-
-    Raises
-    ------
-    OSError
-        If the file cannot be written; the message names ``path``.
-    """
+    """UTF-8 ``text`` to ``path`` whole or not at all; ``OSError`` names ``path``."""
     return _atomic_write(Path(path), lambda f: f.write(text.encode("utf-8")))
 
 
 def temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
-    """The temporary files (``.<name>.<8 random chars>.tmp``) killed writes left in ``directory``.
-
-    Parameters
-    ----------
-    directory : str or path-like
-        Need not exist.
-    names : sequence of str
-        File names whose temporaries to list, e.g. ``("checkpoint.pt", "best.pt")``.
-
-    Returns
-    -------
-    list of Path
-        Plain files (no links), sorted.
-    """
+    """Sorted plain files ``.<name>.<8 random chars>.tmp`` that killed writes left."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
     found = set()
     for name in names:
-        prefix = _temporary_prefix(directory / name)
+        prefix = temporary_prefix(directory / name)
         pattern = glob.escape(prefix) + "*.tmp"
         found |= {p for p in directory.glob(pattern) if p.is_file() and not p.is_symlink()
-                  and _TEMPORARY_SUFFIX.fullmatch(p.name[len(prefix):])}
+                  and TEMPORARY_SUFFIX.fullmatch(p.name[len(prefix):])}
     return sorted(found)
 
 
 def remove_temporaries(directory: str | PathLike, names: Sequence[str]) -> list[Path]:
-    """Delete :func:`temporaries` of ``directory`` (before a run writes there); return them."""
+    """Delete :func:`temporaries` of ``directory`` and return them."""
     removed = temporaries(directory, names)
     for path in removed:
         path.unlink(missing_ok=True)
@@ -235,35 +131,10 @@ def save_checkpoint(
     trainer: Mapping[str, Any] | None = None,
     scheduler: Any = None,
 ) -> Path:
-    """Write a checkpoint atomically (temporary file, fsync, :func:`os.replace`).
+    """Write ``model``'s (and the training state's) checkpoint at ``path`` atomically.
 
-    Parameters
-    ----------
-    path : str or path-like
-        Its directory must exist.
-    model : torch.nn.Module
-        Its ``state_dict()``, class name and ``config`` (if any: :func:`load_model` rebuilds it).
-    optimizer : torch.optim.Optimizer, optional
-    epoch : int
-        Epochs finished.
-    history : sequence of dict
-    extra : dict, optional
-        Plain data that belongs with the weights (vocabularies, task).
-    trainer : dict, optional
-        The training loop's state (generator states, best weights).
-    scheduler : LRScheduler, optional
-
-    Returns
-    -------
-    Path
-        ``path``.
-
-    Raises
-    ------
-    TypeError
-        If ``extra``, ``trainer`` or ``history`` holds anything but tensors and plain values.
-    OSError
-        If the file cannot be written; the previous file is kept.
+    Raises ``TypeError`` if ``extra``, ``trainer`` or ``history`` is not plain data,
+    ``OSError`` if it cannot be written (the old file is kept).
     """
     config = getattr(model, "config", None)
     payload = {
@@ -286,7 +157,7 @@ def save_checkpoint(
 
 
 def _reason(err: BaseException) -> str:
-    """Why torch.load failed, in a few words instead of its (often page-long) message."""
+    """Why ``torch.load`` failed, in a few words instead of its page-long message."""
     text = " ".join(str(err).split()) or type(err).__name__
     refused = re.search(r"GLOBAL ([\w.]+)", text)
     if refused:  # weights_only=True met a class or function: loading it could run code
@@ -302,27 +173,10 @@ def _reason(err: BaseException) -> str:
 
 
 def load_checkpoint(path: str | PathLike, map_location: str | torch.device | None = "cpu") -> dict[str, Any]:
-    """Read a checkpoint written by :func:`save_checkpoint`, with ``weights_only=True``.
+    """The checkpoint dict at ``path``, read with ``weights_only=True`` and checked.
 
-    Parameters
-    ----------
-    path : str or path-like
-    map_location : str or torch.device, optional
-
-    Returns
-    -------
-    dict
-        The layout of this module's docstring.
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    ValueError
-        ``"<path> is not a readable attncourse checkpoint: <why>"`` (truncated, corrupt,
-        objects other than tensors and plain values, wrong format, version or structure),
-        ``"<path> changed since it was written (digest mismatch) ..."``, ``"<path> is not a
-        regular file ..."`` or ``"<path> is larger than ..."``.
+    Raises ``FileNotFoundError`` if missing, ``ValueError`` if it is not a regular file,
+    is too large, changed since written, or is not a readable checkpoint of this format.
     """
     path = Path(path)
     if not os.path.lexists(path):
@@ -358,15 +212,7 @@ def validate_compatible(
     extra: Mapping[str, Any] | None = None,
     path: str | PathLike | None = None,
 ) -> None:
-    """Raise ValueError unless ``checkpoint`` was written for ``model`` (and ``extra``).
-
-    Raises
-    ------
-    ValueError
-        Naming every difference of class, config, weight names and shapes, and
-        ``extra``, e.g. ``"checkpoint run/checkpoint.pt does not match this run: model
-        config hidden_dim: 32 in the checkpoint, 64 in this run"``.
-    """
+    """Raise ``ValueError`` naming how ``checkpoint`` misfits ``model``, ``extra``."""
     problems: list[str] = []
     config = getattr(model, "config", None)
     saved_config = checkpoint.get("model_config")
@@ -386,13 +232,7 @@ def validate_compatible(
 
 
 def model_class(name: str) -> type[torch.nn.Module]:
-    """The class a checkpoint's ``model_class`` names (:data:`MODEL_CLASSES`).
-
-    Raises
-    ------
-    ValueError
-        If the name is unknown or its module cannot be imported.
-    """
+    """The class a checkpoint's ``model_class`` names; ``ValueError`` if unknown."""
     if name not in MODEL_CLASSES:
         raise ValueError(f"a {name!r} model; load_model rebuilds {', '.join(sorted(MODEL_CLASSES))} models only")
     module_name, class_name = MODEL_CLASSES[name]
@@ -404,7 +244,7 @@ def model_class(name: str) -> type[torch.nn.Module]:
 
 
 def _validate_shapes(cls: type[torch.nn.Module], checkpoint: Mapping[str, Any], path: Any) -> None:
-    """Raise ValueError if the saved weights do not fit the config's model (built on ``meta``, no memory)."""
+    """Raise ValueError if the weights misfit the config's model (built on ``meta``)."""
     try:
         with torch.device("meta"):
             skeleton = cls.from_config(checkpoint["model_config"])
@@ -425,27 +265,10 @@ def load_model(
     path: str | PathLike, map_location: str | torch.device | None = "cpu",
     validate_config: Callable[[Any], None] | None = None,
 ) -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Rebuild the model a checkpoint was written from and load its weights.
+    """(model in eval mode on ``map_location``, checkpoint) of the file at ``path``.
 
-    Parameters
-    ----------
-    path : str or path-like
-    map_location : str or torch.device, optional
-    validate_config : callable(model_config), optional
-        Raises to refuse sizes a file should not choose, before the model is built.
-
-    Returns
-    -------
-    model : torch.nn.Module
-        In eval mode, on ``map_location``.
-    checkpoint : dict
-
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    ValueError
-        If the file is not a readable checkpoint or names an unknown model class.
+    ``validate_config(model_config)`` may raise to refuse sizes before the build. Raises
+    as :func:`load_checkpoint`, ``ValueError`` for an unknown class or a bad config.
     """
     checkpoint = load_checkpoint(path, map_location=map_location)
     if not isinstance(checkpoint.get("model_config"), dict):

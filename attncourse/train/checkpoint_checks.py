@@ -1,10 +1,7 @@
-"""Checks of a loaded checkpoint before anything uses it.
+"""Checks of a loaded checkpoint (``weights_only=True``) before anything uses it.
 
-``weights_only=True`` runs no code but does not make the result a checkpoint:
-:func:`structure_problem` checks its entries, types and tensors (no sparse, ``meta``
-or expanded ones), :func:`config_problem` a model config against the class's
-constructor, :func:`state_problems` saved weights against the model's (names, shapes,
-dtypes).
+Its entries, types and tensors (:func:`structure_problem`), its model config against the
+class's constructor (:func:`config_problem`), its weights against the model's.
 """
 
 from __future__ import annotations
@@ -59,7 +56,7 @@ def _what(value: Any) -> str:
 
 
 def tensor_problem(tensor: torch.Tensor) -> str | None:
-    """Why a loaded tensor cannot be used as a model's or optimiser's values, or None."""
+    """Why a loaded tensor is unusable (sparse, ``meta``, dtype, expanded), or None."""
     if tensor.layout != torch.strided:
         return f"a {str(tensor.layout).replace('torch.', '')} tensor (sparse), not a dense one"
     if tensor.is_meta:
@@ -77,10 +74,7 @@ def tensor_problem(tensor: torch.Tensor) -> str | None:
 
 
 def structure_problem(data: Any) -> str | None:
-    """Why a loaded object is not a checkpoint's layout, or None: entries, types, tensors.
-
-    Run right after ``torch.load``, before any value is used.
-    """
+    """Why a loaded object is not a checkpoint (entries, types, tensors), or None."""
     if not isinstance(data, dict):
         return f"it holds {_what(data)}, not a checkpoint's dict"
     missing = [key for key in REQUIRED if key not in data]
@@ -109,7 +103,7 @@ def structure_problem(data: Any) -> str | None:
 
 
 def _tensors(data: Mapping[str, Any]):
-    """(where, tensor) for every tensor in ``data``; iterative, so deep nesting cannot overflow the stack."""
+    """(where, tensor) for every tensor in ``data``, iteratively (no stack overflow)."""
     stack: list[tuple[str, Any]] = [(f"its {k}", v) for k, v in data.items()]
     while stack:
         where, value = stack.pop()
@@ -125,7 +119,7 @@ def _tensors(data: Mapping[str, Any]):
 
 
 def _fits(value: Any, hint: Any) -> bool:
-    """True if ``value`` is of the annotated type ``hint`` (the few forms model constructors use)."""
+    """True if ``value`` has annotated type ``hint`` (the forms constructors use)."""
     if hint is Any or hint is typing.Any:
         return True
     if hint is type(None) or hint is None:
@@ -162,9 +156,7 @@ def _hint_name(hint: Any) -> str:
 
 
 def config_problem(cls: type, config: Mapping[str, Any]) -> str | None:
-    """Why ``cls.from_config(config)`` must not run, or None: a setting the constructor does
-    not take, or a value not of its annotated type (a spec's parts by their own fields).
-    """
+    """Why ``cls.from_config(config)`` must not run (a bad setting), or None."""
     hints = typing.get_type_hints(cls.__init__)
     problem = _settings_problem(config, hints, "its model config")
     if problem or not isinstance(config.get("spec"), dict):
@@ -173,7 +165,7 @@ def config_problem(cls: type, config: Mapping[str, Any]) -> str | None:
 
 
 def spec_problem(spec: Mapping[str, Any]) -> str | None:
-    """:func:`config_problem` for a :class:`~attncourse.nn.spec.DecoderSpec` given as a dict."""
+    """:func:`config_problem` for a :class:`~attncourse.nn.spec.DecoderSpec` dict."""
     from attncourse.nn.spec import (  # the models' module, only when needed
         ATTENTION_VARIANTS,
         DecoderSpec,
@@ -231,21 +223,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def differences(saved: Mapping[str, Any], current: Mapping[str, Any], label: str) -> list[str]:
-    """Human-readable differences between two flat dicts, e.g. a saved and a current model config.
+    """One line per key that differs or only one side has, prefixed ``label``.
 
-    Parameters
-    ----------
-    saved, current : dict
-    label : str
-        Prefix of each line, e.g. ``"model config"``.
-
-    Returns
-    -------
-    list of str
-        One entry per key whose value differs or that only one side has, e.g.
-        ``"model config hidden_dim: 32 in the checkpoint, 64 in this run"``; nested dicts (a
-        spec's parts) and equally long lists of dicts (a hybrid's blocks) by their own keys,
-        e.g. ``"model config spec layer_attention[1] name: ..."``.
+    E.g. ``"model config hidden_dim: 32 in the checkpoint, 64 in this run"``; nested
+    dicts and equally long lists of dicts are compared key by key.
     """
     out = []
     for key in list(saved) + [k for k in current if k not in saved]:
@@ -272,10 +253,9 @@ def differences(saved: Mapping[str, Any], current: Mapping[str, Any], label: str
 
 
 def state_problems(saved: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> list[str]:
-    """Each weight of ``saved`` missing from ``expected``, or of another shape or dtype, and each missing.
+    """Weights missing on one side or of another shape or dtype in ``expected``.
 
-    ``expected`` is the receiving model's ``state_dict()`` (on the ``meta`` device is
-    enough: only shapes and dtypes are read).
+    ``expected`` may be on ``meta``: only shapes and dtypes are read.
     """
     problems = []
     for name in list(saved) + [n for n in expected if n not in saved]:

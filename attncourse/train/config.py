@@ -1,28 +1,8 @@
-"""The settings of a training run, written once: :class:`TrainingSettings`, :class:`FitConfig`, :func:`setting`.
+"""A training run's settings, declared once as fields made with :func:`setting`.
 
-A setting is a dataclass field made with :func:`setting`: its name, type and
-default, and in its ``metadata`` the command line's help text, flag and
-argument check, and the range (:class:`Limit`) its value must lie in. Three
-things are derived from these fields, so that adding a setting is one edit:
-
-- :class:`~attncourse.recipes.experiment.Experiment` inherits :class:`TrainingSettings`
-  (the training settings), adds the task and the model, and derives its
-  :class:`FitConfig` from its fields of the same names (:func:`fit_config_from`);
-- :class:`FitConfig` (how :func:`~attncourse.train.fit.fit` trains) is
-  :class:`TrainingSettings` plus what only the engine needs;
-- the ``train`` command's options are made from the fields of both
-  (:func:`attncourse.cli.parsing.add_fields`), with their limits; the other
-  commands' options are made the same way from their own dataclasses
-  (:class:`~attncourse.recipes.lm.LMConfig` for ``train-lm``, and
-  :data:`attncourse.cli.option_fields.COMMANDS`).
-
-References
-----------
-Pascanu, Mikolov, Bengio (2013), section 3.2 (gradient norm clipping).
-Bengio, Vinyals, Jaitly, Shazeer (2015) (scheduled sampling).
-Prechelt (1998), "Early Stopping - But When?".
-Vaswani et al. (2017), sections 5.3 (optimizer) and 5.4 (label smoothing).
-Loshchilov, Hutter (2019), "Decoupled Weight Decay Regularization" (AdamW).
+:class:`TrainingSettings` (shared with :class:`~attncourse.recipes.Experiment`),
+:class:`FitConfig` (how :func:`~attncourse.train.fit.fit` trains) and the command lines'
+options (:func:`attncourse.cli.parsing.add_fields`) all derive from these fields.
 """
 
 from __future__ import annotations
@@ -41,7 +21,7 @@ OPTIMIZERS = ("adam", "adamw")
 
 @dataclass(frozen=True)
 class Limit:
-    """The range a setting's value must lie in: ``low <= value <= high`` (``low`` excluded if ``open_low``)."""
+    """A setting's range ``low <= value <= high`` (``low`` excluded if ``open_low``)."""
 
     low: float
     high: float
@@ -60,7 +40,7 @@ class Limit:
 
 
 def format_number(value: float) -> str:
-    """``4,096`` for whole numbers, ``1e-06`` otherwise: how limits are written in messages and ``--help``."""
+    """``4,096`` for whole numbers, ``1e-06`` otherwise (messages and ``--help``)."""
     if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15:
         return f"{int(value):,}"
     return f"{value:g}"
@@ -94,43 +74,15 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
             choices: tuple[str, ...] | None = None, nargs: int | str | None = None, preset: bool = False,
             only: str | None = None, positional: bool = False, required: bool = False,
             negatable: bool = True, repeat: bool = False) -> Any:
-    """A dataclass field that is also an option of a command (``train``, ``train-lm``, ``sample``...).
+    """A dataclass field that is also a command's option; its metadata drive the parser.
 
-    The command line's parsers are generated from these fields
-    (:func:`attncourse.cli.parsing.add_fields`; the commands' fields are listed in
-    :data:`attncourse.cli.option_fields.COMMANDS`): adding an option is adding a field.
-
-    Parameters
-    ----------
-    default : Any
-        The field's default (for the command line see ``preset``).
-    help : str
-        The option's ``--help`` text (its range is appended from ``limit``).
-    check : str, optional
-        How the command line reads the value: ``"positive_int"``, ``"seed"``,
-        ``"probability"``, ``"path"``, ``"text"``... (:data:`attncourse.cli.parsing.CHECKS`);
-        None for ``choices`` and booleans; ``"switch"`` for a boolean whose default is None (unset).
-    limit : Limit, optional
-        The range of the value, checked after parsing (one line naming the
-        option) and written into ``--help``.
-    group : str
-        The ``--help`` section (``"data"``, ``"model"``, ``"training"`` for the
-        commands that have sections).
-    flag, metavar, choices, nargs
-        As argparse's; ``flag`` defaults to ``--`` and the name with dashes.
-    preset : bool
-        The command line leaves it None and fills it in from the Transformer
-        preset or, for the RNNs, from the field's default.
-    only : {"rnn", "transformer"}, optional
-        The option applies to this model family only.
-    positional : bool
-        An argument without a flag (``DIR``, ``PROMPT``), read in field order.
-    required : bool
-        The option must be given.
-    negatable : bool
-        For a boolean: ``--x/--no-x`` (True) or a switch ``--x`` alone (False).
-    repeat : bool
-        The option may be given several times: its values in a list (None if it is not given).
+    ``help`` is the ``--help`` text (``limit``'s range appended); ``check`` names the
+    reader in :data:`attncourse.cli.parsing.CHECKS` (``"switch"``: a boolean unset by
+    default); ``limit`` is checked after parsing; ``group`` is the ``--help`` section;
+    ``flag``, ``metavar``, ``choices``, ``nargs`` are argparse's; ``preset``: filled in
+    from a preset when not given; ``only``: ``"rnn"`` or ``"transformer"``;
+    ``positional``: no flag, in field order; ``negatable``: ``--x/--no-x``; ``repeat``:
+    may be given several times (a list).
     """
     metadata = {"help": help, "check": check, "limit": limit, "group": group, "flag": flag,
                 "metavar": metavar, "choices": choices, "nargs": nargs, "preset": preset, "only": only,
@@ -141,12 +93,12 @@ def setting(default: Any, help: str, *, check: str | None = None, limit: Limit |
 
 
 def redefault(cls: type, name: str, default: Any) -> Any:
-    """``cls``'s setting ``name`` with another default (e.g. :class:`Experiment`'s epochs)."""
+    """``cls``'s setting ``name`` with another default."""
     return field(default=default, metadata=cls.__dataclass_fields__[name].metadata)
 
 
 def settings(*classes: type) -> Iterator[Field]:
-    """The fields of ``classes`` made with :func:`setting` (options of the command line), each name once."""
+    """The fields of ``classes`` made with :func:`setting`, each name once."""
     seen: set[str] = set()
     for cls in classes:
         for f in fields(cls):
@@ -157,10 +109,7 @@ def settings(*classes: type) -> Iterator[Field]:
 
 @dataclass(frozen=True)
 class TrainingSettings:
-    """The training settings: what an :class:`~attncourse.recipes.experiment.Experiment` and :class:`FitConfig` share.
-
-    The fields are documented in :class:`FitConfig`.
-    """
+    """What :class:`FitConfig` and an ``Experiment`` share: the training settings."""
 
     epochs: int = setting(
         10, "total epochs; with --resume, training continues up to N (default 10; presets: cpu 15, gpu 40, 60 "
@@ -222,140 +171,13 @@ class TrainingSettings:
 
 @dataclass(frozen=True)
 class FitConfig(TrainingSettings):
-    """How :func:`fit` trains: the :class:`TrainingSettings` and what only the engine needs.
+    """How :func:`~attncourse.train.fit` trains: the training settings and more.
 
-    Attributes
-    ----------
-    epochs : int
-        Total number of epochs (passes over the training batches). A resumed
-        run continues up to this number, so raise it to train longer.
-    lr : float
-        Adam's learning rate.
-    batch_size : int
-        Examples per batch, as used to build ``train_batches`` (e.g. with
-        :func:`~attncourse.data.batching.make_batches`); :func:`fit` does not
-        re-batch, it checks that no batch is larger and records the value.
-    clip_norm : float or None
-        Rescale the gradient whenever its global L2 norm exceeds this
-        (Pascanu et al. 2013); ``None`` turns clipping off. RNNs occasionally
-        produce huge gradients ("exploding gradients"); one such step can undo
-        an epoch of training.
-    teacher_forcing : float in [0, 1]
-        Probability of feeding the gold previous token y_{i-1} to the decoder.
-        1.0 (the default, and what Bahdanau et al. 2015 do) is pure teacher
-        forcing: fast, because the whole target is scored in one call. Below 1,
-        at every step after the first and for every sentence independently,
-        the decoder is fed its own most probable previous token instead with
-        probability ``1 - teacher_forcing``: a constant-rate form of *scheduled
-        sampling* (Bengio et al. 2015, who lower the probability over training
-        and sample the model's token). It narrows the gap between training,
-        where the decoder always sees correct prefixes, and decoding, where it
-        sees its own mistakes. It needs a model with ``encode``,
-        ``init_state`` and ``decode_step`` and runs step by step (slower).
-    patience : int or None
-        Early stopping: stop after this many epochs in a row without a new
-        best validation score (see ``monitor``). ``None`` trains all epochs.
-    monitor : {"exact_match", "loss"}
-        What "best" means. ``"exact_match"`` (default): the highest greedy
-        exact match on the validation set, ties broken by the lower validation
-        loss. Exact match is what the course's tasks are judged by, and the
-        tie-break matters: early in training exact match sits at 0 for several
-        epochs while the loss is still falling, and those epochs count as
-        progress instead of running out the patience. The loss alone can
-        rise (the model grows over-confident on a few tokens) while exact
-        match still improves. ``"loss"``: the lowest validation loss.
-    restore_best : bool
-        At the end, load the weights of the best epoch into the model (they are
-        also in ``out_dir/best.pt``). If False the model keeps its last weights.
-    seed : int
-        Seeds the order of the batches in each epoch (a :class:`torch.Generator`)
-        and torch's global generator (dropout). Initialise the model yourself
-        after ``torch.manual_seed`` for a fully repeatable run.
-    device : str or None
-        ``"cpu"``, ``"cuda"``, ``"mps"`` ...; ``None`` picks CUDA, then MPS,
-        then the CPU (:func:`~attncourse.runtime.pick_device`).
-    num_threads : int or None
-        CPU threads for torch during the run (restored afterwards); ``None``
-        leaves the setting as it is. The course's models are small: their
-        matrix products are too small to gain from several threads, and the
-        threads' synchronisation costs more than it saves. On a shared 2-core machine
-        one thread trained a 0.1M- to 1.6M-parameter model 3 to 10 times faster
-        than two, so ``python -m attncourse train`` uses 1 by default.
-    label_smoothing : float in [0, 1)
-        epsilon of label smoothing (Vaswani et al. 2017, section 5.4, who use
-        0.1; Szegedy et al. 2016): the training target is ``1 - eps`` on the
-        gold token plus ``eps / V`` on each of the V tokens of the vocabulary
-        (:func:`torch.nn.functional.cross_entropy` with ``label_smoothing``);
-        padding positions are ignored. 0 (the default) is the plain
-        cross-entropy. The loss is computed in float32 from logits shifted to a
-        maximum of 0 and floored at -1e4, so it stays finite even for logits of
-        -inf or of any float32 magnitude (a token with probability 0 would
-        otherwise make the smoothed loss infinite). The history's
-        ``train_loss`` and ``valid_loss`` stay the plain cross-entropy either way.
-    optimizer : {"adam", "adamw"}
-        :class:`torch.optim.Adam` (``weight_decay`` is an L2 penalty added to the
-        gradient) or :class:`torch.optim.AdamW` (decoupled weight decay,
-        Loshchilov and Hutter 2019). With ``weight_decay=0`` they are the same
-        algorithm; the paper uses Adam without decay.
-    betas : (float, float)
-        Adam's decay rates of the first and second moment estimates; the paper's
-        Transformer uses (0.9, 0.98).
-    eps : float
-        Adam's epsilon (the paper: 1e-9).
-    weight_decay : float
-        0 by default, also for AdamW (whose own default is 0.01).
-    schedule : {None, "noam"}
-        None: the constant rate ``lr``. ``"noam"``: the rate of eq. (3),
-        ``lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`` set
-        before every optimizer step (:func:`~attncourse.train.schedule.noam_lambda`);
-        ``lr`` is then not used.
-    warmup : int
-        warmup_steps of the ``"noam"`` schedule, in optimizer steps (batches):
-        the rate rises linearly up to this step and decays as ``step^-0.5`` after.
-    d_model_for_schedule : int or None
-        d_model of eq. (3); None takes ``model.config["d_model"]``, so it is
-        needed only for models without one (the RNNs).
-    lr_scale : float
-        Multiplies the ``"noam"`` rate (1.0 in the paper).
-    fused : bool
-        Use the fused (single-kernel) Adam/AdamW implementation, on CUDA and
-        (torch >= 2.4) on the CPU; on other devices it is ignored (the result is
-        the same up to rounding, only slower).
-    amp : {None, "bf16"}
-        Automatic mixed precision: run the training forward passes under
-        :func:`torch.autocast` with bfloat16, on CUDA or on the CPU. bfloat16
-        has float32's exponent range, so no loss scaling is needed; weights,
-        optimizer state and the loss stay float32, and validation runs in
-        float32, so that its scores compare across settings. On CUDA
-        GPUs with bfloat16 units (A100, H100) it is about twice as fast; on
-        most CPUs it is slower than float32 and is there to try the code path.
-        float16 is not offered (it would need a gradient scaler).
-    compile : bool
-        Compile the training forward pass with :func:`torch.compile` (first
-        epoch slower, then faster on GPUs; needs a C++ compiler on the CPU,
-        where it rarely pays off). Batches of new shapes trigger recompiles
-        until torch marks the lengths dynamic. Validation and decoding run the
-        plain model.
-    length_buckets : int or None
-        Pad the training batches to at most this many fixed shapes, filling
-        every batch up to ``batch_size`` rows with rows that count for nothing
-        (:func:`~attncourse.data.batching.pad_to_buckets`), and compile for
-        exact shapes: ``compile`` then compiles one graph per bucket instead of
-        one per batch length. None (default): the batches as given.
-    time_budget : float or None
-        Stop training after this many seconds of wall-clock time (validation
-        included), counted from the start of this call: the epoch under way stops
-        after its current step, is validated and checkpointed, and the run ends
-        (``FitResult.out_of_time``). The learning rate cools down linearly to 0
-        over the budget's last fifth (:class:`~attncourse.train.schedule.TimeBudget`),
-        so that the run ends with settled weights whatever the number of steps
-        it managed. None (default): no budget. With several processes the budget
-        is checked between epochs only, and without the cool-down.
-
-    Raises
-    ------
-    ValueError
-        If a value is out of range (``epochs < 1``, ``lr <= 0``, ...).
+    Fields without help: ``monitor`` (:data:`MONITORS`) picks the best epoch,
+    ``restore_best`` loads it at the end, ``num_threads`` sets torch's CPU threads,
+    ``d_model_for_schedule`` is noam's d_model (default: the model's). Raises
+    ``ValueError`` if a value is out of range. Source: Vaswani et al. (2017), "Attention
+    Is All You Need", sections 5.3-5.4.
     """
 
     teacher_forcing: float = setting(
@@ -415,17 +237,9 @@ class FitConfig(TrainingSettings):
 
 
 def fit_config_from(source: Any, **overrides: Any) -> FitConfig:
-    """The :class:`FitConfig` whose every field takes ``source``'s attribute of the same name.
+    """A :class:`FitConfig` of ``source``'s same-named attributes and ``overrides``.
 
-    Fields ``source`` lacks keep their defaults; ``overrides`` win over both. One
-    place maps a run's description (an :class:`~attncourse.recipes.experiment.Experiment`,
-    the command line's options) to the engine's settings, so a setting added to
-    :class:`FitConfig` reaches every caller that names it.
-
-    Raises
-    ------
-    ValueError
-        From :class:`FitConfig` for a value out of range.
+    Raises ``ValueError`` as :class:`FitConfig`.
     """
     values = {f.name: getattr(source, f.name) for f in fields(FitConfig) if hasattr(source, f.name)}
     return FitConfig(**{**values, **overrides})

@@ -1,15 +1,4 @@
-"""Data parallelism over several processes (``torchrun``) with DistributedDataParallel.
-
-Each rank trains on its share of the batch indices, shuffled alike on every rank by a
-:class:`~torch.utils.data.DistributedSampler` (:func:`rank_batch_order`), and DDP
-averages the gradients; rank 0 validates, writes and sends the scores to the others
-(:func:`broadcast_object`). ``gloo`` on CPUs, ``nccl`` with one GPU per process.
-
-References
-----------
-Li et al. (2020), "PyTorch Distributed: Experiences on Accelerating Data Parallel
-Training", VLDB 13(12).
-"""
+"""Data parallelism with DDP over ``torchrun`` processes (Li et al. 2020, VLDB)."""
 
 from __future__ import annotations
 
@@ -29,19 +18,7 @@ _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 @dataclass(frozen=True)
 class DistInfo:
-    """Where this process stands in a multi-process run.
-
-    Attributes
-    ----------
-    rank : int
-        0 .. world_size - 1; rank 0 writes files and prints.
-    world_size : int
-        Number of processes; 1 means an ordinary single-process run.
-    local_rank : int
-        Rank among the processes of this machine: the GPU index it uses.
-    backend : str or None
-        ``"nccl"`` (GPUs), ``"gloo"`` (CPU) or None when not distributed.
-    """
+    """This process's ``rank``, ``world_size``, ``local_rank`` (GPU) and ``backend``."""
 
     rank: int = 0
     world_size: int = 1
@@ -50,12 +27,12 @@ class DistInfo:
 
     @property
     def is_main(self) -> bool:
-        """True on rank 0, the process that writes checkpoints, prints and validates."""
+        """True on rank 0, which writes, prints and validates."""
         return self.rank == 0
 
     @property
     def distributed(self) -> bool:
-        """True when there are two or more processes."""
+        """True with two or more processes."""
         return self.world_size > 1
 
 
@@ -70,12 +47,12 @@ def _env_int(name: str, default: int) -> int:
 
 
 def env_world_size() -> int:
-    """``WORLD_SIZE`` from the environment (set by ``torchrun``), 1 when unset."""
+    """``WORLD_SIZE`` (set by ``torchrun``), 1 when unset."""
     return _env_int("WORLD_SIZE", 1)
 
 
 def current() -> DistInfo:
-    """This process's rank and world size: from the initialised process group, else a single process."""
+    """The initialised process group's :class:`DistInfo`, else a single process's."""
     if dist.is_available() and dist.is_initialized():
         return DistInfo(dist.get_rank(), dist.get_world_size(), _env_int("LOCAL_RANK", dist.get_rank()),
                         str(dist.get_backend()))
@@ -83,27 +60,9 @@ def current() -> DistInfo:
 
 
 def init_distributed(device: str | None = None, backend: str | None = None) -> DistInfo:
-    """Join the process group described by torchrun's environment variables, if there is one.
+    """Join torchrun's process group if any (``nccl`` with CUDA, else ``gloo``).
 
-    Parameters
-    ----------
-    device : str, optional
-        The device asked for (``--device``): ``"cpu"`` forces the ``gloo``
-        backend; otherwise ``nccl`` when CUDA is available, ``gloo`` when not.
-    backend : str, optional
-        Force a backend (``"gloo"``, ``"nccl"``).
-
-    Returns
-    -------
-    DistInfo
-        ``DistInfo()`` (rank 0 of 1) when ``WORLD_SIZE`` is unset or 1; nothing
-        is initialised then. If a group is already initialised, it is described.
-
-    Raises
-    ------
-    ValueError
-        If ``WORLD_SIZE`` > 1 but ``RANK``, ``MASTER_ADDR`` or ``MASTER_PORT`` is
-        missing (launch with ``torchrun``), or ``nccl`` is asked for without CUDA.
+    Raises ``ValueError`` if ``RANK`` or ``MASTER_*`` is unset or ``nccl`` lacks CUDA.
     """
     if dist.is_available() and dist.is_initialized():
         return current()
@@ -131,17 +90,14 @@ def init_distributed(device: str | None = None, backend: str | None = None) -> D
 
 
 def teardown_distributed() -> None:
-    """Leave the process group (a no-op when none is initialised)."""
+    """Leave the process group, if one is initialised."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
 
 
 @contextmanager
 def distributed(device: str | None = None, backend: str | None = None) -> Iterator[DistInfo]:
-    """``with distributed() as info:`` :func:`init_distributed`, then :func:`teardown_distributed` on exit.
-
-    Only a group this call initialised is torn down.
-    """
+    """Context of :func:`init_distributed`; tears down only a group it initialised."""
     was_initialised = dist.is_available() and dist.is_initialized()
     info = init_distributed(device, backend)
     try:
@@ -152,16 +108,9 @@ def distributed(device: str | None = None, backend: str | None = None) -> Iterat
 
 
 def rank_batch_order(n_batches: int, epoch: int, seed: int, rank: int, world_size: int) -> list[int]:
-    """The batch indices rank ``rank`` trains on in epoch ``epoch``, in order.
+    """Rank ``rank``'s ``ceil(n_batches / world_size)`` batch indices in ``epoch``.
 
-    All ranks draw the same permutation of ``range(n_batches)`` (``seed``, ``epoch``) and
-    rank r takes positions r, r + N, ...; it is padded with its first indices up to a
-    multiple of N, so every rank gets ``ceil(n_batches / world_size)`` indices.
-
-    Raises
-    ------
-    ValueError
-        If ``rank`` is not in ``[0, world_size)`` or ``n_batches < 1``.
+    Raises ``ValueError`` if ``n_batches`` < 1 or ``rank`` is not in [0, world_size).
     """
     if n_batches < 1:
         raise ValueError(f"n_batches must be at least 1, got {n_batches}")
@@ -174,7 +123,7 @@ def rank_batch_order(n_batches: int, epoch: int, seed: int, rank: int, world_siz
 
 
 def broadcast_object(obj: Any, src: int = 0) -> Any:
-    """Rank ``src``'s ``obj`` on every rank (any picklable value); ``obj`` itself when not distributed."""
+    """Rank ``src``'s picklable ``obj`` on every rank; ``obj`` when not distributed."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return obj
     box = [obj]
@@ -183,7 +132,7 @@ def broadcast_object(obj: Any, src: int = 0) -> Any:
 
 
 def all_reduce_sums(values: list[float], device: torch.device | str) -> list[float]:
-    """The sums over all ranks of ``values`` (in float64); ``values`` itself when not distributed."""
+    """``values`` summed over ranks (float64); ``values`` when not distributed."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return values
     summed = torch.tensor(values, dtype=torch.float64, device=device)
@@ -192,7 +141,7 @@ def all_reduce_sums(values: list[float], device: torch.device | str) -> list[flo
 
 
 def gather_objects(obj: Any) -> list[Any]:
-    """Every rank's ``obj``, in rank order, on every rank; ``[obj]`` when not distributed."""
+    """Every rank's ``obj`` in rank order; ``[obj]`` when not distributed."""
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [obj]
     out: list[Any] = [None] * dist.get_world_size()
@@ -201,7 +150,7 @@ def gather_objects(obj: Any) -> list[Any]:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for ``MASTER_PORT``)."""
+    """A TCP port of 127.0.0.1 free a moment ago (for ``MASTER_PORT``)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -215,18 +164,10 @@ def _spawned(rank: int, fn: Callable[..., Any], world_size: int, port: int, args
 
 
 def spawn_cpu_processes(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
-    """Run ``fn(rank, world_size, *args)`` in ``world_size`` CPU processes joined by ``gloo``.
+    """Run top-level ``fn(rank, world_size, *args)`` in ``world_size`` CPU processes.
 
-    :func:`torch.multiprocessing.spawn` starts fresh processes: ``fn`` must be defined at
-    a module's top level, ``args`` picklable, and a script must call this under
-    ``if __name__ == "__main__":``.
-
-    Raises
-    ------
-    ValueError
-        If ``world_size < 1``.
-    torch.multiprocessing.ProcessRaisedException
-        If a process raised; the message holds its traceback.
+    Raises ``ValueError`` if ``world_size`` < 1, ``ProcessRaisedException`` if one
+    raised.
     """
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")

@@ -1,13 +1,7 @@
-"""Exact match, token accuracy, BLEU and chrF, overall and by source length.
+"""Exact match, token accuracy, BLEU and chrF (sacrebleu; Post 2018), by length.
 
-A hypothesis or reference is a string of space-separated tokens or a sequence of
-tokens. ``exact_match`` and ``token_accuracy`` are in [0, 1]; ``bleu`` and ``chrf``
-on sacrebleu's 0-100 scale. BLEU counts the tokens as given (``tokenize="none"``);
-pass ``tokenize="13a"`` for raw text.
-
-References
-----------
-Post (2018), "A Call for Clarity in Reporting BLEU Scores" (sacrebleu).
+A text is a string of space-separated tokens or a token sequence; every metric raises
+``ValueError`` if ``hyps`` and ``refs`` differ in length or are empty.
 """
 
 from __future__ import annotations
@@ -38,50 +32,13 @@ def _validate_pair(hyps: Sequence[Text], refs: Sequence[Text]) -> None:
 
 
 def exact_match(hyps: Sequence[Text], refs: Sequence[Text]) -> float:
-    """Fraction of outputs whose token sequence equals the reference exactly.
-
-    Parameters
-    ----------
-    hyps, refs : sequences of str or token sequences, same length N
-        Strings are compared token by token (so spacing does not matter).
-
-    Returns
-    -------
-    float in [0, 1]
-
-    Raises
-    ------
-    ValueError
-        If the two lists differ in length or are empty.
-    """
+    """Fraction in [0, 1] of hypotheses whose tokens equal their reference's."""
     _validate_pair(hyps, refs)
     return sum(_tokens(h) == _tokens(r) for h, r in zip(hyps, refs)) / len(refs)
 
 
 def token_accuracy(hyps: Sequence[Text], refs: Sequence[Text]) -> float:
-    """Position-wise token accuracy over the reference length, pooled over the corpus.
-
-    accuracy = sum_n #{t < |ref_n| : hyp_n[t] == ref_n[t]} / sum_n |ref_n|.
-    Positions past the end of a short hypothesis count as wrong. Extra tokens
-    after the reference's end are *not* penalised (exact match catches them);
-    a dropped or inserted token shifts every later position, so this metric is
-    harsh on such errors, which is what teacher-forced training accuracy
-    measures too.
-
-    Parameters
-    ----------
-    hyps, refs : sequences of str or token sequences, same length N
-
-    Returns
-    -------
-    float in [0, 1]
-        1.0 if every reference is empty (nothing to get wrong).
-
-    Raises
-    ------
-    ValueError
-        If the two lists differ in length or are empty.
-    """
+    """Matching positions / reference tokens, in [0, 1]; extra tokens ignored."""
     _validate_pair(hyps, refs)
     correct = total = 0
     for h, r in zip(hyps, refs):
@@ -94,33 +51,9 @@ def token_accuracy(hyps: Sequence[Text], refs: Sequence[Text]) -> float:
 def corpus_bleu(
     hyps: Sequence[Text], refs: Sequence[Text], tokenize: str = "none", effective_order: bool = True
 ) -> float:
-    """Corpus BLEU (0-100) with sacrebleu, one reference per sentence.
+    """Corpus BLEU in [0, 100], 4-grams (Papineni et al. 2002, section 2).
 
-    Parameters
-    ----------
-    hyps, refs : sequences of str or token sequences, same length N
-    tokenize : str
-        sacrebleu tokeniser; ``"none"`` (default) counts the space-separated
-        tokens as given, ``"13a"`` is sacrebleu's default for raw text.
-    effective_order : bool
-        If no hypothesis in the whole corpus has n tokens, average only the
-        n-gram orders below n instead of scoring 0. Whenever some hypothesis
-        has 4 or more tokens this changes nothing, so on ordinary corpora the
-        score is sacrebleu's standard corpus BLEU; it matters for a length
-        bucket of one- to three-word outputs (short numbers), which standard
-        BLEU scores 0 for want of 4-grams even when every output is right.
-
-    Returns
-    -------
-    float in [0, 100]
-        BLEU with up to 4-grams, sacrebleu's default ``exp`` smoothing and the
-        brevity penalty (Papineni et al. 2002). Identical corpora score 100.
-        n-gram counts are pooled over the corpus, so short sentences still count.
-
-    Raises
-    ------
-    ValueError
-        If the two lists differ in length or are empty.
+    ``effective_order`` skips n-gram orders no hypothesis has (1-3 token outputs).
     """
     _validate_pair(hyps, refs)
     bleu = sacrebleu.BLEU(tokenize=tokenize, effective_order=effective_order)
@@ -128,28 +61,7 @@ def corpus_bleu(
 
 
 def corpus_chrf(hyps: Sequence[Text], refs: Sequence[Text]) -> float:
-    """Corpus chrF (0-100) with sacrebleu: character 6-gram F-score with beta = 2.
-
-    Whitespace is ignored, so for character-level tasks it does not matter
-    whether the characters are space-separated tokens or one string.
-
-    Parameters
-    ----------
-    hyps, refs : sequences of str or token sequences, same length N
-
-    Returns
-    -------
-    float in [0, 100]
-
-    Raises
-    ------
-    ValueError
-        If the two lists differ in length or are empty.
-
-    References
-    ----------
-    Popović (2015).
-    """
+    """Corpus chrF in [0, 100]: character 6-gram F-score, beta = 2 (Popović 2015)."""
     _validate_pair(hyps, refs)
     return float(sacrebleu.corpus_chrf([_text(h) for h in hyps], [[_text(r) for r in refs]]).score)
 
@@ -162,36 +74,14 @@ def _validate_edges(edges: Sequence[int]) -> list[int]:
 
 
 def bucket_labels(edges: Sequence[int]) -> list[str]:
-    """Labels of the buckets that :func:`length_buckets` uses, in order.
-
-    ``edges=[1, 5, 10]`` gives ``["1-4", "5-9", "10+"]``: bucket k holds
-    lengths in [edges[k], edges[k+1]), the last is open-ended. A bucket of one
-    length is labelled by that length alone (``"7"``).
-    """
+    """Bucket labels of left ``edges``: ``[1, 5, 10]`` -> ``1-4``, ``5-9``, ``10+``."""
     edges = _validate_edges(edges)
     labels = [f"{a}" if b - a == 1 else f"{a}-{b - 1}" for a, b in zip(edges, edges[1:])]
     return labels + [f"{edges[-1]}+"]
 
 
 def length_buckets(lengths: Sequence[int], edges: Sequence[int]) -> list[str]:
-    """The bucket label of every length.
-
-    Parameters
-    ----------
-    lengths : sequence of int, length N
-        E.g. source lengths in tokens.
-    edges : strictly increasing ints
-        Left edges of the buckets; see :func:`bucket_labels`.
-
-    Returns
-    -------
-    list of str, length N
-
-    Raises
-    ------
-    ValueError
-        If ``edges`` is not strictly increasing or a length lies below ``edges[0]``.
-    """
+    """Each length's :func:`bucket_labels` label; ``ValueError`` if out of range."""
     edges = _validate_edges(edges)
     labels = bucket_labels(edges)
     lengths = np.asarray(lengths, dtype=int).reshape(-1)
@@ -223,30 +113,9 @@ def evaluate_by_bucket(
     edges: Sequence[int],
     tokenize: str = "none",
 ) -> dict[str, dict[str, float]]:
-    """All metrics overall and per source-length bucket (Bahdanau et al. 2015, fig. 2).
+    """``{"overall": row, label: row}``, :data:`METRICS` rows (Bahdanau et al. 2015).
 
-    Parameters
-    ----------
-    src_lengths : sequence of int, length N
-        Length of each source sentence.
-    hyps, refs : sequences of str or token sequences, length N
-    edges : strictly increasing ints
-        Left edges of the length buckets (see :func:`bucket_labels`).
-    tokenize : str
-        Passed to :func:`corpus_bleu`.
-
-    Returns
-    -------
-    dict
-        ``{"overall": row, label_1: row, ...}`` with every bucket in order, each
-        row ``{"count", "exact_match", "token_accuracy", "bleu", "chrf"}``; an
-        empty bucket has count 0 and NaN scores. ``pandas.DataFrame(result).T``
-        makes it a table; :func:`format_table` prints one.
-
-    Raises
-    ------
-    ValueError
-        If the three lists differ in length, are empty, or a length lies below ``edges[0]``.
+    An empty bucket has count 0 and NaN scores. Raises ``ValueError`` as the metrics.
     """
     _validate_pair(hyps, refs)
     if len(src_lengths) != len(hyps):

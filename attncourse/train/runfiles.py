@@ -1,9 +1,6 @@
-"""A run folder's manifest (which files the tool wrote) and bounded reads of its files.
+"""A run folder's manifest (the SHA-256 of each file the tool wrote) and bounded reads.
 
-Every atomic write into a folder holding :data:`MANIFEST_NAME` records the file's
-SHA-256 there (:func:`note_written`); a file is the tool's only while its digest still
-matches (:func:`owned_names`), any other is the user's and never deleted. Reads take
-regular files only, up to a size limit (no FIFO, no ``/dev/zero``).
+A file is the tool's while its digest matches, else the user's (never deleted).
 """
 
 from __future__ import annotations
@@ -14,6 +11,8 @@ import os
 import stat
 from pathlib import Path
 from typing import Any
+
+from attncourse.train.atomic import atomic_write
 
 #: The manifest's name; a leading dot keeps it out of the way of a user's listing.
 MANIFEST_NAME = ".attncourse-run.json"
@@ -27,15 +26,9 @@ MAX_CHECKPOINT_BYTES = 8 * 2**30
 
 
 def read_run_bytes(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
-    """The bytes of run file ``path``: a regular file of at most ``limit`` bytes (opened without blocking).
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes.
 
-    Raises
-    ------
-    FileNotFoundError
-        If ``path`` does not exist.
-    ValueError
-        ``"<path> is not a regular file (a FIFO, a device or a folder): a run file
-        must be one"`` or ``"<path> is larger than <limit> bytes: not a run file"``.
+    Raises ``FileNotFoundError`` if missing, ``ValueError`` if not regular or too large.
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:  # checked before fdopen, which refuses a folder in words of its own
@@ -57,7 +50,7 @@ def read_run_bytes(path: Path, limit: int = MAX_JSON_BYTES) -> bytes:
 
 
 def validate_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
-    """Raise ValueError as :func:`read_run_bytes` does, without reading (``torch.load`` opens it)."""
+    """Raise ``ValueError`` as :func:`read_run_bytes`, without reading ``path``."""
     info = path.stat()
     if not stat.S_ISREG(info.st_mode):
         raise ValueError(
@@ -69,10 +62,7 @@ def validate_run_file(path: Path, limit: int = MAX_CHECKPOINT_BYTES) -> None:
 
 
 def validate_run_digest(path: Path) -> None:
-    """Raise ValueError if ``path``'s folder has a manifest recording another digest for it.
-
-    A file the manifest does not list, or a folder without one, is not checked.
-    """
+    """Raise ``ValueError`` if the manifest records another digest for ``path``."""
     recorded = (read_manifest(path.parent) or {}).get(path.name)
     if recorded is not None and file_digest(path) != recorded:
         raise ValueError(
@@ -96,15 +86,7 @@ def file_digest(path: Path) -> str | None:
 
 
 def read_run_json(path: Path) -> Any:
-    """The JSON value of run file ``path`` (:func:`read_run_bytes`'s limits).
-
-    Raises
-    ------
-    OSError
-        As :func:`read_run_bytes`.
-    ValueError
-        If it is not JSON, or nested too deeply for Python's parser.
-    """
+    """The JSON value of ``path``; ``ValueError`` if not JSON or nested too deeply."""
     try:
         return json.loads(read_run_bytes(path))
     except RecursionError:
@@ -112,7 +94,7 @@ def read_run_json(path: Path) -> Any:
 
 
 def read_manifest(directory: Path) -> dict[str, str] | None:
-    """The manifest of ``directory`` (name -> SHA-256); None if absent or unreadable."""
+    """``directory``'s manifest (name -> SHA-256); None if absent or unreadable."""
     try:
         obj = read_run_json(directory / MANIFEST_NAME)
     except (OSError, ValueError):
@@ -124,20 +106,11 @@ def read_manifest(directory: Path) -> dict[str, str] | None:
 
 
 def write_manifest(directory: Path, files: dict[str, str]) -> None:
-    """Write ``files`` as ``directory``'s manifest, atomically.
-
-    Raises
-    ------
-    OSError
-        As :func:`~attncourse.train.checkpoint.atomic_write_text`.
-    """
-    # imported here: checkpoint imports this module
-    from attncourse.train.checkpoint import atomic_write_text
-
+    """Write ``files`` as ``directory``'s manifest, atomically."""
     text = json.dumps(
         {"format": "attncourse-run", "files": dict(sorted(files.items()))}, indent=2
     )
-    atomic_write_text(text + "\n", directory / MANIFEST_NAME)
+    atomic_write(directory / MANIFEST_NAME, lambda f: f.write((text + "\n").encode("utf-8")))
 
 
 def start_manifest(directory: Path) -> None:
@@ -147,7 +120,7 @@ def start_manifest(directory: Path) -> None:
 
 
 def note_written(path: Path) -> None:
-    """Record ``path``'s digest in its folder's manifest, if it has one (a run's)."""
+    """Record ``path``'s digest in its folder's manifest, if it has one."""
     if path.name == MANIFEST_NAME:
         return
     files = read_manifest(path.parent)
@@ -159,7 +132,7 @@ def note_written(path: Path) -> None:
 
 
 def owned_names(directory: Path) -> set[str]:
-    """Names of the files in ``directory`` its manifest lists with their digest now."""
+    """Names of the files in ``directory`` whose digest still matches its manifest."""
     files = read_manifest(directory) or {}
     return {
         n for n, d in files.items() if "/" not in n and file_digest(directory / n) == d

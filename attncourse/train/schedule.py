@@ -1,14 +1,4 @@
-"""The Transformer's learning rate (warmup, then inverse square-root decay) and a time budget.
-
-``lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)`` rises linearly up to
-step ``warmup``, peaks at ``scale * (d_model * warmup)^-0.5`` and decays as ``step^-0.5``.
-Use :func:`noam_lambda` with :class:`torch.optim.lr_scheduler.LambdaLR`, a base ``lr`` of
-1.0, stepped every batch.
-
-References
-----------
-Vaswani et al. (2017), "Attention Is All You Need", section 5.3, eq. (3).
-"""
+"""Learning-rate warmup and decay (Vaswani et al. 2017, eq. (3)) and a time budget."""
 
 from __future__ import annotations
 
@@ -30,13 +20,7 @@ def _check(d_model: int, warmup: int, scale: float) -> None:
 
 
 def warmup_inverse_sqrt(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
-    """Learning rate at optimizer step ``step`` (1-based; 0 gives 0), Vaswani et al. (2017) eq. (3).
-
-    Raises
-    ------
-    ValueError
-        If ``step`` is negative, or ``d_model``, ``warmup`` or ``scale`` is not positive.
-    """
+    """Eq. (3)'s rate at 1-based ``step`` (0 at 0); ``ValueError`` if out of range."""
     if int(step) < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     _check(d_model, warmup, scale)
@@ -47,10 +31,7 @@ def warmup_inverse_sqrt(step: int, d_model: int, warmup: int, scale: float = 1.0
 
 @dataclass(frozen=True)
 class NoamLambda:
-    """``LambdaLR``'s multiplier: call ``i`` (scheduler steps so far) gives step ``i + 1``'s rate.
-
-    A dataclass, not a closure, so that ``LambdaLR.state_dict()`` records its settings.
-    """
+    """``LambdaLR`` multiplier (in its ``state_dict``): call ``i`` -> step ``i + 1``."""
 
     d_model: int
     warmup: int
@@ -64,34 +45,22 @@ class NoamLambda:
 
 
 def noam_lambda(d_model: int, warmup: int, scale: float = 1.0) -> NoamLambda:
-    """Eq. (3) as ``LambdaLR``'s ``lr_lambda`` (:class:`NoamLambda`); Vaswani et al. (2017) section 5.3.
-
-    Raises
-    ------
-    ValueError
-        If ``d_model``, ``warmup`` or ``scale`` is not positive.
-    """
+    """Eq. (3) for ``LambdaLR`` (base lr 1.0); ``ValueError`` if an argument is <= 0."""
     return NoamLambda(int(d_model), int(warmup), float(scale))
 
 
 def peak_lr(d_model: int, warmup: int, scale: float = 1.0) -> float:
-    """The highest rate of the schedule, reached at step ``warmup``: ``scale * (d_model * warmup)^-0.5``."""
+    """The rate at step ``warmup``, the highest: ``scale * (d_model * warmup)^-0.5``."""
     _check(d_model, warmup, scale)
     return scale * (d_model * warmup) ** -0.5
 
 
 @dataclass
 class TimeBudget:
-    """A run's wall-clock budget (``seconds`` from :meth:`start`) and its learning-rate cool-down.
+    """Wall-clock ``seconds``; the rate decays linearly to 0 over the last ``cooldown``.
 
-    Over the budget's last ``cooldown`` fraction the rate is multiplied by a factor
-    falling linearly to 0 (the decay of warmup-stable-decay: Hu et al. 2024, "MiniCPM",
-    section 4).
-
-    Raises
-    ------
-    ValueError
-        If ``seconds`` is not a positive finite number or ``cooldown`` is not in [0, 1).
+    Raises ``ValueError`` if ``seconds`` <= 0 or ``cooldown`` is not in [0, 1). Source:
+    Hu et al. (2024), "MiniCPM", section 4 (warmup-stable-decay).
     """
 
     seconds: float
@@ -105,7 +74,6 @@ class TimeBudget:
             raise ValueError(f"cooldown must lie in [0, 1), got {self.cooldown!r}")
 
     def start(self) -> None:
-        """Start the clock (the training loop calls it when training begins)."""
         self.started = time.perf_counter()
 
     def fraction(self) -> float:
@@ -115,11 +83,10 @@ class TimeBudget:
         return (time.perf_counter() - self.started) / self.seconds
 
     def expired(self) -> bool:
-        """True once the budget is spent."""
         return self.fraction() >= 1.0
 
     def factor(self) -> float:
-        """The rate's multiplier: 1, then linearly down to 0 over the last ``cooldown``."""
+        """The rate's multiplier: 1, then down to 0 over the last ``cooldown``."""
         if self.cooldown == 0:
             return 1.0
         return min(1.0, max(0.0, (1.0 - self.fraction()) / self.cooldown))

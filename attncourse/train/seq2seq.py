@@ -1,13 +1,7 @@
-"""One epoch of an encoder-decoder (:func:`seq2seq_epoch`), its validation and scoring a dataset.
+"""Training epoch, validation and test scoring of an encoder-decoder.
 
-An epoch, per batch: teacher-forced logits (batch, tgt_len, tgt_vocab) from
-``Batch.tgt_in``; the cross-entropy -log p(y_i | y_<i, x) over the real tokens of
-``Batch.tgt_out`` (padding ignored); a clipped Adam step. :func:`validate` adds greedy
-exact match; :func:`evaluate` decodes a dataset and scores it by source length.
-
-References
-----------
-Bahdanau et al. (2015), section 2 (the log-likelihood maximised).
+Source: Bahdanau et al. (2015), "Neural Machine Translation by Jointly Learning to Align
+and Translate", section 2 (the log-likelihood maximised).
 """
 
 from __future__ import annotations
@@ -40,10 +34,7 @@ _LOGIT_FLOOR = 1e4
 def _loss_terms(
     logits: torch.Tensor, tgt_out: torch.Tensor, pad_id: int = PAD_ID, label_smoothing: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(objective, plain cross-entropy (detached), n_correct, n_tokens), the counts as 0-dim tensors.
-
-    Tensors, not Python numbers, so that a GPU training step does not wait for the GPU.
-    """
+    """(objective, detached plain cross-entropy, n_correct, n_tokens), 0-dim tensors."""
     if logits.dim() != 3 or logits.shape[:2] != tgt_out.shape:
         raise ValueError(
             f"logits (batch, tgt_len, tgt_vocab) {tuple(logits.shape)} do not fit "
@@ -74,34 +65,13 @@ def _loss_terms(
 def sequence_loss(
     logits: torch.Tensor, tgt_out: torch.Tensor, pad_id: int = PAD_ID, label_smoothing: float = 0.0
 ) -> tuple[torch.Tensor, int, int]:
-    """Mean token cross-entropy, ignoring padding, and the counts behind token accuracy.
+    """(mean cross-entropy in nats per real token, n_correct, n_tokens) of ``logits``.
 
-    Parameters
-    ----------
-    logits : (batch, tgt_len, tgt_vocab)
-        Unnormalised scores of y_i for every step (any float dtype; the loss is
-        computed in float32).
-    tgt_out : (batch, tgt_len) long
-        Gold next tokens y_1..y_T ``<eos>``, ``pad_id`` at padding.
-    pad_id : int
-    label_smoothing : float in [0, 1)
-        eps: the loss is ``(1 - eps) * (-log p(y_i)) + eps * mean_k(-log p(k))`` over the
-        real tokens (Vaswani et al. 2017, section 5.4); finite for any logits.
-
-    Returns
-    -------
-    loss : scalar tensor
-        -(1/N) sum log p(y_i | ...) over the N real target tokens (nats per
-        token), smoothed if ``label_smoothing > 0``.
-    n_correct : int
-        Real positions where the argmax of ``logits`` is the gold token.
-    n_tokens : int
-        N.
-
-    Raises
-    ------
-    ValueError
-        If the shapes do not fit together or ``label_smoothing`` is out of range.
+    ``logits`` is (batch, tgt_len, vocab); ``tgt_out`` (batch, tgt_len) holds ``pad_id``
+    at padding (ignored). ``label_smoothing`` eps gives ``(1 - eps) * -log p(y) + eps *
+    mean_k -log p(k)``, finite for any logits. Raises ``ValueError`` if the shapes do
+    not fit or eps is not in [0, 1). Source: Vaswani et al. (2017), "Attention Is All
+    You Need", section 5.4 (smoothing).
     """
     loss, _, n_correct, n_tokens = _loss_terms(logits, tgt_out, pad_id, label_smoothing)
     return loss, int(n_correct), int(n_tokens)
@@ -110,7 +80,7 @@ def sequence_loss(
 def _scheduled_sampling_logits(
     model: Any, batch: Batch, teacher_forcing: float, generator: torch.Generator
 ) -> torch.Tensor:
-    """Decoder logits (batch, tgt_len, vocab) when each input token is gold with probability p."""
+    """Decoder logits (batch, tgt_len, vocab), each input gold with probability p."""
     for name in ("encode", "init_state", "decode_step"):
         if not hasattr(model, name):
             raise TypeError(f"teacher_forcing < 1 needs a model with encode, init_state and decode_step; "
@@ -140,32 +110,14 @@ def _training_logits(epoch: Epoch, batch: Batch, teacher_forcing: float,
 
 def seq2seq_epoch(batches: Sequence[Batch], generator: torch.Generator, teacher_forcing: float = 1.0,
                   label_smoothing: float = 0.0, seed: int = 0, log_every: int = LOG_EVERY) -> Any:
-    """The ``train_epoch`` of an encoder-decoder, for :func:`~attncourse.train.loop.run_epochs`.
+    """The ``train_epoch`` of an encoder-decoder (see :mod:`~attncourse.train.loop`).
 
-    The batches move to the device once; the step reads nothing back from it but every
-    ``log_every`` steps (the bar) and at the epoch's end.
-
-    Parameters
-    ----------
-    batches : sequence of Batch
-        On the CPU; visited in an order drawn from ``generator`` (several processes:
-        :func:`~attncourse.train.distributed.rank_batch_order` with ``seed``).
-    generator : torch.Generator
-        The CPU generator of the batch order and of scheduled sampling's coin flips.
-    teacher_forcing, label_smoothing : float
-        As in :class:`~attncourse.train.fit.FitConfig`.
-    seed : int
-        Seeds the ranks' batch orders under data parallelism.
-    log_every : int
-        Steps between two reads of the running loss for the progress bar.
-
-    Returns
-    -------
-    callable(Epoch) -> dict
-        One epoch; returns ``train_loss`` (mean plain cross-entropy per target
-        token, nats), ``train_acc``, ``train_tokens`` and ``train_steps``,
-        summed over all ranks. With a time budget (``Epoch.budget``) and one
-        process, the epoch stops after the step during which the budget ran out.
+    Batches are visited in an order drawn from ``generator`` (or, distributed, from
+    ``seed``); the epoch returns ``train_loss`` (nats per target token), ``train_acc``,
+    ``train_tokens`` and ``train_steps``, summed over ranks. One process stops once
+    ``Epoch.budget`` runs out. Source: Bengio et al. (2015), "Scheduled Sampling for
+    Sequence Prediction with Recurrent Neural Networks", section 2.4
+    (``teacher_forcing``).
     """
     counts = [batch.n_tgt_tokens for batch in batches]  # on the CPU, once
     placed: dict[str, list[Batch]] = {}
@@ -216,27 +168,9 @@ def seq2seq_epoch(batches: Sequence[Batch], generator: torch.Generator, teacher_
 
 
 def validate(model: Any, batches: Sequence[Batch], device: torch.device | str | None = None) -> dict[str, float]:
-    """Validation loss and token accuracy under teacher forcing, and greedy exact match.
+    """``valid_loss`` (nats per token), ``valid_acc`` and greedy ``valid_exact_match``.
 
-    Parameters
-    ----------
-    model
-        A sequence-to-sequence model: ``model(src, src_mask, tgt_in).logits``
-        and the decoding interface of :mod:`attncourse.decode.search`.
-    batches : sequence of Batch
-    device : torch.device or str, optional
-        Where the model is; default: where its first parameter is.
-
-    Returns
-    -------
-    dict
-        ``valid_loss`` (nats per target token), ``valid_acc`` and
-        ``valid_exact_match`` (fractions in [0, 1]).
-
-    Raises
-    ------
-    ValueError
-        If ``batches`` is empty.
+    Raises ``ValueError`` if ``batches`` is empty.
     """
     if len(batches) == 0:
         raise ValueError("no validation batches: give at least one")
@@ -276,18 +210,13 @@ def validate(model: Any, batches: Sequence[Batch], device: torch.device | str | 
 
 
 def max_positions(model: Any) -> int | None:
-    """Positions a model's sequences may take: ``model.max_len`` (a Transformer's), None for no limit (RNNs).
-
-    A source of S tokens takes S + 1 positions (with ``<eos>``), a target of T
-    tokens T + 1 (with ``<bos>``), so such a model takes at most
-    ``max_positions - 1`` tokens per side.
-    """
+    """``model.max_len`` (positions incl. ``<bos>``/``<eos>``), None if unlimited."""
     value = getattr(model, "max_len", None)
     return None if value is None else int(value)
 
 
 def decoding_limit(model: Any, max_len: int) -> int:
-    """``max_len`` capped at the model's positions: a decoder step beyond them would fail."""
+    """``max_len`` capped at the model's positions, where a decoder step would fail."""
     positions = max_positions(model)
     return max_len if positions is None else min(max_len, positions)
 
@@ -310,47 +239,13 @@ def evaluate(
     max_len: int | None = None,
     length_penalty: float = 0.6,
 ) -> dict[str, Any]:
-    """Decode a dataset and score it overall and by source length.
+    """Decode ``dataset`` (greedy or beam) and score it overall and by source length.
 
-    Parameters
-    ----------
-    model
-        A trained model with the decoding interface (:class:`~attncourse.nn.rnn.Seq2Seq`);
-        it stays where it is (CPU or GPU).
-    dataset : PairDataset
-        Test pairs; their level (word or char) decides how outputs are joined into text.
-    src_vocab, tgt_vocab : Vocabulary
-        The vocabularies the model was trained with.
-    beam_size : int
-        1: greedy decoding (:func:`~attncourse.decode.search.greedy_decode`);
-        more: :func:`~attncourse.decode.search.beam_search` with this many hypotheses.
-    batch_size : int
-        Sentences decoded at once.
-    edges : sequence of int, optional
-        Left edges of the source-length buckets, in tokens (see
-        :func:`~attncourse.train.metrics.bucket_labels`). Default: five buckets of
-        equal width from the shortest to the longest source.
-    max_len : int, optional
-        Most tokens generated per sentence; default twice the longest reference
-        plus 5. Either way capped at the model's positions
-        (:func:`decoding_limit`); an output cut there is scored as it is.
-    length_penalty : float
-        alpha of the beam search's length penalty (ignored when ``beam_size == 1``).
-
-    Returns
-    -------
-    dict
-        ``"metrics"``: :func:`~attncourse.train.metrics.evaluate_by_bucket`'s
-        result, ``{"overall": row, bucket_label: row, ...}`` with exact match,
-        token accuracy, BLEU and chrF (tokens are words or characters by the
-        dataset's level); ``"sources"``, ``"references"`` and ``"hypotheses"``:
-        lists of text in dataset order; ``"edges"``: the bucket edges used.
-
-    Raises
-    ------
-    ValueError
-        If ``beam_size`` or ``batch_size`` is below 1, the dataset is empty or a
-        source is shorter than ``edges[0]``.
+    Returns ``metrics`` (:func:`~attncourse.train.metrics.evaluate_by_bucket`), the
+    texts ``sources``, ``references``, ``hypotheses`` and the bucket ``edges`` (default:
+    five equal widths). ``max_len`` defaults to twice the longest reference + 5, capped
+    by :func:`decoding_limit`. Raises ``ValueError`` if ``beam_size`` < 1, the dataset
+    is empty or a source is shorter than ``edges[0]``.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")

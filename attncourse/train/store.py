@@ -1,14 +1,4 @@
-"""The store of trained runs: one folder per run under :func:`~attncourse.runtime.runs_dir`.
-
-A run's folder is ``runs_dir(f"{prefix}-{key}")``, ``key`` being :func:`run_key`'s digest
-of the run's spec, initial weights, data and settings. It holds ``checkpoint.pt``,
-written atomically (temporary file, fsync, :func:`os.replace`:
-:func:`~attncourse.train.checkpoint.save_checkpoint`) and read with
-``weights_only=True``; ``.lock``, held while the run trains (:func:`open_run`); and,
-for :func:`~attncourse.train.fit.fit`'s runs, ``best.pt``. While grading
-(``$ATTNCOURSE_NO_TRAINING``) a run that is missing or unfinished is refused
-(:func:`refuse_while_grading`).
-"""
+"""Trained runs: one folder ``{prefix}-{key}`` each, under ``runs_dir``."""
 
 from __future__ import annotations
 
@@ -41,7 +31,7 @@ refuse_while_grading = refuse_cached_training
 
 
 def tensor_digest(tensors: Iterable[torch.Tensor]) -> str:
-    """SHA-256 (hex) of the tensors' shapes and bytes, in order (any dtype, any device)."""
+    """SHA-256 (hex) of the tensors' shapes and bytes, in order."""
     digest = hashlib.sha256()
     for tensor in tensors:
         t = tensor.detach().to("cpu").contiguous()
@@ -51,7 +41,7 @@ def tensor_digest(tensors: Iterable[torch.Tensor]) -> str:
 
 
 def batches_fingerprint(batches: Sequence[Any]) -> str:
-    """:func:`tensor_digest` of each batch's ``src`` (batch, src_len) and ``tgt`` (batch, tgt_len) as int64."""
+    """:func:`tensor_digest` of the batches' ``src`` and ``tgt`` as int64."""
     return tensor_digest(t.to(torch.int64) for b in batches for t in (b.src, b.tgt))
 
 
@@ -59,13 +49,7 @@ def run_key(spec: Mapping[str, Any], *, weights: torch.nn.Module | None = None,
             data: Sequence[str | torch.Tensor] = (), settings: Mapping[str, Any] | None = None) -> str:
     """The first :data:`KEY_DIGITS` hex digits of the SHA-256 of a run's description.
 
-    ``spec`` (what is trained) and ``settings`` (how) are JSON-able; ``weights`` is the
-    model as built, before training; ``data`` holds digests (str) or tensors.
-
-    Raises
-    ------
-    TypeError
-        If ``spec`` or ``settings`` holds something JSON cannot write.
+    Raises ``TypeError`` if ``spec`` or ``settings`` is not JSON-able.
     """
     described: dict[str, Any] = {"spec": dict(spec)}
     if weights is not None:
@@ -85,16 +69,13 @@ def run_name(prefix: str, spec: Mapping[str, Any], **parts: Any) -> str:
 
 
 def keeps_fits() -> bool:
-    """Whether a fit without ``out_dir`` is stored: while preparing or grading a course."""
+    """Whether a fit without ``out_dir`` is stored (preparing or grading a course)."""
     return env_flag(FIT_CACHE_ENV) or env_flag(NO_TRAINING_ENV)
 
 
 @contextlib.contextmanager
 def open_run(name: str, out_dir: str | Path | None = None) -> Iterator[Path]:
-    """``runs_dir(name)``, locked for the block (a second writer waits), or ``out_dir`` as given.
-
-    The lock is :func:`~attncourse.runtime.run_lock` (``flock`` on ``.lock``).
-    """
+    """``runs_dir(name)`` locked (``flock``) for the block, or ``out_dir`` as given."""
     if out_dir is not None:
         yield Path(out_dir)
         return
@@ -105,15 +86,9 @@ def open_run(name: str, out_dir: str | Path | None = None) -> Iterator[Path]:
 
 def load_run(folder: Path, spec: Mapping[str, Any], extendable: Collection[str] = (),
              map_location: str | torch.device | None = "cpu") -> dict[str, Any] | None:
-    """The checkpoint in ``folder`` (``weights_only=True``), or None if there is none.
+    """The checkpoint in ``folder``, or None if there is none.
 
-    ``spec`` must equal the saved one (:func:`save_run`) but for the keys ``extendable``.
-
-    Raises
-    ------
-    ValueError
-        ``"<path> holds a run of another config (...); delete the folder to train this one
-        afresh"``, or if the file is not a readable checkpoint.
+    Raises ``ValueError`` if unreadable or its spec differs outside ``extendable``.
     """
     path = folder / CHECKPOINT
     if not path.is_file():
@@ -132,30 +107,16 @@ def load_run(folder: Path, spec: Mapping[str, Any], extendable: Collection[str] 
 
 def save_run(folder: Path, spec: Mapping[str, Any], *, model: torch.nn.Module,
              extra: Mapping[str, Any] | None = None, **fields: Any) -> Path:
-    """Save ``folder/checkpoint.pt`` atomically, ``spec`` in ``extra["config"]``.
-
-    ``fields``: :func:`~attncourse.train.checkpoint.save_checkpoint`'s, which raises.
-    """
+    """Save ``folder/checkpoint.pt`` atomically with ``spec`` in ``extra["config"]``."""
     extra = {"config": dict(spec), **(extra or {})}
     return save_checkpoint(folder / CHECKPOINT, model=model, extra=extra, **fields)
 
 
 def train_once(name: str, spec: Mapping[str, Any], model: torch.nn.Module,
                train: Callable[[torch.nn.Module], None], announce: bool = True) -> torch.nn.Module:
-    """Train ``model`` in place with ``train(model)`` once; later calls load its weights.
+    """Train ``model`` in place with ``train(model)`` once; later calls load it.
 
-    The run is ``runs_dir(run_name(name, spec))``, saved when ``train`` returns: an
-    interrupted ``train`` leaves no checkpoint.
-
-    ``model`` is freshly built (seeded); it is returned. ``announce`` prints one line when
-    the weights are loaded.
-
-    Raises
-    ------
-    attncourse.runtime.UnpreparedRun
-        If the run is not stored while grading.
-    ValueError
-        As :func:`load_run`.
+    Raises ``UnpreparedRun`` while grading, ``ValueError`` as :func:`load_run`.
     """
     with open_run(run_name(name, spec)) as folder:
         saved = load_run(folder, spec)

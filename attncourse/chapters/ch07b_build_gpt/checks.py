@@ -53,7 +53,7 @@ STEPS, BATCH_SIZE, LR = 300, 32, 1e-2
 #: Held-out bits per character the learner's loop must reach in :data:`STEPS` steps
 #: (the chapter's solution reached 3.26, 3.41, 3.36 bits/char for seeds 0, 1, 2 with the
 #: native CPU kernels and 3.27, 3.41, 3.37 with ATEN_CPU_CAPABILITY=default, one thread;
-#: the bigram baseline is 4.01). ``tests/test_checks_capstone.py`` trains it.
+#: the bigram baseline is 4.01). ``tests/chapters/ch07b_build_gpt/test_checks.py`` trains it.
 TRAIN_BOUND = 3.55
 #: Tolerances of the float32 comparisons with the package.
 ATOL, RTOL = 1e-5, 1e-5

@@ -24,7 +24,6 @@ Devlin, Chang, Lee, Toutanova (2019), "BERT", section 3.1 and appendix A.1.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import re
 
@@ -38,6 +37,7 @@ from attncourse.nn.gpt import GPT
 from attncourse.recipes.lm import LMConfig, build_lm, decoupled_adamw, lm_settings
 from attncourse.runtime import data_seed, progress_bar, training_seed
 from attncourse.train.loop import Epoch, EpochRun, train_epochs
+from attncourse.train.store import tensor_digest
 
 #: ``[MASK]``: the id of ``<pad>``, which the character stream never contains.
 MASK_ID = Vocabulary.pad_id
@@ -412,14 +412,6 @@ def load_digits_split(n_test: int = 497, seed: int = 0
     return images[n_test:], labels[n_test:], images[:n_test], labels[:n_test]
 
 
-def _digest(*tensors: torch.Tensor) -> str:
-    """Twelve hex digits of the tensors' bytes: names a run's data and initial weights."""
-    h = hashlib.sha256()
-    for t in tensors:
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()[:12]
-
-
 def train_classifier(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, steps: int = 300,
                      batch_size: int = 32, lr: float = 3e-3, seed: int = 0, progress: bool = True,
                      desc: str = "train") -> torch.nn.Module:
@@ -437,8 +429,8 @@ def train_classifier(model: torch.nn.Module, images: torch.Tensor, labels: torch
     """
     generator = torch.Generator().manual_seed(training_seed(seed))
     wants_channels = not hasattr(model, "patch_size")
-    settings = {"model": type(model).__name__, "init": _digest(*model.state_dict().values()),
-                "data": _digest(images, labels), "steps": steps, "batch_size": batch_size, "lr": lr,
+    settings = {"model": type(model).__name__, "init": tensor_digest(model.state_dict().values()),
+                "data": tensor_digest([images, labels]), "steps": steps, "batch_size": batch_size, "lr": lr,
                 "seed": seed}
 
     def build(dev: torch.device):
