@@ -103,7 +103,7 @@ def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, temperature:
     model.eval()
     start = time.perf_counter()
     device = next(model.parameters()).device
-    # the CPU's generator draws the same numbers as before the loop kept tokens on the device
+    # tokens are drawn where the logits are, so the generator lives on the model's device
     generator = torch.Generator(device=device if device.type != "cpu" else "cpu").manual_seed(seed)
     vocab_size = model.vocab_size
     suppress = torch.tensor([i for i in suppress_ids if i < vocab_size], dtype=torch.long, device=device)
