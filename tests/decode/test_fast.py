@@ -16,8 +16,8 @@ VOCAB = 40
 
 
 def reference_generate(model, prompt, n, temperature=1.0, top_k=None, seed=0, suppress_ids=SUPPRESSED_IDS):
-    """The loop ``generate`` ran before the fast path: the model's forward with its growing KVCache,
-    one token read back to the host per step (temperature 0: argmax)."""
+    """The reference loop: the model's checked forward with its growing KVCache, one token read
+    back to the host per step (temperature 0: argmax)."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     caches = model.init_cache(1)
