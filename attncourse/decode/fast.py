@@ -51,7 +51,13 @@ from attncourse.nn.rope import rope_frequencies
 
 
 def fast_path_supported(model: GPT) -> bool:
-    """Whether :class:`Decoder` can run ``model`` without its forward (see the module's notes)."""
+    """Whether :class:`Decoder` can run ``model`` without its forward (see the module's notes).
+
+    True for a model in eval mode whose every attention layer is a causal
+    :class:`~attncourse.nn.causal_attention.CausalSelfAttention` (``forward`` and ``attend``
+    not overridden) without a window, with RoPE or no positions inside attention. Source:
+    Ainslie et al. (2023), "GQA", section 2.2 (the attention the fast step computes).
+    """
     for block in model.blocks:
         attn = block.attn
         if not isinstance(attn, CausalSelfAttention):
@@ -120,6 +126,11 @@ class Decoder:
     ValueError
         If ``capacity`` or ``batch`` is not a positive int, or ``capacity`` passes a position
         table's ``max_len``.
+
+    References
+    ----------
+    Kwon et al. (2023), section 3.1 (a cache preallocated to the final length); PyTorch Labs,
+    gpt-fast (2023), ``generate.py`` (the compiled one-token step over a static cache).
     """
 
     def __init__(self, model: GPT, capacity: int, batch: int = 1, compile: bool = False) -> None:
