@@ -21,7 +21,7 @@ model's own modules without them:
   shapes; the prefill is compiled separately.
 
 Without compile the step attends over the cache's filled part, as the model's own forward
-does, and gives bit-identical logits (tests/test_decode_fast.py). The fast path applies to
+does, and gives bit-identical logits (tests/decode/test_fast.py). The fast path applies to
 models whose attention layers are :class:`~attncourse.nn.causal_attention.CausalSelfAttention`
 (``"gqa"``, or a subclass that only changes :meth:`output`), causal, without a window, with
 RoPE, no positions or a position table; for any other model :class:`Decoder` calls the model
