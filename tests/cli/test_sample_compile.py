@@ -3,11 +3,28 @@
 from attncourse.cli.commands import main
 
 TEXT = "hello world. the attention is all you need. " * 40
-SMALL = ["--steps", "20", "--steps-per-epoch", "20", "--context", "16", "--d-model", "16", "--num-heads", "2",
-         "--num-layers", "1", "--d-ff", "32", "--no-progress"]
+SMALL = [
+    "--steps",
+    "20",
+    "--steps-per-epoch",
+    "20",
+    "--context",
+    "16",
+    "--d-model",
+    "16",
+    "--num-heads",
+    "2",
+    "--num-layers",
+    "1",
+    "--d-ff",
+    "32",
+    "--no-progress",
+]
 
 
-def test_sample_compiled_prints_the_eager_text_and_the_compile_seconds(tmp_path, capsys):
+def test_sample_compiled_prints_the_eager_text_and_the_compile_seconds(
+    tmp_path, capsys
+):
     text = tmp_path / "text.txt"
     text.write_text(TEXT, encoding="utf-8")
     out = tmp_path / "run"

@@ -15,8 +15,11 @@ from attncourse.nn.spec import FFNSpec, NormSpec
 VOCAB = 40
 
 
-def reference_generate(model, prompt, n, temperature=1.0, top_k=None, seed=0, suppress_ids=SUPPRESSED_IDS):
-    """The reference loop: the model's checked forward with its growing KVCache, one token read
+def reference_generate(
+    model, prompt, n, temperature=1.0, top_k=None, seed=0, suppress_ids=SUPPRESSED_IDS
+):
+    """The reference loop: the model's checked forward with its growing KVCache, one
+    token read
     back to the host per step (temperature 0: argmax)."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
@@ -31,7 +34,13 @@ def reference_generate(model, prompt, n, temperature=1.0, top_k=None, seed=0, su
             if temperature == 0:
                 token = int(logits.argmax())
             else:
-                token = int(torch.multinomial(next_token_probs(logits, temperature, top_k), 1, generator=generator))
+                token = int(
+                    torch.multinomial(
+                        next_token_probs(logits, temperature, top_k),
+                        1,
+                        generator=generator,
+                    )
+                )
             new.append(token)
             feed = torch.tensor([[token]])
     return torch.tensor(new, dtype=torch.long)
@@ -39,7 +48,9 @@ def reference_generate(model, prompt, n, temperature=1.0, top_k=None, seed=0, su
 
 def model_of(seed=0, **kwargs):
     torch.manual_seed(seed)
-    options = dict(vocab_size=VOCAB, d_model=32, num_heads=4, num_layers=2, d_ff=64, max_len=64)
+    options = dict(
+        vocab_size=VOCAB, d_model=32, num_heads=4, num_layers=2, d_ff=64, max_len=64
+    )
     options.update(kwargs)
     return scrambled(GPT(**options).eval())
 
@@ -55,16 +66,39 @@ def scrambled(model):
 
 def llama_like(seed=0, num_layers=3):
     torch.manual_seed(seed)
-    base = GPT(vocab_size=VOCAB, d_model=32, num_heads=4, num_layers=num_layers, d_ff=64, max_len=64, num_kv_heads=2)
-    spec = base.spec.__class__(**{**base.spec.__dict__, "norm": NormSpec("rmsnorm"),
-                                  "ffn": FFNSpec("swiglu", 48)})
+    base = GPT(
+        vocab_size=VOCAB,
+        d_model=32,
+        num_heads=4,
+        num_layers=num_layers,
+        d_ff=64,
+        max_len=64,
+        num_kv_heads=2,
+    )
+    spec = base.spec.__class__(
+        **{
+            **base.spec.__dict__,
+            "norm": NormSpec("rmsnorm"),
+            "ffn": FFNSpec("swiglu", 48),
+        }
+    )
     return scrambled(GPT(spec=spec).eval())
 
 
 PROMPT = torch.tensor([3, 7, 11, 5, 9])
-FAST = {"rope": {}, "gqa": {"num_kv_heads": 2}, "mqa": {"num_kv_heads": 1}, "sinusoidal": {"positional": "sinusoidal"},
-        "learned": {"positional": "learned"}, "none": {"positional": "none"}}
-FALLBACK = {"alibi": {"positional": "alibi"}, "window": {"window": 4}, "mla": {"latent_dim": 8}}
+FAST = {
+    "rope": {},
+    "gqa": {"num_kv_heads": 2},
+    "mqa": {"num_kv_heads": 1},
+    "sinusoidal": {"positional": "sinusoidal"},
+    "learned": {"positional": "learned"},
+    "none": {"positional": "none"},
+}
+FALLBACK = {
+    "alibi": {"positional": "alibi"},
+    "window": {"window": 4},
+    "mla": {"latent_dim": 8},
+}
 
 
 @pytest.mark.parametrize("name", list(FAST) + list(FALLBACK))
@@ -82,9 +116,14 @@ def test_logits_bit_identical_to_the_forward(name):
     caches = model.init_cache(1)
     decoder = Decoder(model, ids.shape[1])
     with torch.no_grad():
-        assert torch.equal(decoder.prefill(ids[:, :6]), model(ids[:, :6], caches)[0][:, -1])
+        assert torch.equal(
+            decoder.prefill(ids[:, :6]), model(ids[:, :6], caches)[0][:, -1]
+        )
         for t in range(6, ids.shape[1]):
-            assert torch.equal(decoder.step(ids[:, t:t + 1]), model(ids[:, t:t + 1], caches)[0][:, -1])
+            assert torch.equal(
+                decoder.step(ids[:, t : t + 1]),
+                model(ids[:, t : t + 1], caches)[0][:, -1],
+            )
 
 
 def test_logits_bit_identical_to_the_forward_on_a_llama_shaped_model():
@@ -97,8 +136,8 @@ def test_logits_bit_identical_to_the_forward_on_a_llama_shaped_model():
         ours = [decoder.prefill(ids[:, :6])]
         theirs = [model(ids[:, :6], caches)[0][:, -1]]
         for t in range(6, ids.shape[1]):
-            ours.append(decoder.step(ids[:, t:t + 1]))
-            theirs.append(model(ids[:, t:t + 1], caches)[0][:, -1])
+            ours.append(decoder.step(ids[:, t : t + 1]))
+            theirs.append(model(ids[:, t : t + 1], caches)[0][:, -1])
     for a, b in zip(ours, theirs):
         assert torch.equal(a, b)
     for static, dynamic in zip(decoder.caches, caches):
@@ -106,11 +145,18 @@ def test_logits_bit_identical_to_the_forward_on_a_llama_shaped_model():
 
 
 @pytest.mark.parametrize("temperature, top_k", [(1.0, None), (0.7, 5)])
-def test_sampled_tokens_identical_to_the_loop_that_synchronised_every_step(temperature, top_k):
+def test_sampled_tokens_identical_to_the_loop_that_synchronised_every_step(
+    temperature, top_k
+):
     model = llama_like(1)
     expected = reference_generate(model, PROMPT, 16, temperature, top_k, seed=3)
-    assert torch.equal(generate(model, PROMPT, 16, temperature, top_k, seed=3), expected)
-    assert torch.equal(generate(model, PROMPT, 16, temperature, top_k, seed=3, use_cache=False), expected)
+    assert torch.equal(
+        generate(model, PROMPT, 16, temperature, top_k, seed=3), expected
+    )
+    assert torch.equal(
+        generate(model, PROMPT, 16, temperature, top_k, seed=3, use_cache=False),
+        expected,
+    )
 
 
 def test_generate_checks_its_arguments_and_reports_timings():
@@ -133,7 +179,9 @@ def test_static_cache_is_a_decoder_cache_written_in_place():
     cache.append(k, v)
     assert len(cache) == 3 and torch.equal(cache.k, k) and torch.equal(cache.v, v)
     cache.append(k[:, :, :1], v[:, :, :1])
-    assert cache.keys is keys and cache.k.data_ptr() == keys.data_ptr() and len(cache) == 4
+    assert (
+        cache.keys is keys and cache.k.data_ptr() == keys.data_ptr() and len(cache) == 4
+    )
     dynamic = KVCache(k, v)
     dynamic.append(k[:, :, :1], v[:, :, :1])
     assert torch.equal(cache.k, dynamic.k)
@@ -156,7 +204,9 @@ def test_decoder_refuses_what_does_not_fit():
         decoder.prefill(torch.arange(5)[None])
     with pytest.raises(ValueError, match="token ids"):
         decoder.prefill(torch.tensor([[1, VOCAB]]))
-    with pytest.raises(ValueError, match="token ids"):  # as the model's forward refuses it
+    with pytest.raises(
+        ValueError, match="token ids"
+    ):  # as the model's forward refuses it
         generate(model, torch.tensor([2, -1]), 3)
     decoder.prefill(torch.arange(3)[None])
     with pytest.raises(ValueError, match="empty"):
@@ -171,7 +221,10 @@ def test_compiled_step_gives_the_same_greedy_tokens():
     expected = reference_generate(model, PROMPT, 12, temperature=0)
     timings = {}
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    assert torch.equal(generate(model, PROMPT, 12, temperature=0, compile=True, timings=timings), expected)
+    assert torch.equal(
+        generate(model, PROMPT, 12, temperature=0, compile=True, timings=timings),
+        expected,
+    )
     assert timings["compile"] > 0 and timings["decode"] > 0
     # one graph for the prefill, one for every step: no step compiled again for its position
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 2
