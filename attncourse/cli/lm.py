@@ -287,8 +287,12 @@ def run_sample(args: argparse.Namespace) -> int:
     (:func:`~attncourse.cli.limits.validate_model_config`); characters the model
     never saw are refused, and it never generates ``<unk>``.
     """
+    compile = getattr(args, "compile", False)
     if getattr(args, "generate", None) is not None:  # sample --model: a pretrained model
+        args.generate.compile = compile
         return run_generate(args.generate)
+    if compile and (args.draft is not None or args.no_cache):
+        raise ValueError("--compile compiles the cached one-token step: leave out --draft and --no-cache")
     device = pick_device(args.device or "cpu")
     model, vocab = _load_lm(args.dir, device, args.rope_scaling, args.rope_factor)
     draft = None
@@ -306,14 +310,20 @@ def run_sample(args: argparse.Namespace) -> int:
     if prompt.numel() == 0:
         raise ValueError("--prompt is empty: give at least one character")
     suppress = SUPPRESSED_IDS + (vocab.unk_id,)
+    timings: dict[str, float] = {}
     if draft is None:
         new = generate(model, prompt, args.length, temperature=args.temperature, top_k=args.top_k,
-                       seed=args.seed, use_cache=not args.no_cache, suppress_ids=suppress)
+                       seed=args.seed, use_cache=not args.no_cache, suppress_ids=suppress, compile=compile,
+                       timings=timings)
     else:
         new, stats = speculative_generate(model, draft, prompt, args.length, k=args.draft_tokens,
                                           temperature=args.temperature, top_k=args.top_k, seed=args.seed,
                                           suppress_ids=suppress)
     sys.stdout.write(prompt_chars + "".join(vocab.decode(new.tolist())) + "\n")
+    if compile:
+        print(f"attncourse: compile {timings['compile']:.1f} s; decoding {args.length} tokens "
+              f"{timings['decode']:.2f} s ({args.length / max(timings['decode'], 1e-9):.1f} tokens/s)",
+              file=sys.stderr, flush=True)
     if draft is not None:
         print(f"attncourse: speculative decoding, {args.draft_tokens} draft tokens per round: "
               f"{stats.accepted}/{stats.examined} draft tokens accepted ({stats.acceptance_rate:.1%}), "

@@ -202,6 +202,8 @@ class SampleOptions:
     rope_factor: float = setting(
         1.0, "with --rope-scaling: the scale factor s = target length / training length (default 1)",
         check="positive_float", limit=ROPE_FACTOR, metavar="S")
+    compile: bool = setting(False, "compile the model's prefill and one-token step with torch.compile (CUDA "
+                            "graphs on a GPU); the compile's seconds are reported apart", negatable=False)
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,8 @@ class GenerateOptions:
     draft_tokens: int = setting(4, "with --draft: tokens proposed per round (default 4)", check="positive_int",
                                 limit=DRAFT_TOKENS, metavar="K")
     device: str | None = setting(None, "default: the CPU", check="device", metavar="DEV")
+    compile: bool = setting(False, "compile the model's prefill and one-token step with torch.compile (CUDA "
+                            "graphs on a GPU); the compile's seconds are reported apart", negatable=False)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from attncourse.data.vocab import Vocabulary
+from attncourse.decode.fast import Decoder
 from attncourse.nn.gpt import GPT
 from attncourse.runtime import quiet_progress
 
@@ -53,29 +54,88 @@ def _suppress(logits: torch.Tensor, suppress_ids) -> torch.Tensor:
 @torch.no_grad()
 def generate(model: GPT, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, seed: int = 0, use_cache: bool = True,
-             suppress_ids=SUPPRESSED_IDS) -> torch.Tensor:
+             suppress_ids=SUPPRESSED_IDS, compile: bool = False,
+             timings: dict[str, float] | None = None) -> torch.Tensor:
     """Sample ``max_new_tokens`` tokens (int64) after ``prompt`` (prompt_len,).
 
-    The same ``seed`` gives the same tokens with or without cache; ``suppress_ids`` get
-    probability 0 (default: ``<pad>``, ``<bos>``, ``<eos>``). Raises ``ValueError`` for
-    an empty or non-1-D prompt, or one too long for the position table.
+    Parameters
+    ----------
+    model : GPT
+    prompt : (prompt_len,) int tensor
+    max_new_tokens : int
+    temperature : float
+        The logits are divided by it before sampling; 0: greedy, the most probable token.
+    top_k : int, optional
+        Sample among the ``top_k`` most probable tokens only (Fan et al. 2018, section 5.4).
+    seed : int
+        The same ``seed`` gives the same tokens with or without cache. The compiled step's
+        logits may differ from the eager ones in their last bits (another order of sums), so
+        a sample may, rarely, differ with ``compile``.
+    use_cache : bool
+        Keep keys and values (:class:`~attncourse.decode.fast.Decoder`: a static cache, one
+        step without per-step checks); False recomputes the whole prefix at every step.
+    suppress_ids : iterable of int
+        Ids given probability 0 (default: ``<pad>``, ``<bos>``, ``<eos>``).
+    compile : bool
+        Compile the prefill and the one-token step (:class:`~attncourse.decode.fast.Decoder`).
+    timings : dict, optional
+        Filled with ``"compile"`` (seconds of the compiled functions' first calls) and
+        ``"decode"`` (the rest).
+
+    Returns
+    -------
+    (max_new_tokens,) int64 tensor, on the CPU.
+
+    The loop reads no token back to the host: the tokens stay on the model's device
+    until the end, and a GPU is synchronised once.
+
+    Raises
+    ------
+    ValueError
+        For an empty or non-1-D prompt, one too long for the position table, a negative
+        ``max_new_tokens``, ``temperature < 0`` or ``top_k < 1``.
     """
     _validate_prompt(model, prompt, max_new_tokens)
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0: greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
     model.eval()
+    start = time.perf_counter()
     device = next(model.parameters()).device
-    generator = torch.Generator().manual_seed(seed)
+    # tokens are drawn where the logits are, so the generator lives on the model's device
+    generator = torch.Generator(device=device if device.type != "cpu" else "cpu").manual_seed(seed)
+    vocab_size = model.vocab_size
+    suppress = torch.tensor([i for i in suppress_ids if i < vocab_size], dtype=torch.long, device=device)
+
+    def pick(logits: torch.Tensor) -> torch.Tensor:  # (vocab,) -> (1,), on the device, no sync
+        logits = logits.float()
+        if suppress.numel():
+            logits = logits.index_fill(-1, suppress, float("-inf"))
+        if temperature == 0:
+            return logits.argmax(-1, keepdim=True)
+        return torch.multinomial(next_token_probs(logits, temperature, top_k), 1, generator=generator)
+
+    new = torch.empty(max_new_tokens, dtype=torch.long, device=device)
+    decoder = None
+    if max_new_tokens and use_cache:
+        decoder = Decoder(model, prompt.numel() + max_new_tokens, compile=compile)
+        logits = decoder.prefill(prompt.to(device)[None, :])[0]
     sequence = prompt.to(device)[None, :]
-    caches = model.init_cache(1) if use_cache else None
-    feed = sequence
-    new = []
-    for _ in quiet_progress(range(max_new_tokens), desc="generating", unit="token"):
-        logits, _ = model(feed if use_cache else sequence, caches)
-        probs = next_token_probs(_suppress(logits[0, -1].float().cpu(), suppress_ids), temperature, top_k)
-        token = torch.multinomial(probs, 1, generator=generator)
-        new.append(int(token))
-        feed = token.to(device)[None, :]
-        sequence = torch.cat([sequence, feed], dim=1)
-    return torch.tensor(new, dtype=torch.long)
+    for i in quiet_progress(range(max_new_tokens), desc="generating", unit="token"):
+        if decoder is None:
+            logits = model(sequence, None)[0][0, -1]
+        token = pick(logits)
+        new[i] = token[0]
+        if decoder is not None and i + 1 < max_new_tokens:
+            logits = decoder.step(token[None, :])[0]
+        elif decoder is None:
+            sequence = torch.cat([sequence, token[None, :]], dim=1)
+    new = new.cpu()  # the one synchronisation
+    if timings is not None:
+        timings["compile"] = 0.0 if decoder is None else decoder.compile_seconds
+        timings["decode"] = time.perf_counter() - start - timings["compile"]
+    return new
 
 
 @torch.no_grad()

@@ -63,6 +63,85 @@ class KVCache:
         self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
 
 
+class StaticKVCache:
+    """Keys and values in buffers preallocated to ``capacity`` positions, filled in place.
+
+    The buffers ``keys, values`` are (batch, num_heads, capacity, d_k); ``k, v`` are views of
+    the first ``len(self)`` positions, so an attention layer uses it as a :class:`KVCache`
+    (:class:`~attncourse.nn.protocol.DecoderCache`, ``kind = "keys and values"``), but
+    ``append`` copies into the buffers instead of concatenating: no allocation per step,
+    and the buffers keep their address, as a compiled step or a CUDA graph needs. Source:
+    Kwon et al. (2023), "Efficient Memory Management for Large Language Model Serving with
+    PagedAttention", section 3.1 (a contiguous cache preallocated to the final length).
+
+    Parameters
+    ----------
+    batch, num_heads, capacity, d_k : int
+        Sizes of the buffers; ``capacity`` is the final length (prompt + new tokens).
+    dtype : torch.dtype
+    device : torch.device or str, optional
+
+    Raises
+    ------
+    ValueError
+        If a size is not a positive int (``capacity`` may be 0).
+    """
+
+    kind = "keys and values"
+
+    def __init__(self, batch: int, num_heads: int, capacity: int, d_k: int,
+                 dtype: torch.dtype = torch.float32, device=None) -> None:
+        sizes = {"batch": batch, "num_heads": num_heads, "d_k": d_k, "capacity": capacity + 1}
+        for name, value in sizes.items():
+            if isinstance(value, bool) or int(value) != value or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        self.keys = torch.zeros(batch, num_heads, capacity, d_k, dtype=dtype, device=device)
+        self.values = torch.zeros_like(self.keys)
+        self.length = 0
+
+    @property
+    def capacity(self) -> int:
+        """Positions the buffers hold."""
+        return int(self.keys.shape[2])
+
+    @property
+    def k(self) -> torch.Tensor:
+        """The cached keys, (batch, num_heads, cache_len, d_k): a view of :attr:`keys`."""
+        return self.keys[:, :, :self.length]
+
+    @property
+    def v(self) -> torch.Tensor:
+        """The cached values, (batch, num_heads, cache_len, d_k): a view of :attr:`values`."""
+        return self.values[:, :, :self.length]
+
+    def __len__(self) -> int:
+        return self.length
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write ``k, v`` (batch, num_heads, new_len, d_k) after the cached positions.
+
+        Raises
+        ------
+        ValueError
+            If they do not fit the buffers' other sizes, or the positions would pass ``capacity``.
+        """
+        start, end = self.length, self.length + k.shape[2]
+        expected = self.keys.shape[:2] + self.keys.shape[3:]
+        if k.dim() != 4 or k.shape != v.shape or k.shape[:2] + k.shape[3:] != expected:
+            raise ValueError(f"append needs keys and values (batch, num_heads, new_len, d_k) = "
+                             f"{tuple(expected[:2])} + (new_len, {expected[2]}), got {tuple(k.shape)} "
+                             f"and {tuple(v.shape)}")
+        if end > self.capacity:
+            raise ValueError(f"{end} positions do not fit the static cache's capacity of {self.capacity}")
+        self.keys[:, :, start:end].copy_(k)
+        self.values[:, :, start:end].copy_(v)
+        self.length = end
+
+    def truncate(self, length: int) -> None:
+        """Keep the first ``length`` positions (e.g. drop rejected draft tokens); the buffers stay."""
+        self.length = max(0, min(int(length), self.length))
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O, d_k = d_model / num_heads.
 

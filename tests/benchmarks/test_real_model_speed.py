@@ -17,10 +17,15 @@ def test_real_model_speed_reports_both_speeds_and_the_ratio(tmp_path, capsys):
     out = tmp_path / "speed.json"
     rows = load("real_model_speed").main(["--tiny", "--prompt", "12", "--decode", "3", "--repeats", "1",
                                           "--threads", "1", "--json", str(out)])
-    assert [(r["phase"], r["tokens"]) for r in rows] == [("prefill", 12), ("decode", 3)]
+    assert [(r["phase"], r["tokens"]) for r in rows] == [("prefill", 12), ("decode", 3), ("generate", 3)]
     for r in rows:
         assert r["ratio"] == pytest.approx(r["ours_tokens_per_s"] / r["transformers_tokens_per_s"])
         assert r["threads"] == 1 and r["max_abs_logit_difference"] < 1e-5
+    generated = rows[-1]
+    # the same greedy tokens from both generate functions, and MBU = bytes per token x tokens/s / bandwidth
+    assert generated["same_tokens"] and len(generated["ratio_each_repeat"]) == 1
+    assert generated["ours_mbu"] == pytest.approx(generated["bytes_per_token"] * generated["ours_tokens_per_s"]
+                                                  / generated["copy_bandwidth_bytes_per_s"])
     assert "our tokens/s / transformers' tokens/s" in capsys.readouterr().out
     assert json.loads(out.read_text())["benchmark"] == "real_model_speed"
 

@@ -110,6 +110,56 @@ def test_greedy_generation_streams_and_self_speculation_is_exact(tiny, capsys):
 
 
 @needs_gguf
+def test_compiled_generation_prints_the_same_text_and_its_compile_time_apart(tiny, capsys):
+    argv = ["generate", "--model", str(tiny), "--temperature", "0", "--max-tokens", "10", "the"]
+    assert main(argv) == 0
+    eager = capsys.readouterr()
+    assert main([*argv, "--compile"]) == 0
+    compiled = capsys.readouterr()
+    assert compiled.out == eager.out
+    assert "compile " in compiled.err and "s apart" in compiled.err and "compile" not in eager.err
+    assert main([*argv, "--compile", "--draft", "1"]) == 2
+    assert "leave out --draft" in _one_line(capsys)
+
+
+class _ScriptedDecoder:
+    """Greedy logits that pick ``script[i]`` at step i; counts the steps."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, script):
+        self.script, self.steps = script, 0
+
+    def _logits(self):
+        return torch.nn.functional.one_hot(torch.tensor([self.script[self.steps]]), 10).float()
+
+    def prefill(self, tokens):
+        return self._logits()
+
+    def step(self, token):
+        self.steps += 1
+        return self._logits()
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+def test_a_stop_inside_a_chunk_ends_the_text_there(chunk, monkeypatch):
+    import argparse
+
+    from attncourse.cli import generate as cli
+
+    monkeypatch.setattr(cli, "CHUNK", chunk)
+    printed = []
+    printer = argparse.Namespace(add=printed.append)
+    args = argparse.Namespace(seed=0, max_tokens=9, temperature=0, top_k=None, top_p=1.0)
+    script = [4, 5, 6, 7, 2, 8, 9, 9, 9]
+    decoder = _ScriptedDecoder(script)
+    assert cli._sample(decoder, torch.tensor([1]), args, {2}, printer) == 4
+    assert printed == [4, 5, 6, 7]
+    assert decoder.steps == min(len(script), -(-5 // chunk) * chunk) - 1  # at most chunk - 1 steps past the stop
+    assert cli._sample(_ScriptedDecoder(script), torch.tensor([1]), args, {3}, printer) == 9
+
+
+@needs_gguf
 def test_sampling_is_seeded_and_chat_uses_the_template(tiny, capsys):
     runs = []
     for seed in ("1", "1", "2"):
