@@ -549,6 +549,8 @@ def _run_stages(args: argparse.Namespace, out: Path, root: Path, env: dict[str, 
         scratch = Path(tmp)
         # a cache folder given by the caller persists (a second run compiles in seconds); else the scratch one
         cache = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or scratch / _CACHE_TOP)
+        # every stage compiles into it (the tests' and the training's graphs too), so the archive holds them all
+        env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(cache.resolve())}
         # 0. the compile, in the background from the start, within its own budget
         compile_args, compile_json = compile_command(device, smoke, scratch, cache)
         compile_budget = 0.5 * budget if smoke else min(COMPILE_BUDGET, budget)
@@ -573,7 +575,7 @@ def _foreground(args: argparse.Namespace, out: Path, root: Path, env: dict[str, 
     stage = Stage("tests")
     junit = scratch / "junit.xml"
     if tests:
-        run_stage(stage, [python, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider",
+        run_stage(stage, [python, "-m", "pytest", "-m", "cuda", "-q", "-p", "no:cacheprovider", "--durations=5",
                           f"--junitxml={junit}", *[str(t.relative_to(root)) for t in tests]],
                   0.25 * budget if smoke else min(TESTS_BUDGET, left() - 60), env, root)
         results["tests"] = _test_counts(junit)
