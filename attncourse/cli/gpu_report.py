@@ -21,7 +21,8 @@ a lease of about 8 minutes), the headline work first:
    (its weights do not come back);
 4. **evaluate**: greedy and beam-4 decoding of the test split (exact match,
    BLEU, chrF, by source length);
-5. **extra benchmarks**, in what time is left: ``attention.py``,
+5. **extra benchmarks**, in what time is left: the base step at the largest
+   batch that fits (``--probe-batch``), ``attention.py``,
    ``gqa_decode.py``, ``self_attention.py``, ``train_overhead.py``.
 
 Each stage runs in its own process with a time limit; a stage that fails or
@@ -109,7 +110,7 @@ def repo_root() -> Path:
 #: --overwrite replaces a file only if it is recognisably a report's.
 _BENCHMARK_NAMES = {"attention", "self_attention", "flash_attention", "gqa_decode", "train_overhead",
                     "transformer_step", "transformer_step_compiled", "transformer_step_compile",
-                    "real_model_speed"}
+                    "transformer_step_largest", "real_model_speed"}
 _REPORT_MARKS: dict[str, Any] = {
     "report.md": lambda text: text.startswith("# GPU report of attncourse"),
     "results.json": lambda obj: isinstance(obj, dict) and {"stages", "machine", "budget", "smoke"} <= obj.keys(),
@@ -315,6 +316,7 @@ def benchmark_commands(device: str, smoke: bool, scratch: Path,
             ("real_model_speed", [b + "real_model_speed.py", "--device", device, "--tiny", "--prompt", "16",
                                   "--decode", "4", "--repeats", "1"]),
             ("transformer_step_compiled", compiled),
+            ("transformer_step_largest", [*step, "--models", "ours", "--probe-batch", "4"]),
             ("attention", [b + "attention.py", "--device", device, "--lengths", "16", "--batch", "1", "--d-model",
                            "32", "--num-heads", "2", *tiny]),
             ("self_attention", [b + "self_attention.py", "--device", device, "--lengths", "16", "--batch", "1",
@@ -334,6 +336,8 @@ def benchmark_commands(device: str, smoke: bool, scratch: Path,
             ("flash_attention", [b + "flash_attention.py", "--device", device]),
             ("real_model_speed", real_model),
             ("transformer_step_compiled", compiled),
+            # the largest batch that fits (doublings of 200 pairs), eager: MFU where the GPU is fuller
+            ("transformer_step_largest", [*step, "--models", "ours", "--probe-batch", "3200"]),
             ("attention", [b + "attention.py", "--device", device, "--lengths", "256", "1024", "4096", "--batch",
                            "8", "--d-model", "512", "--num-heads", "8"]),
             ("gqa_decode", [b + "gqa_decode.py", "--device", device]),
@@ -622,7 +626,7 @@ def _foreground(args: argparse.Namespace, out: Path, root: Path, env: dict[str, 
         if (run_dir / "best.pt").is_file() and (run_dir / "test.tsv").is_file():
             run_stage(stage, [python, "-m", "attncourse", "evaluate", str(run_dir), "--test",
                               str(run_dir / "test.tsv"), "--beam-size", beam, "--device", device, "--json",
-                              str(path)], min(left(), share * (reserve if smoke else EVALUATE_RESERVE) + 5),
+                              str(path)], share * left() if smoke else min(left(), share * EVALUATE_RESERVE + 5),
                       env, root)
             metrics[decoding] = _read_json(path) if stage.status == "ok" else {"error": stage.error}
         else:
