@@ -1,7 +1,7 @@
 """Training-step throughput of the course's Transformer against torch.nn.Transformer.
 
 One step = forward (teacher forcing), label-smoothed cross-entropy, backward,
-Adam step, on the same random batch every time. The reference is
+AdamW step (fused), on the same random batch every time. The reference is
 ``torch.nn.Transformer`` (batch_first, post-norm, ReLU) wrapped with the same
 embeddings as ours: source and target embeddings scaled by sqrt(d_model),
 sinusoidal positions, dropout on their sum, and a pre-softmax linear layer tied
