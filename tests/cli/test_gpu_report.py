@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
+import tarfile
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -225,10 +227,121 @@ def test_the_real_models_benchmark_takes_random_weights_where_the_wheel_is_missi
 
 
 def test_the_headline_benchmarks_run_first(tmp_path):
-    """A short budget cuts the last benchmarks: the base step, eager and compiled, comes first."""
+    """A short budget cuts the extras: the base step, the kernel, the real model and the compiled step come first."""
     names = [name for name, _, _ in gpu_report.benchmark_commands("cuda", False, tmp_path)]
-    assert names[:2] == ["transformer_step", "transformer_step_compiled"]
+    assert names[:4] == list(gpu_report.HEADLINE_BENCHMARKS)
     assert set(names) <= gpu_report._BENCHMARK_NAMES
+
+
+@pytest.mark.parametrize("smoke", [False, True])
+def test_the_compiled_step_is_the_one_the_background_stage_compiled(tmp_path, smoke):
+    """Same sizes, same models, same cache: the compiled stage finds every graph the compile stage made."""
+    cache = tmp_path / "cache"
+    warm, _ = gpu_report.compile_command("cuda", smoke, tmp_path, cache)
+    timed = dict((n, a) for n, a, _ in gpu_report.benchmark_commands("cuda", smoke, tmp_path, cache))
+    timed = timed["transformer_step_compiled"]
+
+    def sizes(args):
+        cut = args.index("--models")
+        end = next(i for i in range(cut + 1, len(args)) if args[i].startswith("--"))
+        return args[:cut], args[cut + 1:end]
+
+    assert sizes(warm) == sizes(timed)
+    for args in (warm, timed):
+        assert args[args.index("--compile-cache") + 1] == str(cache)
+    assert "--warm-only" in warm and "--warm-only" not in timed
+
+
+def test_only_the_cuda_test_files_run(tmp_path):
+    (tmp_path / "tests").mkdir()
+    for name in ("test_cuda.py", "test_kernels_cuda.py", "test_kernels.py", "test_other.py"):
+        (tmp_path / "tests" / name).write_text("")
+    assert [p.name for p in gpu_report.cuda_test_files(tmp_path)] == ["test_cuda.py", "test_kernels_cuda.py"]
+    here = [p.name for p in gpu_report.cuda_test_files(Path(gpu_report.repo_root()))]
+    assert "test_cuda.py" in here and all("cuda" in name for name in here)
+
+
+def test_a_background_stage_runs_beside_the_next_and_is_stopped_at_its_budget(tmp_path):
+    env = {"PATH": "/usr/bin:/bin"}
+    sleeper = gpu_report.start_stage(gpu_report.Stage("compile"),
+                                     [sys.executable, "-c", "print('started', flush=True); import time; "
+                                      "time.sleep(60)"], env, tmp_path)
+    quick = gpu_report.run_stage(gpu_report.Stage("tests"), [sys.executable, "-c", "print('fine')"], 30, env,
+                                 tmp_path)
+    assert quick.status == "ok" and sleeper.proc.poll() is None  # still running in the background
+    done = gpu_report.finish_stage(sleeper, 1.0)
+    assert done.status == "timeout" and "started" in done.output_tail and done.seconds < 30
+    assert sleeper.proc.poll() is not None
+    chatty = gpu_report.start_stage(gpu_report.Stage("chatty"), [sys.executable, "-c", "print('x' * 500_000)"],
+                                    env, tmp_path)  # more than a pipe holds: a file never stalls it
+    assert gpu_report.finish_stage(chatty, 30).status == "ok"
+
+
+def test_the_compile_cache_comes_back_in_one_archive_the_overwrite_recognises(tmp_path):
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    (cache / "fxgraph" / "ab").mkdir(parents=True)
+    (cache / "fxgraph" / "ab" / "entry").write_bytes(b"graph" * 100)
+    out.mkdir()
+    info = gpu_report.archive_cache(cache, out)
+    archive = out / "compile-cache.tar.gz"
+    assert info["archived"] and info["files"] == 1 and info["bytes"] == 500 and archive.is_file()
+    assert gpu_report._written_by_report(archive)
+    with tarfile.open(archive) as tar:
+        assert tar.getnames() == ["inductor-cache", "inductor-cache/fxgraph", "inductor-cache/fxgraph/ab",
+                                  "inductor-cache/fxgraph/ab/entry"]
+    assert not gpu_report.archive_cache(cache, out, limit=10)["archived"] and not archive.exists()
+    (out / "compile-cache.tar.gz").write_bytes(b"not an archive")
+    assert not gpu_report._written_by_report(out / "compile-cache.tar.gz")
+
+
+def test_the_report_prints_mfu_mbu_and_the_kernels_tflops():
+    step = {"sdpa_backends": {"ours": {"efficient": 12}},
+            "models": {"ours": {"tokens_per_s": 4e5, "tflops": 150.0, "mfu": 0.15},
+                       "nanogpt": {"tokens_per_s": 9e5, "tflops": 300.0, "mfu": 0.30}}}
+    compiled = {"models": {"ours+compile": {"tokens_per_s": 6e5, "tflops": 220.0, "mfu": 0.22}}}
+    results = {"smoke": False, "budget": 480, "git_commit": None, "started": "s", "finished": "f",
+               "wall_seconds": 470.0, "machine": {"device": "cuda", "torch_version": "2.11"}, "stages": [],
+               "compile_cache": {"files": 40, "bytes": 3 * 2**20, "archived": True},
+               "benchmarks": {"transformer_step": {"rows": [step]},
+                              "transformer_step_compiled": {"rows": [compiled]},
+                              "transformer_step_compile": {"rows": [{"models": {"ours+compile":
+                                                                               {"warmup_seconds": 95.0}}}]},
+                              "flash_attention": {"rows": [{"triton_tflops": 210.0}, {"triton_tflops": 330.5}]},
+                              "real_model_speed": {"rows": [{"phase": "decode", "ours_mbu": 0.41}]}}}
+    results["summary"] = gpu_report._summary(results)
+    text = gpu_report.report_markdown(results)
+    assert "| transformer_step base, bf16: tokens/s, TFLOP/s, MFU | 400,000, 150, 0.15 |" in text
+    assert "| same, compiled: tokens/s, TFLOP/s, MFU | 600,000, 220, 0.22 |" in text
+    assert "| nanoGPT-style model, eager / compiled: TFLOP/s, MFU | 300, 0.3 / -, - |" in text
+    assert "| Triton kernel, best TFLOP/s | 330 |" in text and "| real model decoding, MBU | 0.41 |" in text
+    assert "| compile (background): seconds, cache | 95.0, 40 files, 3.0 MiB, in compile-cache.tar.gz |" in text
+    assert "efficient" in text
+
+
+def test_the_plan_fits_the_default_budget():
+    """book/running.md's plan of an 8-minute lease: the foreground stages add up to the default budget, each
+    stage's limit within its line, and the table in the book is the constant's."""
+    plan = dict(gpu_report.LEASE_PLAN)
+    assert sum(plan.values()) == gpu_report.DEFAULT_BUDGET == 480
+    assert gpu_report.TESTS_BUDGET <= plan["tests"]
+    assert gpu_report.TRAIN_BUDGET + gpu_report.TRAIN_OVERHEAD <= plan["train"]
+    assert gpu_report.EVALUATE_RESERVE <= plan["evaluate"]
+    assert gpu_report.BENCHMARK_BUDGET <= plan["flash_attention"]
+    # the compile runs beside the stages before the compiled step, and ends before it
+    before = 0.0
+    for name, seconds in gpu_report.LEASE_PLAN:
+        if name == "transformer_step_compiled":
+            break
+        before += seconds
+    assert gpu_report.COMPILE_BUDGET <= before + plan["transformer_step_compiled"]
+    from attncourse.recipes.experiment import GPU_TIME_BUDGET
+
+    assert gpu_report.TRAIN_BUDGET == GPU_TIME_BUDGET
+    book = (Path(gpu_report.repo_root()) / "book" / "running.md").read_text()
+    start = 0
+    for name, seconds in gpu_report.LEASE_PLAN:
+        assert f"| {start:g} | `{name}` |" in book, name
+        start += seconds
 
 
 def test_a_copy_without_git_takes_its_commit_from_the_environment(monkeypatch):
