@@ -76,7 +76,7 @@ def test_gated_yarn_run_trains_and_samples(tmp_path, text_file, capsys):
             "--rope-factor", "2", "--attention", "gated"]
     assert main(argv) == 0
     settings = json.loads((out / "config.json").read_text())
-    assert (settings["rope_scaling"], settings["rope_factor"], settings["gate"]) == ("yarn", 2.0, True)
+    assert (settings["rope_scaling"], settings["rope_factor"], settings["attention"]) == ("yarn", 2.0, "gated")
     capsys.readouterr()
     assert main(["sample", str(out), "--prompt", "hello", "--length", "20", "--seed", "1"]) == 0
     assert capsys.readouterr().out.startswith("hello")

@@ -638,7 +638,7 @@ def test_compact_ids_and_the_encoding_peak():
 
 def test_checkpoint_whose_weights_do_not_fit_its_config_is_refused_before_allocating(lm_run, capsys):
     data = torch.load(lm_run / "checkpoint.pt", weights_only=True)
-    data["model_config"].update(vocab_size=250_000, d_model=1024, num_heads=8)
+    data["model_config"]["spec"].update(vocab_size=250_000, d_model=1024, num_heads=8)
     torch.save(data, lm_run / "checkpoint.pt")
     note_written(lm_run / "checkpoint.pt")  # and its digest: the shapes' check is tested
     assert (lm_run / "checkpoint.pt").stat().st_size < 200_000

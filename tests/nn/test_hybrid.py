@@ -47,9 +47,10 @@ def test_each_block_gets_its_own_attention_and_the_pattern_repeats():
     gated = hybrid()
     assert [type(b.attn) for b in gated.blocks[:3]] == [GatedDeltaNetAttention] * 3
     assert not isinstance(gated.blocks[3].attn, DeltaNetAttention)
-    # without layer_attention every block has `attention`, and the spec's dict has no new key
+    # without layer_attention every block has `attention`; the dict rebuilds the spec
     plain = DecoderSpec(13, num_layers=3)
-    assert plain.attentions() == (plain.attention,) * 3 and "layer_attention" not in plain.to_dict()
+    assert plain.attentions() == (plain.attention,) * 3 and plain.to_dict()["layer_attention"] is None
+    assert DecoderSpec(**plain.to_dict()) == plain
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -137,21 +138,21 @@ def test_a_pattern_that_does_not_fit_the_layers_is_refused_in_one_line():
 
 def test_train_lms_hybrid_option_builds_the_pattern_and_names_its_run(tmp_path, monkeypatch):
     from attncourse.data.text import char_corpus
-    from attncourse.recipes.lm import LMConfig, build_lm, lm_settings, train_lm
+    from attncourse.recipes.lm import LMConfig, build_lm, lm_settings, lm_spec, train_lm
 
     config = LMConfig(positional="none", attention="deltanet", softmax_every=2, num_layers=4, d_model=16,
                       num_heads=2, d_ff=32, context=16, batch_size=4, steps=4, steps_per_epoch=2, chunk_size=5)
     model = build_lm(config, 20)
     deltanet = AttentionSpec("deltanet", MemoryOptions(chunk_size=5))  # the chunk reaches the memory blocks
     assert model.spec.attentions() == (deltanet, AttentionSpec("gqa")) * 2
-    assert "chunk5-softmax-every2" in config.run_name and lm_settings(config)["softmax_every"] == 2
-    assert not {"softmax_every", "chunk_size"} & set(lm_settings(LMConfig()))  # earlier runs keep their names
+    assert "chunk-size5-softmax-every2" in config.run_name and lm_settings(config)["softmax_every"] == 2
+    assert "chunk_size" not in lm_settings(LMConfig())  # unset: the variant's default
     for changes, words in ((dict(attention=None, positional="rope", chunk_size=None), "needs another attention"),
-                           (dict(softmax_every=3), "--softmax-every 3 must divide --num-layers 4"),
+                           (dict(softmax_every=3), "softmax_every=3 must divide num_layers=4"),
                            (dict(softmax_every=None, attention=None, positional="rope"),
-                            "--attention gqa has no option '--chunk-size'")):
+                            "attention 'gqa' has no option 'chunk_size'")):
         with pytest.raises(ValueError, match=words):
-            LMConfig(**{**vars(config), **changes})
+            lm_spec(LMConfig(**{**vars(config), **changes}), 20)
     monkeypatch.setenv("ATTNCOURSE_RUNS", str(tmp_path))
     text = "the cat sat on the mat; " * 40
     corpus = char_corpus(text, valid_fraction=0.2)

@@ -62,7 +62,8 @@ def test_absorbed_form_equals_plain_form_in_float64(rope_dim):
 def test_gpt_with_latent_attention_caches_d_c_plus_d_r_numbers():
     torch.manual_seed(2)
     gpt = GPT(30, d_model=32, num_heads=4, num_layers=3, d_ff=64, latent_dim=16).double()
-    assert gpt.config["latent_dim"] == 16 and gpt.config["rope_dim"] == 4  # d_k / 2 by default
+    attn = gpt.blocks[0].attn
+    assert (attn.latent_dim, attn.rope_dim) == (16, 4)  # d_k / 2 by default
     assert gpt.cache_bytes_per_token() == 3 * (16 + 4) * 8
     tokens = torch.randint(0, 30, (2, 10))
     full, _ = gpt(tokens)
@@ -73,14 +74,13 @@ def test_gpt_with_latent_attention_caches_d_c_plus_d_r_numbers():
     assert type(rebuilt.blocks[0].attn) is MultiHeadLatentAttention
 
 
-def test_old_configs_keep_their_keys_and_run_names():
-    plain = GPT(30)
-    assert "latent_dim" not in plain.config and "rope_dim" not in plain.config
+def test_latent_dim_chooses_mla_and_names_the_run():
+    assert GPT(30).spec.attention.name == "gqa"
     config = LMConfig()
-    assert "latent_dim" not in lm_settings(config) and config.run_name == "lm/rope-kv8-causal-seed0"
+    assert "latent_dim" not in lm_settings(config)
     mla = dataclasses.replace(config, latent_dim=16)
-    assert lm_settings(mla)["latent_dim"] == 16 and mla.run_name == "lm/rope-kv8-mla16-causal-seed0"
-    assert build_lm(mla, 30).config["latent_dim"] == 16
+    assert lm_settings(mla)["latent_dim"] == 16 and mla.run_name == "lm/rope-default-latent-dim16-causal-seed0"
+    assert build_lm(mla, 30).config["spec"]["attention"] == {"name": "mla", "latent_dim": 16, "rope_dim": None}
 
 
 @pytest.mark.parametrize("kwargs, name", [

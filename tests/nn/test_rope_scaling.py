@@ -109,9 +109,11 @@ def test_the_spec_carries_the_scaling_into_every_layer_and_back():
     torch.testing.assert_close(torch.cat(steps, 1), model(tokens)[0], rtol=0, atol=1e-12)
 
 
-def test_unscaled_positions_keep_their_dict():
-    assert PositionSpec("rope").to_dict() == {"kind": "rope", "base": 10000.0}
-    assert DecoderSpec(10).to_dict()["positions"] == {"kind": "rope", "base": 10000.0}
+def test_the_positions_dict_rebuilds_the_positions():
+    unscaled = {"kind": "rope", "base": 10000.0, "rope_scaling": None, "rope_factor": 1.0, "original_len": None}
+    assert PositionSpec("rope").to_dict() == unscaled == DecoderSpec(10).to_dict()["positions"]
+    yarn = PositionSpec("rope", rope_scaling="yarn", rope_factor=4.0, original_len=64)
+    assert PositionSpec(**yarn.to_dict()) == yarn
 
 
 def test_nope_has_no_positions_anywhere():

@@ -120,7 +120,7 @@ def test_attention_only_gpt_has_no_ffn_and_equals_attention_sum():
     model = tiny_gpt()
     assert all(b.ffn is None and b.ffn_norm is None for b in model.blocks)
     assert model.output_proj.weight is not model.embedding.weight          # untied
-    assert model.config["attention_only"] is True
+    assert model.spec.norm.kind == "none" and model.spec.ffn.kind == "none" and not model.spec.tie_output
     assert "attention_only" not in GPT(11, d_model=16, num_heads=4).config   # old configs keep their hash
     rebuilt = GPT.from_config(model.config)
     assert rebuilt.blocks[0].ffn is None

@@ -1,6 +1,8 @@
 """Chapter 12's recipe: specs with other positions or the gate, copies with a new spec, the
 first-token share, the largest activation, the passkey model, the fixed-size state."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -25,11 +27,12 @@ from attncourse.recipes.lm import LMConfig, build_lm, lm_spec, with_spec
 def test_lm_spec_is_chapter_7s_model_with_the_changes():
     config = LMConfig(num_kv_heads=2)
     assert lm_spec(config, 30) == build_lm(config, 30).spec
-    spec = lm_spec(config, 30, PositionSpec("rope", rope_scaling="pi", rope_factor=2), gate=True)
+    gated = dataclasses.replace(config, attention="gated")
+    spec = lm_spec(gated, 30, PositionSpec("rope", rope_scaling="pi", rope_factor=2))
     assert spec.attention.name == "gated" and spec.attention.options.num_kv_heads == 2
     assert spec.positions.scaling.factor == 2
-    with pytest.raises(ValueError, match="gate goes on"):
-        lm_spec(LMConfig(latent_dim=16), 30, gate=True)
+    with pytest.raises(ValueError, match="has no option 'latent_dim'"):
+        lm_spec(LMConfig(latent_dim=16, attention="gated"), 30)
 
 
 def test_with_spec_keeps_the_weights_and_refuses_a_longer_learned_table():
