@@ -310,6 +310,8 @@ def run_sample(args: argparse.Namespace) -> int:
     if prompt.numel() == 0:
         raise ValueError("--prompt is empty: give at least one character")
     suppress = SUPPRESSED_IDS + (vocab.unk_id,)
+    with torch.no_grad():  # the prompt once through forward: guard_logits' check (the fast step has no hooks)
+        model(prompt[None].to(device))
     timings: dict[str, float] = {}
     if draft is None:
         new = generate(model, prompt, args.length, temperature=args.temperature, top_k=args.top_k,

@@ -229,7 +229,7 @@ def test_presets_fill_what_is_not_given():
         None, False, 3, "adamw", None, 400)
     # about 25,000 target tokens a batch (dates: 11 per pair), trained for a time budget
     assert (gpu.n_train, gpu.n_valid, gpu.batch_size) == (100, 1000, 2272)
-    assert (gpu.time_budget, gpu.length_buckets) == (360.0, 4)
+    assert (gpu.time_budget, gpu.length_buckets) == (120.0, 4)
     budget = resolved("--model", "transformer", "--preset", "gpu", "--time-budget", "12.5")
     assert budget.time_budget == 12.5
     constant = resolved("--model", "transformer", "--schedule", "constant", "--lr", "0.0005", "--no-clip")
