@@ -233,6 +233,8 @@ def keyword_spec(vocab_size: int, d_model: int = 64, num_heads: int = 8, num_lay
     """
     if positional not in GPT_POSITIONAL:
         raise ValueError(f"positional must be one of {GPT_POSITIONAL}, got {positional!r}")
+    if num_kv_heads is None and latent_dim is None:  # the spec names g = h (chapter 11 compares it)
+        num_kv_heads = num_heads
     attention = flat_attention(None, num_heads, num_kv_heads=num_kv_heads, window=window,
                                latent_dim=latent_dim, rope_dim=rope_dim)
     return DecoderSpec(vocab_size, d_model, num_heads, num_layers, max_len, causal, dropout, attention,

@@ -95,8 +95,8 @@ def flat_attention(name: str | None, num_heads: int, **options: Any) -> Attentio
     chosen = name
     name = name or ("mla" if "latent_dim" in given else "gqa")
     _validate_kind("attention", name, ATTENTION_VARIANTS)
-    if given.get("num_kv_heads") == num_heads:  # multi-head: the variant's default, one description
-        del given["num_kv_heads"]
+    if "num_kv_heads" not in _option_names(ATTENTION_VARIANTS[name].options) and given.get("num_kv_heads") == num_heads:
+        del given["num_kv_heads"]  # multi-head is every variant's meaning: passed only to one with the option
     try:
         return AttentionSpec(name, given)
     except ValueError as error:
