@@ -136,10 +136,14 @@ def test_the_compile_cache_goes_where_it_is_told(tmp_path, monkeypatch):
 
     for name in ("TORCHINDUCTOR_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
-    step_bench.use_compile_cache(tmp_path / "cache")
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "cache").resolve())
-    assert inductor_config.fx_graph_cache is True and (tmp_path / "cache").is_dir()
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    # torch's config.patch, not monkeypatch: monkeypatch's undo deletes the attribute, and a
+    # deleted inductor option is hidden for good, so every later compile in the worker failed.
+    before = inductor_config.fx_graph_cache
+    with inductor_config.patch(fx_graph_cache=False):
+        step_bench.use_compile_cache(tmp_path / "cache")
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str((tmp_path / "cache").resolve())
+        assert inductor_config.fx_graph_cache is True and (tmp_path / "cache").is_dir()
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-    assert cache_dir() == str((tmp_path / "cache").resolve())
+        assert cache_dir() == str((tmp_path / "cache").resolve())
+    assert inductor_config.fx_graph_cache is before
