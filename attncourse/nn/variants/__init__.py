@@ -5,4 +5,5 @@ from attncourse.nn import (  # noqa: F401 (each registers its variant)
     gated,
     memory_attention,
     mla,
+    softcap,
 )
