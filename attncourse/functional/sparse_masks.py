@@ -86,6 +86,24 @@ def global_tokens_mask(seq_len: int, window: int, global_tokens) -> np.ndarray:
     return mask
 
 
+def tile_fraction(mask: np.ndarray, block: int = 64) -> float:
+    """Fraction of the ``block x block`` tiles of ``mask (n, n)`` holding at least one True.
+
+    What a block-sparse kernel computes: a tile with no allowed score is skipped. ``n``
+    need not be a multiple of ``block`` (the last tiles are partial). Raises
+    ``ValueError`` for a non-square mask or a block below 1. Source: Child et al. (2019),
+    section 4.3 (block-sparse kernels); FlexAttention's ``BlockMask`` counts the same tiles.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    block = _validate_positive_int("block", block)
+    if mask.ndim != 2 or mask.shape[0] != mask.shape[1]:
+        raise ValueError(f"mask must be square (n, n), got {mask.shape}")
+    tiles = -(-mask.shape[0] // block)
+    padded = np.zeros((tiles * block, tiles * block), dtype=bool)
+    padded[:mask.shape[0], :mask.shape[1]] = mask
+    return float(padded.reshape(tiles, block, tiles, block).any(axis=(1, 3)).mean())
+
+
 def mask_density(mask: np.ndarray) -> float:
     """Fraction of the n x n scores a pattern keeps."""
     mask = np.asarray(mask, dtype=bool)

@@ -180,3 +180,25 @@ def test_one_global_token_adds_one_row_and_one_column():
     reach_1 = global_tokens_mask(n, w, [7]).astype(int)
     reach_2 = (reach_1 @ reach_1) > 0
     assert not reach_1[19, 0] and reach_2[19, 0]
+
+
+def test_tile_fraction_counts_the_tiles_flexattentions_block_mask_computes():
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from attncourse.functional.sparse_masks import tile_fraction
+
+    for n, block, mask_mod in ((1024, 64, lambda b, h, q, k: k <= q),
+                               (200, 32, lambda b, h, q, k: (k <= q) & (q - k < 30)),
+                               (128, 64, lambda b, h, q, k: k < 0)):
+        dense = (mask_mod(0, 0, torch.arange(n)[:, None], torch.arange(n)[None, :])
+                 .broadcast_to(n, n).numpy())
+        blocks = create_block_mask(mask_mod, None, None, n, n, device="cpu", BLOCK_SIZE=block)
+        tiles = ((n + block - 1) // block) ** 2
+        computed = int(blocks.kv_num_blocks.sum() + blocks.full_kv_num_blocks.sum())
+        assert tile_fraction(dense, block) == computed / tiles
+    assert tile_fraction(np.tril(np.ones((1024, 1024), dtype=bool))) == 17 / 32  # chapter 8's count
+    with pytest.raises(ValueError, match="square"):
+        tile_fraction(np.ones((4, 6), dtype=bool))
+    with pytest.raises(ValueError, match="block must be a positive int"):
+        tile_fraction(np.ones((4, 4), dtype=bool), 0)
