@@ -121,6 +121,8 @@ EXERCISE_FUNCTIONS = frozenset({
     "my_causal_attention", "my_block", "my_gpt", "my_train",
     "my_padded_attention", "my_bert_mask", "my_patchify", "my_rollout", "my_mean_pool",
     "my_high_norm_share",
+    "t5_bucket", "packed_positions", "window_tiles", "sink_window", "padding_fraction",
+    "merge_attention",
 })
 #: Library functions that compute a softmax: no exercise that asks for one may call them.
 SOFTMAX = ("torch:softmax", "torch:log_softmax", "torch:_softmax", "torch:special_softmax",

@@ -34,7 +34,7 @@ NOT_DRAWN = {"check_training"}
 DRAWN_BEFORE = 15
 #: Checks a table cannot pass even on the visible cases: a Triton kernel is required, or
 #: the loss's gradient is checked too.
-TABLE_REFUSED = {"check_causal_early_exit", "check_reinforce_loss"}
+TABLE_REFUSED = {"check_causal_early_exit", "check_reinforce_loss", "check_sink_window"}
 
 
 def _cases_functions(check: Any) -> dict[str, Any]:

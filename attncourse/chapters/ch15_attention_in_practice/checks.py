@@ -47,16 +47,19 @@ def _t5_bucket(relative_position: np.ndarray, bidirectional: bool, num_buckets: 
 
 
 T5_EXPLAIN = (
-    "Take n = query - key (minus the relative position key - query). Bidirectional: half the buckets "
-    "for each direction, keys after the query (n < 0) in the upper half, then n = |n|; causal: n = "
-    "max(n, 0). Distances below half the buckets (max_exact) get a bucket each; farther ones "
-    "max_exact + int(log(n / max_exact) / log(max_distance / max_exact) * (buckets - max_exact)), "
-    "capped at the last bucket."
+    "The distance n is the query's position minus the key's, the negative of the relative position. "
+    "Bidirectional attention gives half of the buckets to each direction (keys after the query, where "
+    "n is negative, take the upper half) and goes on with the absolute distance; causal attention "
+    "treats every key after the query as distance zero. Distances below half of the remaining buckets "
+    "get a bucket each; a farther distance gets that half plus the integer part of the logarithm of "
+    "its ratio to the half, divided by the logarithm of the ratio of the largest distance to the "
+    "half, times the buckets left; no bucket past the last one."
 )
-T5_SIGN_HINT = ("The direction is flipped: the relative position is key - query, and the distance n is "
-                "its negative (query - key), positive for a key in the past.")
-T5_HALVE_HINT = "Bidirectional buckets are split between the two directions: halve num_buckets first."
-T5_CLAMP_HINT = "Distances past max_distance must share the last bucket (num_buckets - 1): cap the far buckets."
+T5_SIGN_HINT = ("The direction is flipped: the relative position counts from the query to the key, so "
+                "the distance n is its negative, positive for a key in the past.")
+T5_HALVE_HINT = "Bidirectional buckets are split between the two directions: halve the number of buckets first."
+T5_CLAMP_HINT = ("Distances past the largest one must share the last bucket: cap the far buckets at the "
+                 "number of buckets minus one.")
 
 
 def _diagnose_t5(got: Any, case: Case) -> str | None:
@@ -170,12 +173,13 @@ def _window_tiles(n: int, window: int, block: int, reach: int | None = None, who
 
 
 WINDOW_EXPLAIN = (
-    "Query i sees keys j with i - window < j <= i (window keys, itself included). Cut the n x n "
-    "scores into block x block tiles, ceil(n / block) along each side (the last ones partial), and "
-    "count the tiles that hold at least one allowed pair."
+    "A query sees the window's keys: itself and the window minus one positions before it, none after. "
+    "Cut the scores into square tiles of the block size, as many along each side as it takes to cover "
+    "the sequence (the last ones partial), and count the tiles that hold at least one allowed pair."
 )
-WINDOW_REACH_HINT = "The window is one key too wide: it holds window keys, i - window < j <= i, itself included."
-WINDOW_PARTIAL_HINT = "The last, partial tiles are missing: ceil(n / block) tiles along each side, not n // block."
+WINDOW_REACH_HINT = "The window is one key too wide: it holds exactly window keys, the query itself included."
+WINDOW_PARTIAL_HINT = ("The last, partial tiles are missing: round the number of tiles along a side up, "
+                       "not down.")
 WINDOW_CAUSAL_HINT = "That is every causal tile: the window leaves out the tiles wholly older than it."
 
 
@@ -200,7 +204,8 @@ def window_cases(seed: int = 0) -> list[Case]:
     return cases
 
 
-@allowing("Python or NumPy: integer arithmetic, or a loop over the tiles.")
+@allowing("Python or NumPy: integer arithmetic, or a loop over the tiles.",
+          library=("torch:create_block_mask", "torch:create_mask"))
 def check_window_tiles(fn: Callable[[int, int, int], Any]) -> CheckResult:
     """Check a learner's ``window_tiles(n, window, block)``: tiles a causal window touches.
 
@@ -227,9 +232,10 @@ def _sink_window(n: int, window: int, sinks: int, with_sinks: bool = True, causa
 
 
 SINK_EXPLAIN = (
-    "A key is visible if it is not in the future (kv_idx <= q_idx) and either within the window "
-    "(q_idx - kv_idx < window) or one of the first sinks positions (kv_idx < sinks). Combine "
-    "the index tensors with & and |, never `and`/`or`: FlexAttention calls the mask_mod on tensors."
+    "A key is visible if it is not after the query and either lies within the window (the query and "
+    "the window minus one positions before it) or is one of the first sinks positions. Combine the "
+    "index tensors with the elementwise operators & and |, never the words and/or: FlexAttention "
+    "calls the mask_mod on tensors."
 )
 SINK_NO_SINKS_HINT = "The sinks are missing: the first `sinks` keys stay visible to every later query."
 SINK_FUTURE_HINT = "The sinks let a query see the future: a sink is visible only at or after its position."
@@ -288,9 +294,10 @@ def _padding(lengths: np.ndarray, batch_size: int, global_max: bool = False, ful
     return float(1 - lengths.sum() / slots)
 
 
-PADDING_EXPLAIN = ("Cut the sequences, in order, into groups of batch_size (the last may be smaller); each "
-                   "group is padded to its longest. The fraction is padding / all computed positions, i.e. "
-                   "1 - sum(lengths) / sum over groups of (longest x group size).")
+PADDING_EXPLAIN = ("Cut the sequences, in order, into groups of the batch size (the last may be smaller); "
+                   "each group is padded to its longest. The fraction is one minus the real positions "
+                   "(the sum of the lengths) over all computed ones (for each group, its longest length "
+                   "times its number of sequences).")
 PADDING_GLOBAL_HINT = "Each batch is padded to its own longest sequence, not to the longest of all."
 PADDING_LAST_HINT = "The last batch holds only the sequences that are left: do not count missing rows."
 
@@ -360,14 +367,14 @@ def _merged(out_a, lse_a, out_b, lse_b, mode: str = "right") -> tuple[np.ndarray
 
 
 MERGE_EXPLAIN = (
-    "Each part is normalised over its own keys; its share of the whole is exp(lse_part - lse) with "
-    "lse = logaddexp(lse_a, lse_b). So out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b, and "
-    "the merged lse is lse. A part with no key has lse = -inf and weight 0."
+    "Each part is normalised over its own keys. The whole's log-sum-exp is the log of the sum of the "
+    "parts' exponentials (NumPy's logaddexp), and each part counts by the exponential of its own "
+    "log-sum-exp minus the whole's. A part with no key has a log-sum-exp of minus infinity and weight 0."
 )
 MERGE_MEAN_HINT = ("The two outputs are averaged: each part must count by its share of the softmax's "
-                   "denominator, exp(lse_part - lse), not one half.")
-MERGE_OVERFLOW_HINT = ("exp(lse) overflows for large scores (inf / inf = nan): subtract the merged lse "
-                       "before exponentiating, exp(lse_a - lse).")
+                   "denominator, the exponential of its log-sum-exp minus the whole's, not one half.")
+MERGE_OVERFLOW_HINT = ("The exponential of a log-sum-exp overflows for large scores (infinity over infinity "
+                       "is NaN): subtract the merged log-sum-exp before exponentiating.")
 
 
 def _diagnose_merge(got: Any, case: Case) -> str | None:
