@@ -170,8 +170,11 @@ class QuestCache:
     """One layer's whole cache, read through the pages Quest picks for each query.
 
     :func:`attach_quest` sets :attr:`query` before each step; ``append`` then selects,
-    and ``k, v`` are the selected keys and values. Source: Tang et al. (2024),
-    Algorithm 1. Raises ``ValueError`` (at ``append``) for a bad budget or page size.
+    and ``k, v`` are the selected keys and values. Only the prefilled context is paged:
+    the keys decoded after it are all read, as :func:`cut` keeps them for the eviction
+    rules, so a budget means the same number of context positions for every rule
+    (Quest itself pages those keys too). Source: Tang et al. (2024), Algorithm 1.
+    Raises ``ValueError`` (at ``append``) for a bad budget or page size.
     """
 
     kind = "keys and values"
@@ -180,6 +183,7 @@ class QuestCache:
         self, k: torch.Tensor, v: torch.Tensor, budget: int, page_size: int = 16
     ) -> None:
         self.all_k, self.all_v, self.budget, self.page_size = k, v, budget, page_size
+        self.context = int(k.shape[2])
         self.query: torch.Tensor | None = None
         self.kept: torch.Tensor | None = None
 
@@ -196,7 +200,10 @@ class QuestCache:
             torch.cat([self.all_k, k], 2),
             torch.cat([self.all_v, v], 2),
         )
-        self.kept = quest(self.query, self.all_k, self.budget, self.page_size)
+        context = self.all_k[:, :, : self.context]
+        kept = quest(self.query, context, self.budget, self.page_size)
+        after = torch.arange(self.context, len(self), device=k.device)
+        self.kept = torch.cat([kept, after.expand(*kept.shape[:2], -1)], -1)
 
     @property
     def k(self) -> torch.Tensor:
@@ -213,17 +220,12 @@ class QuestCache:
         )
 
     def nbytes(self) -> int:
-        """Bytes held: every key and value, and each full page's min and max key."""
-        pages = (
-            len(self)
-            // self.page_size
-            * 2
-            * self.all_k.shape[-1]
-            * self.all_k.shape[:2].numel()
+        """Bytes held: every key and value, and each context page's min and max key."""
+        pages = self.context // self.page_size * self.all_k.shape[:2].numel()
+        numbers = (
+            self.all_k.numel() + self.all_v.numel() + pages * 2 * self.all_k.shape[-1]
         )
-        return (
-            self.all_k.numel() + self.all_v.numel() + pages
-        ) * self.all_k.element_size()
+        return numbers * self.all_k.element_size()
 
 
 def attach_quest(model) -> list:

@@ -345,6 +345,23 @@ def test_quest_reads_the_pages_its_query_picks(tiny):
         torch.testing.assert_close(
             model(continuation[:, :1], plain, positions=torch.tensor([48]))[0], out
         )
+    # later steps page the context only: the decoded keys are all read
+    hooks = attach_quest(model)
+    try:
+        with torch.no_grad():
+            for i in range(1, 8):
+                model(
+                    continuation[:, i : i + 1], caches, positions=torch.tensor([48 + i])
+                )
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for cache in caches:
+        assert cache.kept.shape == (1, 2, 24) and len(cache) == 56
+        assert (cache.kept[..., 16:] == torch.arange(48, 56)).all()
+        assert torch.equal(
+            cache.kept[..., :16], quest(cache.query, cache.all_k[:, :, :48], 16, 8)
+        )
     with pytest.raises(ValueError, match="one token"):
         QuestCache(record.caches[0].k, record.caches[0].v, 16).append(
             *(record.caches[0].k[:, :, :2],) * 2
