@@ -15,7 +15,7 @@ Quest bounds the logit of the group's summed query.
 Sources: Xiao et al. (2024), "Efficient Streaming Language Models with Attention Sinks",
 ICLR, section 3.2; Zhang et al. (2023), "H2O: Heavy-Hitter Oracle", NeurIPS, section 4
 and Algorithm 1; Li et al. (2024), "SnapKV", NeurIPS, section 4 and Listing 1; Tang et
-al. (2024), "Quest: Query-Aware Sparsity", ICML, section 3 and Algorithm 1.
+al. (2024), "Quest: Query-Aware Sparsity", ICML, section 3 and Figure 5.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def snapkv_votes(window_weights: torch.Tensor, num_kv_heads: int) -> torch.Tenso
 
     Notes
     -----
-    Li et al. (2024), section 4.2 (Algorithm, "voting" by the observation window) and
+    Li et al. (2024), section 4.1 ("voting" by the observation window) and
     Listing 1 (``attn_weights[..., -window:, :-window].sum(dim=-2)``).
     """
     return pool_heads(window_weights.sum(-2), num_kv_heads)
@@ -278,7 +278,7 @@ def snapkv(
 
     Notes
     -----
-    Li et al. (2024), section 4.2 (observation window, voting, "clustering via pooling")
+    Li et al. (2024), section 4.1 (observation window, voting), 4.2 (pooling)
     and Listing 1 (window 32, pooling kernel 7 in its experiments).
     """
     src_len = votes.shape[-1]
@@ -329,7 +329,7 @@ def page_min_max(
 
     Notes
     -----
-    Tang et al. (2024), section 3.2 (Algorithm 1, "reduced keys" ``m`` and ``M``).
+    Tang et al. (2024), section 3 (Figure 5: each page's "Min Key" and "Max Key").
     """
     page_size = _positive_int(page_size, "page_size")
     if keys.shape[-2] % page_size:
@@ -359,7 +359,7 @@ def quest_bound(
 
     Notes
     -----
-    Tang et al. (2024), section 3.2 (Algorithm 1, criticality estimation).
+    Tang et al. (2024), section 3 (Figure 5, stage 1: the page's criticality).
     """
     q = query[..., None, :]
     return torch.maximum(q * minimum, q * maximum).sum(-1)
@@ -399,7 +399,7 @@ def quest(
 
     Notes
     -----
-    Tang et al. (2024), section 3 and Algorithm 1: the selection is redone at every
+    Tang et al. (2024), section 3 and Figure 5: the selection is redone at every
     decoding step, for that step's query.
     """
     page_size = _positive_int(page_size, "page_size")

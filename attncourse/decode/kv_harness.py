@@ -14,7 +14,7 @@ original position, and new tokens take their positions in the text, not in the c
 only once the text outruns the trained context).
 
 Sources: Li et al. (2024), "SnapKV", NeurIPS, section 4 (compress once after the
-prompt); Tang et al. (2024), "Quest", ICML, Algorithm 1 (select at every step); Liu et
+prompt); Tang et al. (2024), "Quest", ICML, section 3 (select at every step); Liu et
 al. (2024), "KIVI", section 3 (the int8 cache of chapter 10).
 """
 
@@ -52,7 +52,8 @@ class Prefill:
     d_k)``; ``accumulated``, ``votes``: per layer ``(batch, num_kv_heads, length)``, the
     column sums of the weights and the last ``window`` rows' sums, each summed over the
     KV head's query heads; ``last_logits``: ``(batch, vocab_size)``, the prediction of
-    the token after the context.
+    the token after the context. Source: Zhang et al. (2023), "H2O", section 4; Li et
+    al. (2024), "SnapKV", section 4.1.
     """
 
     caches: list[KVCache]
@@ -91,7 +92,7 @@ def prefill(model, context: torch.Tensor, window: int = 32) -> Prefill:
     Notes
     -----
     Zhang et al. (2023), "H2O", section 4 (accumulated attention); Li et al. (2024),
-    "SnapKV", section 4.2 (observation window).
+    "SnapKV", section 4.1 (observation window).
     """
     if (
         isinstance(window, bool)
@@ -173,7 +174,7 @@ class QuestCache:
     and ``k, v`` are the selected keys and values. Only the prefilled context is paged:
     the keys decoded after it are all read, as :func:`cut` keeps them for the eviction
     rules, so a budget means the same number of context positions for every rule
-    (Quest itself pages those keys too). Source: Tang et al. (2024), Algorithm 1.
+    (Quest itself pages those keys too). Source: Tang et al. (2024), section 3.
     Raises ``ValueError`` (at ``append``) for a bad budget or page size.
     """
 
@@ -234,7 +235,7 @@ def attach_quest(model) -> list:
     The course's attention computes its queries inside ``forward``; the hook computes
     them again from the layer's input (``W^Q``, then RoPE at the step's positions).
     Returns the hook handles (call ``remove()`` on each). Source: Tang et al. (2024),
-    Algorithm 1 (the current query ``Q``).
+    section 3 (the current query vector).
     """
 
     def set_query(attn, args, kwargs):
@@ -318,7 +319,11 @@ def cut(
 
 
 def cache_nbytes(caches: list) -> int:
-    """Bytes the caches hold (codes, scales and page metadata included)."""
+    """Bytes the caches hold, one per layer (codes, scales and page metadata included).
+
+    ``caches``: :class:`KVCache`, :class:`QuantizedKVCache` or :class:`QuestCache`.
+    Source: Kwon et al. (2023), "PagedAttention", section 2.3 (the KV cache's memory).
+    """
     return sum(
         c.nbytes()
         if hasattr(c, "nbytes")
@@ -378,8 +383,10 @@ def _step_logits(
 class BudgetRun:
     """One measurement of :func:`run_budget`.
 
-    ``loss`` (nats/token over the continuation), ``seconds`` (cut and continuation),
-    ``nbytes`` (the cut cache), ``greedy`` (token ids or None).
+    ``loss`` (nats/token over the continuation), ``seconds`` (cut and continuation:
+    one forward pass for the eviction rules, one per token for ``"quest"``),
+    ``nbytes`` (the cut cache), ``greedy`` (long ``(batch, greedy_steps)`` or None).
+    Source: Li et al. (2024), "SnapKV", section 5 (quality under a budget).
     """
 
     rule: str
@@ -388,7 +395,7 @@ class BudgetRun:
     loss: float
     seconds: float
     nbytes: int
-    greedy: list[int] | None = None
+    greedy: torch.Tensor | None = None
 
 
 def run_budget(
@@ -457,7 +464,7 @@ def run_budget(
                         positions=torch.tensor([record.length + i]),
                     )[0]
                     tokens.append(step[:, -1].argmax(-1))
-                tokens = torch.stack(tokens, 1)[0].tolist()
+                tokens = torch.stack(tokens, 1)
     finally:
         for hook in hooks:
             hook.remove()
