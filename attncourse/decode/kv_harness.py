@@ -38,6 +38,7 @@ from attncourse.decode.kv_budget import (
 from attncourse.decode.quantized import QuantizedKVCache
 from attncourse.nn.attend import validate_positions
 from attncourse.nn.attention import KVCache, split_heads
+from attncourse.nn.causal_attention import CausalSelfAttention
 from attncourse.nn.rope import apply_rope
 
 #: The rules :func:`cut` knows; ``"full"`` keeps every position.
@@ -87,7 +88,8 @@ def prefill(model, context: torch.Tensor, window: int = 32) -> Prefill:
     Raises
     ------
     ValueError
-        If ``window`` is not in ``1 .. length``.
+        If ``window`` is not in ``1 .. length``, or a block's attention is not
+        :class:`~attncourse.nn.causal_attention.CausalSelfAttention` (e.g. MLA).
 
     Notes
     -----
@@ -102,12 +104,14 @@ def prefill(model, context: torch.Tensor, window: int = 32) -> Prefill:
         raise ValueError(
             f"window must be an int in 1 .. {context.shape[1]}, got {window!r}"
         )
+    if not all(isinstance(block.attn, CausalSelfAttention) for block in model.blocks):
+        raise ValueError(
+            "model must have 'gqa' attention (CausalSelfAttention) in every block"
+        )
     accumulated, votes = [], []
 
     def reduce(attn, args, output):
-        out, weights = (
-            output  # weights (batch, num_heads, length, length), this layer only
-        )
+        out, weights = output  # weights (batch, num_heads, length, length): one layer's
         accumulated.append(pool_heads(weights.sum(-2), attn.num_kv_heads))
         votes.append(snapkv_votes(weights[:, :, -window:], attn.num_kv_heads))
         return out, None
