@@ -475,16 +475,29 @@ def run_budget(
     return BudgetRun(rule, budget, int8, loss, seconds, nbytes, tokens)
 
 
+#: The passkey task's filler (Mohtashami and Jaggi 2023): an instruction, then one
+#: sentence repeated.
+PASSKEY_FILLER = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and "
+    "memorize it. I will quiz you about the important information there. ",
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and "
+    "back again. ",
+)
+
+
 def passkey_context(
-    encode, filler: str, passkey: str, length: int, depth: float = 0.5
+    encode, passkey: str, length: int, depth: float = 0.5, filler: str | None = None
 ) -> list[int]:
     """``length`` token ids: ``filler``, a pass key stated at ``depth``, the question.
 
-    ``encode``: text -> token ids. The context ends with "The pass key is", so a model
-    that retrieves it continues with the key. Raises ``ValueError`` if ``depth`` is not
-    in [0, 1] or ``filler`` is too short. Source: Mohtashami and Jaggi (2023), "Landmark
-    Attention", appendix (the passkey retrieval task).
+    ``encode``: text -> token ids; ``filler``: default :data:`PASSKEY_FILLER`'s
+    instruction and enough of its sentence. The context ends with "The pass key is",
+    so a model that retrieves it continues with the key. Raises ``ValueError`` if
+    ``depth`` is not in [0, 1] or ``filler`` is too short. Source: Mohtashami and
+    Jaggi (2023), "Landmark Attention", section 4.2 and appendix (passkey retrieval).
     """
+    if filler is None:
+        filler = PASSKEY_FILLER[0] + PASSKEY_FILLER[1] * (length // 10 + 1)
     if not 0 <= depth <= 1:
         raise ValueError(f"depth must lie in [0, 1], got {depth}")
     needle = encode(
@@ -502,6 +515,7 @@ def passkey_context(
 
 
 __all__ = [
+    "PASSKEY_FILLER",
     "RULES",
     "BudgetRun",
     "Prefill",

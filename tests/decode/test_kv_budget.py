@@ -24,6 +24,7 @@ from attncourse.decode.kv_budget import (
     snapkv_votes,
 )
 from attncourse.decode.kv_harness import (
+    PASSKEY_FILLER,
     QuestCache,
     attach_quest,
     bytes_per_token,
@@ -410,16 +411,22 @@ def test_passkey_context_places_the_needle():
     def encode(text):
         return [ord(c) for c in text]
 
-    ids = passkey_context(encode, "abcdefghij" * 30, "4321", 200, depth=0.5)
+    ids = passkey_context(encode, "4321", 200, depth=0.5, filler="abcdefghij" * 30)
     text = "".join(map(chr, ids))
-    assert len(ids) == 200 and text.endswith("What is the pass key? The pass key is")
-    # the needle takes 58 characters, the question 38: 104 of filler, needle after 52
-    assert text.index(" The pass key is 4321. Remember it. 4321 is the pass key.") == 52
+    assert len(ids) == 200
+    assert text.endswith("What is the pass key? The pass key is")
+    # the needle takes 57 characters, the question 38: 105 of filler, the needle
+    # after round(52.5) = 52 (Python rounds halves to even)
+    needle = " The pass key is 4321. Remember it. 4321 is the pass key."
+    assert text.index(needle) == 52
     assert text[:52] == ("abcdefghij" * 6)[:52]
+    default = "".join(map(chr, passkey_context(encode, "4321", 400, depth=1.0)))
+    assert default.startswith(PASSKEY_FILLER[0] + PASSKEY_FILLER[1])
+    assert default[400 - 95 :] == needle + " What is the pass key? The pass key is"
     with pytest.raises(ValueError, match="filler"):
-        passkey_context(encode, "ab", "1", 200)
+        passkey_context(encode, "1", 200, filler="ab")
     with pytest.raises(ValueError, match="depth"):
-        passkey_context(encode, "ab" * 200, "1", 200, depth=1.5)
+        passkey_context(encode, "1", 200, depth=1.5)
 
 
 # --- SmolLM2 -------------------------------------------------------------------------
