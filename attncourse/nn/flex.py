@@ -11,8 +11,9 @@ A score-only variant of the course (one that overrides
 alone) runs here once it declares the same change as a ``score_mod`` method:
 :func:`use_flex` routes its ``attend`` through :func:`flex_heads`.
 
-Source: Dong et al. (2024), "Flex Attention: A Programming Model for Generating Optimized
-Attention Kernels", section 3 (score_mod, mask_mod, BlockMask).
+Source: Dong et al. (2025), "FlexAttention: A Programming Model for Generating Fused
+Attention Variants", MLSys 2025 (arXiv:2412.05496), section 3 (score_mod, mask_mod,
+BlockMask).
 """
 
 from __future__ import annotations
