@@ -12,8 +12,8 @@ alone) runs here once it declares the same change as a ``score_mod`` method:
 :func:`use_flex` routes its ``attend`` through :func:`flex_heads`.
 
 Source: Dong et al. (2025), "FlexAttention: A Programming Model for Generating Fused
-Attention Variants", MLSys 2025 (arXiv:2412.05496), section 3 (score_mod, mask_mod,
-BlockMask).
+Attention Variants", MLSys 2025 (arXiv:2412.05496): score_mod, mask_mod and
+BlockMask.
 """
 
 from __future__ import annotations

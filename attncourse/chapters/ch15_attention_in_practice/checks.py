@@ -420,7 +420,8 @@ def check_merge_attention(fn: Callable[[np.ndarray, np.ndarray, np.ndarray, np.n
         Called with the outputs ``(n, d_v)`` and log-sum-exps ``(n,)`` of softmax attention
         over two disjoint sets of keys (``-inf`` where a set is empty); returns ``(out,
         lse)``: the attention over all the keys and its log-sum-exp (Milakov and
-        Gimelshein 2018, eq. (4); FlashAttention-2's split-KV merge).
+        Gimelshein 2018, the merge of partial (max, sum) pairs; FlashAttention-2's
+        split-KV merge).
     """
     return run_cases("check_merge_attention", fn, merge_cases())
 

@@ -20,7 +20,7 @@ inside one document (chapter 15 checks it).
 
 References
 ----------
-Krell et al. (2021), "Efficient Sequence Packing without Cross-contamination", sections 2-3
+Krell et al. (2021), "Efficient Sequence Packing without Cross-contamination"
 (padding's cost, packing with a block-diagonal mask); Su et al. (2021), RoFormer, eq. (16).
 """
 
