@@ -2,7 +2,10 @@
 
 import pytest
 
-from attncourse.chapters.ch15_attention_in_practice.explorer import BLOCK_SIZES, BlockMaskExplorer
+from attncourse.chapters.ch15_attention_in_practice.explorer import (
+    BLOCK_SIZES,
+    BlockMaskExplorer,
+)
 from attncourse.functional.sparse_masks import tile_fraction
 
 
