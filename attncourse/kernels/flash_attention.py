@@ -53,20 +53,27 @@ def default_precision(dtype: torch.dtype) -> str:
 
 
 @jit
+def _kv_tile(K, V, begin, N_K, HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr):
+    """Key positions ``begin .. begin + BLOCK_N`` and their K, V rows ``(BLOCK_N, HEAD_DIM)``;
+    ``MASKED``: the tile may run past ``N_K`` (zeros there)."""
+    cols = begin + tl.arange(0, BLOCK_N)
+    kv_at = cols[:, None] * HEAD_DIM + tl.arange(0, HEAD_DIM)[None, :]
+    if MASKED:
+        k = tl.load(K + kv_at, mask=cols[:, None] < N_K, other=0.0)
+        v = tl.load(V + kv_at, mask=cols[:, None] < N_K, other=0.0)
+    else:
+        k = tl.load(K + kv_at)
+        v = tl.load(V + kv_at)
+    return cols, k, v
+
+
+@jit
 def _forward_tiles(acc, l, m, q, K, V, rows, start, stop, N_K, qk_scale,
                    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
                    CAUSAL: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
     """Online softmax of a query block, key tiles [start, stop) (alg. 1, lines 6-11)."""
-    dims = tl.arange(0, HEAD_DIM)
     for begin in range(start, stop, BLOCK_N):
-        cols = begin + tl.arange(0, BLOCK_N)
-        kv_at = cols[:, None] * HEAD_DIM + dims[None, :]
-        if MASKED:   # the last tile may run past N_K
-            k = tl.load(K + kv_at, mask=cols[:, None] < N_K, other=0.0)
-            v = tl.load(V + kv_at, mask=cols[:, None] < N_K, other=0.0)
-        else:
-            k = tl.load(K + kv_at)
-            v = tl.load(V + kv_at)
+        cols, k, v = _kv_tile(K, V, begin, N_K, HEAD_DIM, BLOCK_N, MASKED)
         # log2 units: m is the running maximum of s, l the running sum of exp2(s - m)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * qk_scale
         if MASKED:
@@ -191,16 +198,8 @@ def _dq_tiles(dq, q, do, lse, delta, K, V, rows, start, stop, N_K, qk_scale,
               HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, MASKED: tl.constexpr,
               CAUSAL: tl.constexpr, ACC: tl.constexpr, PRECISION: tl.constexpr):
     """dQ_i of one query block, summed over the key tiles [start, stop)."""
-    dims = tl.arange(0, HEAD_DIM)
     for begin in range(start, stop, BLOCK_N):
-        cols = begin + tl.arange(0, BLOCK_N)
-        kv_at = cols[:, None] * HEAD_DIM + dims[None, :]
-        if MASKED:
-            k = tl.load(K + kv_at, mask=cols[:, None] < N_K, other=0.0)
-            v = tl.load(V + kv_at, mask=cols[:, None] < N_K, other=0.0)
-        else:
-            k = tl.load(K + kv_at)
-            v = tl.load(V + kv_at)
+        cols, k, v = _kv_tile(K, V, begin, N_K, HEAD_DIM, BLOCK_N, MASKED)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION, out_dtype=ACC) * qk_scale
         p = tl.exp2(s - lse[:, None])
         if MASKED:
