@@ -12,8 +12,7 @@ gathered blocks (the keys past each one's length masked), a new request's prompt
 attending causally to its own keys (its prefill).
 
 Both decode greedily (the largest logit, no id suppressed) to ``max_new_tokens``, with
-no end-of-sequence stop. One clock step is one forward; the clock jumps over steps in
-which nothing has arrived.
+no end-of-sequence stop. A clock step is one forward; the clock skips idle steps.
 
 References
 ----------
@@ -56,9 +55,8 @@ class Request:
 
     def __post_init__(self) -> None:
         p = self.prompt
-        if not isinstance(p, torch.Tensor) or p.dim() != 1 or p.is_floating_point():
-            p = None
-        if p is None or not p.numel():
+        if not (isinstance(p, torch.Tensor) and p.dim() == 1 and p.numel()) or (
+                p.is_floating_point()):
             raise ValueError(f"request {self.id}: prompt must be a non-empty 1-D "
                              "tensor of token ids")
         if self.max_new_tokens < 1 or self.arrival < 0:
@@ -152,6 +150,7 @@ class Served:
 
     @property
     def tokens_per_second(self) -> float:
+        """Tokens generated per wall second."""
         return self.generated / self.seconds
 
 
@@ -179,10 +178,10 @@ def static_batching(model: GPT, requests: list[Request], batch_size: int) -> Ser
 
     A group starts when its last request has arrived and the group before is done. Its
     prompts are left-padded to the longest, the pads masked as keys (a position table
-    reads each row's own positions; RoPE's angles are relative and need no shift); the
-    group then decodes through :meth:`GPT.forward` with one contiguous cache (rows,
-    num_kv_heads, cache_len, d_k) per layer until its longest request is done: a
-    finished row is still computed and keeps its cache.
+    reads each row's own positions; RoPE and ALiBi see only relative positions, so one
+    row of positions serves all). The group then decodes through :meth:`GPT.forward`
+    with one contiguous cache (rows, num_kv_heads, cache_len, d_k) per layer until its
+    longest request is done: a finished row is still computed and keeps its cache.
 
     Returns
     -------
@@ -236,14 +235,15 @@ def static_batching(model: GPT, requests: list[Request], batch_size: int) -> Ser
     return out
 
 
+@dataclass
 class _Running:
     """A request in the continuous batch: its block table, cached length, tokens."""
 
-    def __init__(self, request: Request, blocks_needed: int) -> None:
-        self.request, self.blocks_needed = request, blocks_needed
-        self.table: list[int] = []
-        self.length = 0
-        self.tokens: list[int] = []
+    request: Request
+    blocks_needed: int
+    table: list[int] = field(default_factory=list)
+    length: int = 0
+    tokens: list[int] = field(default_factory=list)
 
 
 def _paged_forward(model: GPT, pool: BlockPool, rope: list, decoding: list[_Running],
@@ -387,10 +387,10 @@ def continuous_batching(model: GPT, requests: list[Request], max_batch: int,
         running += new
         for s, token in zip(running, logits.argmax(-1).tolist()):
             s.tokens.append(token)
-        tables = {s.request.id: list(s.table) for s in running}
+        tables, used = {s.request.id: list(s.table) for s in running}, pool.used
         out.trace.append(StepTrace(clock, len(running), tuple(tables),
-                                   pool.used * block_bytes, tables))
-        out.peak_blocks = max(out.peak_blocks, pool.used)
+                                   used * block_bytes, tables))
+        out.peak_blocks = max(out.peak_blocks, used)
         for s in [s for s in running if len(s.tokens) == s.request.max_new_tokens]:
             for b in s.table:  # back to the free list at once
                 pool.release(b)

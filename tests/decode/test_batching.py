@@ -178,3 +178,10 @@ def test_one_paged_forward_gives_each_request_its_own_logits(kw):
         expected = model(sequence if s.tokens else s.request.prompt[None])[0][0, -1]
         torch.testing.assert_close(row, expected, rtol=0, atol=1e-12)
     assert [len(s.table) for s in running] == [3, 1, 2] and pool.used == 6
+
+
+def test_static_batching_left_pads_an_alibi_model_too():
+    model = _gpt(positional="alibi")  # relative distances: one row of positions serves all
+    stream = request_stream(8, 24, (1, 12), (1, 6), seed=6)
+    served = static_batching(model, stream, 4)
+    assert all(torch.equal(served.tokens[r.id], _alone(model, r)) for r in stream)
