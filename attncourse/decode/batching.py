@@ -278,7 +278,7 @@ def _paged_forward(model: GPT, pool: BlockPool, rope: list, decoding: list[_Runn
     if model.spec.scale_embedding:
         x = x * math.sqrt(model.d_model)
     if model.positional_encoding is not None:
-        table = getattr(model.positional_encoding, "pe", None)  # sinusoidal; learned:
+        table = getattr(model.positional_encoding, "pe", None)  # sinusoidal, or:
         if table is None:
             table = model.positional_encoding.embedding.weight
         x = x + table[positions]
