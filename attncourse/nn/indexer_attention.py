@@ -208,11 +208,11 @@ def indexer_kl(scores: torch.Tensor, attention: torch.Tensor, allowed: torch.Ten
 
     Source: DeepSeek-AI (2025), section 2.1.1, eq. (3).
     """
-    target = attention.detach().sum(1)
-    target = target / target.sum(-1, keepdim=True).clamp_min(torch.finfo(target.dtype).tiny)
     if allowed.dim() == 4:  # a key any head may read
         allowed = allowed.any(1)
     allowed = allowed.expand(scores.shape)
+    target = attention.detach().sum(1).masked_fill(~allowed, 0.0)
+    target = target / target.sum(-1, keepdim=True).clamp_min(torch.finfo(target.dtype).tiny)
     # a finite floor, not -inf: a query with no allowed key then gives 0, not NaN
     log_q = torch.log_softmax(scores.masked_fill(~allowed, torch.finfo(scores.dtype).min), dim=-1)
     return (torch.xlogy(target, target) - target * log_q).sum(-1).mean()
