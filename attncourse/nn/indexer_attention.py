@@ -6,7 +6,7 @@ A few cheap indexer heads score every earlier key,
 
 with ``q^I_{t,j}`` (``index_dim`` numbers) and ``w_{t,j}`` (one number) computed from
 the query token and one indexer key ``k^I_s`` per token; each query then attends, with
-every head of the main (GQA) attention, only to the ``top_k`` earlier keys of highest
+every head of the main (GQA) attention, only to the ``top_k_keys`` earlier keys of highest
 score, plus itself. The cache keeps the indexer keys beside the keys and values.
 
 Training. The selection is not differentiable, so the indexer learns from its own loss:
@@ -52,14 +52,15 @@ class DSAOptions(GQAOptions):
         "help": "with --attention dsa: width d^I of the indexer's queries and keys, even with RoPE "
                 "(default 16; DeepSeek-V3.2: 128)",
         "check": "positive_int", "limit": (1, 4096, "memory grows with it"), "metavar": "D"})
-    top_k: int = field(default=16, metadata={
+    # not "top_k": sample's --top-k is another thing (the most probable tokens)
+    top_k_keys: int = field(default=16, metadata={
         "help": "with --attention dsa: earlier keys each query reads, besides itself (default 16, a quarter "
                 "of chapter 7's context; DeepSeek-V3.2: 2048)",
         "check": "positive_int", "limit": (1, 1 << 20, "more than the context reads every key"),
         "metavar": "K"})
 
     def __post_init__(self) -> None:
-        for name in ("index_heads", "index_dim", "top_k"):
+        for name in ("index_heads", "index_dim", "top_k_keys"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -240,7 +241,7 @@ class IndexerAttention(CausalSelfAttention):
     """GQA whose queries read only the keys a lightning indexer selects.
 
     Options as :class:`CausalSelfAttention` plus ``index_heads``, ``index_dim`` and
-    ``top_k`` (:class:`DSAOptions`). With RoPE the indexer's queries and keys are
+    ``top_k_keys`` (:class:`DSAOptions`). With RoPE the indexer's queries and keys are
     rotated too (else it could not tell a near key from a far one). After each call
     :attr:`last_keys_read` holds the share of allowed (query, key) pairs read and, in
     training, :attr:`last_index_loss` the indexer's KL (nats).
@@ -337,7 +338,7 @@ class IndexerAttention(CausalSelfAttention):
         if mask is not None:
             allowed = mask & allowed
         scores_index = index_scores(q_index, k_index, self.w_wi(index_input))
-        selected = select_top_k(scores_index, allowed, self.options.top_k)
+        selected = select_top_k(scores_index, allowed, self.options.top_k_keys)
         k, v = repeat_kv(k, self.num_heads), repeat_kv(v, self.num_heads)
         scores = q @ k.transpose(-2, -1) / self.d_k**0.5
         if self.positional == "alibi":

@@ -26,7 +26,7 @@ INDEXER = ("w_qi.weight", "w_ki.weight", "w_wi.weight")
 
 def layer(top_k, scheme="rope", num_kv_heads=2, seed=0):
     torch.manual_seed(seed)
-    options = {"num_kv_heads": num_kv_heads, "top_k": top_k, "index_heads": 2, "index_dim": 4}
+    options = {"num_kv_heads": num_kv_heads, "top_k_keys": top_k, "index_heads": 2, "index_dim": 4}
     return AttentionSpec("dsa", options).build(D, H, True, PositionSpec(scheme)).double()
 
 
@@ -76,8 +76,8 @@ def test_keys_read_fraction_by_hand_and_as_the_layer_reports_it():
     assert attn.last_keys_read == pytest.approx(keys_read_fraction(10, 3))
     _, weights = attn(torch.randn(2, 10, D, dtype=torch.float64), need_weights=True)
     assert ((weights[:, 0] > 0).sum(-1) == torch.tensor([min(t, 3) + 1 for t in range(10)])).all()
-    with pytest.raises(ValueError, match="top_k"):
-        DSAOptions(top_k=0)
+    with pytest.raises(ValueError, match="top_k_keys"):
+        DSAOptions(top_k_keys=0)
 
 
 @pytest.mark.parametrize("scheme", ["rope", "alibi", "learned"])
@@ -91,7 +91,7 @@ def test_with_top_k_over_the_length_it_is_causal_attention(scheme):
     torch.testing.assert_close(out, expected, rtol=0, atol=1e-12)
     torch.testing.assert_close(weights, expected_weights, rtol=0, atol=1e-12)
     assert attn.last_keys_read == 1.0
-    dense = gpt(AttentionSpec("dsa", {"top_k": 9}))
+    dense = gpt(AttentionSpec("dsa", {"top_k_keys": 9}))
     reference = gpt(AttentionSpec("gqa"))
     reference.load_state_dict({k: v for k, v in dense.state_dict().items()
                                if not any(f".{name}" in k for name in INDEXER)})
@@ -110,7 +110,7 @@ def test_a_small_top_k_changes_the_output_of_late_queries_only():
 
 
 def test_cached_decoding_equals_the_full_forward():
-    model = gpt(AttentionSpec("dsa", {"top_k": 3, "num_kv_heads": 2}))
+    model = gpt(AttentionSpec("dsa", {"top_k_keys": 3, "num_kv_heads": 2}))
     tokens = torch.randint(0, 13, (2, 12))
     full, full_weights = model(tokens, need_weights=True)
     caches = model.init_cache(2)
@@ -178,11 +178,11 @@ def test_train_lm_trains_dsa_and_the_loss_falls(tmp_path):
     text = "the cat sat on the mat. " * 60
     corpus = char_corpus(text)
     config = LMConfig(d_model=16, num_heads=2, num_layers=1, d_ff=32, context=16, batch_size=8, steps=40,
-                      steps_per_epoch=20, lr=1e-2, warmup=5, attention="dsa", top_k=4, index_heads=2,
+                      steps_per_epoch=20, lr=1e-2, warmup=5, attention="dsa", top_k_keys=4, index_heads=2,
                       index_dim=8)
     run = train_lm(config, corpus, text, progress=False, out_dir=tmp_path)
     attn = run.model.blocks[0].attn
-    assert isinstance(attn, IndexerAttention) and attn.options.top_k == 4
+    assert isinstance(attn, IndexerAttention) and attn.options.top_k_keys == 4
     assert run.history[-1]["valid_loss"] < run.history[0]["valid_loss"]
     assert run.history[-1]["valid_loss"] < math.log(len(corpus.vocab)) - 0.5
     assert attn.last_keys_read == pytest.approx(keys_read_fraction(16, 4))
