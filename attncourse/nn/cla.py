@@ -5,14 +5,15 @@ values (with ``num_kv_heads`` heads, as GQA); the others have only ``W^Q`` and `
 and attend to the first layer's keys and values. The KV cache then holds one layer in
 ``kv_share``: CLA2 (``kv_share=2``) halves it.
 
-The layers are built one by one from the same :class:`~attncourse.nn.spec.AttentionSpec`;
-:class:`~attncourse.nn.gpt.GPT` then calls :meth:`CrossLayerAttention.link_layers` on
-each, which makes layer ``i`` read the keys of layer ``i - i % kv_share`` and drops its
-own ``W^K, W^V``. In a forward pass the first layer of a group hands its keys and values
-(the whole cache, in cached decoding) to the others, which run after it.
+The layers are built one by one from the same
+:class:`~attncourse.nn.spec.AttentionSpec`; :class:`~attncourse.nn.gpt.GPT` then
+calls :meth:`CrossLayerAttention.link_layers` on each, which makes layer ``i`` read
+the keys of layer ``i - i % kv_share`` and drops its own ``W^K, W^V``. In a forward
+pass the first layer of a group hands its keys and values (the whole cache, in cached
+decoding) to the others, which run after it.
 
 Source: Brandon et al. (2024), "Reducing Transformer Key-Value Cache Size with
-Cross-Layer Attention", NeurIPS, section 2 (CLA2, Figure 1; combined with MQA/GQA).
+Cross-Layer Attention", NeurIPS, section 2 (CLA, its sharing factor, CLA with MQA/GQA).
 """
 
 from __future__ import annotations
@@ -37,13 +38,24 @@ class CLAOptions(GQAOptions):
     Raises ``ValueError`` unless ``kv_share`` is a positive int.
     """
 
-    kv_share: int = field(default=1, metadata={
-        "help": "with --attention cla: adjacent layers sharing the first one's keys and values "
-                "(Brandon et al.'s CLA2: 2; default 1: each layer its own, as gqa)",
-        "check": "positive_int", "limit": (1, 64, "at most the number of layers"), "metavar": "N"})
+    kv_share: int = field(
+        default=1,
+        metadata={
+            "help": "with --attention cla: adjacent layers sharing the first one's "
+            "keys and values "
+            "(Brandon et al.'s CLA2: 2; default 1: each layer its own, as gqa)",
+            "check": "positive_int",
+            "limit": (1, 64, "at most the number of layers"),
+            "metavar": "N",
+        },
+    )
 
     def __post_init__(self) -> None:
-        if isinstance(self.kv_share, bool) or not isinstance(self.kv_share, int) or self.kv_share < 1:
+        if (
+            isinstance(self.kv_share, bool)
+            or not isinstance(self.kv_share, int)
+            or self.kv_share < 1
+        ):
             raise ValueError(f"kv_share must be a positive int, got {self.kv_share!r}")
 
 
@@ -76,14 +88,16 @@ class CrossLayerAttention(CausalSelfAttention):
     nothing (:class:`SharedKVCache`) and attends to the keys and values that the first
     layer of its group computed in the same forward pass.
 
-    Source: Brandon et al. (2024), section 2 (Figure 1: CLA2).
+    Source: Brandon et al. (2024), section 2.
     """
 
     options: CLAOptions
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.source: list[CrossLayerAttention] = []  # a list: the source is not a submodule
+        self.source: list[
+            CrossLayerAttention
+        ] = []  # a list: the source is not a submodule
         self.readers = 0  # layers that read this one's keys and values
         self.reader_index = 0  # 1 .. kv_share - 1 for a reader
         self._handoff: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -124,32 +138,52 @@ class CrossLayerAttention(CausalSelfAttention):
         if first == index:
             return
         source = layers[first]
-        same = (isinstance(source, CrossLayerAttention) and source.options.kv_share == share
-                and source.num_kv_heads == self.num_kv_heads and source.d_k == self.d_k
-                and source.positional == self.positional and source.rope_base == self.rope_base
-                and source.rope_scaling == self.rope_scaling)
+        same = (
+            isinstance(source, CrossLayerAttention)
+            and source.options.kv_share == share
+            and source.num_kv_heads == self.num_kv_heads
+            and source.d_k == self.d_k
+            and source.positional == self.positional
+            and source.rope_base == self.rope_base
+            and source.rope_scaling == self.rope_scaling
+        )
         if not same or source.reads_shared:
-            raise ValueError(f"layer {index} shares the keys and values of layer {first} (kv_share={share}), "
-                             f"which must be a 'cla' layer with the same kv_share, num_kv_heads, head size "
-                             f"and positions")
+            raise ValueError(
+                f"layer {index} shares the keys and values of layer {first} "
+                f"(kv_share={share}), which must be a 'cla' layer with the same "
+                f"kv_share, num_kv_heads, head size "
+                f"and positions"
+            )
         self.source = [source]
         source.readers += 1
         self.reader_index = index - first
-        del self.w_k, self.w_v  # a reader has W^Q and W^O only (Brandon et al., Figure 1)
+        del (
+            self.w_k,
+            self.w_v,
+        )  # a reader has W^Q and W^O only (Brandon et al., section 2)
 
     def cache_numbers_per_token(self) -> int:
-        """Numbers cached per token: ``2 g d_k``, or 0 for a layer that reads shared ones."""
+        """Numbers cached per token: ``2 g d_k``, 0 for a layer reading shared ones."""
         return 0 if self.reads_shared else super().cache_numbers_per_token()
 
-    def empty_cache(self, batch: int, dtype: torch.dtype | None = None, device=None) -> KVCache | SharedKVCache:
-        """A :class:`KVCache` with no entries, or a :class:`SharedKVCache` for a reader."""
+    def empty_cache(
+        self, batch: int, dtype: torch.dtype | None = None, device=None
+    ) -> KVCache | SharedKVCache:
+        """An empty :class:`KVCache`, or a :class:`SharedKVCache` for a reader."""
         if self.reads_shared:
             return SharedKVCache()
         return super().empty_cache(batch, dtype, device)
 
-    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None,
-               bias: torch.Tensor | None, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """:meth:`CausalSelfAttention.attend`; a first layer keeps ``k, v`` for its readers.
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        allowed: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`CausalSelfAttention.attend`; a first layer keeps ``k, v`` for readers.
 
         ``k, v (batch, g, src_len, d_k)``: every key of the call, cached ones included.
         """
@@ -157,10 +191,15 @@ class CrossLayerAttention(CausalSelfAttention):
             self._handoff = (k, v)
         return super().attend(q, k, v, allowed, bias, **kwargs)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                kv_cache: KVCache | SharedKVCache | None = None, need_weights: bool = False,
-                fast: bool = True, positions: torch.Tensor | None = None,
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        kv_cache: KVCache | SharedKVCache | None = None,
+        need_weights: bool = False,
+        fast: bool = True,
+        positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """As :meth:`CausalSelfAttention.forward`; a reader uses the first layer's keys.
 
         ``x (batch, seq_len, d_model)`` -> output like ``x`` and the weights ``(batch,
@@ -175,43 +214,75 @@ class CrossLayerAttention(CausalSelfAttention):
             If a reader runs without the keys of the first layer of this forward pass.
         """
         if not self.reads_shared:
-            return super().forward(x, mask, kv_cache, need_weights=need_weights, fast=fast,
-                                   positions=positions)
+            return super().forward(
+                x, mask, kv_cache, need_weights=need_weights, fast=fast, positions=positions
+            )
         if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"x must be (batch, seq_len, d_model={self.d_model}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"x must be (batch, seq_len, d_model={self.d_model}), "
+                f"got {tuple(x.shape)}"
+            )
         if kv_cache is not None and not isinstance(kv_cache, SharedKVCache):
-            raise ValueError(f"a layer that reads shared keys takes a SharedKVCache, got "
-                             f"{type(kv_cache).__name__}")
+            raise ValueError(
+                f"a layer that reads shared keys takes a SharedKVCache, got "
+                f"{type(kv_cache).__name__}"
+            )
         batch, seq_len, _ = x.shape
         offset = 0 if kv_cache is None else len(kv_cache)
         source = self.source[0]
         if source._handoff is None:
-            raise RuntimeError("this layer reads the keys and values of an earlier layer: run that layer first, "
-                               "in the same forward pass")
+            raise RuntimeError(
+                "this layer reads the keys and values of an earlier layer: "
+                "run that layer first, in the same forward pass"
+            )
         k, v = source._handoff
-        if self.reader_index == source.readers:  # the last reader lets go of the tensors
+        if self.reader_index == source.readers:  # the last reader lets them go
             source._handoff = None
         if k.shape[0] != batch or k.shape[2] != offset + seq_len:
-            raise ValueError(f"the shared keys hold {k.shape[2]} positions of {k.shape[0]} sequences, this call "
-                             f"needs {offset + seq_len} of {batch}")
-        positions = validate_call(mask, positions, batch, self.num_heads, seq_len, offset, x.device)
+            raise ValueError(
+                f"the shared keys hold {k.shape[2]} positions of {k.shape[0]} "
+                f"sequences, this call needs {offset + seq_len} of {batch}"
+            )
+        positions = validate_call(
+            mask, positions, batch, self.num_heads, seq_len, offset, x.device
+        )
         q = split_heads(self.w_q(x), self.num_heads)  # (batch, h, seq_len, d_k)
         if self.positional == "rope":  # the shared keys were rotated by the first layer
             q = apply_rope(q, positions, self.rope_base, self.rope_scaling)
         if kv_cache is not None:
             kv_cache.length += seq_len
         src_len = k.shape[2]
-        allowed = allowed_keys(seq_len, src_len, self.causal, self.window, device=x.device)
+        allowed = allowed_keys(
+            seq_len, src_len, self.causal, self.window, device=x.device
+        )
         if mask is not None:
             allowed = mask if allowed is None else mask & allowed
         bias = None
         if self.positional == "alibi":
-            bias = alibi_bias(self.num_heads, seq_len, src_len, dtype=q.dtype).to(x.device)
-        key_positions = positions if offset == 0 else torch.cat([torch.arange(offset, device=x.device), positions])
+            bias = alibi_bias(self.num_heads, seq_len, src_len, dtype=q.dtype).to(
+                x.device
+            )
+        key_positions = (
+            positions
+            if offset == 0
+            else torch.cat([torch.arange(offset, device=x.device), positions])
+        )
         heads, weights = CausalSelfAttention.attend(
-            self, q, k, v, allowed, bias, need_weights=need_weights, fast=fast,
-            is_causal=self.causal and self.window is None and mask is None and offset == 0,
-            query_positions=positions, key_positions=key_positions)
+            self,
+            q,
+            k,
+            v,
+            allowed,
+            bias,
+            need_weights=need_weights,
+            fast=fast,
+            is_causal=self.causal
+            and self.window is None
+            and mask is None
+            and offset == 0,
+            query_positions=positions,
+            key_positions=key_positions,
+        )
         return self.output(x, heads), (weights if need_weights or not fast else None)
 
 
