@@ -215,7 +215,8 @@ class CrossLayerAttention(CausalSelfAttention):
         """
         if not self.reads_shared:
             return super().forward(
-                x, mask, kv_cache, need_weights=need_weights, fast=fast, positions=positions
+                x, mask, kv_cache, need_weights=need_weights, fast=fast,
+                positions=positions,
             )
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
@@ -267,21 +268,10 @@ class CrossLayerAttention(CausalSelfAttention):
             if offset == 0
             else torch.cat([torch.arange(offset, device=x.device), positions])
         )
-        heads, weights = CausalSelfAttention.attend(
-            self,
-            q,
-            k,
-            v,
-            allowed,
-            bias,
-            need_weights=need_weights,
-            fast=fast,
-            is_causal=self.causal
-            and self.window is None
-            and mask is None
-            and offset == 0,
-            query_positions=positions,
-            key_positions=key_positions,
+        is_causal = self.causal and self.window is None and mask is None and offset == 0
+        heads, weights = CausalSelfAttention.attend(  # not self.attend: no hand-off
+            self, q, k, v, allowed, bias, need_weights=need_weights, fast=fast,
+            is_causal=is_causal, query_positions=positions, key_positions=key_positions,
         )
         return self.output(x, heads), (weights if need_weights or not fast else None)
 
