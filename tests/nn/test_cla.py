@@ -215,3 +215,15 @@ def test_train_lm_trains_cla_and_the_loss_falls(tmp_path):
     assert run.model.blocks[1].attn.reads_shared
     assert run.history[-1]["valid_loss"] < run.history[0]["valid_loss"]
     assert run.history[-1]["valid_loss"] < math.log(len(corpus.vocab)) - 0.5
+
+
+def test_a_copy_reads_its_own_first_layer_and_no_tensor_is_left_behind():
+    import copy
+
+    gpt = model(AttentionSpec("cla", {"kv_share": 2})).train()
+    tokens = torch.randint(0, 13, (2, 9))
+    gpt(tokens)[0].sum().backward()
+    assert all(block.attn._handoff is None for block in gpt.blocks)  # readers let go
+    twin = copy.deepcopy(gpt)
+    assert twin.blocks[1].attn.source[0] is twin.blocks[0].attn
+    assert torch.equal(twin(tokens)[0], gpt(tokens)[0])
