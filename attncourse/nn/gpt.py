@@ -103,6 +103,10 @@ class GPT(nn.Module):
         table = _POSITION_TABLES.get(spec.positions.kind)
         self.positional_encoding = None if table is None else table(spec.max_len, spec.d_model)
         self.blocks = nn.ModuleList(DecoderOnlyBlock(spec, attention) for attention in spec.attentions())
+        layers = [block.attn for block in self.blocks]
+        for i, attn in enumerate(layers):  # a layer that reads another's keys (cross-layer attention)
+            if hasattr(attn, "link_layers"):
+                attn.link_layers(i, layers)
         self.final_norm = spec.norm.build(spec.d_model)
         self.dropout = nn.Dropout(spec.dropout)
         self.output_proj = nn.Linear(spec.d_model, spec.vocab_size, bias=False)

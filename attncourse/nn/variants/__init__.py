@@ -2,7 +2,9 @@
 
 from attncourse.nn import (  # noqa: F401 (each registers its variant)
     causal_attention,
+    cla,
     gated,
+    indexer_attention,
     memory_attention,
     mla,
     softcap,
