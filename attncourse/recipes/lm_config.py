@@ -90,8 +90,8 @@ class LMSettings:
         1.0, "with --rope-scaling: the scale factor s = target length / --context (default 1)",
         check="positive_float", limit=ROPE_FACTOR, group="model", metavar="S")
     attention: str | None = setting(
-        None, "the attention variant, any registered by name: gqa, gated, mla, linear, deltanet, "
-        "gated-deltanet, and those of the modules named in the environment variable ATTNCOURSE_VARIANTS; "
+        None, "the attention variant, any registered by name: gqa, gated, mla, softcap, cla, dsa, linear, "
+        "deltanet, gated-deltanet, and those of the modules named in the environment variable ATTNCOURSE_VARIANTS; "
         "the options below set its options of those names (default: gqa; mla with --latent-dim)",
         check="text", group="model", metavar="NAME")
     softmax_every: int | None = setting(
