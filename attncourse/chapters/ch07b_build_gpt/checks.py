@@ -351,7 +351,9 @@ def _drawn(seed: int | None) -> list[dict[str, int]]:
     if seed is None:
         return []
     rng = np.random.default_rng(seed)
-    heads, d_k = int(rng.choice([1, 2, 4])), int(rng.choice([2, 4, 8]))
+    # d_model >= 4: a LayerNorm over 2 features divides by the gap between them, and a draw
+    # where the two nearly tie turned float32 rounding into a failed case for the reference
+    heads, d_k = int(rng.choice([1, 2, 4])), int(rng.choice([4, 8]))
     return [{"batch": int(rng.integers(1, 3)), "n": int(rng.integers(1, 17)), "d_model": heads * d_k,
              "heads": heads, "d_ff": int(rng.integers(4, 33)), "layers": int(rng.integers(1, 3)),
              "vocab": int(rng.integers(5, 41)), "seed": int(rng.integers(10, 2**20))}]
