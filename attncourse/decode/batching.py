@@ -33,7 +33,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from attncourse.decode.fast import _heads, _rope_table, _rotate, fast_path_supported
+from attncourse.decode.fast import (
+    fast_path_supported,
+    project_heads,
+    rope_table,
+    rotate_pairs,
+)
 from attncourse.decode.paged import BlockPool
 from attncourse.nn.attend import allowed_keys, sdpa_attend
 from attncourse.nn.gpt import GPT
@@ -285,12 +290,12 @@ def _paged_forward(model: GPT, pool: BlockPool, rope: list, decoding: list[_Runn
     for i, block in enumerate(model.blocks):  # x: (1, tokens, d_model)
         attn = block.attn
         h = block.attn_norm(x)
-        q = _heads(attn.w_q, h, attn.num_heads)  # (1, num_heads, tokens, d_k)
-        k = _heads(attn.w_k, h, attn.num_kv_heads)
-        v = _heads(attn.w_v, h, attn.num_kv_heads)
+        q = project_heads(attn.w_q, h, attn.num_heads)  # (1, num_heads, tokens, d_k)
+        k = project_heads(attn.w_k, h, attn.num_kv_heads)
+        v = project_heads(attn.w_v, h, attn.num_kv_heads)
         if rope[i] is not None:
             cos, sin = rope[i][0][positions], rope[i][1][positions]
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
         pool.k[i][blocks, :, slots] = k[0].transpose(0, 1)  # (tokens, kv heads, d_k)
         pool.v[i][blocks, :, slots] = v[0].transpose(0, 1)
         parts = []
@@ -367,7 +372,7 @@ def continuous_batching(model: GPT, requests: list[Request], max_batch: int,
         raise ValueError(f"num_blocks={num_blocks}: request {too_big[0]} needs "
                          f"{need[too_big[0]]} blocks of {block_size} tokens")
     weight, capacity = model.embedding.weight, max(r.cached_tokens for r in order)
-    rope = [_rope_table(b.attn, capacity, weight.dtype, weight.device)
+    rope = [rope_table(b.attn, capacity, weight.dtype, weight.device)
             if b.attn.positional == "rope" else None for b in model.blocks]
     block_bytes = block_size * model.cache_bytes_per_token()
     out = Served({}, {}, sum(r.max_new_tokens for r in order), 0, 0, 0.0, 0, 0, [])

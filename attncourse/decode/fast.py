@@ -81,11 +81,12 @@ def fast_path_supported(model: GPT) -> bool:
     return not model.training
 
 
-def _rope_table(
+def rope_table(
     attn: CausalSelfAttention, capacity: int, dtype: torch.dtype, device
 ) -> tuple[torch.Tensor, ...]:
-    """cos and sin (capacity, d_k / 2) of positions 0 .. capacity - 1, as ``apply_rope``
-    computes them."""
+    """cos and sin ``(capacity, d_k / 2)`` of positions ``0 .. capacity - 1`` for ``attn``'s
+    RoPE (its base and scaling), as ``apply_rope`` computes them. Source: Su et al. (2021),
+    RoFormer (each feature pair rotated by its angle)."""
     if attn.rope_scaling is None:
         theta, factor = rope_frequencies(attn.d_k, attn.rope_base), 1.0
     else:
@@ -98,16 +99,18 @@ def _rope_table(
     return (factor * angles.cos()).to(dtype), (factor * angles.sin()).to(dtype)
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE on adjacent pairs, as :func:`~attncourse.nn.rope.apply_rope`."""
+def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on adjacent feature pairs of ``x (..., seq_len, d_k)`` with ``cos, sin
+    (seq_len, d_k / 2)``, as :func:`~attncourse.nn.rope.apply_rope`; same shape as ``x``."""
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack(
         (even * cos - odd * sin, even * sin + odd * cos), dim=-1
     ).flatten(-2)
 
 
-def _heads(linear: torch.nn.Linear, x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(batch, seq_len, d_model) -> (batch, num_heads, seq_len, d_k), as ``split_heads``."""
+def project_heads(linear: torch.nn.Linear, x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``linear(x)`` split into heads: ``(batch, seq_len, d_model)`` -> ``(batch, num_heads,
+    seq_len, d_k)``, as ``split_heads`` after the projection."""
     y = F.linear(x, linear.weight, linear.bias)
     batch, seq_len, width = y.shape
     return y.view(batch, seq_len, num_heads, width // num_heads).transpose(1, 2)
@@ -196,7 +199,7 @@ class Decoder:
                 continue
             key = (attn.d_k, attn.rope_base, attn.rope_scaling)
             if key not in tables:
-                tables[key] = _rope_table(attn, capacity, self.dtype, self.device)
+                tables[key] = rope_table(attn, capacity, self.dtype, self.device)
             self.rope.append(tables[key])
         encoding = model.positional_encoding
         self.table = None if encoding is None else getattr(encoding, "pe", None)
@@ -342,12 +345,12 @@ class Decoder:
         for i, block in enumerate(self.model.blocks):
             attn = block.attn
             h = block.attn_norm(x)
-            q = _heads(attn.w_q, h, attn.num_heads)
-            k = _heads(attn.w_k, h, attn.num_kv_heads)
-            v = _heads(attn.w_v, h, attn.num_kv_heads)
+            q = project_heads(attn.w_q, h, attn.num_heads)
+            k = project_heads(attn.w_k, h, attn.num_kv_heads)
+            v = project_heads(attn.w_v, h, attn.num_kv_heads)
             if self.rope[i] is not None:
                 cos, sin = self.rope[i][0][rows], self.rope[i][1][rows]
-                q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+                q, k = rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
             x = x + attn.output(h, attend(i, q, k, v))
             if block.ffn is not None:
                 x = x + block.ffn(block.ffn_norm(x))
@@ -415,4 +418,4 @@ class Decoder:
         )
 
 
-__all__ = ["Decoder", "fast_path_supported"]
+__all__ = ["Decoder", "fast_path_supported", "project_heads", "rope_table", "rotate_pairs"]

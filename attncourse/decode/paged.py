@@ -56,7 +56,8 @@ class BlockPool:
     @property
     def used(self) -> int:
         """Blocks held by at least one sequence."""
-        return sum(1 for c in self.ref_counts if c)
+        # a block is on the free list exactly when its count is 0: no scan of every block
+        return len(self.ref_counts) - len(self._free)
 
     def allocate(self) -> int:
         """A free block's id, count 1; ``MemoryError`` if none is free."""

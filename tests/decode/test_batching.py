@@ -11,7 +11,7 @@ from attncourse.decode.batching import (
     request_stream,
     static_batching,
 )
-from attncourse.decode.fast import _rope_table
+from attncourse.decode.fast import rope_table
 from attncourse.decode.generation import generate
 from attncourse.decode.paged import BlockPool
 from attncourse.nn.gpt import GPT
@@ -165,7 +165,7 @@ def test_bad_options_raise_one_line(call, match):
 def test_one_paged_forward_gives_each_request_its_own_logits(kw):
     model = _gpt(**kw).eval()
     pool = BlockPool.for_model(model, 16, 3)
-    rope = [_rope_table(b.attn, 32, torch.float64, None) if b.attn.positional == "rope" else None
+    rope = [rope_table(b.attn, 32, torch.float64, None) if b.attn.positional == "rope" else None
             for b in model.blocks]
     prompts = [torch.tensor(p) for p in ([5, 6, 7, 8, 9, 10, 11], [3, 4], [12, 13, 14, 15])]
     running = [_Running(Request(i, p, 9), 4) for i, p in enumerate(prompts)]
